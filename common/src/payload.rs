@@ -1,0 +1,279 @@
+//! The v1 bundle payload: everything one control-plane VM needs, rendered by the API for
+//! exactly that VM. Every field is typed and validated on the way in; unknown fields are
+//! refused at every level so a newer, richer bundle is never half-understood by an older agent.
+//!
+//! Parse a payload only through [`crate::envelope::verify`], which checks the signature first.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::BundleError;
+use crate::limits::{
+    MAX_ARTIFACTS, MAX_FILE_BYTES, MAX_FILES, MAX_PACKAGES, MAX_PLAN_STEPS, base64_len_for,
+};
+use crate::names::{
+    AccountName, ArtifactDest, ArtifactName, ArtifactUrl, BundlePath, ChartRef, FileMode, K8sName,
+    NodeName, Nonce, PackageName, Sha256Digest, UnitName, Version,
+};
+use crate::serde_util::bounded_vec;
+
+/// The v1 bundle payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundlePayload {
+    pub identity: Identity,
+    pub freshness: Freshness,
+    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_FILES>")]
+    pub files: Vec<BundleFile>,
+    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_ARTIFACTS>")]
+    pub artifacts: Vec<Artifact>,
+    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_PACKAGES>")]
+    pub packages: Vec<Package>,
+    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_PLAN_STEPS>")]
+    pub plan: Vec<PlanStep>,
+}
+
+/// Who the bundle is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    /// Unique per issuance; the audit row carries the same id.
+    pub bundle_id: Uuid,
+    pub cluster_id: u64,
+    pub cluster_name: K8sName,
+    pub org_id: u64,
+    /// The VM this bundle was rendered for; the agent compares it with its IMDS identity.
+    pub vm_id: u64,
+    pub node_name: NodeName,
+    pub role: Role,
+    /// Only the initial control-plane node runs the cluster-wide addon steps.
+    pub is_initial_control_plane: bool,
+}
+
+/// The role of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    ControlPlane,
+}
+
+/// When and in answer to which request the bundle was issued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Freshness {
+    /// Unix seconds.
+    pub issued_at: i64,
+    /// Unix seconds; the agent refuses the bundle after this (plus a documented skew allowance).
+    pub expires_at: i64,
+    /// Per node, strictly increasing across issuances; the agent refuses rollback.
+    pub serial: u64,
+    /// Echo of the agent's `X-Exk8s-Nonce`, binding the bundle to one request.
+    pub nonce: Nonce,
+}
+
+/// One file to write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleFile {
+    pub path: BundlePath,
+    pub mode: FileMode,
+    pub owner: AccountName,
+    pub group: AccountName,
+    /// Digest of `content`; checked after decoding, and used by the agent to plan changes.
+    pub sha256: Sha256Digest,
+    pub content: FileContent,
+}
+
+impl BundleFile {
+    /// A root-owned file whose digest is computed from `content`.
+    pub fn new(path: BundlePath, mode: FileMode, content: impl Into<Vec<u8>>) -> Self {
+        let content = FileContent(content.into());
+        let root = AccountName::new("root").unwrap_or_else(|_| unreachable!("`root` is valid"));
+        Self {
+            path,
+            mode,
+            owner: root.clone(),
+            group: root,
+            sha256: Sha256Digest::of(content.as_bytes()),
+            content,
+        }
+    }
+}
+
+/// File bytes, base64 on the wire. `Debug` never shows them: they are often private keys.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FileContent(Vec<u8>);
+
+impl FileContent {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for FileContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{} bytes redacted]", self.0.len())
+    }
+}
+
+impl Drop for FileContent {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl Serialize for FileContent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&BASE64.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for FileContent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let encoded = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        // Judge the size from the encoded length before decoding anything.
+        if encoded.len() > base64_len_for(MAX_FILE_BYTES) {
+            return Err(D::Error::custom(format!(
+                "file content exceeds the {MAX_FILE_BYTES}-byte limit"
+            )));
+        }
+        let bytes = BASE64
+            .decode(encoded.as_bytes())
+            .map_err(|_| D::Error::custom("file content is not valid base64"))?;
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(D::Error::custom(format!(
+                "file content exceeds the {MAX_FILE_BYTES}-byte limit"
+            )));
+        }
+        Ok(Self(bytes))
+    }
+}
+
+/// A binary the node needs, downloaded and checked by digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    pub name: ArtifactName,
+    pub version: Version,
+    pub url: ArtifactUrl,
+    /// Pinned digest. When absent the agent fetches `<url>.sha256` and fails closed.
+    pub sha256: Option<Sha256Digest>,
+    pub dest: ArtifactDest,
+    pub mode: FileMode,
+}
+
+/// An OS package the node needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Package {
+    pub name: PackageName,
+}
+
+/// A rollout the addon step waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutKind {
+    Deployment,
+    DaemonSet,
+}
+
+/// One step of the node plan, run in order. The API decides the plan; the agent never branches
+/// on cluster facts itself. Every path a step names is a bundle path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PlanStep {
+    /// `systemctl daemon-reload` (the agent skips it when no unit file changed).
+    // An empty struct variant, not a unit variant: serde ignores unknown fields on unit
+    // variants of internally tagged enums.
+    DaemonReload {},
+    /// `systemctl enable` then `restart` of a unit (skipped when nothing it uses changed).
+    EnableStart { unit: UnitName },
+    /// Poll etcd's `/health` over mutual TLS until it answers healthy or the timeout passes.
+    WaitEtcdHealthy {
+        endpoint: ArtifactUrl,
+        ca_file: BundlePath,
+        cert_file: BundlePath,
+        key_file: BundlePath,
+        timeout_secs: u32,
+    },
+    /// Poll the apiserver's `/readyz` with the identity and CA of a kubeconfig.
+    WaitApiserverReady {
+        kubeconfig: BundlePath,
+        timeout_secs: u32,
+    },
+    /// `kubectl apply -f <file>`.
+    KubectlApply {
+        kubeconfig: BundlePath,
+        file: BundlePath,
+    },
+    /// `helm upgrade --install`.
+    HelmInstall {
+        kubeconfig: BundlePath,
+        release: K8sName,
+        chart: ChartRef,
+        version: Version,
+        namespace: K8sName,
+        values_file: BundlePath,
+        timeout_secs: u32,
+    },
+    /// `kubectl rollout status`.
+    WaitRollout {
+        kubeconfig: BundlePath,
+        kind: RolloutKind,
+        name: K8sName,
+        namespace: K8sName,
+        timeout_secs: u32,
+    },
+}
+
+impl BundlePayload {
+    /// Parses payload JSON (already signature-checked) and applies the cross-field rules.
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<Self, BundleError> {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let payload: Self =
+            serde_path_to_error::deserialize(de).map_err(|e| BundleError::MalformedPayload {
+                at: e.path().to_string(),
+                reason: e.into_inner().to_string(),
+            })?;
+        payload.check_consistency()?;
+        Ok(payload)
+    }
+
+    /// Rules no single field can express: distinct paths, digests matching contents,
+    /// a validity window that is not empty.
+    pub fn check_consistency(&self) -> Result<(), BundleError> {
+        if self.freshness.expires_at <= self.freshness.issued_at {
+            return Err(BundleError::EmptyValidity);
+        }
+        let mut seen = std::collections::HashSet::with_capacity(self.files.len());
+        for file in &self.files {
+            if !seen.insert(file.path.as_str()) {
+                return Err(BundleError::DuplicatePath {
+                    path: file.path.to_string(),
+                });
+            }
+            if Sha256Digest::of(file.content.as_bytes()) != file.sha256 {
+                return Err(BundleError::DigestMismatch {
+                    path: file.path.to_string(),
+                });
+            }
+        }
+        let mut dests = std::collections::HashSet::with_capacity(self.artifacts.len());
+        for artifact in &self.artifacts {
+            if !dests.insert(artifact.dest.as_str()) {
+                return Err(BundleError::DuplicatePath {
+                    path: artifact.dest.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The file at `path`, if the bundle carries one.
+    pub fn file(&self, path: &str) -> Option<&BundleFile> {
+        self.files.iter().find(|f| f.path.as_str() == path)
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# THE test command (named in README.md and run by .ci/run).
+#
+# Installs, only when missing, whatever the suite needs on a fresh Debian machine, then runs
+# formatting, lints and the whole workspace test suite. Nothing is skipped: a missing tool is
+# installed or the run fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/ensure.sh
+source scripts/lib/ensure.sh
+
+log "checking tools"
+ensure_rust_components
+
+log "cargo fmt --check"
+cargo fmt --all --check
+
+log "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "exk8s-common must not depend on tokio, axum, sqlx or reqwest (the agent links it)"
+forbidden=$(cargo tree --locked -p exk8s-common -e normal --prefix none --format '{p}' \
+  | awk '{print $1}' | grep -E '^(tokio|axum|sqlx|reqwest|hyper)$' || true)
+if [ -n "$forbidden" ]; then
+  echo "exk8s-common depends on: $forbidden" >&2
+  exit 1
+fi
+
+log "cargo test (whole workspace)"
+cargo test --workspace --locked --no-fail-fast
+
+log "all checks passed"
