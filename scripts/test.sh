@@ -11,6 +11,8 @@ source scripts/lib/ensure.sh
 
 log "checking tools"
 ensure_rust_components
+# openssl: the independent verifier of every certificate the PKI makes.
+ensure_packages openssl:openssl
 
 log "cargo fmt --check"
 cargo fmt --all --check

@@ -4,3 +4,5 @@
 //! The API owns truth: which VM belongs to which cluster, and every key and certificate. The
 //! modules grow per ARCHITECTURE.md (`http`, `db`, `pki`, `render`, `compute`, `dns`, `sim`,
 //! `crypto`); the signed bundle format itself lives in `exk8s-common`.
+
+pub mod pki;

@@ -1,0 +1,186 @@
+//! Every certificate a control-plane node holds, as data: who signs it, its subject, its usage
+//! and its SANs (PKI.md "Per node" and "Kubeconfigs").
+//!
+//! Serving certificates for etcd and the apiserver are made once at founding and stored
+//! ([`NodeServingCerts`]); everything else is minted fresh for each bundle ([`BundleCerts`]).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use exk8s_common::names::NodeName;
+use time::OffsetDateTime;
+
+use super::{
+    CaRole, ClusterNetwork, ClusterPki, IssuedCert, LeafSpec, NodeAddresses, PkiError, Usage,
+};
+
+const LOCALHOST_V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const LOCALHOST_V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
+
+/// The apiserver serving certificate: every name and address a client may use to reach it.
+pub fn apiserver_spec(node: &NodeAddresses, network: &ClusterNetwork) -> LeafSpec {
+    let domain = &network.cluster_domain;
+    let mut ip_addresses = vec![network.service_cidr.api_service_ip()];
+    ip_addresses.extend(node.all_ips());
+    ip_addresses.push(LOCALHOST_V4);
+    LeafSpec {
+        common_name: "kube-apiserver".into(),
+        organization: None,
+        usage: Usage::Server,
+        dns_names: vec![
+            node.name.to_string(),
+            network.control_plane_dns_name.clone(),
+            "kubernetes".into(),
+            "kubernetes.default".into(),
+            "kubernetes.default.svc".into(),
+            format!("kubernetes.default.svc.{domain}"),
+            "localhost".into(),
+        ],
+        ip_addresses,
+    }
+}
+
+/// etcd server and peer certificates: the node's name, its private addresses and loopback;
+/// serverAuth and clientAuth, because members dial each other with them.
+pub fn etcd_member_spec(node: &NodeAddresses) -> LeafSpec {
+    let mut ip_addresses = node.private_ips();
+    ip_addresses.extend([LOCALHOST_V4, LOCALHOST_V6]);
+    LeafSpec {
+        common_name: node.name.to_string(),
+        organization: None,
+        usage: Usage::ServerAndClient,
+        dns_names: vec![node.name.to_string(), "localhost".into()],
+        ip_addresses,
+    }
+}
+
+/// The kubelet's serving certificate (not its client certificate — the seed's mistake).
+pub fn kubelet_serving_spec(node: &NodeAddresses) -> LeafSpec {
+    LeafSpec {
+        common_name: format!("system:node:{}", node.name),
+        organization: Some("system:nodes".into()),
+        usage: Usage::Server,
+        dns_names: vec![node.name.to_string()],
+        ip_addresses: node.all_ips(),
+    }
+}
+
+/// Client identities, each with its signer and subject (CN = user, O = group).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientIdentity {
+    KubeletClient(NodeName),
+    ApiserverKubeletClient,
+    ApiserverEtcdClient,
+    FrontProxyClient,
+    EtcdHealthcheckClient,
+    KubeProxy,
+    ControllerManager,
+    Scheduler,
+    Admin,
+    SuperAdmin,
+}
+
+impl ClientIdentity {
+    /// The trust domain that signs this identity.
+    pub fn signer(&self) -> CaRole {
+        match self {
+            Self::ApiserverEtcdClient | Self::EtcdHealthcheckClient => CaRole::Etcd,
+            Self::FrontProxyClient => CaRole::FrontProxy,
+            _ => CaRole::Cluster,
+        }
+    }
+
+    /// (CN, O).
+    pub fn subject(&self) -> (String, Option<&'static str>) {
+        let plain = |cn: &str| (cn.to_owned(), None);
+        match self {
+            Self::KubeletClient(node) => (format!("system:node:{node}"), Some("system:nodes")),
+            Self::ApiserverKubeletClient => plain("kube-apiserver-kubelet-client"),
+            Self::ApiserverEtcdClient => plain("kube-apiserver-etcd-client"),
+            Self::FrontProxyClient => plain("front-proxy-client"),
+            Self::EtcdHealthcheckClient => plain("kube-etcd-healthcheck-client"),
+            Self::KubeProxy => plain("system:kube-proxy"),
+            Self::ControllerManager => plain("system:kube-controller-manager"),
+            Self::Scheduler => plain("system:kube-scheduler"),
+            Self::Admin => ("exk8s-admin".into(), Some("exk8s:cluster-admins")),
+            Self::SuperAdmin => ("exk8s-super-admin".into(), Some("system:masters")),
+        }
+    }
+
+    pub fn spec(&self) -> LeafSpec {
+        let (common_name, organization) = self.subject();
+        LeafSpec {
+            common_name,
+            organization: organization.map(str::to_owned),
+            usage: Usage::Client,
+            dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+        }
+    }
+
+    pub fn issue(&self, pki: &ClusterPki, now: OffsetDateTime) -> Result<IssuedCert, PkiError> {
+        pki.ca(self.signer()).issue(&self.spec(), now)
+    }
+}
+
+/// Serving certificates made at founding and stored with the node.
+#[derive(Debug, Clone)]
+pub struct NodeServingCerts {
+    pub apiserver: IssuedCert,
+    pub etcd_server: IssuedCert,
+    pub etcd_peer: IssuedCert,
+}
+
+impl NodeServingCerts {
+    pub fn generate(
+        pki: &ClusterPki,
+        node: &NodeAddresses,
+        network: &ClusterNetwork,
+        now: OffsetDateTime,
+    ) -> Result<Self, PkiError> {
+        let etcd = etcd_member_spec(node);
+        Ok(Self {
+            apiserver: pki.cluster_ca.issue(&apiserver_spec(node, network), now)?,
+            etcd_server: pki.etcd_ca.issue(&etcd, now)?,
+            etcd_peer: pki.etcd_ca.issue(&etcd, now)?,
+        })
+    }
+}
+
+/// Certificates minted fresh for one bundle.
+#[derive(Debug, Clone)]
+pub struct BundleCerts {
+    pub kubelet_serving: IssuedCert,
+    pub kubelet_client: IssuedCert,
+    pub apiserver_kubelet_client: IssuedCert,
+    pub apiserver_etcd_client: IssuedCert,
+    pub front_proxy_client: IssuedCert,
+    pub etcd_healthcheck_client: IssuedCert,
+    pub kube_proxy: IssuedCert,
+    pub controller_manager: IssuedCert,
+    pub scheduler: IssuedCert,
+    pub admin: IssuedCert,
+    pub super_admin: IssuedCert,
+}
+
+impl BundleCerts {
+    pub fn mint(
+        pki: &ClusterPki,
+        node: &NodeAddresses,
+        now: OffsetDateTime,
+    ) -> Result<Self, PkiError> {
+        let client = |identity: ClientIdentity| identity.issue(pki, now);
+        Ok(Self {
+            kubelet_serving: pki.cluster_ca.issue(&kubelet_serving_spec(node), now)?,
+            kubelet_client: client(ClientIdentity::KubeletClient(node.name.clone()))?,
+            apiserver_kubelet_client: client(ClientIdentity::ApiserverKubeletClient)?,
+            apiserver_etcd_client: client(ClientIdentity::ApiserverEtcdClient)?,
+            front_proxy_client: client(ClientIdentity::FrontProxyClient)?,
+            etcd_healthcheck_client: client(ClientIdentity::EtcdHealthcheckClient)?,
+            kube_proxy: client(ClientIdentity::KubeProxy)?,
+            controller_manager: client(ClientIdentity::ControllerManager)?,
+            scheduler: client(ClientIdentity::Scheduler)?,
+            admin: client(ClientIdentity::Admin)?,
+            super_admin: client(ClientIdentity::SuperAdmin)?,
+        })
+    }
+}

@@ -1,0 +1,122 @@
+//! The certificate policy every leaf follows, set explicitly because rcgen's defaults are unsafe:
+//!
+//! * validity: NotBefore = now − 5 min (clock skew between API and nodes), NotAfter = now + 1 year,
+//!   never past the issuing CA's NotAfter;
+//! * a random 128-bit positive serial (rcgen otherwise derives it from the key);
+//! * basicConstraints critical CA:FALSE, subject key id, authority key id;
+//! * keyUsage critical digitalSignature, plus keyEncipherment only for RSA keys (RSA key
+//!   transport; meaningless for ECDSA);
+//! * exactly the EKUs the identity needs.
+
+use std::net::IpAddr;
+
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyUsagePurpose,
+    SanType, SerialNumber,
+};
+use time::{Duration, OffsetDateTime};
+
+use super::{KeyAlgorithm, PkiError, SecretPem};
+
+/// How far NotBefore is backdated, for clock skew.
+pub(crate) const BACKDATE: Duration = Duration::minutes(5);
+/// Leaf lifetime (kubeadm's default).
+pub(crate) const LEAF_LIFETIME: Duration = Duration::days(365);
+/// CA lifetime (kubeadm's default).
+pub(crate) const CA_LIFETIME: Duration = Duration::days(3650);
+
+/// What a certificate may be used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    Server,
+    Client,
+    /// etcd members serve and connect to each other with the same certificate.
+    ServerAndClient,
+}
+
+impl Usage {
+    fn ekus(self) -> Vec<ExtendedKeyUsagePurpose> {
+        match self {
+            Self::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Self::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+            Self::ServerAndClient => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        }
+    }
+}
+
+/// The subject and extensions of one leaf certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafSpec {
+    /// The user name Kubernetes (or etcd) sees.
+    pub common_name: String,
+    /// The group; certificates here carry at most one (rcgen keeps one value per attribute).
+    pub organization: Option<String>,
+    pub usage: Usage,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<IpAddr>,
+}
+
+/// A certificate and its private key, both PEM.
+#[derive(Debug, Clone)]
+pub struct IssuedCert {
+    pub cert_pem: String,
+    pub key_pem: SecretPem,
+}
+
+/// 16 bytes from the OS CSPRNG, encoded by rcgen as a positive DER INTEGER.
+pub(crate) fn random_serial() -> Result<SerialNumber, PkiError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|_| PkiError::Random)?;
+    // A zero first byte would shorten the integer; keep all 16 bytes significant.
+    bytes[0] |= 0x01;
+    Ok(SerialNumber::from_slice(&bytes))
+}
+
+/// The subject name with one CN and at most one O.
+pub(crate) fn subject(common_name: &str, organization: Option<&str>) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    if let Some(org) = organization {
+        dn.push(DnType::OrganizationName, org);
+    }
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+/// Builds the parameters of a leaf signed by a CA valid until `ca_not_after`.
+pub(crate) fn leaf_params(
+    spec: &LeafSpec,
+    algorithm: KeyAlgorithm,
+    now: OffsetDateTime,
+    ca_not_after: OffsetDateTime,
+) -> Result<CertificateParams, PkiError> {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = subject(&spec.common_name, spec.organization.as_deref());
+    params.not_before = now - BACKDATE;
+    params.not_after = (now + LEAF_LIFETIME).min(ca_not_after);
+    params.serial_number = Some(random_serial()?);
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.use_authority_key_identifier_extension = true;
+    params.key_usages = if algorithm.is_rsa() {
+        vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ]
+    } else {
+        vec![KeyUsagePurpose::DigitalSignature]
+    };
+    params.extended_key_usages = spec.usage.ekus();
+    let mut sans = Vec::with_capacity(spec.dns_names.len() + spec.ip_addresses.len());
+    for name in &spec.dns_names {
+        let ia5 = name.clone().try_into().map_err(|_| PkiError::BadDnsName {
+            what: "subject alternative name",
+            value: name.chars().take(64).collect(),
+        })?;
+        sans.push(SanType::DnsName(ia5));
+    }
+    sans.extend(spec.ip_addresses.iter().copied().map(SanType::IpAddress));
+    params.subject_alt_names = sans;
+    Ok(params)
+}

@@ -1,0 +1,104 @@
+//! The cluster's trust: three certificate authorities, the service-account keypair, the
+//! per-node serving certificates made at founding, the client certificates minted fresh for each
+//! bundle, and the kubeconfigs that carry them — to `../shared/design/PKI.md`.
+//!
+//! Trust domains are separate on purpose: the etcd CA signs only etcd identities, and the
+//! front-proxy CA signs only the front-proxy client, so no kubelet or kube-proxy certificate can
+//! ever talk to etcd directly or assert identities through the request-header proxy.
+//!
+//! rcgen's defaults are unsafe for this use (validity 1975–4096, serials derived from the key,
+//! no authority key id), so every certificate here sets them explicitly: see [`leaf`].
+//!
+//! Where PKI.md is silent we follow kubeadm (`cmd/kubeadm/app/phases/certs/certlist.go`,
+//! `pkiutil`): one-year leaves, ten-year CAs, SANs as kubeadm computes them. Departures: CAs carry
+//! `pathlen:0` (nothing here issues intermediates) and every leaf has a random serial.
+
+mod algorithm;
+mod ca;
+mod identities;
+pub mod kubeconfig;
+mod leaf;
+mod network;
+mod secret;
+
+pub use algorithm::KeyAlgorithm;
+pub use ca::{CaRole, CertAuthority, ServiceAccountKey};
+pub use identities::{
+    BundleCerts, ClientIdentity, NodeServingCerts, apiserver_spec, etcd_member_spec,
+    kubelet_serving_spec,
+};
+pub use leaf::{IssuedCert, LeafSpec, Usage};
+pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};
+pub use secret::SecretPem;
+
+use time::OffsetDateTime;
+
+/// Everything that can go wrong making or loading cluster trust.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error(
+        "unknown key algorithm `{0}` (expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096)"
+    )]
+    UnknownAlgorithm(String),
+    #[error("generating a {algorithm} key")]
+    KeyGeneration {
+        algorithm: KeyAlgorithm,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("signing the {what} certificate")]
+    Signing {
+        what: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("the stored {role} is unusable: {reason}")]
+    InvalidCa { role: CaRole, reason: String },
+    #[error("the {role} expired at {not_after}; it can sign nothing more")]
+    CaExpired {
+        role: CaRole,
+        not_after: OffsetDateTime,
+    },
+    #[error("service CIDR `{0}` is invalid: {1}")]
+    BadServiceCidr(String, &'static str),
+    #[error("{what} `{value}` is not a valid DNS name")]
+    BadDnsName { what: &'static str, value: String },
+    #[error("the operating system's random source failed")]
+    Random,
+}
+
+/// A cluster's long-lived trust, made once at founding and stored sealed by the API.
+#[derive(Debug)]
+pub struct ClusterPki {
+    pub algorithm: KeyAlgorithm,
+    /// Signs the apiserver and kubelet serving certs and every Kubernetes client identity.
+    pub cluster_ca: CertAuthority,
+    /// Signs etcd server/peer certs and the clients allowed to talk to etcd.
+    pub etcd_ca: CertAuthority,
+    /// Signs only the front-proxy client (the aggregation layer's request-header identity).
+    pub front_proxy_ca: CertAuthority,
+    /// Signs and verifies service-account tokens; every apiserver holds the same one.
+    pub service_account: ServiceAccountKey,
+}
+
+impl ClusterPki {
+    /// Makes the three CAs and the service-account keypair with one algorithm.
+    pub fn generate(algorithm: KeyAlgorithm, now: OffsetDateTime) -> Result<Self, PkiError> {
+        Ok(Self {
+            algorithm,
+            cluster_ca: CertAuthority::generate(CaRole::Cluster, algorithm, now)?,
+            etcd_ca: CertAuthority::generate(CaRole::Etcd, algorithm, now)?,
+            front_proxy_ca: CertAuthority::generate(CaRole::FrontProxy, algorithm, now)?,
+            service_account: ServiceAccountKey::generate(algorithm)?,
+        })
+    }
+
+    /// The CA that signs `role`'s certificates.
+    pub fn ca(&self, role: CaRole) -> &CertAuthority {
+        match role {
+            CaRole::Cluster => &self.cluster_ca,
+            CaRole::Etcd => &self.etcd_ca,
+            CaRole::FrontProxy => &self.front_proxy_ca,
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! `exk8s-api` integration tests: one binary, with shared helpers.
+
+#![allow(
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure should stop the test loudly"
+)]
+
+mod helpers;
+mod pki;

@@ -1,0 +1,628 @@
+//! The PKI against PKI.md, row by row and for every key algorithm: read back with x509-parser
+//! and checked again by openssl, an independent verifier.
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::IpAddr;
+use std::path::Path;
+
+use exk8s_api::pki::kubeconfig::{self, KubeconfigSpec};
+use exk8s_api::pki::{
+    CaRole, CertAuthority, ClusterPki, IssuedCert, KeyAlgorithm, PkiError, ServiceCidr,
+};
+use exk8s_common::names::NodeName;
+use time::Duration;
+
+use crate::helpers::{ClusterFixture, cluster, facts, openssl};
+
+/// One row of PKI.md's table, with the expected values written out independently of the code.
+struct Row<'a> {
+    name: String,
+    cert: &'a IssuedCert,
+    signer: CaRole,
+    cn: &'a str,
+    o: &'a [&'a str],
+    server: bool,
+    client: bool,
+    dns: Vec<&'a str>,
+    ips: Vec<&'a str>,
+}
+
+const NODE1: &str = "cp-1.cluster-42.internal";
+const NODE2: &str = "cp-2.cluster-42.internal";
+const SHARED_DNS: &str = "exk8s-7-2a.k8s.example.com";
+
+fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
+    let apiserver_dns = |node| {
+        vec![
+            node,
+            SHARED_DNS,
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "localhost",
+        ]
+    };
+    let row = |name: &str, cert, signer, cn, o, server, client, dns, ips| Row {
+        name: name.to_owned(),
+        cert,
+        signer,
+        cn,
+        o,
+        server,
+        client,
+        dns,
+        ips,
+    };
+    let (s1, s2) = (&f.serving[0], &f.serving[1]);
+    let b = &f.bundles[0];
+    use CaRole::*;
+    vec![
+        row(
+            "apiserver (node 1)",
+            &s1.apiserver,
+            Cluster,
+            "kube-apiserver",
+            &[],
+            true,
+            false,
+            apiserver_dns(NODE1),
+            vec![
+                "10.96.0.1",
+                "10.0.0.11",
+                "fd00::11",
+                "203.0.113.11",
+                "127.0.0.1",
+            ],
+        ),
+        row(
+            "apiserver (node 2)",
+            &s2.apiserver,
+            Cluster,
+            "kube-apiserver",
+            &[],
+            true,
+            false,
+            apiserver_dns(NODE2),
+            vec!["10.96.0.1", "10.0.0.12", "127.0.0.1"],
+        ),
+        row(
+            "etcd-server (node 1)",
+            &s1.etcd_server,
+            Etcd,
+            NODE1,
+            &[],
+            true,
+            true,
+            vec![NODE1, "localhost"],
+            vec!["10.0.0.11", "fd00::11", "127.0.0.1", "::1"],
+        ),
+        row(
+            "etcd-peer (node 1)",
+            &s1.etcd_peer,
+            Etcd,
+            NODE1,
+            &[],
+            true,
+            true,
+            vec![NODE1, "localhost"],
+            vec!["10.0.0.11", "fd00::11", "127.0.0.1", "::1"],
+        ),
+        row(
+            "etcd-server (node 2)",
+            &s2.etcd_server,
+            Etcd,
+            NODE2,
+            &[],
+            true,
+            true,
+            vec![NODE2, "localhost"],
+            vec!["10.0.0.12", "127.0.0.1", "::1"],
+        ),
+        row(
+            "kubelet serving",
+            &b.kubelet_serving,
+            Cluster,
+            "system:node:cp-1.cluster-42.internal",
+            &["system:nodes"],
+            true,
+            false,
+            vec![NODE1],
+            vec!["10.0.0.11", "fd00::11", "203.0.113.11"],
+        ),
+        row(
+            "kubelet client",
+            &b.kubelet_client,
+            Cluster,
+            "system:node:cp-1.cluster-42.internal",
+            &["system:nodes"],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "apiserver-kubelet-client",
+            &b.apiserver_kubelet_client,
+            Cluster,
+            "kube-apiserver-kubelet-client",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "apiserver-etcd-client",
+            &b.apiserver_etcd_client,
+            Etcd,
+            "kube-apiserver-etcd-client",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "front-proxy-client",
+            &b.front_proxy_client,
+            FrontProxy,
+            "front-proxy-client",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "etcd-healthcheck-client",
+            &b.etcd_healthcheck_client,
+            Etcd,
+            "kube-etcd-healthcheck-client",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "kube-proxy",
+            &b.kube_proxy,
+            Cluster,
+            "system:kube-proxy",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "controller-manager",
+            &b.controller_manager,
+            Cluster,
+            "system:kube-controller-manager",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "scheduler",
+            &b.scheduler,
+            Cluster,
+            "system:kube-scheduler",
+            &[],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "admin",
+            &b.admin,
+            Cluster,
+            "exk8s-admin",
+            &["exk8s:cluster-admins"],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+        row(
+            "super-admin",
+            &b.super_admin,
+            Cluster,
+            "exk8s-super-admin",
+            &["system:masters"],
+            false,
+            true,
+            vec![],
+            vec![],
+        ),
+    ]
+}
+
+fn signature_oid(alg: KeyAlgorithm) -> &'static str {
+    match alg {
+        KeyAlgorithm::EcdsaP256 => "1.2.840.10045.4.3.2",
+        KeyAlgorithm::EcdsaP384 => "1.2.840.10045.4.3.3",
+        _ => "1.2.840.113549.1.1.11",
+    }
+}
+
+fn check_cas(alg: KeyAlgorithm, f: &ClusterFixture) {
+    for role in CaRole::ALL {
+        let ca = facts(f.pki.ca(role).cert_pem());
+        let what = format!("{alg} {role}");
+        assert_eq!(ca.subject_cn, role.common_name(), "{what}");
+        assert_eq!(ca.issuer_cn, role.common_name(), "{what} is self-signed");
+        assert_eq!(ca.is_ca, Some(true), "{what}");
+        assert!(ca.basic_constraints_critical, "{what}");
+        assert!(ca.key_usage_critical, "{what}");
+        assert_eq!(
+            ca.key_usage,
+            ["digitalSignature", "keyCertSign", "cRLSign"],
+            "{what}"
+        );
+        assert!(!ca.has_eku, "{what} must have no EKU");
+        assert!(ca.subject_key_id.is_some(), "{what}");
+        assert_eq!(ca.not_before, f.now - Duration::minutes(5), "{what}");
+        assert_eq!(ca.not_after, f.now + Duration::days(3650), "{what}");
+        assert_eq!(ca.signature_oid, signature_oid(alg), "{what}");
+    }
+}
+
+fn check_rows(alg: KeyAlgorithm) {
+    let f = cluster(alg);
+    check_cas(alg, f);
+    for row in rows(f) {
+        let c = facts(&row.cert.cert_pem);
+        let what = format!("{alg} {}", row.name);
+        let ca = facts(f.pki.ca(row.signer).cert_pem());
+        assert_eq!(c.subject_cn, row.cn, "{what}: CN");
+        assert_eq!(c.subject_o, row.o, "{what}: O");
+        assert_eq!(c.issuer_cn, row.signer.common_name(), "{what}: signer");
+        assert_eq!(
+            c.authority_key_id, ca.subject_key_id,
+            "{what}: authority key id"
+        );
+        assert!(c.subject_key_id.is_some(), "{what}: subject key id");
+        assert_eq!(c.is_ca, Some(false), "{what}: CA:FALSE");
+        assert!(c.basic_constraints_critical, "{what}");
+        assert!(c.key_usage_critical, "{what}");
+        let usage: &[&str] = if alg.is_rsa() {
+            &["digitalSignature", "keyEncipherment"]
+        } else {
+            &["digitalSignature"]
+        };
+        assert_eq!(c.key_usage, usage, "{what}: key usage");
+        assert_eq!(
+            (c.server_auth, c.client_auth),
+            (row.server, row.client),
+            "{what}: EKU"
+        );
+        let dns: BTreeSet<String> = row.dns.iter().map(|s| s.to_string()).collect();
+        let ips: BTreeSet<IpAddr> = row.ips.iter().map(|s| s.parse().unwrap()).collect();
+        assert_eq!(c.dns_names, dns, "{what}: DNS SANs");
+        assert_eq!(c.ips, ips, "{what}: IP SANs");
+        assert_eq!(
+            c.not_before,
+            f.now - Duration::minutes(5),
+            "{what}: NotBefore backdated"
+        );
+        assert_eq!(c.not_after, f.now + Duration::days(365), "{what}: one year");
+        assert!(c.not_after <= ca.not_after, "{what}: outlives its CA");
+        assert!(
+            c.serial[0] < 0x80 && c.serial.len() <= 20,
+            "{what}: serial {:?}",
+            c.serial
+        );
+        assert!(c.serial.len() >= 16, "{what}: serial has under 128 bits");
+        assert_eq!(c.signature_oid, signature_oid(alg), "{what}");
+        assert!(
+            row.cert
+                .key_pem
+                .expose()
+                .starts_with("-----BEGIN PRIVATE KEY-----")
+        );
+    }
+}
+
+/// Every serial in one cluster (CAs, serving, two bundles) is distinct.
+fn check_serials(alg: KeyAlgorithm) {
+    let f = cluster(alg);
+    let mut pems: Vec<&str> = CaRole::ALL
+        .iter()
+        .map(|r| f.pki.ca(*r).cert_pem())
+        .collect();
+    for s in &f.serving {
+        pems.extend([&s.apiserver, &s.etcd_server, &s.etcd_peer].map(|c| c.cert_pem.as_str()));
+    }
+    for b in &f.bundles {
+        for c in [
+            &b.kubelet_serving,
+            &b.kubelet_client,
+            &b.apiserver_kubelet_client,
+            &b.apiserver_etcd_client,
+            &b.front_proxy_client,
+            &b.etcd_healthcheck_client,
+            &b.kube_proxy,
+            &b.controller_manager,
+            &b.scheduler,
+            &b.admin,
+            &b.super_admin,
+        ] {
+            pems.push(&c.cert_pem);
+        }
+    }
+    let serials: HashSet<Vec<u8>> = pems.iter().map(|p| facts(p).serial).collect();
+    assert_eq!(serials.len(), pems.len(), "{alg}: a serial was reused");
+    assert_eq!(pems.len(), 3 + 9 + 22);
+}
+
+fn ca_file(role: CaRole) -> &'static str {
+    match role {
+        CaRole::Cluster => "ca.pem",
+        CaRole::Etcd => "etcd-ca.pem",
+        CaRole::FrontProxy => "front-proxy-ca.pem",
+    }
+}
+
+fn verify(dir: &Path, ca: &str, purpose: &str, cert: &str, extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["verify", "-x509_strict", "-CAfile", ca, "-purpose", purpose];
+    args.extend_from_slice(extra);
+    args.push(cert);
+    openssl(&args, dir)
+}
+
+fn check_with_openssl(alg: KeyAlgorithm) {
+    let f = cluster(alg);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for role in CaRole::ALL {
+        std::fs::write(d.join(ca_file(role)), f.pki.ca(role).cert_pem()).unwrap();
+    }
+    for (i, row) in rows(f).iter().enumerate() {
+        let cert = format!("cert-{i}.pem");
+        let key = format!("key-{i}.pem");
+        std::fs::write(d.join(&cert), &row.cert.cert_pem).unwrap();
+        std::fs::write(d.join(&key), row.cert.key_pem.expose()).unwrap();
+        let what = format!("{alg} {}", row.name);
+        let signer = ca_file(row.signer);
+        for (purpose, wanted) in [("sslserver", row.server), ("sslclient", row.client)] {
+            let (ok, out) = verify(d, signer, purpose, &cert, &[]);
+            assert_eq!(
+                ok, wanted,
+                "{what}: openssl verify -purpose {purpose}: {out}"
+            );
+        }
+        let purpose = if row.server { "sslserver" } else { "sslclient" };
+        for other in CaRole::ALL.into_iter().filter(|r| *r != row.signer) {
+            let (ok, out) = verify(d, ca_file(other), purpose, &cert, &[]);
+            assert!(!ok, "{what} verified against the {other}: {out}");
+        }
+        let (ok, cert_key) = openssl(&["x509", "-in", &cert, "-noout", "-pubkey"], d);
+        assert!(ok, "{cert_key}");
+        let (ok, key_pub) = openssl(&["pkey", "-in", &key, "-pubout"], d);
+        assert!(ok, "{key_pub}");
+        assert_eq!(cert_key, key_pub, "{what}: key does not match certificate");
+    }
+    // Names and addresses, checked by openssl's own matcher.
+    std::fs::write(d.join("apiserver-1.pem"), &f.serving[0].apiserver.cert_pem).unwrap();
+    std::fs::write(d.join("etcd-1.pem"), &f.serving[0].etcd_server.cert_pem).unwrap();
+    for (cert, check) in [
+        (
+            "apiserver-1.pem",
+            ["-verify_hostname", "kubernetes.default.svc.cluster.local"],
+        ),
+        ("apiserver-1.pem", ["-verify_hostname", SHARED_DNS]),
+        ("apiserver-1.pem", ["-verify_ip", "10.96.0.1"]),
+        ("apiserver-1.pem", ["-verify_ip", "10.0.0.11"]),
+        ("apiserver-1.pem", ["-verify_ip", "127.0.0.1"]),
+        ("etcd-1.pem", ["-verify_ip", "127.0.0.1"]),
+        ("etcd-1.pem", ["-verify_hostname", "localhost"]),
+    ] {
+        let ca = if cert.starts_with("etcd") {
+            "etcd-ca.pem"
+        } else {
+            "ca.pem"
+        };
+        let (ok, out) = verify(d, ca, "sslserver", cert, &check);
+        assert!(ok, "{alg} {cert} {check:?}: {out}");
+    }
+    let (ok, _) = verify(
+        d,
+        "ca.pem",
+        "sslserver",
+        "apiserver-1.pem",
+        &["-verify_ip", "10.0.0.12"],
+    );
+    assert!(
+        !ok,
+        "{alg}: node 1's apiserver cert must not cover node 2's address"
+    );
+
+    // The service-account keypair: a public key for --service-account-key-file, and the
+    // private key it belongs to.
+    let sa = &f.pki.service_account;
+    assert!(
+        sa.public_pem.starts_with("-----BEGIN PUBLIC KEY-----"),
+        "{alg}"
+    );
+    std::fs::write(d.join("sa.pub"), &sa.public_pem).unwrap();
+    std::fs::write(d.join("sa.key"), sa.private_pem.expose()).unwrap();
+    let (ok, from_private) = openssl(&["pkey", "-in", "sa.key", "-pubout"], d);
+    assert!(ok, "{from_private}");
+    let (ok, public) = openssl(&["pkey", "-pubin", "-in", "sa.pub"], d);
+    assert!(ok, "{public}");
+    assert_eq!(
+        from_private, public,
+        "{alg}: service-account keys do not pair"
+    );
+}
+
+macro_rules! per_algorithm {
+    ($($name:ident => $alg:expr),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn every_certificate_matches_its_pki_md_row() { check_rows($alg) }
+            #[test]
+            fn openssl_verifies_purposes_names_and_trust_domains() { check_with_openssl($alg) }
+            #[test]
+            fn serials_are_unique_across_the_cluster() { check_serials($alg) }
+        }
+    )*};
+}
+
+per_algorithm! {
+    ecdsa_p256 => KeyAlgorithm::EcdsaP256,
+    ecdsa_p384 => KeyAlgorithm::EcdsaP384,
+    rsa_2048 => KeyAlgorithm::Rsa2048,
+    rsa_3072 => KeyAlgorithm::Rsa3072,
+    rsa_4096 => KeyAlgorithm::Rsa4096,
+}
+
+#[test]
+fn a_stored_ca_reloads_from_pem_and_keeps_signing() {
+    let f = cluster(KeyAlgorithm::EcdsaP256);
+    let stored = &f.pki.etcd_ca;
+    let reloaded =
+        CertAuthority::from_pem(CaRole::Etcd, stored.cert_pem(), stored.key_pem().clone()).unwrap();
+    assert_eq!(reloaded.not_after(), stored.not_after());
+    assert_eq!(reloaded.algorithm(), KeyAlgorithm::EcdsaP256);
+    let spec = exk8s_api::pki::etcd_member_spec(&f.nodes[2]);
+    let leaf = reloaded.issue(&spec, f.now).unwrap();
+    assert_eq!(
+        facts(&leaf.cert_pem).authority_key_id,
+        facts(stored.cert_pem()).subject_key_id
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), stored.cert_pem()).unwrap();
+    std::fs::write(dir.path().join("leaf.pem"), &leaf.cert_pem).unwrap();
+    let (ok, out) = verify(dir.path(), "ca.pem", "sslserver", "leaf.pem", &[]);
+    assert!(ok, "{out}");
+
+    let rsa = cluster(KeyAlgorithm::Rsa3072);
+    let reloaded = CertAuthority::from_pem(
+        CaRole::Cluster,
+        rsa.pki.cluster_ca.cert_pem(),
+        rsa.pki.cluster_ca.key_pem().clone(),
+    )
+    .unwrap();
+    assert_eq!(reloaded.algorithm(), KeyAlgorithm::Rsa3072);
+}
+
+#[test]
+fn a_ca_with_the_wrong_key_or_a_leaf_posing_as_ca_is_refused() {
+    let f = cluster(KeyAlgorithm::EcdsaP256);
+    let err = CertAuthority::from_pem(
+        CaRole::Etcd,
+        f.pki.etcd_ca.cert_pem(),
+        f.pki.cluster_ca.key_pem().clone(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("does not match"), "{err}");
+    let leaf = &f.serving[0].apiserver;
+    let err =
+        CertAuthority::from_pem(CaRole::Cluster, &leaf.cert_pem, leaf.key_pem.clone()).unwrap_err();
+    assert!(err.to_string().contains("not a CA"), "{err}");
+    assert!(!err.to_string().contains("PRIVATE"), "{err}");
+}
+
+#[test]
+fn a_leaf_never_outlives_its_ca_and_an_expired_ca_signs_nothing() {
+    let f = cluster(KeyAlgorithm::EcdsaP256);
+    let ca = &f.pki.cluster_ca;
+    let spec = exk8s_api::pki::ClientIdentity::Admin.spec();
+    let late = f.now + Duration::days(3650 - 30);
+    let leaf = ca.issue(&spec, late).unwrap();
+    assert_eq!(facts(&leaf.cert_pem).not_after, ca.not_after());
+    let err = ca.issue(&spec, f.now + Duration::days(3651)).unwrap_err();
+    assert!(matches!(err, PkiError::CaExpired { .. }), "{err}");
+}
+
+#[test]
+fn bad_inputs_are_refused_with_a_reason() {
+    for bad in ["ed25519", "rsa-1024", "dsa"] {
+        let err = bad.parse::<KeyAlgorithm>().unwrap_err();
+        assert!(err.to_string().contains("unknown key algorithm"), "{err}");
+    }
+    // Node names: empty and uppercase are refused, never silently lower-cased, because the
+    // kubelet's CN must equal the registered node name byte for byte.
+    assert!(NodeName::new("").is_err());
+    assert!(NodeName::new("CP-1.cluster-42.internal").is_err());
+    for cidr in ["10.96.0.1/12", "10.96.0.0", "not-a-cidr"] {
+        let err = ServiceCidr::parse(cidr).unwrap_err();
+        assert!(matches!(err, PkiError::BadServiceCidr(..)), "{cidr}: {err}");
+    }
+}
+
+#[test]
+fn kubeconfigs_carry_the_identity_and_survive_odd_names() {
+    let f = cluster(KeyAlgorithm::EcdsaP256);
+    let admin = &f.bundles[0].admin;
+    let rendered = kubeconfig::render(&KubeconfigSpec {
+        cluster_name: "odd: name # not a comment",
+        server: "https://127.0.0.1:6443",
+        ca_pem: f.pki.cluster_ca.cert_pem(),
+        user: "exk8s-admin",
+        credentials: admin,
+    });
+    let doc: serde_yaml::Value = serde_yaml::from_str(rendered.expose()).unwrap();
+    let b64 = |v: &serde_yaml::Value| {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap();
+        String::from_utf8(bytes).unwrap()
+    };
+    assert_eq!(doc["kind"], "Config");
+    let cluster = &doc["clusters"][0];
+    assert_eq!(cluster["name"], "odd: name # not a comment");
+    assert_eq!(cluster["cluster"]["server"], "https://127.0.0.1:6443");
+    assert_eq!(
+        b64(&cluster["cluster"]["certificate-authority-data"]),
+        f.pki.cluster_ca.cert_pem()
+    );
+    let user = &doc["users"][0];
+    assert_eq!(user["name"], "exk8s-admin");
+    assert_eq!(
+        b64(&user["user"]["client-certificate-data"]),
+        admin.cert_pem
+    );
+    assert_eq!(
+        b64(&user["user"]["client-key-data"]),
+        admin.key_pem.expose()
+    );
+    assert_eq!(doc["current-context"], doc["contexts"][0]["name"]);
+    assert_eq!(
+        doc["contexts"][0]["context"]["cluster"],
+        "odd: name # not a comment"
+    );
+    assert_eq!(format!("{rendered:?}"), "[redacted]");
+}
+
+#[test]
+fn key_material_never_prints() {
+    let f = cluster(KeyAlgorithm::EcdsaP256);
+    let debug = format!("{:?} {:?} {:?}", f.pki, f.serving[0], f.bundles[0]);
+    assert!(!debug.contains("PRIVATE KEY"), "{debug}");
+    assert!(debug.contains("[redacted]"));
+}
+
+#[test]
+fn the_service_account_key_follows_the_cluster_algorithm() {
+    for alg in [KeyAlgorithm::EcdsaP256, KeyAlgorithm::Rsa2048] {
+        let pki: &ClusterPki = &cluster(alg).pki;
+        assert_eq!(pki.algorithm, alg);
+        assert!(
+            pki.service_account
+                .private_pem
+                .expose()
+                .contains("PRIVATE KEY")
+        );
+    }
+}
