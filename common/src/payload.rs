@@ -14,8 +14,8 @@ use crate::limits::{
     MAX_ARTIFACTS, MAX_FILE_BYTES, MAX_FILES, MAX_PACKAGES, MAX_PLAN_STEPS, base64_len_for,
 };
 use crate::names::{
-    AccountName, ArtifactDest, ArtifactName, ArtifactUrl, BundlePath, ChartRef, FileMode, K8sName,
-    NodeName, Nonce, PackageName, Sha256Digest, UnitName, Version,
+    AccountName, ArchiveMember, ArtifactDest, ArtifactName, BundlePath, ChartRef, FileMode,
+    HttpUrl, K8sName, NodeName, Nonce, PackageName, Sha256Digest, UnitName, Version,
 };
 use crate::serde_util::bounded_vec;
 
@@ -158,9 +158,13 @@ impl<'de> Deserialize<'de> for FileContent {
 pub struct Artifact {
     pub name: ArtifactName,
     pub version: Version,
-    pub url: ArtifactUrl,
-    /// Pinned digest. When absent the agent fetches `<url>.sha256` and fails closed.
+    pub url: HttpUrl,
+    /// Pinned digest of what `url` serves. When absent the agent fetches `<url>.sha256` and
+    /// fails closed if that does not match either.
     pub sha256: Option<Sha256Digest>,
+    /// When `url` serves a `.tar.gz`, the member to install; otherwise the download itself is
+    /// the binary.
+    pub archive_member: Option<ArchiveMember>,
     pub dest: ArtifactDest,
     pub mode: FileMode,
 }
@@ -193,7 +197,7 @@ pub enum PlanStep {
     EnableStart { unit: UnitName },
     /// Poll etcd's `/health` over mutual TLS until it answers healthy or the timeout passes.
     WaitEtcdHealthy {
-        endpoint: ArtifactUrl,
+        endpoint: HttpUrl,
         ca_file: BundlePath,
         cert_file: BundlePath,
         key_file: BundlePath,

@@ -156,6 +156,23 @@ fn is_url_text(s: &str, schemes: &[&str]) -> bool {
         && !s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
+fn validate_archive_member(s: &str) -> Result<(), NameError> {
+    let ok = (1..=255).contains(&s.len())
+        && s.split('/').all(|c| {
+            !c.is_empty()
+                && c != "."
+                && c != ".."
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+' | b'_'))
+        });
+    check(
+        "archive member",
+        s,
+        "a relative path of A-Z, a-z, 0-9, '.', '-', '+', '_' components, no `.` or `..`",
+        ok,
+    )
+}
+
 fn validate_chart(s: &str) -> Result<(), NameError> {
     let ok = is_url_text(s, &["oci://", "https://"]);
     check("chart reference", s, "an oci:// or https:// reference", ok)
@@ -208,8 +225,12 @@ string_newtype!(
     ChartRef, NameError, validate_chart
 );
 string_newtype!(
-    /// Where an artifact is downloaded from.
-    ArtifactUrl, NameError, validate_url
+    /// An http(s) URL: where an artifact is downloaded from, or an endpoint a plan step polls.
+    HttpUrl, NameError, validate_url
+);
+string_newtype!(
+    /// A file inside a downloaded `.tar.gz` artifact (`etcd-v3.6.10-linux-amd64/etcd`).
+    ArchiveMember, NameError, validate_archive_member
 );
 
 #[cfg(test)]
@@ -265,9 +286,13 @@ mod tests {
         assert!(UnitName::new("service").is_err());
         assert!(Version::new("v1.35.3").is_ok());
         assert!(ChartRef::new("oci://quay.io/cilium/charts/cilium").is_ok());
-        assert!(ArtifactUrl::new("https://dl.k8s.io/v1.35.3/bin/linux/amd64/kubelet").is_ok());
-        assert!(ArtifactUrl::new("file:///etc/shadow").is_err());
+        assert!(HttpUrl::new("https://dl.k8s.io/v1.35.3/bin/linux/amd64/kubelet").is_ok());
+        assert!(HttpUrl::new("file:///etc/shadow").is_err());
         assert!(AccountName::new("root").is_ok());
         assert!(AccountName::new("etcd").is_ok());
+        assert!(ArchiveMember::new("etcd-v3.6.10-linux-amd64/etcd").is_ok());
+        for bad in ["/etc/passwd", "a/../b", "a//b", "./a", "a b"] {
+            assert!(ArchiveMember::new(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -11,8 +11,8 @@ mod path;
 
 pub use digest::Sha256Digest;
 pub use ident::{
-    AccountName, ArtifactName, ArtifactUrl, ChartRef, K8sName, NameError, NodeName, Nonce,
-    PackageName, UnitName, Version,
+    AccountName, ArchiveMember, ArtifactName, ChartRef, HttpUrl, K8sName, NameError, NodeName,
+    Nonce, PackageName, UnitName, Version,
 };
 pub use mode::{FileMode, ModeError};
 pub use path::{

@@ -87,6 +87,7 @@ pub fn valid_payload() -> BundlePayload {
             version: parse("v3.6.10"),
             url: parse("https://artifacts.example.invalid/etcd-v3.6.10"),
             sha256: Some(Sha256Digest::of(b"etcd binary")),
+            archive_member: Some(parse("etcd-v3.6.10-linux-amd64/etcd")),
             dest: parse("/usr/local/bin/etcd"),
             mode: FileMode::EXECUTABLE,
         }],
