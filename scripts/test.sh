@@ -13,6 +13,14 @@ log "checking tools"
 ensure_rust_components
 # openssl: the independent verifier of every certificate the PKI makes.
 ensure_packages openssl:openssl
+# Real components and validators the tests run (never skipped when missing: installed here).
+ensure_packages etcd:etcd-server etcdctl:etcd-client shellcheck:shellcheck \
+  systemd-analyze:systemd python3:python3
+ensure_venv_tool kubernetes-validate kubernetes-validate
+export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
+
+log "shellcheck (every script in the repository)"
+git ls-files '*.sh' .ci/run | xargs shellcheck --severity=style --external-sources
 
 log "cargo fmt --check"
 cargo fmt --all --check

@@ -6,3 +6,4 @@
 //! `crypto`); the signed bundle format itself lives in `exk8s-common`.
 
 pub mod pki;
+pub mod render;

@@ -45,3 +45,19 @@ ensure_rust_components() {
     fi
   done
 }
+
+# ensure_venv_tool PYPI_PACKAGE COMMAND — installs a Python tool into the repository's .venv.
+ensure_venv_tool() {
+  local package=$1 command=$2
+  if [ ! -x .venv/bin/python ]; then
+    log "creating .venv for Python validators"
+    python3 -m venv .venv || {
+      ensure_packages python3-venv:python3-venv
+      python3 -m venv .venv
+    }
+  fi
+  if [ ! -x ".venv/bin/${command}" ]; then
+    log "installing ${package} into .venv"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "${package}"
+  fi
+}

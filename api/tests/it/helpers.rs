@@ -212,3 +212,126 @@ pub fn openssl(args: &[&str], dir: &Path) -> (bool, String) {
     );
     (out.status.success(), text)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rendering helpers
+
+use exk8s_api::render::{
+    ArtifactCatalog, ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, NodeCredentials,
+    PodCidr, RenderInput, Versions, render_bundle,
+};
+use exk8s_common::payload::BundlePayload;
+
+pub const FIXED_ISSUED_AT: i64 = 1_767_225_600;
+
+pub fn cluster_spec(network: ClusterNetwork) -> ClusterSpec {
+    ClusterSpec {
+        cluster_id: 42,
+        org_id: 7,
+        name: "exk8s-7-2a".parse().unwrap(),
+        network,
+        pod_cidr: PodCidr::parse("172.16.0.0/12").unwrap(),
+        versions: Versions::default(),
+        encryption_key: EncryptionKey::from_bytes([7; 32]),
+    }
+}
+
+/// Control-plane nodes at the given private IPv4 addresses; the first is the initial node.
+pub fn control_plane(ips: &[Ipv4Addr]) -> Vec<ControlPlaneNode> {
+    ips.iter()
+        .enumerate()
+        .map(|(i, ip)| ControlPlaneNode {
+            vm_id: 101 + i as u64,
+            addresses: NodeAddresses {
+                name: format!("cp-{}.cluster-42.internal", i + 1).parse().unwrap(),
+                private_ipv4: *ip,
+                private_ipv6: None,
+                public_ipv4: None,
+            },
+            is_initial: i == 0,
+        })
+        .collect()
+}
+
+pub fn issuance(serial: u64) -> Issuance {
+    Issuance {
+        bundle_id: "6f1c1a52-3c7e-4d4e-9a55-0b0f6d1e2a01".parse().unwrap(),
+        issued_at: FIXED_ISSUED_AT,
+        expires_at: FIXED_ISSUED_AT + 900,
+        serial,
+        nonce: "fixture-nonce-0123456789".parse().unwrap(),
+    }
+}
+
+/// A cluster rendered with real certificates: PKI, nodes, and one bundle per node.
+pub struct RenderedCluster {
+    pub pki: ClusterPki,
+    pub spec: ClusterSpec,
+    pub nodes: Vec<ControlPlaneNode>,
+    pub bundles: Vec<BundlePayload>,
+}
+
+pub fn render_cluster(ips: &[Ipv4Addr], algorithm: KeyAlgorithm) -> RenderedCluster {
+    let now = OffsetDateTime::now_utc();
+    let spec = cluster_spec(network());
+    let nodes = control_plane(ips);
+    let pki = ClusterPki::generate(algorithm, now).unwrap();
+    let bundles = nodes
+        .iter()
+        .map(|node| {
+            let serving =
+                NodeServingCerts::generate(&pki, &node.addresses, &spec.network, now).unwrap();
+            let minted = BundleCerts::mint(&pki, &node.addresses, now).unwrap();
+            render_bundle(&RenderInput {
+                cluster: &spec,
+                node,
+                peers: &nodes,
+                credentials: NodeCredentials {
+                    cluster_ca_pem: pki.cluster_ca.cert_pem(),
+                    etcd_ca_pem: pki.etcd_ca.cert_pem(),
+                    front_proxy_ca_pem: pki.front_proxy_ca.cert_pem(),
+                    service_account: &pki.service_account,
+                    serving: &serving,
+                    minted: &minted,
+                },
+                issuance: &issuance(1),
+                artifacts: &ArtifactCatalog::default(),
+            })
+            .unwrap()
+        })
+        .collect();
+    RenderedCluster {
+        pki,
+        spec,
+        nodes,
+        bundles,
+    }
+}
+
+/// A file's content as text.
+pub fn text<'a>(bundle: &'a BundlePayload, path: &str) -> &'a str {
+    let file = bundle
+        .file(path)
+        .unwrap_or_else(|| panic!("bundle has no {path}"));
+    std::str::from_utf8(file.content.as_bytes()).unwrap()
+}
+
+/// Finds a tool the test suite needs: `$env_var`, then `.venv/bin/<name>` in the workspace,
+/// then PATH. Panics (never skips) when missing: scripts/test.sh installs it.
+pub fn tool(name: &str, env_var: &str) -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os(env_var) {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.venv/bin")
+        .join(name);
+    if venv.exists() {
+        return venv;
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| panic!("{name} is required; run scripts/test.sh, which installs it"))
+}

@@ -7,5 +7,7 @@
     reason = "test helpers: a failure should stop the test loudly"
 )]
 
+mod etcd_cluster;
 mod helpers;
 mod pki;
+mod render;

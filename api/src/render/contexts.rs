@@ -1,0 +1,178 @@
+//! One context struct per template: each is that template's declared inputs and nothing more.
+
+use serde::Serialize;
+
+use super::engine::Template;
+use super::paths::NodePaths;
+
+macro_rules! template {
+    ($ty:ident => $name:literal) => {
+        impl Template for $ty<'_> {
+            const NAME: &'static str = $name;
+        }
+    };
+}
+
+#[derive(Serialize)]
+pub(crate) struct ClusterEnv<'a> {
+    pub cluster_name: &'a str,
+    pub cluster_id: u64,
+    pub kubernetes_version: &'a str,
+    pub cluster_domain: &'a str,
+    pub service_cidr: String,
+    pub api_service_ip: String,
+    pub dns_service_ip: String,
+    pub pod_cidr: String,
+    pub control_plane_dns_name: &'a str,
+    pub node_name: &'a str,
+    pub node_ipv4: String,
+    /// Empty when the node has no IPv6 address.
+    pub node_ipv6: String,
+    pub etcd_initial_cluster: &'a str,
+    pub is_initial: bool,
+}
+template!(ClusterEnv => "cluster.env");
+
+#[derive(Serialize)]
+pub(crate) struct EtcdUnit<'a> {
+    pub paths: &'a NodePaths,
+    pub name: &'a str,
+    pub node_ip: String,
+    pub initial_cluster: &'a str,
+    pub cluster_token: String,
+}
+template!(EtcdUnit => "etcd.service");
+
+#[derive(Serialize)]
+pub(crate) struct KubeletUnit<'a> {
+    pub paths: &'a NodePaths,
+    pub node_name: &'a str,
+    pub node_ip: String,
+}
+template!(KubeletUnit => "kubelet.service");
+
+#[derive(Serialize)]
+pub(crate) struct KubeletConfig<'a> {
+    pub paths: &'a NodePaths,
+    pub node_ip: String,
+    pub dns_service_ip: String,
+    pub cluster_domain: &'a str,
+}
+template!(KubeletConfig => "kubelet-config.yaml");
+
+/// A hostPath volume mounted at the same path in the container.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Mount {
+    pub name: String,
+    pub path: &'static str,
+    /// `File` or `DirectoryOrCreate`.
+    pub kind: &'static str,
+    pub read_only: bool,
+}
+
+#[derive(Serialize)]
+pub(crate) struct Apiserver<'a> {
+    pub paths: &'a NodePaths,
+    pub image: String,
+    /// SHA-256 over the contents of every mounted file.
+    pub inputs_sha256: String,
+    pub node_ip: String,
+    pub etcd_servers: &'a str,
+    pub service_cidr: String,
+    pub service_account_issuer: String,
+    pub mounts: &'a [Mount],
+}
+template!(Apiserver => "kube-apiserver.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct ControllerManager<'a> {
+    pub paths: &'a NodePaths,
+    pub image: String,
+    /// SHA-256 over the contents of every mounted file.
+    pub inputs_sha256: String,
+    pub cluster_name: &'a str,
+    pub pod_cidr: String,
+    pub service_cidr: String,
+    pub mounts: &'a [Mount],
+}
+template!(ControllerManager => "kube-controller-manager.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct Scheduler<'a> {
+    pub paths: &'a NodePaths,
+    pub image: String,
+    /// SHA-256 over the contents of every mounted file.
+    pub inputs_sha256: String,
+    pub mounts: &'a [Mount],
+}
+template!(Scheduler => "kube-scheduler.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct BridgeCni {
+    pub pod_cidr: String,
+}
+impl Template for BridgeCni {
+    const NAME: &'static str = "bridge-cni.conflist";
+}
+
+#[derive(Serialize)]
+pub(crate) struct CiliumValues {
+    pub api_host: String,
+    pub pod_cidr: String,
+}
+impl Template for CiliumValues {
+    const NAME: &'static str = "cilium-values.yaml";
+}
+
+#[derive(Serialize)]
+pub(crate) struct KubeProxy<'a> {
+    pub image: String,
+    pub pod_cidr: String,
+    pub kubeconfig: &'a str,
+}
+template!(KubeProxy => "kube-proxy.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct CoreDns<'a> {
+    pub image: String,
+    pub cluster_domain: &'a str,
+    pub dns_service_ip: String,
+}
+template!(CoreDns => "coredns.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct Rbac<'a> {
+    pub admin_group: &'a str,
+    pub apiserver_kubelet_client_user: &'a str,
+}
+template!(Rbac => "rbac.yaml");
+
+/// Holds the secretbox key: not `Debug`, and dropped right after rendering.
+#[derive(Serialize)]
+pub(crate) struct Encryption<'a> {
+    pub key_name: &'a str,
+    pub key_base64: &'a str,
+}
+template!(Encryption => "encryption-config.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct AuditPolicy {}
+impl Template for AuditPolicy {
+    const NAME: &'static str = "audit-policy.yaml";
+}
+
+#[derive(Serialize)]
+pub(crate) struct Containerd<'a> {
+    pub pause_image: String,
+    pub cni_bin_dir: &'a str,
+    pub cni_conf_dir: &'a str,
+}
+template!(Containerd => "containerd-config.toml");
+
+#[derive(Serialize)]
+pub(crate) struct Userdata<'a> {
+    pub api_url: &'a str,
+    pub imds_url: &'a str,
+    pub insecure_http: bool,
+}
+template!(Userdata => "userdata.yaml");

@@ -1,0 +1,394 @@
+//! The files of a bundle: every certificate and key the node holds, its kubeconfigs, and every
+//! rendered configuration, unit and manifest, each with its path and mode.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use exk8s_common::names::{BundlePath, FileMode, Sha256Digest};
+use exk8s_common::payload::BundleFile;
+use zeroize::Zeroizing;
+
+use super::contexts::{self, Mount};
+use super::paths::{NodePaths, PATHS};
+use super::{RenderError, RenderInput, render};
+use crate::pki::kubeconfig::{self, KubeconfigSpec};
+use crate::pki::{ClientIdentity, IssuedCert};
+
+/// The server every node-local component talks to.
+const LOCAL_API: &str = "https://127.0.0.1:6443";
+
+/// Files being assembled: path → (mode, content). `private` files are 0600 (keys,
+/// kubeconfigs, static pod manifests as kubeadm writes them); contents are wiped when dropped.
+#[derive(Default)]
+struct FileSet(BTreeMap<&'static str, (FileMode, Zeroizing<Vec<u8>>)>);
+
+impl FileSet {
+    fn public(&mut self, path: &'static str, content: impl Into<Vec<u8>>) {
+        self.0
+            .insert(path, (FileMode::PUBLIC, Zeroizing::new(content.into())));
+    }
+
+    fn private(&mut self, path: &'static str, content: impl Into<Vec<u8>>) {
+        self.0
+            .insert(path, (FileMode::SECRET, Zeroizing::new(content.into())));
+    }
+
+    fn cert(&mut self, cert_path: &'static str, key_path: &'static str, cert: &IssuedCert) {
+        self.public(cert_path, cert.cert_pem.as_bytes());
+        self.private(key_path, cert.key_pem.expose().as_bytes());
+    }
+
+    /// SHA-256 over the paths and contents of `mounts` (files only).
+    fn digest_of(&self, mounts: &[Mount]) -> String {
+        let mut all = Vec::new();
+        for mount in mounts.iter().filter(|m| m.kind == "File") {
+            all.extend_from_slice(mount.path.as_bytes());
+            all.push(0);
+            if let Some((_, content)) = self.0.get(mount.path) {
+                all.extend_from_slice(&Sha256Digest::of(content).as_bytes()[..]);
+            }
+        }
+        Sha256Digest::of(&all).to_hex()
+    }
+
+    fn into_bundle_files(self) -> Result<Vec<BundleFile>, RenderError> {
+        self.0
+            .into_iter()
+            .map(|(path, (mode, content))| {
+                let path =
+                    BundlePath::new(path).map_err(|e| RenderError::InvalidValue(e.to_string()))?;
+                Ok(BundleFile::new(path, mode, content.as_slice()))
+            })
+            .collect()
+    }
+}
+
+/// A read-only hostPath file mount named after the file.
+fn file_mount(path: &'static str) -> Mount {
+    let name = path
+        .rsplit('/')
+        .next()
+        .unwrap_or(path)
+        .replace(['.', '_'], "-");
+    Mount {
+        name,
+        path,
+        kind: "File",
+        read_only: true,
+    }
+}
+
+fn apiserver_mounts(p: &NodePaths) -> Vec<Mount> {
+    let mut mounts: Vec<Mount> = [
+        p.ca_cert,
+        p.apiserver_cert,
+        p.apiserver_key,
+        p.apiserver_kubelet_client_cert,
+        p.apiserver_kubelet_client_key,
+        p.etcd_ca_cert,
+        p.apiserver_etcd_client_cert,
+        p.apiserver_etcd_client_key,
+        p.front_proxy_ca_cert,
+        p.front_proxy_client_cert,
+        p.front_proxy_client_key,
+        p.service_account_public,
+        p.service_account_key,
+        p.encryption_config,
+        p.audit_policy,
+    ]
+    .into_iter()
+    .map(file_mount)
+    .collect();
+    mounts.push(Mount {
+        name: "audit-log".into(),
+        path: p.audit_log_dir,
+        kind: "DirectoryOrCreate",
+        read_only: false,
+    });
+    mounts
+}
+
+fn controller_manager_mounts(p: &NodePaths) -> Vec<Mount> {
+    [
+        p.controller_manager_kubeconfig,
+        p.ca_cert,
+        p.front_proxy_ca_cert,
+        p.service_account_key,
+    ]
+    .into_iter()
+    .map(file_mount)
+    .collect()
+}
+
+fn scheduler_mounts(p: &NodePaths) -> Vec<Mount> {
+    vec![file_mount(p.scheduler_kubeconfig)]
+}
+
+pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Vec<BundleFile>, RenderError> {
+    let p = &PATHS;
+    let cluster = input.cluster;
+    let network = &cluster.network;
+    let node = &input.node.addresses;
+    let creds = &input.credentials;
+    let minted = creds.minted;
+    let versions = &cluster.versions;
+    let node_ip = node.private_ipv4.to_string();
+    let cluster_name = cluster.name.as_str();
+    let image = |component: &str| format!("registry.k8s.io/{component}:{}", versions.kubernetes);
+
+    let initial_cluster = input
+        .peers
+        .iter()
+        .map(|peer| {
+            format!(
+                "{}=https://{}:2380",
+                peer.addresses.name, peer.addresses.private_ipv4
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let etcd_servers = input
+        .peers
+        .iter()
+        .map(|peer| format!("https://{}:2379", peer.addresses.private_ipv4))
+        .collect::<Vec<_>>()
+        .join(",");
+    let initial_node = input
+        .peers
+        .iter()
+        .find(|peer| peer.is_initial)
+        .ok_or(RenderError::InitialNodes(0))?;
+
+    let mut files = FileSet::default();
+
+    // Trust: CA certificates only (never their keys), the service-account pair, node certs.
+    files.public(p.ca_cert, creds.cluster_ca_pem.as_bytes());
+    files.public(p.etcd_ca_cert, creds.etcd_ca_pem.as_bytes());
+    files.public(p.front_proxy_ca_cert, creds.front_proxy_ca_pem.as_bytes());
+    files.public(
+        p.service_account_public,
+        creds.service_account.public_pem.as_bytes(),
+    );
+    files.private(
+        p.service_account_key,
+        creds.service_account.private_pem.expose().as_bytes(),
+    );
+    files.cert(p.apiserver_cert, p.apiserver_key, &creds.serving.apiserver);
+    files.cert(
+        p.etcd_server_cert,
+        p.etcd_server_key,
+        &creds.serving.etcd_server,
+    );
+    files.cert(p.etcd_peer_cert, p.etcd_peer_key, &creds.serving.etcd_peer);
+    files.cert(p.kubelet_cert, p.kubelet_key, &minted.kubelet_serving);
+    files.cert(
+        p.apiserver_kubelet_client_cert,
+        p.apiserver_kubelet_client_key,
+        &minted.apiserver_kubelet_client,
+    );
+    files.cert(
+        p.apiserver_etcd_client_cert,
+        p.apiserver_etcd_client_key,
+        &minted.apiserver_etcd_client,
+    );
+    files.cert(
+        p.front_proxy_client_cert,
+        p.front_proxy_client_key,
+        &minted.front_proxy_client,
+    );
+    files.cert(
+        p.etcd_healthcheck_client_cert,
+        p.etcd_healthcheck_client_key,
+        &minted.etcd_healthcheck_client,
+    );
+
+    // Kubeconfigs: every node-local identity talks to its own apiserver.
+    let kubeconfigs: [(&'static str, ClientIdentity, &IssuedCert); 6] = [
+        (p.admin_kubeconfig, ClientIdentity::Admin, &minted.admin),
+        (
+            p.super_admin_kubeconfig,
+            ClientIdentity::SuperAdmin,
+            &minted.super_admin,
+        ),
+        (
+            p.kubelet_kubeconfig,
+            ClientIdentity::KubeletClient(node.name.clone()),
+            &minted.kubelet_client,
+        ),
+        (
+            p.kube_proxy_kubeconfig,
+            ClientIdentity::KubeProxy,
+            &minted.kube_proxy,
+        ),
+        (
+            p.controller_manager_kubeconfig,
+            ClientIdentity::ControllerManager,
+            &minted.controller_manager,
+        ),
+        (
+            p.scheduler_kubeconfig,
+            ClientIdentity::Scheduler,
+            &minted.scheduler,
+        ),
+    ];
+    for (path, identity, credentials) in kubeconfigs {
+        let (user, _) = identity.subject();
+        let text = kubeconfig::render(&KubeconfigSpec {
+            cluster_name,
+            server: LOCAL_API,
+            ca_pem: creds.cluster_ca_pem,
+            user: &user,
+            credentials,
+        });
+        files.private(path, text.expose().as_bytes());
+    }
+
+    // Host configuration and units.
+    files.public(
+        p.cluster_env,
+        render(&contexts::ClusterEnv {
+            cluster_name,
+            cluster_id: cluster.cluster_id,
+            kubernetes_version: versions.kubernetes.as_str(),
+            cluster_domain: &network.cluster_domain,
+            service_cidr: network.service_cidr.to_string(),
+            api_service_ip: network.service_cidr.api_service_ip().to_string(),
+            dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
+            pod_cidr: cluster.pod_cidr.to_string(),
+            control_plane_dns_name: &network.control_plane_dns_name,
+            node_name: node.name.as_str(),
+            node_ipv4: node_ip.clone(),
+            node_ipv6: node
+                .private_ipv6
+                .map(|ip| ip.to_string())
+                .unwrap_or_default(),
+            etcd_initial_cluster: &initial_cluster,
+            is_initial: input.node.is_initial,
+        })?,
+    );
+    files.public(
+        p.etcd_unit,
+        render(&contexts::EtcdUnit {
+            paths: p,
+            name: node.name.as_str(),
+            node_ip: node_ip.clone(),
+            initial_cluster: &initial_cluster,
+            cluster_token: format!("exk8s-{}", cluster.cluster_id),
+        })?,
+    );
+    files.public(
+        p.kubelet_unit,
+        render(&contexts::KubeletUnit {
+            paths: p,
+            node_name: node.name.as_str(),
+            node_ip: node_ip.clone(),
+        })?,
+    );
+    files.public(
+        p.kubelet_config,
+        render(&contexts::KubeletConfig {
+            paths: p,
+            node_ip: node_ip.clone(),
+            dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
+            cluster_domain: &network.cluster_domain,
+        })?,
+    );
+    files.public(
+        p.containerd_config,
+        render(&contexts::Containerd {
+            pause_image: format!("registry.k8s.io/pause:{}", versions.pause),
+            cni_bin_dir: p.cni_bin_dir,
+            cni_conf_dir: "/etc/cni/net.d",
+        })?,
+    );
+    files.public(
+        p.cni_conflist,
+        render(&contexts::BridgeCni {
+            pod_cidr: cluster.pod_cidr.to_string(),
+        })?,
+    );
+    let key_base64 = Zeroizing::new(BASE64.encode(cluster.encryption_key.expose()));
+    files.private(
+        p.encryption_config,
+        render(&contexts::Encryption {
+            key_name: "exk8s-1",
+            key_base64: &key_base64,
+        })?,
+    );
+    files.public(p.audit_policy, render(&contexts::AuditPolicy {})?);
+
+    // Addon assets (applied by the initial node only, as the plan says).
+    files.public(
+        p.cilium_values,
+        render(&contexts::CiliumValues {
+            api_host: initial_node.addresses.private_ipv4.to_string(),
+            pod_cidr: cluster.pod_cidr.to_string(),
+        })?,
+    );
+    files.public(
+        p.kube_proxy_manifest,
+        render(&contexts::KubeProxy {
+            image: image("kube-proxy"),
+            pod_cidr: cluster.pod_cidr.to_string(),
+            kubeconfig: p.kube_proxy_kubeconfig,
+        })?,
+    );
+    files.public(
+        p.coredns_manifest,
+        render(&contexts::CoreDns {
+            image: format!("registry.k8s.io/coredns/coredns:{}", versions.coredns),
+            cluster_domain: &network.cluster_domain,
+            dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
+        })?,
+    );
+    let (admin_group, kubelet_client_user) = (
+        ClientIdentity::Admin.subject().1.unwrap_or_default(),
+        ClientIdentity::ApiserverKubeletClient.subject().0,
+    );
+    files.public(
+        p.rbac_manifest,
+        render(&contexts::Rbac {
+            admin_group,
+            apiserver_kubelet_client_user: &kubelet_client_user,
+        })?,
+    );
+
+    // Static pods last: their annotations digest the files they mount.
+    let mounts = apiserver_mounts(p);
+    let manifest = render(&contexts::Apiserver {
+        paths: p,
+        image: image("kube-apiserver"),
+        inputs_sha256: files.digest_of(&mounts),
+        node_ip: node_ip.clone(),
+        etcd_servers: &etcd_servers,
+        service_cidr: network.service_cidr.to_string(),
+        service_account_issuer: format!(
+            "https://kubernetes.default.svc.{}",
+            network.cluster_domain
+        ),
+        mounts: &mounts,
+    })?;
+    files.private(p.apiserver_manifest, manifest);
+    let mounts = controller_manager_mounts(p);
+    let manifest = render(&contexts::ControllerManager {
+        paths: p,
+        image: image("kube-controller-manager"),
+        inputs_sha256: files.digest_of(&mounts),
+        cluster_name,
+        pod_cidr: cluster.pod_cidr.to_string(),
+        service_cidr: network.service_cidr.to_string(),
+        mounts: &mounts,
+    })?;
+    files.private(p.controller_manager_manifest, manifest);
+    let mounts = scheduler_mounts(p);
+    let manifest = render(&contexts::Scheduler {
+        paths: p,
+        image: image("kube-scheduler"),
+        inputs_sha256: files.digest_of(&mounts),
+        mounts: &mounts,
+    })?;
+    files.private(p.scheduler_manifest, manifest);
+
+    files.into_bundle_files()
+}

@@ -1,0 +1,150 @@
+//! What rendering needs, all of it already decided: durable cluster facts, this node, its
+//! peers, the credentials minted for this bundle, and the issuance metadata. Rendering is a pure
+//! function of these; the CA private keys are deliberately not among them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use exk8s_common::names::{ArtifactName, K8sName, Nonce, Sha256Digest, Version};
+use ipnet::IpNet;
+use uuid::Uuid;
+use zeroize::Zeroizing;
+
+use crate::pki::{BundleCerts, ClusterNetwork, NodeAddresses, NodeServingCerts, ServiceAccountKey};
+
+use super::RenderError;
+
+/// Versions of everything a node runs (defaults per the project's baseline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    pub kubernetes: Version,
+    pub etcd: Version,
+    pub helm: Version,
+    pub cilium_chart: Version,
+    pub coredns: Version,
+    pub pause: Version,
+}
+
+impl Default for Versions {
+    fn default() -> Self {
+        let v = |s: &str| Version::new(s).unwrap_or_else(|_| unreachable!("literal is valid"));
+        Self {
+            kubernetes: v("v1.35.3"),
+            etcd: v("v3.6.10"),
+            helm: v("v3.19.2"),
+            cilium_chart: v("1.19.2"),
+            coredns: v("v1.12.1"),
+            pause: v("3.10"),
+        }
+    }
+}
+
+/// The pod IP range. Like the service CIDR, it must be a network address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCidr(IpNet);
+
+impl PodCidr {
+    pub fn parse(text: &str) -> Result<Self, RenderError> {
+        let bad = |reason| RenderError::BadPodCidr(text.chars().take(64).collect(), reason);
+        let net: IpNet = text.parse().map_err(|_| bad("not an address/prefix"))?;
+        if net.trunc() != net {
+            return Err(bad("host bits are set; give the network address"));
+        }
+        Ok(Self(net))
+    }
+}
+
+impl fmt::Display for PodCidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The 32-byte secretbox key that encrypts Secrets at rest in etcd. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EncryptionKey(Zeroizing<[u8; 32]>);
+
+impl EncryptionKey {
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(Zeroizing::new(bytes))
+    }
+
+    /// A new key from the OS CSPRNG.
+    pub fn generate() -> Result<Self, RenderError> {
+        let mut key = Zeroizing::new([0u8; 32]);
+        getrandom::fill(key.as_mut()).map_err(|_| RenderError::Random)?;
+        Ok(Self(key))
+    }
+
+    pub fn expose(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for EncryptionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EncryptionKey([redacted])")
+    }
+}
+
+/// Durable facts of one cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub cluster_id: u64,
+    pub org_id: u64,
+    pub name: K8sName,
+    pub network: ClusterNetwork,
+    pub pod_cidr: PodCidr,
+    pub versions: Versions,
+    pub encryption_key: EncryptionKey,
+}
+
+/// One control-plane VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPlaneNode {
+    pub vm_id: u64,
+    pub addresses: NodeAddresses,
+    /// The one node that installs cluster-wide addons.
+    pub is_initial: bool,
+}
+
+/// The certificates and keys this node receives. No CA private key is here, by design.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeCredentials<'a> {
+    pub cluster_ca_pem: &'a str,
+    pub etcd_ca_pem: &'a str,
+    pub front_proxy_ca_pem: &'a str,
+    pub service_account: &'a ServiceAccountKey,
+    pub serving: &'a NodeServingCerts,
+    pub minted: &'a BundleCerts,
+}
+
+/// Identity and freshness of this issuance.
+#[derive(Debug, Clone)]
+pub struct Issuance {
+    pub bundle_id: Uuid,
+    pub issued_at: i64,
+    pub expires_at: i64,
+    pub serial: u64,
+    pub nonce: Nonce,
+}
+
+/// Where node binaries come from, and their pinned digests when configured. Without a pinned
+/// digest the agent requires a `<url>.sha256` beside the download and fails closed otherwise
+/// (dl.k8s.io publishes those; etcd's GitHub releases do not, so pin etcd's digest).
+#[derive(Debug, Clone, Default)]
+pub struct ArtifactCatalog {
+    pub pinned: BTreeMap<ArtifactName, Sha256Digest>,
+}
+
+/// Everything one bundle is rendered from.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInput<'a> {
+    pub cluster: &'a ClusterSpec,
+    pub node: &'a ControlPlaneNode,
+    /// Every control-plane node of the cluster, this one included, in ordinal order.
+    pub peers: &'a [ControlPlaneNode],
+    pub credentials: NodeCredentials<'a>,
+    pub issuance: &'a Issuance,
+    pub artifacts: &'a ArtifactCatalog,
+}

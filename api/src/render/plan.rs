@@ -1,0 +1,199 @@
+//! What the node installs and does: artifacts (binaries with digests), OS packages, and the
+//! ordered plan. The API decides all of it — including that only the initial node runs the
+//! cluster-wide addon steps — so the agent never branches on cluster facts.
+
+use exk8s_common::names::{ArchiveMember, ArtifactDest, ArtifactName, HttpUrl, PackageName};
+use exk8s_common::names::{BundlePath, FileMode, K8sName, UnitName, Version};
+use exk8s_common::payload::{Artifact, Package, PlanStep, RolloutKind};
+
+use super::paths::PATHS;
+use super::{RenderError, RenderInput};
+
+/// How long each wait may take before the agent reports the step failed.
+const WAIT_ETCD_SECS: u32 = 600;
+const WAIT_APISERVER_SECS: u32 = 600;
+const ADDON_SECS: u32 = 600;
+
+/// OS packages every control-plane node needs (Debian names).
+const PACKAGES: &[&str] = &[
+    "ca-certificates",
+    "conntrack",
+    "containerd",
+    "containernetworking-plugins",
+    "ebtables",
+    "ethtool",
+    "iproute2",
+    "iptables",
+    "socat",
+];
+
+fn invalid(e: impl std::fmt::Display) -> RenderError {
+    RenderError::InvalidValue(e.to_string())
+}
+
+fn path(p: &str) -> Result<BundlePath, RenderError> {
+    BundlePath::new(p).map_err(invalid)
+}
+
+fn name(s: &str) -> Result<K8sName, RenderError> {
+    K8sName::new(s).map_err(invalid)
+}
+
+fn unit(s: &str) -> Result<UnitName, RenderError> {
+    UnitName::new(s).map_err(invalid)
+}
+
+struct Source<'a> {
+    name: &'a str,
+    version: &'a Version,
+    url: String,
+    archive_member: Option<String>,
+    dest: &'a str,
+}
+
+pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, RenderError> {
+    let versions = &input.cluster.versions;
+    let (k8s, etcd, helm) = (&versions.kubernetes, &versions.etcd, &versions.helm);
+    let etcd_tarball = format!(
+        "https://github.com/etcd-io/etcd/releases/download/{etcd}/etcd-{etcd}-linux-amd64.tar.gz"
+    );
+    let mut sources = vec![
+        Source {
+            name: "etcd",
+            version: etcd,
+            url: etcd_tarball.clone(),
+            archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcd")),
+            dest: PATHS.etcd_binary,
+        },
+        Source {
+            name: "etcdctl",
+            version: etcd,
+            url: etcd_tarball,
+            archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcdctl")),
+            dest: "/usr/local/bin/etcdctl",
+        },
+        Source {
+            name: "kubelet",
+            version: k8s,
+            url: format!("https://dl.k8s.io/release/{k8s}/bin/linux/amd64/kubelet"),
+            archive_member: None,
+            dest: PATHS.kubelet_binary,
+        },
+        Source {
+            name: "kubectl",
+            version: k8s,
+            url: format!("https://dl.k8s.io/release/{k8s}/bin/linux/amd64/kubectl"),
+            archive_member: None,
+            dest: PATHS.kubectl_binary,
+        },
+    ];
+    if input.node.is_initial {
+        sources.push(Source {
+            name: "helm",
+            version: helm,
+            url: format!("https://get.helm.sh/helm-{helm}-linux-amd64.tar.gz"),
+            archive_member: Some("linux-amd64/helm".into()),
+            dest: PATHS.helm_binary,
+        });
+    }
+    sources
+        .into_iter()
+        .map(|s| {
+            let name = ArtifactName::new(s.name).map_err(invalid)?;
+            Ok(Artifact {
+                sha256: input.artifacts.pinned.get(&name).copied(),
+                name,
+                version: s.version.clone(),
+                url: HttpUrl::new(s.url).map_err(invalid)?,
+                archive_member: s
+                    .archive_member
+                    .map(|m| ArchiveMember::new(m).map_err(invalid))
+                    .transpose()?,
+                dest: ArtifactDest::new(s.dest).map_err(invalid)?,
+                mode: FileMode::EXECUTABLE,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn packages() -> Vec<Package> {
+    PACKAGES
+        .iter()
+        .map(|p| Package {
+            name: PackageName::new(*p).unwrap_or_else(|_| unreachable!("literal names are valid")),
+        })
+        .collect()
+}
+
+pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderError> {
+    let p = &PATHS;
+    let admin = path(p.admin_kubeconfig)?;
+    let kube_system = name("kube-system")?;
+    let mut steps = vec![
+        PlanStep::DaemonReload {},
+        PlanStep::EnableStart {
+            unit: unit("containerd.service")?,
+        },
+        PlanStep::EnableStart {
+            unit: unit("etcd.service")?,
+        },
+        PlanStep::WaitEtcdHealthy {
+            endpoint: HttpUrl::new("https://127.0.0.1:2379").map_err(invalid)?,
+            ca_file: path(p.etcd_ca_cert)?,
+            cert_file: path(p.etcd_healthcheck_client_cert)?,
+            key_file: path(p.etcd_healthcheck_client_key)?,
+            timeout_secs: WAIT_ETCD_SECS,
+        },
+        PlanStep::EnableStart {
+            unit: unit("kubelet.service")?,
+        },
+        PlanStep::WaitApiserverReady {
+            kubeconfig: admin.clone(),
+            timeout_secs: WAIT_APISERVER_SECS,
+        },
+    ];
+    if input.node.is_initial {
+        let versions = &input.cluster.versions;
+        steps.extend([
+            // The binding that makes the admin group cluster-admin needs system:masters.
+            PlanStep::KubectlApply {
+                kubeconfig: path(p.super_admin_kubeconfig)?,
+                file: path(p.rbac_manifest)?,
+            },
+            PlanStep::HelmInstall {
+                kubeconfig: admin.clone(),
+                release: name("cilium")?,
+                chart: "oci://quay.io/cilium/charts/cilium"
+                    .parse()
+                    .map_err(invalid)?,
+                version: versions.cilium_chart.clone(),
+                namespace: kube_system.clone(),
+                values_file: path(p.cilium_values)?,
+                timeout_secs: ADDON_SECS,
+            },
+            PlanStep::KubectlApply {
+                kubeconfig: admin.clone(),
+                file: path(p.kube_proxy_manifest)?,
+            },
+            PlanStep::WaitRollout {
+                kubeconfig: admin.clone(),
+                kind: RolloutKind::DaemonSet,
+                name: name("kube-proxy")?,
+                namespace: kube_system.clone(),
+                timeout_secs: ADDON_SECS,
+            },
+            PlanStep::KubectlApply {
+                kubeconfig: admin.clone(),
+                file: path(p.coredns_manifest)?,
+            },
+            PlanStep::WaitRollout {
+                kubeconfig: admin,
+                kind: RolloutKind::Deployment,
+                name: name("coredns")?,
+                namespace: kube_system,
+                timeout_secs: ADDON_SECS,
+            },
+        ]);
+    }
+    Ok(steps)
+}

@@ -1,0 +1,636 @@
+//! Rendering: golden files for fixed inputs, consistency between files, units and manifests,
+//! and the rendered output checked by real tools (systemd-analyze, kubernetes-validate,
+//! YAML/TOML/JSON parsers).
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use exk8s_api::pki::{
+    BundleCerts, IssuedCert, KeyAlgorithm, NodeServingCerts, SecretPem, ServiceAccountKey,
+};
+use exk8s_api::render::paths::PATHS;
+use exk8s_api::render::{
+    ArtifactCatalog, NodeCredentials, RenderError, RenderInput, render_bundle, render_userdata,
+};
+use exk8s_common::payload::{BundlePayload, PlanStep};
+
+use crate::helpers::{
+    RenderedCluster, cluster_spec, control_plane, facts, issuance, network, render_cluster, text,
+    tool,
+};
+
+// --- golden files ------------------------------------------------------------------------
+
+fn fake(name: &str) -> IssuedCert {
+    IssuedCert {
+        cert_pem: format!(
+            "-----BEGIN CERTIFICATE-----\nFIXTURE {name}\n-----END CERTIFICATE-----\n"
+        ),
+        key_pem: SecretPem::new(format!(
+            "-----BEGIN PRIVATE KEY-----\nFIXTURE {name}\n-----END PRIVATE KEY-----\n"
+        )),
+    }
+}
+
+/// Renders with fixed, fake credentials so output is stable byte for byte.
+fn golden(ips: &[Ipv4Addr], node_index: usize) -> BundlePayload {
+    let spec = cluster_spec(network());
+    let nodes = control_plane(ips);
+    let serving = NodeServingCerts {
+        apiserver: fake("apiserver"),
+        etcd_server: fake("etcd-server"),
+        etcd_peer: fake("etcd-peer"),
+    };
+    let minted = BundleCerts {
+        kubelet_serving: fake("kubelet"),
+        kubelet_client: fake("kubelet-client"),
+        apiserver_kubelet_client: fake("apiserver-kubelet-client"),
+        apiserver_etcd_client: fake("apiserver-etcd-client"),
+        front_proxy_client: fake("front-proxy-client"),
+        etcd_healthcheck_client: fake("etcd-healthcheck-client"),
+        kube_proxy: fake("kube-proxy"),
+        controller_manager: fake("controller-manager"),
+        scheduler: fake("scheduler"),
+        admin: fake("admin"),
+        super_admin: fake("super-admin"),
+    };
+    let sa = ServiceAccountKey {
+        public_pem: "-----BEGIN PUBLIC KEY-----\nFIXTURE sa\n-----END PUBLIC KEY-----\n".into(),
+        private_pem: SecretPem::new(
+            "-----BEGIN PRIVATE KEY-----\nFIXTURE sa\n-----END PRIVATE KEY-----\n".into(),
+        ),
+    };
+    render_bundle(&RenderInput {
+        cluster: &spec,
+        node: &nodes[node_index],
+        peers: &nodes,
+        credentials: NodeCredentials {
+            cluster_ca_pem: "FIXTURE cluster CA\n",
+            etcd_ca_pem: "FIXTURE etcd CA\n",
+            front_proxy_ca_pem: "FIXTURE front-proxy CA\n",
+            service_account: &sa,
+            serving: &serving,
+            minted: &minted,
+        },
+        issuance: &issuance(7),
+        artifacts: &ArtifactCatalog::default(),
+    })
+    .unwrap()
+}
+
+/// The whole bundle as reviewable text: every file with its mode, then artifacts and plan.
+fn describe(bundle: &BundlePayload) -> String {
+    let mut out = String::new();
+    for file in &bundle.files {
+        let body = String::from_utf8_lossy(file.content.as_bytes());
+        out.push_str(&format!(
+            "### {} ({}, {}:{})\n{body}\n",
+            file.path, file.mode, file.owner, file.group
+        ));
+    }
+    out.push_str("### artifacts\n");
+    out.push_str(&serde_json::to_string_pretty(&bundle.artifacts).unwrap());
+    out.push_str("\n### packages\n");
+    out.push_str(&serde_json::to_string_pretty(&bundle.packages).unwrap());
+    out.push_str("\n### plan\n");
+    out.push_str(&serde_json::to_string_pretty(&bundle.plan).unwrap());
+    out.push('\n');
+    out
+}
+
+fn ips(n: u8) -> Vec<Ipv4Addr> {
+    (1..=n).map(|i| Ipv4Addr::new(10, 0, 0, 10 + i)).collect()
+}
+
+#[test]
+fn golden_one_node_cluster() {
+    insta::assert_snapshot!("one_node_initial", describe(&golden(&ips(1), 0)));
+}
+
+#[test]
+fn golden_three_node_cluster() {
+    insta::assert_snapshot!("three_node_initial", describe(&golden(&ips(3), 0)));
+    insta::assert_snapshot!("three_node_second", describe(&golden(&ips(3), 1)));
+}
+
+#[test]
+fn golden_userdata() {
+    let userdata = render_userdata(
+        "https://k8sapi.example.com",
+        "http://169.254.169.254",
+        false,
+    )
+    .unwrap();
+    insta::assert_snapshot!("userdata", userdata);
+}
+
+// --- consistency, on bundles with real certificates ---------------------------------------
+
+fn real() -> &'static RenderedCluster {
+    static CLUSTER: OnceLock<RenderedCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| render_cluster(&ips(3), KeyAlgorithm::EcdsaP256))
+}
+
+fn yaml_docs(text: &str) -> Vec<serde_yaml::Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The words of a unit's ExecStart (continuation lines joined).
+fn exec_start(unit: &str) -> Vec<String> {
+    let joined = unit.replace("\\\n", " ");
+    let line = joined
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("unit has ExecStart");
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// `--flag=value` → value, for every flag.
+fn flag<'a>(args: &'a [String], name: &str) -> Vec<&'a str> {
+    let prefix = format!("--{name}=");
+    args.iter()
+        .filter_map(|a| a.strip_prefix(prefix.as_str()))
+        .collect()
+}
+
+fn pod_command(manifest: &str) -> Vec<String> {
+    let doc = &yaml_docs(manifest)[0];
+    doc["spec"]["containers"][0]["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Absolute paths that are node directories or binaries rather than bundle files.
+fn node_owned(path: &str) -> bool {
+    [
+        PATHS.etcd_data_dir,
+        PATHS.audit_log_dir,
+        PATHS.static_pod_dir,
+    ]
+    .iter()
+    .any(|dir| path == *dir || path.starts_with(&format!("{dir}/")))
+        || path.starts_with("/usr/local/bin/")
+        || path == PATHS.containerd_socket
+}
+
+fn absolute_values(args: &[String]) -> Vec<&str> {
+    args.iter()
+        .filter_map(|a| a.split_once('=').map(|(_, v)| v))
+        .filter(|v| v.starts_with('/'))
+        .collect()
+}
+
+#[test]
+fn every_path_a_unit_or_manifest_names_is_in_the_bundle() {
+    for bundle in &real().bundles {
+        let exists = |path: &str| bundle.file(path).is_some() || node_owned(path);
+        for unit in [PATHS.etcd_unit, PATHS.kubelet_unit] {
+            let args = exec_start(text(bundle, unit));
+            assert!(exists(&args[0]), "{unit}: {}", args[0]);
+            for path in absolute_values(&args) {
+                assert!(exists(path), "{unit} names {path}, which the bundle lacks");
+            }
+        }
+        for manifest in [
+            PATHS.apiserver_manifest,
+            PATHS.controller_manager_manifest,
+            PATHS.scheduler_manifest,
+        ] {
+            let doc = &yaml_docs(text(bundle, manifest))[0];
+            let mounts: BTreeSet<&str> = doc["spec"]["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|v| v["hostPath"]["path"].as_str().unwrap())
+                .collect();
+            for volume in doc["spec"]["volumes"].as_sequence().unwrap() {
+                let path = volume["hostPath"]["path"].as_str().unwrap();
+                if volume["hostPath"]["type"] == "File" {
+                    assert!(
+                        bundle.file(path).is_some(),
+                        "{manifest} mounts missing file {path}"
+                    );
+                }
+            }
+            for path in absolute_values(&pod_command(text(bundle, manifest))) {
+                let mounted = mounts
+                    .iter()
+                    .any(|m| path == *m || path.starts_with(&format!("{m}/")));
+                assert!(mounted, "{manifest} uses {path} without mounting it");
+                assert!(
+                    exists(path),
+                    "{manifest} names {path}, which the bundle lacks"
+                );
+            }
+        }
+        let kubelet_config = &yaml_docs(text(bundle, PATHS.kubelet_config))[0];
+        for key in ["tlsCertFile", "tlsPrivateKeyFile"] {
+            assert!(exists(kubelet_config[key].as_str().unwrap()), "{key}");
+        }
+        assert_eq!(
+            kubelet_config["tlsCertFile"], PATHS.kubelet_cert,
+            "serving cert, not client"
+        );
+        assert!(exists(
+            kubelet_config["authentication"]["x509"]["clientCAFile"]
+                .as_str()
+                .unwrap()
+        ));
+        for step in &bundle.plan {
+            let paths: Vec<&str> = match step {
+                PlanStep::WaitEtcdHealthy {
+                    ca_file,
+                    cert_file,
+                    key_file,
+                    ..
+                } => {
+                    vec![ca_file.as_str(), cert_file.as_str(), key_file.as_str()]
+                }
+                PlanStep::WaitApiserverReady { kubeconfig, .. } => vec![kubeconfig.as_str()],
+                PlanStep::KubectlApply { kubeconfig, file } => {
+                    vec![kubeconfig.as_str(), file.as_str()]
+                }
+                PlanStep::HelmInstall {
+                    kubeconfig,
+                    values_file,
+                    ..
+                } => {
+                    vec![kubeconfig.as_str(), values_file.as_str()]
+                }
+                PlanStep::WaitRollout { kubeconfig, .. } => vec![kubeconfig.as_str()],
+                _ => vec![],
+            };
+            for path in paths {
+                assert!(
+                    bundle.file(path).is_some(),
+                    "plan step {step:?} names missing {path}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn modes_are_exact_keys_and_kubeconfigs_private() {
+    for bundle in &real().bundles {
+        for file in &bundle.files {
+            let path = file.path.as_str();
+            let secret = path.ends_with("-key.pem")
+                || path.ends_with(".kubeconfig")
+                || path == PATHS.encryption_config;
+            if secret {
+                assert_eq!(file.mode.to_string(), "0600", "{path}");
+            }
+            if path.ends_with(".pem") && !path.ends_with("-key.pem") {
+                assert_eq!(file.mode.to_string(), "0644", "{path}");
+            }
+            assert_eq!(file.owner.as_str(), "root", "{path}");
+            assert!(
+                !file.mode.is_private() || secret || path.starts_with(PATHS.static_pod_dir),
+                "{path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_ca_private_key_ever_reaches_a_node() {
+    let cluster = real();
+    for bundle in &cluster.bundles {
+        for file in &bundle.files {
+            let content = String::from_utf8_lossy(file.content.as_bytes());
+            for ca in [
+                &cluster.pki.cluster_ca,
+                &cluster.pki.etcd_ca,
+                &cluster.pki.front_proxy_ca,
+            ] {
+                let key = ca.key_pem().expose();
+                let body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
+                assert!(!content.contains(key), "{} holds a CA key", file.path);
+                assert!(
+                    !content.replace('\n', "").contains(&body),
+                    "{} holds a CA key",
+                    file.path
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn etcd_servers_are_the_peers_client_urls_and_the_cert_covers_the_advertise_address() {
+    let cluster = real();
+    let expected: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("https://{}:2379", n.addresses.private_ipv4))
+        .collect();
+    for (bundle, node) in cluster.bundles.iter().zip(&cluster.nodes) {
+        let cmd = pod_command(text(bundle, PATHS.apiserver_manifest));
+        assert_eq!(flag(&cmd, "etcd-servers"), [expected.join(",")]);
+        let advertise: IpAddr = flag(&cmd, "advertise-address")[0].parse().unwrap();
+        assert_eq!(advertise, IpAddr::V4(node.addresses.private_ipv4));
+        let cert = facts(text(bundle, PATHS.apiserver_cert));
+        assert!(
+            cert.ips.contains(&advertise),
+            "apiserver cert lacks {advertise}"
+        );
+        let vip = cluster.spec.network.service_cidr.api_service_ip();
+        assert!(
+            cert.ips.contains(&vip),
+            "apiserver cert lacks the service VIP"
+        );
+
+        let etcd = exec_start(text(bundle, PATHS.etcd_unit));
+        let initial = flag(&etcd, "initial-cluster")[0];
+        assert_eq!(initial.split(',').count(), cluster.nodes.len());
+        assert_eq!(flag(&etcd, "name"), [node.addresses.name.as_str()]);
+        assert_eq!(
+            flag(&etcd, "listen-client-urls"),
+            [format!(
+                "https://{}:2379,https://127.0.0.1:2379",
+                node.addresses.private_ipv4
+            )
+            .as_str()]
+        );
+    }
+}
+
+#[test]
+fn cluster_dns_is_the_coredns_service_ip_inside_the_service_cidr() {
+    let cluster = real();
+    let bundle = &cluster.bundles[0];
+    let kubelet = &yaml_docs(text(bundle, PATHS.kubelet_config))[0];
+    let cluster_dns: IpAddr = kubelet["clusterDNS"][0].as_str().unwrap().parse().unwrap();
+    let service = yaml_docs(text(bundle, PATHS.coredns_manifest))
+        .into_iter()
+        .find(|d| d["kind"] == "Service")
+        .unwrap();
+    let dns_ip: IpAddr = service["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(cluster_dns, dns_ip);
+    assert!(cluster.spec.network.service_cidr.contains(dns_ip));
+    let deployment = yaml_docs(text(bundle, PATHS.coredns_manifest))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 2);
+}
+
+#[test]
+fn only_the_initial_node_runs_addon_steps() {
+    let cluster = real();
+    for (bundle, node) in cluster.bundles.iter().zip(&cluster.nodes) {
+        let addons = bundle
+            .plan
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    PlanStep::KubectlApply { .. }
+                        | PlanStep::HelmInstall { .. }
+                        | PlanStep::WaitRollout { .. }
+                )
+            })
+            .count();
+        let has_helm = bundle.artifacts.iter().any(|a| a.name.as_str() == "helm");
+        if node.is_initial {
+            assert_eq!(
+                addons, 6,
+                "initial node: rbac, cilium, kube-proxy + wait, coredns + wait"
+            );
+            assert!(has_helm);
+        } else {
+            assert_eq!(addons, 0, "node {} must not run addons", node.vm_id);
+            assert!(!has_helm);
+        }
+        assert!(matches!(bundle.plan[0], PlanStep::DaemonReload {}));
+    }
+}
+
+#[test]
+fn rendering_refuses_inconsistent_inputs() {
+    let cluster = real();
+    let spec = &cluster.spec;
+    let mut nodes = cluster.nodes.clone();
+    nodes[1].is_initial = true;
+    let serving = NodeServingCerts {
+        apiserver: fake("a"),
+        etcd_server: fake("b"),
+        etcd_peer: fake("c"),
+    };
+    let minted = golden_minted();
+    let input = |node, peers| RenderInput {
+        cluster: spec,
+        node,
+        peers,
+        credentials: NodeCredentials {
+            cluster_ca_pem: "x",
+            etcd_ca_pem: "x",
+            front_proxy_ca_pem: "x",
+            service_account: &cluster.pki.service_account,
+            serving: &serving,
+            minted: &minted,
+        },
+        issuance: Box::leak(Box::new(issuance(1))),
+        artifacts: Box::leak(Box::new(ArtifactCatalog::default())),
+    };
+    let err = render_bundle(&input(&nodes[0], &nodes)).unwrap_err();
+    assert!(matches!(err, RenderError::InitialNodes(2)), "{err}");
+    let stranger = &control_plane(&[Ipv4Addr::new(10, 9, 9, 9)])[0];
+    let err = render_bundle(&input(stranger, &cluster.nodes)).unwrap_err();
+    assert!(matches!(err, RenderError::NodeNotInPeers(_)), "{err}");
+    assert!(render_userdata("ftp://x", "http://imds", false).is_err());
+}
+
+fn golden_minted() -> BundleCerts {
+    BundleCerts {
+        kubelet_serving: fake("1"),
+        kubelet_client: fake("2"),
+        apiserver_kubelet_client: fake("3"),
+        apiserver_etcd_client: fake("4"),
+        front_proxy_client: fake("5"),
+        etcd_healthcheck_client: fake("6"),
+        kube_proxy: fake("7"),
+        controller_manager: fake("8"),
+        scheduler: fake("9"),
+        admin: fake("10"),
+        super_admin: fake("11"),
+    }
+}
+
+// --- external validators --------------------------------------------------------------------
+
+/// Writes a bundle's files under `root` with their modes.
+pub fn write_root(bundle: &BundlePayload, root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for file in &bundle.files {
+        let target = root.join(file.path.relative());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(&target, file.content.as_bytes()).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(file.mode.bits()))
+            .unwrap();
+    }
+}
+
+#[test]
+fn systemd_analyze_verify_accepts_every_unit_without_a_warning() {
+    let bundle = &real().bundles[0];
+    let root = tempfile::tempdir().unwrap();
+    write_root(bundle, root.path());
+    // The root needs systemd's own units (targets) and the binaries the units start.
+    let systemd_dir = root.path().join("usr/lib/systemd");
+    std::fs::create_dir_all(&systemd_dir).unwrap();
+    let copied = Command::new("cp")
+        .args(["-r", "/usr/lib/systemd/system"])
+        .arg(&systemd_dir)
+        .status()
+        .unwrap();
+    assert!(
+        copied.success(),
+        "copying systemd's units into the test root"
+    );
+    for artifact in &bundle.artifacts {
+        write_root_executable(root.path(), artifact.dest.as_str());
+    }
+    for unit in [PATHS.etcd_unit, PATHS.kubelet_unit] {
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(format!("--root={}", root.path().display()))
+            .arg(unit)
+            .output()
+            .expect("systemd-analyze must be installed");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "{unit}: {said}"
+        );
+    }
+}
+
+fn write_root_executable(root: &Path, path: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let target = root.join(path.trim_start_matches('/'));
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::write(&target, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn kubernetes_validate_strict_accepts_every_manifest_for_1_35() {
+    let bundle = &real().bundles[0];
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for path in [
+        PATHS.apiserver_manifest,
+        PATHS.controller_manager_manifest,
+        PATHS.scheduler_manifest,
+        PATHS.kube_proxy_manifest,
+        PATHS.coredns_manifest,
+        PATHS.rbac_manifest,
+    ] {
+        let name = dir.path().join(path.rsplit('/').next().unwrap());
+        std::fs::write(&name, text(bundle, path)).unwrap();
+        files.push(name);
+    }
+    let out = Command::new(tool("kubernetes-validate", "EXK8S_KUBERNETES_VALIDATE"))
+        .args(["--strict", "-k", "1.35.0"])
+        .args(&files)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("WARN") && !said.contains("ERROR"), "{said}");
+    // Every resource was validated: the tool prints one line per resource it checked.
+    assert_eq!(said.matches(" passed for resource ").count(), 12, "{said}");
+}
+
+#[test]
+fn every_config_file_parses_in_its_format() {
+    for bundle in &real().bundles {
+        for file in &bundle.files {
+            let path = file.path.as_str();
+            let body = std::str::from_utf8(file.content.as_bytes()).unwrap();
+            if path.ends_with(".yaml") || path.ends_with(".kubeconfig") {
+                assert!(!yaml_docs(body).is_empty(), "{path} is empty YAML");
+            } else if path.ends_with(".conflist") {
+                let v: serde_json::Value = serde_json::from_str(body).unwrap();
+                assert_eq!(
+                    v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+                    "172.16.0.0/12"
+                );
+            } else if path.ends_with(".toml") {
+                let v: toml::Value = toml::from_str(body).unwrap();
+                let cri = &v["plugins"]["io.containerd.grpc.v1.cri"];
+                assert_eq!(
+                    cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"],
+                    toml::Value::Boolean(true)
+                );
+            }
+        }
+        let enc = &yaml_docs(text(bundle, PATHS.encryption_config))[0];
+        let key = enc["resources"][0]["providers"][0]["secretbox"]["keys"][0]["secret"]
+            .as_str()
+            .unwrap();
+        use base64::Engine as _;
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(key)
+                .unwrap()
+                .len(),
+            32
+        );
+        let cmd = pod_command(text(bundle, PATHS.apiserver_manifest));
+        assert_eq!(
+            flag(&cmd, "encryption-provider-config"),
+            [PATHS.encryption_config]
+        );
+        assert_eq!(flag(&cmd, "audit-policy-file"), [PATHS.audit_policy]);
+    }
+}
+
+#[test]
+fn userdata_is_cloud_config_that_carries_no_secret() {
+    let userdata =
+        render_userdata("https://k8sapi.example.com", "http://169.254.169.254", true).unwrap();
+    assert!(userdata.starts_with("#cloud-config\n"));
+    let doc = &yaml_docs(&userdata)[0];
+    let content = doc["write_files"][0]["content"].as_str().unwrap();
+    let config: toml::Value = toml::from_str(content).unwrap();
+    assert_eq!(
+        config["api_url"].as_str(),
+        Some("https://k8sapi.example.com")
+    );
+    assert_eq!(config["insecure_http"].as_bool(), Some(true));
+    for secret in [
+        "BEGIN ",
+        "PRIVATE",
+        "Bearer",
+        "access_token",
+        "imds-token",
+        "kubeconfig",
+    ] {
+        assert!(!userdata.contains(secret), "userdata mentions {secret}");
+    }
+}
