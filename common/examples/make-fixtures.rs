@@ -12,6 +12,9 @@ mod fixtures;
 
 fn main() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let keys = data.join("trusted-keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("test-key.pub"), fixtures::test_key_pub_text()).unwrap();
     for fixture in fixtures::all() {
         let dir = data.join(fixture.name);
         std::fs::create_dir_all(&dir).unwrap();

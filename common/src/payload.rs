@@ -193,8 +193,13 @@ pub enum PlanStep {
     // An empty struct variant, not a unit variant: serde ignores unknown fields on unit
     // variants of internally tagged enums.
     DaemonReload {},
-    /// `systemctl enable` then `restart` of a unit (skipped when nothing it uses changed).
-    EnableStart { unit: UnitName },
+    /// `systemctl enable`, then start the unit if it is not running, or restart it if it is
+    /// and a file in `watch` changed in this apply. Nothing changed and running: no action.
+    EnableStart {
+        unit: UnitName,
+        #[serde(deserialize_with = "bounded_vec::<_, _, MAX_PLAN_STEPS>")]
+        watch: Vec<BundlePath>,
+    },
     /// Poll etcd's `/health` over mutual TLS until it answers healthy or the timeout passes.
     WaitEtcdHealthy {
         endpoint: HttpUrl,

@@ -74,7 +74,7 @@ fn every_committed_fixture_is_judged_as_its_folder_says() {
     let mut seen = 0;
     for entry in std::fs::read_dir(data_dir()).unwrap() {
         let dir = entry.unwrap().path();
-        if !dir.is_dir() {
+        if !dir.join("envelope.json").is_file() {
             continue;
         }
         let envelope = std::fs::read(dir.join("envelope.json")).unwrap();
@@ -95,6 +95,18 @@ fn every_committed_fixture_is_judged_as_its_folder_says() {
 
 #[test]
 fn committed_fixtures_match_the_generator() {
+    let pub_file = data_dir().join("trusted-keys/test-key.pub");
+    assert_eq!(
+        std::fs::read_to_string(&pub_file).unwrap_or_default(),
+        fixtures::test_key_pub_text(),
+        "{} drifted; regenerate the fixtures",
+        pub_file.display()
+    );
+    let ring = Keyring::load_dir(&data_dir().join("trusted-keys")).unwrap();
+    assert_eq!(
+        ring.key_ids().collect::<Vec<_>>(),
+        [fixtures::test_signer().key_id()]
+    );
     for fixture in fixtures::all() {
         let dir = data_dir().join(fixture.name);
         let committed = std::fs::read(dir.join("envelope.json")).unwrap_or_default();

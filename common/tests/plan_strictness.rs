@@ -8,9 +8,10 @@ fn plan_steps_refuse_unknown_steps_and_fields() {
     assert_eq!(ok, PlanStep::DaemonReload {});
     for bad in [
         r#"{"step":"daemon_reload","extra":1}"#,
-        r#"{"step":"enable_start","unit":"etcd.service","now":true}"#,
+        r#"{"step":"enable_start","unit":"etcd.service","watch":[],"now":true}"#,
         r#"{"step":"run_shell","command":"curl | sh"}"#,
-        r#"{"step":"enable_start","unit":"-x.service"}"#,
+        r#"{"step":"enable_start","unit":"-x.service","watch":[]}"#,
+        r#"{"step":"enable_start","unit":"etcd.service","watch":["/tmp/x"]}"#,
         r#"{"step":"kubectl_apply","kubeconfig":"/etc/exk8s/k","file":"/tmp/x.yaml"}"#,
     ] {
         assert!(

@@ -35,6 +35,10 @@ fn path(p: &str) -> Result<BundlePath, RenderError> {
     BundlePath::new(p).map_err(invalid)
 }
 
+fn paths(list: &[&str]) -> Result<Vec<BundlePath>, RenderError> {
+    list.iter().map(|p| path(p)).collect()
+}
+
 fn name(s: &str) -> Result<K8sName, RenderError> {
     K8sName::new(s).map_err(invalid)
 }
@@ -133,9 +137,18 @@ pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderErro
         PlanStep::DaemonReload {},
         PlanStep::EnableStart {
             unit: unit("containerd.service")?,
+            watch: paths(&[p.containerd_config])?,
         },
         PlanStep::EnableStart {
             unit: unit("etcd.service")?,
+            watch: paths(&[
+                p.etcd_unit,
+                p.etcd_ca_cert,
+                p.etcd_server_cert,
+                p.etcd_server_key,
+                p.etcd_peer_cert,
+                p.etcd_peer_key,
+            ])?,
         },
         PlanStep::WaitEtcdHealthy {
             endpoint: HttpUrl::new("https://127.0.0.1:2379").map_err(invalid)?,
@@ -144,8 +157,18 @@ pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderErro
             key_file: path(p.etcd_healthcheck_client_key)?,
             timeout_secs: WAIT_ETCD_SECS,
         },
+        // Static pods need no entry: the kubelet watches its manifest directory itself.
         PlanStep::EnableStart {
             unit: unit("kubelet.service")?,
+            watch: paths(&[
+                p.kubelet_unit,
+                p.kubelet_config,
+                p.kubelet_kubeconfig,
+                p.kubelet_cert,
+                p.kubelet_key,
+                p.ca_cert,
+                p.cni_conflist,
+            ])?,
         },
         PlanStep::WaitApiserverReady {
             kubeconfig: admin.clone(),

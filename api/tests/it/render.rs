@@ -268,6 +268,7 @@ fn every_path_a_unit_or_manifest_names_is_in_the_bundle() {
                     vec![kubeconfig.as_str(), values_file.as_str()]
                 }
                 PlanStep::WaitRollout { kubeconfig, .. } => vec![kubeconfig.as_str()],
+                PlanStep::EnableStart { watch, .. } => watch.iter().map(|p| p.as_str()).collect(),
                 _ => vec![],
             };
             for path in paths {

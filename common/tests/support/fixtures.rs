@@ -34,6 +34,14 @@ pub fn test_signer() -> BundleSigner {
     BundleSigner::from_seed(&TEST_KEY_SEED)
 }
 
+/// `trusted-keys/test-key.pub`: the test key as an agent trusts it.
+pub fn test_key_pub_text() -> String {
+    format!(
+        "# TEST KEY ONLY: its seed is public in common/tests/support/fixtures.rs.\n{}\n",
+        test_signer().pub_line("exk8s test fixtures")
+    )
+}
+
 fn path(p: &str) -> BundlePath {
     BundlePath::new(p).unwrap()
 }
@@ -98,6 +106,7 @@ pub fn valid_payload() -> BundlePayload {
             PlanStep::DaemonReload {},
             PlanStep::EnableStart {
                 unit: parse("etcd.service"),
+                watch: vec![path("/etc/systemd/system/etcd.service")],
             },
             PlanStep::WaitApiserverReady {
                 kubeconfig,

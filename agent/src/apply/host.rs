@@ -1,0 +1,310 @@
+//! Everything the agent does to the host besides writing bundle files, as [`HostAction`]s run
+//! by a [`Host`]: [`SystemHost`] performs them (systemctl, apt-get, HTTPS waits, helm and
+//! kubectl), [`RecordingHost`] only records them (`--root` and `--dry-run`).
+//!
+//! Every command is a program with an argument vector: nothing is ever passed through a shell.
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use exk8s_common::names::{PackageName, UnitName};
+use exk8s_common::payload::Artifact;
+
+use crate::error::AgentError;
+use crate::log::{log_info, log_warn};
+use crate::state::state_dir;
+
+use super::waits;
+
+/// One host action.
+#[derive(Debug, Clone)]
+pub enum HostAction<'a> {
+    DaemonReload,
+    Enable(&'a UnitName),
+    Start(&'a UnitName),
+    Restart(&'a UnitName),
+    InstallPackages(Vec<&'a PackageName>),
+    InstallArtifact(&'a Artifact),
+    WaitEtcd(waits::EtcdProbe),
+    WaitApiserver(waits::ApiserverProbe),
+    /// A helm or kubectl invocation with `KUBECONFIG` set.
+    Command {
+        program: PathBuf,
+        args: Vec<String>,
+        kubeconfig: PathBuf,
+        timeout: Duration,
+    },
+}
+
+impl fmt::Display for HostAction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DaemonReload => write!(f, "systemctl daemon-reload"),
+            Self::Enable(unit) => write!(f, "systemctl enable {unit}"),
+            Self::Start(unit) => write!(f, "systemctl start --no-block {unit}"),
+            Self::Restart(unit) => write!(f, "systemctl restart --no-block {unit}"),
+            Self::InstallPackages(names) => {
+                let names: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+                write!(
+                    f,
+                    "apt-get install -y --no-install-recommends {}",
+                    names.join(" ")
+                )
+            }
+            Self::InstallArtifact(a) => {
+                write!(f, "install artifact {} {} -> {}", a.name, a.version, a.dest)
+            }
+            Self::WaitEtcd(probe) => write!(
+                f,
+                "wait for etcd health at {} (up to {}s)",
+                probe.endpoint,
+                probe.timeout.as_secs()
+            ),
+            Self::WaitApiserver(probe) => write!(
+                f,
+                "wait for apiserver /readyz via {} (up to {}s)",
+                probe.kubeconfig.display(),
+                probe.timeout.as_secs()
+            ),
+            Self::Command {
+                program,
+                args,
+                kubeconfig,
+                ..
+            } => {
+                write!(
+                    f,
+                    "KUBECONFIG={} {} {}",
+                    kubeconfig.display(),
+                    program.display(),
+                    args.join(" ")
+                )
+            }
+        }
+    }
+}
+
+/// Performs or records host actions.
+pub trait Host {
+    fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError>;
+    /// Whether a unit is running (decides start versus restart).
+    fn is_active(&mut self, unit: &UnitName) -> Result<bool, AgentError>;
+    /// Packages among `names` that are not installed.
+    fn missing_packages<'a>(
+        &mut self,
+        names: &[&'a PackageName],
+    ) -> Result<Vec<&'a PackageName>, AgentError>;
+}
+
+/// Records actions in `<root>/var/lib/exk8s/recorded-actions.log` (and in memory), performing
+/// none. A unit counts as active once a start or restart of it has been recorded.
+pub struct RecordingHost {
+    log: Option<PathBuf>,
+    pub actions: Vec<String>,
+}
+
+impl RecordingHost {
+    /// `persist` = false for `--dry-run`, which writes nothing at all.
+    pub fn new(root: &Path, persist: bool) -> Self {
+        let log = persist.then(|| state_dir(root).join("recorded-actions.log"));
+        Self {
+            log,
+            actions: Vec::new(),
+        }
+    }
+
+    fn recorded(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+            + &self.actions.join("\n")
+    }
+}
+
+impl Host for RecordingHost {
+    fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
+        let line = action.to_string();
+        log_info!("recorded (not performed): {line}");
+        if let Some(path) = &self.log {
+            let write = || -> std::io::Result<()> {
+                std::fs::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
+                writeln!(f, "{line}")
+            };
+            write().map_err(|source| AgentError::Write {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        self.actions.push(line);
+        Ok(())
+    }
+
+    fn is_active(&mut self, unit: &UnitName) -> Result<bool, AgentError> {
+        let recorded = self.recorded();
+        Ok(recorded.lines().any(|l| {
+            l.ends_with(&format!(" --no-block {unit}"))
+                && (l.contains(" start ") || l.contains(" restart "))
+        }))
+    }
+
+    fn missing_packages<'a>(
+        &mut self,
+        names: &[&'a PackageName],
+    ) -> Result<Vec<&'a PackageName>, AgentError> {
+        let recorded = self.recorded();
+        Ok(names
+            .iter()
+            .copied()
+            .filter(|n| {
+                !recorded.lines().any(|l| {
+                    l.starts_with("apt-get install")
+                        && l.split_whitespace().any(|w| w == n.as_str())
+                })
+            })
+            .collect())
+    }
+}
+
+/// Performs actions on this machine.
+pub struct SystemHost {
+    pub root: PathBuf,
+    pub request_timeout: Duration,
+}
+
+fn step_error(action: &HostAction<'_>, reason: String) -> AgentError {
+    AgentError::Step {
+        step: action.to_string(),
+        reason,
+    }
+}
+
+/// Runs a command; on failure the error keeps its exit status and stderr.
+fn run(program: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Result<(), String> {
+    let mut command = Command::new(program);
+    command.args(args);
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("starting {}: {e}", program.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let tail: String = stderr
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    Err(format!(
+        "{} exited with {}: {}",
+        program.display(),
+        output.status,
+        tail.trim()
+    ))
+}
+
+fn systemctl(args: &[&str]) -> Result<(), String> {
+    run(Path::new("systemctl"), args, &[])
+}
+
+impl Host for SystemHost {
+    fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
+        log_info!("{action}");
+        let result = match action {
+            HostAction::DaemonReload => systemctl(&["daemon-reload"]),
+            HostAction::Enable(unit) => systemctl(&["enable", unit.as_str()]),
+            HostAction::Start(unit) => systemctl(&["start", "--no-block", unit.as_str()]),
+            HostAction::Restart(unit) => systemctl(&["restart", "--no-block", unit.as_str()]),
+            HostAction::InstallPackages(names) => {
+                let apt = Path::new("apt-get");
+                let env = [("DEBIAN_FRONTEND", Path::new("noninteractive"))];
+                let mut args = vec!["install", "-y", "--no-install-recommends"];
+                args.extend(names.iter().map(|n| n.as_str()));
+                return run(apt, &["update", "-q"], &env)
+                    .and_then(|()| run(apt, &args, &env))
+                    .map_err(AgentError::Packages);
+            }
+            HostAction::InstallArtifact(artifact) => {
+                return super::artifacts::install(&self.root, artifact, self.request_timeout);
+            }
+            HostAction::WaitEtcd(probe) => waits::etcd(&self.root, probe),
+            HostAction::WaitApiserver(probe) => waits::apiserver(&self.root, probe),
+            HostAction::Command {
+                program,
+                args,
+                kubeconfig,
+                timeout,
+            } => retry_command(program, args, kubeconfig, *timeout),
+        };
+        result.map_err(|reason| step_error(action, reason))
+    }
+
+    fn is_active(&mut self, unit: &UnitName) -> Result<bool, AgentError> {
+        let status = Command::new("systemctl")
+            .args(["is-active", "--quiet", unit.as_str()])
+            .status()
+            .map_err(|e| AgentError::Step {
+                step: format!("systemctl is-active {unit}"),
+                reason: e.to_string(),
+            })?;
+        Ok(status.success())
+    }
+
+    fn missing_packages<'a>(
+        &mut self,
+        names: &[&'a PackageName],
+    ) -> Result<Vec<&'a PackageName>, AgentError> {
+        let mut missing = Vec::new();
+        for name in names {
+            let output = Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", name.as_str()])
+                .output()
+                .map_err(|e| AgentError::Packages(format!("running dpkg-query: {e}")))?;
+            if !String::from_utf8_lossy(&output.stdout).contains("install ok installed") {
+                missing.push(*name);
+            }
+        }
+        Ok(missing)
+    }
+}
+
+/// helm and kubectl talk to an apiserver that may still be settling: three attempts, with
+/// 5 s and then 15 s between them, all within the step's timeout.
+fn retry_command(
+    program: &Path,
+    args: &[String],
+    kubeconfig: &Path,
+    timeout: Duration,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut last = String::new();
+    for (attempt, pause) in [(1, 5u64), (2, 15), (3, 0)] {
+        match run(program, &args, &[("KUBECONFIG", kubeconfig)]) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e,
+        }
+        if pause == 0 || start.elapsed() + Duration::from_secs(pause) > timeout {
+            break;
+        }
+        log_warn!(
+            "{} attempt {attempt} failed; retrying in {pause}s: {last}",
+            program.display()
+        );
+        std::thread::sleep(Duration::from_secs(pause));
+    }
+    Err(last)
+}

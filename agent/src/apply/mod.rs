@@ -1,0 +1,300 @@
+//! Applying a verified bundle: files first (all staged, then all renamed), then prerequisites
+//! (packages, artifacts), then the plan's steps in order, reporting each phase. State is saved
+//! after the files landed, and the serial is recorded only after everything succeeded.
+
+pub mod artifacts;
+pub mod files;
+pub mod host;
+pub mod waits;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use exk8s_common::payload::{BundlePayload, PlanStep};
+
+use crate::error::{AgentError, chain};
+use crate::report::{Reporter, State as Phase};
+use crate::state::{State, marker_path, write_atomic};
+
+pub use files::Change;
+use host::{Host, HostAction};
+
+/// How to apply.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `/` on a node; a prefix for tests and image builders.
+    pub root: PathBuf,
+    /// Show what would change; write nothing, perform nothing.
+    pub dry_run: bool,
+    /// A failed chown is an error (a real node) rather than a warning.
+    pub strict_owner: bool,
+}
+
+/// What an apply did (or, in a dry run, would do).
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub files: Vec<(String, Change)>,
+}
+
+fn in_root(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// Runs one phase: reports started, then succeeded or failed with the error chain.
+fn phase<T>(
+    reporter: &Reporter<'_>,
+    name: &str,
+    work: impl FnOnce() -> Result<T, AgentError>,
+) -> Result<T, AgentError> {
+    reporter.report(name, Phase::Started, "");
+    match work() {
+        Ok(value) => {
+            reporter.report(name, Phase::Succeeded, "");
+            Ok(value)
+        }
+        Err(e) => {
+            reporter.report(name, Phase::Failed, &chain(&e));
+            Err(e)
+        }
+    }
+}
+
+/// The phase a plan step belongs to (for reports).
+fn phase_of(step: &PlanStep) -> &'static str {
+    match step {
+        PlanStep::DaemonReload {} | PlanStep::EnableStart { .. } => "services",
+        PlanStep::WaitEtcdHealthy { .. } => "etcd",
+        PlanStep::WaitApiserverReady { .. } => "apiserver",
+        PlanStep::KubectlApply { .. }
+        | PlanStep::HelmInstall { .. }
+        | PlanStep::WaitRollout { .. } => "addons",
+    }
+}
+
+/// Applies `bundle` under `options.root` with `host` performing (or recording) host actions.
+pub fn apply(
+    bundle: &BundlePayload,
+    options: &Options,
+    host: &mut dyn Host,
+    reporter: &Reporter<'_>,
+) -> Result<Outcome, AgentError> {
+    let root = &options.root;
+    let actions = files::plan(root, &bundle.files)?;
+    let outcome = Outcome {
+        files: actions
+            .iter()
+            .map(|a| (a.file.path.to_string(), a.change))
+            .collect(),
+    };
+    let changed: BTreeSet<&str> = actions
+        .iter()
+        .filter(|a| a.change != Change::Unchanged)
+        .map(|a| a.file.path.as_str())
+        .collect();
+    if !options.dry_run {
+        phase(reporter, "files", || {
+            files::apply(root, &actions, options.strict_owner)?;
+            let mut state = State::load(root)?;
+            state.vm_id = Some(bundle.identity.vm_id);
+            state.files = bundle
+                .files
+                .iter()
+                .map(|f| (f.path.to_string(), f.sha256.to_hex()))
+                .collect();
+            state.save(root)
+        })?;
+    }
+    phase(reporter, "prereqs", || prerequisites(bundle, options, host))?;
+    let mut current: Option<&'static str> = None;
+    let mut started = false;
+    for step in &bundle.plan {
+        let name = phase_of(step);
+        if current != Some(name) {
+            if let Some(done) = current {
+                reporter.report(done, Phase::Succeeded, "");
+            }
+            reporter.report(name, Phase::Started, "");
+            current = Some(name);
+            started = true;
+        }
+        if let Err(e) = run_step(step, bundle, options, &changed, host) {
+            reporter.report(name, Phase::Failed, &chain(&e));
+            return Err(e);
+        }
+    }
+    if let (Some(done), true) = (current, started) {
+        reporter.report(done, Phase::Succeeded, "");
+    }
+    if options.dry_run {
+        return Ok(outcome);
+    }
+    {
+        let mut state = State::load(root)?;
+        state.applied_serial = Some(bundle.freshness.serial);
+        state.save(root)?;
+        let marker = marker_path(root);
+        write_atomic(
+            &marker,
+            format!("serial {}\n", bundle.freshness.serial).as_bytes(),
+            0o644,
+        )
+        .map_err(|source| AgentError::State {
+            path: marker,
+            source,
+        })?;
+    }
+    reporter.report("complete", Phase::Succeeded, "");
+    Ok(outcome)
+}
+
+/// Packages first (the artifacts' tools may need them), then artifacts not already installed.
+pub fn prerequisites(
+    bundle: &BundlePayload,
+    options: &Options,
+    host: &mut dyn Host,
+) -> Result<(), AgentError> {
+    let names: Vec<_> = bundle.packages.iter().map(|p| &p.name).collect();
+    let missing = host.missing_packages(&names)?;
+    if !missing.is_empty() {
+        host.perform(&HostAction::InstallPackages(missing))?;
+    }
+    let state = State::load(&options.root)?;
+    for artifact in &bundle.artifacts {
+        if !artifacts::is_installed(&options.root, &state, artifact) {
+            host.perform(&HostAction::InstallArtifact(artifact))?;
+        }
+    }
+    Ok(())
+}
+
+fn tool(bundle: &BundlePayload, root: &Path, name: &str) -> PathBuf {
+    bundle
+        .artifacts
+        .iter()
+        .find(|a| a.name.as_str() == name)
+        .map(|a| in_root(root, a.dest.as_str()))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn run_step(
+    step: &PlanStep,
+    bundle: &BundlePayload,
+    options: &Options,
+    changed: &BTreeSet<&str>,
+    host: &mut dyn Host,
+) -> Result<(), AgentError> {
+    let root = &options.root;
+    let secs = |s: &u32| Duration::from_secs(u64::from(*s));
+    match step {
+        PlanStep::DaemonReload {} => {
+            if changed
+                .iter()
+                .any(|p| p.starts_with("/etc/systemd/system/"))
+            {
+                host.perform(&HostAction::DaemonReload)?;
+            }
+        }
+        PlanStep::EnableStart { unit, watch } => {
+            host.perform(&HostAction::Enable(unit))?;
+            if !host.is_active(unit)? {
+                host.perform(&HostAction::Start(unit))?;
+            } else if watch.iter().any(|p| changed.contains(p.as_str())) {
+                host.perform(&HostAction::Restart(unit))?;
+            }
+        }
+        PlanStep::WaitEtcdHealthy {
+            endpoint,
+            ca_file,
+            cert_file,
+            key_file,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::WaitEtcd(waits::EtcdProbe {
+                endpoint: endpoint.to_string(),
+                ca_file: ca_file.as_str().into(),
+                cert_file: cert_file.as_str().into(),
+                key_file: key_file.as_str().into(),
+                timeout: secs(timeout_secs),
+            }))?;
+        }
+        PlanStep::WaitApiserverReady {
+            kubeconfig,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::WaitApiserver(waits::ApiserverProbe {
+                kubeconfig: kubeconfig.as_str().into(),
+                timeout: secs(timeout_secs),
+            }))?;
+        }
+        PlanStep::KubectlApply { kubeconfig, file } => {
+            host.perform(&HostAction::Command {
+                program: tool(bundle, root, "kubectl"),
+                args: vec![
+                    "apply".into(),
+                    "-f".into(),
+                    in_root(root, file.as_str()).display().to_string(),
+                ],
+                kubeconfig: in_root(root, kubeconfig.as_str()),
+                timeout: Duration::from_secs(300),
+            })?;
+        }
+        PlanStep::HelmInstall {
+            kubeconfig,
+            release,
+            chart,
+            version,
+            namespace,
+            values_file,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::Command {
+                program: tool(bundle, root, "helm"),
+                args: vec![
+                    "upgrade".into(),
+                    "--install".into(),
+                    release.to_string(),
+                    chart.to_string(),
+                    "--version".into(),
+                    version.to_string(),
+                    "--namespace".into(),
+                    namespace.to_string(),
+                    "--create-namespace".into(),
+                    "--values".into(),
+                    in_root(root, values_file.as_str()).display().to_string(),
+                    "--wait".into(),
+                    "--timeout".into(),
+                    format!("{timeout_secs}s"),
+                ],
+                kubeconfig: in_root(root, kubeconfig.as_str()),
+                timeout: secs(timeout_secs),
+            })?;
+        }
+        PlanStep::WaitRollout {
+            kubeconfig,
+            kind,
+            name,
+            namespace,
+            timeout_secs,
+        } => {
+            let kind = match kind {
+                exk8s_common::payload::RolloutKind::Deployment => "deployment",
+                exk8s_common::payload::RolloutKind::DaemonSet => "daemonset",
+            };
+            host.perform(&HostAction::Command {
+                program: tool(bundle, root, "kubectl"),
+                args: vec![
+                    "rollout".into(),
+                    "status".into(),
+                    format!("{kind}/{name}"),
+                    "--namespace".into(),
+                    namespace.to_string(),
+                    format!("--timeout={timeout_secs}s"),
+                ],
+                kubeconfig: in_root(root, kubeconfig.as_str()),
+                timeout: secs(timeout_secs),
+            })?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Waiting for the control plane: etcd's `/health` over mutual TLS with the healthcheck client
+//! certificate, and the apiserver's `/readyz` with the identity and CA of a kubeconfig. Each
+//! polls every two seconds until healthy or its deadline (from the plan) passes.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::http;
+
+const POLL: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub struct EtcdProbe {
+    pub endpoint: String,
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiserverProbe {
+    pub kubeconfig: PathBuf,
+    pub timeout: Duration,
+}
+
+fn read(root: &Path, path: &Path) -> Result<Vec<u8>, String> {
+    let full = root.join(path.strip_prefix("/").unwrap_or(path));
+    std::fs::read(&full).map_err(|e| format!("reading {}: {e}", full.display()))
+}
+
+/// Polls `url` with `agent` until `healthy(status, body)` or the deadline.
+fn poll(
+    agent: &ureq::Agent,
+    url: &str,
+    timeout: Duration,
+    healthy: impl Fn(&[u8]) -> bool,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let mut last = String::from("no answer yet");
+    while start.elapsed() < timeout {
+        match agent.get(url).call() {
+            Ok(response) => match http::read_capped(response, 64 * 1024) {
+                Ok(body) if healthy(&body) => return Ok(()),
+                Ok(body) => {
+                    last = format!(
+                        "unhealthy: {}",
+                        String::from_utf8_lossy(&body)
+                            .chars()
+                            .take(200)
+                            .collect::<String>()
+                    )
+                }
+                Err(e) => last = e,
+            },
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(POLL);
+    }
+    Err(format!("not healthy after {}s: {last}", timeout.as_secs()))
+}
+
+pub fn etcd(root: &Path, probe: &EtcdProbe) -> Result<(), String> {
+    let tls = http::mutual_tls(
+        &read(root, &probe.ca_file)?,
+        &read(root, &probe.cert_file)?,
+        &read(root, &probe.key_file)?,
+    )
+    .map_err(|e| e.to_string())?;
+    let agent = http::agent(tls, Duration::from_secs(5));
+    let url = format!("{}/health", probe.endpoint.trim_end_matches('/'));
+    poll(&agent, &url, probe.timeout, |body| {
+        serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["health"] == "true")
+    })
+}
+
+/// The parts of a kubeconfig a readiness probe needs.
+struct KubeconfigIdentity {
+    server: String,
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+fn identity(text: &[u8]) -> Result<KubeconfigIdentity, String> {
+    let doc: serde_yaml::Value =
+        serde_yaml::from_slice(text).map_err(|e| format!("kubeconfig: {e}"))?;
+    let field = |v: &serde_yaml::Value, what: &str| {
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("kubeconfig has no {what}"))
+    };
+    let decode = |v: &serde_yaml::Value, what: &str| {
+        BASE64
+            .decode(field(v, what)?)
+            .map_err(|_| format!("kubeconfig {what} is not base64"))
+    };
+    let cluster = &doc["clusters"][0]["cluster"];
+    let user = &doc["users"][0]["user"];
+    Ok(KubeconfigIdentity {
+        server: field(&cluster["server"], "server")?,
+        ca: decode(
+            &cluster["certificate-authority-data"],
+            "certificate-authority-data",
+        )?,
+        cert: decode(&user["client-certificate-data"], "client-certificate-data")?,
+        key: decode(&user["client-key-data"], "client-key-data")?,
+    })
+}
+
+pub fn apiserver(root: &Path, probe: &ApiserverProbe) -> Result<(), String> {
+    let id = identity(&read(root, &probe.kubeconfig)?)?;
+    let tls = http::mutual_tls(&id.ca, &id.cert, &id.key).map_err(|e| e.to_string())?;
+    let agent = http::agent(tls, Duration::from_secs(5));
+    let url = format!("{}/readyz", id.server.trim_end_matches('/'));
+    poll(&agent, &url, probe.timeout, |body| {
+        body.trim_ascii() == b"ok"
+    })
+}

@@ -1,0 +1,68 @@
+//! Fetching this VM's bundle from the API with both credentials and a fresh nonce. The body is
+//! capped at the envelope limit while it streams, so a huge or endless response costs bounded
+//! memory and time.
+
+use std::time::Duration;
+
+use exk8s_common::limits::MAX_ENVELOPE_BYTES;
+use exk8s_common::names::Nonce;
+
+use crate::error::AgentError;
+use crate::http::{Attempt, classify, read_capped, retry};
+use crate::imds::{IMDS_TOKEN_HEADER, Identity, relay};
+
+/// Header the agent sends its per-request nonce in; the bundle must echo it.
+pub const NONCE_HEADER: &str = "X-Exk8s-Nonce";
+
+/// A fresh 32-character URL-safe nonce from the OS CSPRNG.
+pub fn new_nonce() -> Result<Nonce, AgentError> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)
+        .map_err(|_| AgentError::Config("the OS random source failed".into()))?;
+    let text: String = bytes
+        .iter()
+        .map(|b| ALPHABET[usize::from(b & 63)] as char)
+        .collect();
+    Nonce::new(text).map_err(|e| AgentError::Config(e.to_string()))
+}
+
+/// `GET /bootstrap/control-plane/{vm_id}`, retried under `deadline`.
+pub fn bundle(
+    agent: &ureq::Agent,
+    api_url: &str,
+    identity: &Identity,
+    nonce: &Nonce,
+    deadline: Duration,
+) -> Result<Vec<u8>, AgentError> {
+    let url = format!(
+        "{}/bootstrap/control-plane/{}",
+        api_url.trim_end_matches('/'),
+        identity.vm_id
+    );
+    retry("fetching the bundle", deadline, || {
+        let request = agent
+            .get(&url)
+            .set(IMDS_TOKEN_HEADER, identity.imds_token.expose())
+            .set(
+                "Authorization",
+                &format!("Bearer {}", identity.access_token.expose()),
+            )
+            .set(NONCE_HEADER, nonce.as_str());
+        let response = match classify("bundle", request.call()) {
+            Ok(r) => r,
+            Err(attempt) => return relay(attempt),
+        };
+        match read_capped(response, MAX_ENVELOPE_BYTES) {
+            Ok(body) => Attempt::Done(body),
+            // An oversized body will not shrink on retry.
+            Err(reason) if reason.contains("limit") => {
+                Attempt::Fatal(AgentError::RefusedOnDisk(reason))
+            }
+            Err(reason) => Attempt::Retry {
+                reason,
+                after: None,
+            },
+        }
+    })
+}

@@ -1,0 +1,196 @@
+//! HTTP plumbing: a client with timeouts and an optional pinned TLS root, bodies read with a
+//! hard size cap while streaming, and retries with exponential backoff and jitter under an
+//! overall deadline. 4xx answers other than 429 are final; 429 honours `Retry-After`.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::ClientConfig;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+use crate::error::AgentError;
+use crate::log::log_warn;
+
+/// First retry delay; doubles up to [`MAX_BACKOFF`].
+const BASE_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The most of a refusal body quoted in an error.
+const QUOTED_BODY: usize = 300;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn tls_error(what: &str, e: impl std::fmt::Display) -> AgentError {
+    AgentError::Config(format!("{what}: {e}"))
+}
+
+/// Root store from a PEM bundle.
+pub fn roots_from_pem(pem: &[u8], what: &str) -> Result<rustls::RootCertStore, AgentError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| tls_error(what, e))?;
+        roots.add(cert).map_err(|e| tls_error(what, e))?;
+    }
+    if roots.is_empty() {
+        return Err(AgentError::Config(format!("{what}: no certificate found")));
+    }
+    Ok(roots)
+}
+
+/// TLS for the API: the pinned root when given, otherwise the public web PKI.
+pub fn api_tls(pinned_root_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>, AgentError> {
+    let roots = match pinned_root_pem {
+        Some(pem) => roots_from_pem(pem, "api_ca_file")?,
+        None => rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        },
+    };
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error("TLS", e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Mutual TLS with a private CA (etcd health, apiserver readiness).
+pub fn mutual_tls(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<Arc<ClientConfig>, AgentError> {
+    let roots = roots_from_pem(ca_pem, "CA bundle")?;
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls_error("client certificate", e))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| tls_error("client key", e))?;
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error("TLS", e))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| tls_error("client identity", e))?;
+    Ok(Arc::new(config))
+}
+
+/// A blocking HTTP agent: no redirects (credentials never follow one), per-request timeout
+/// covering the whole exchange including the body.
+pub fn agent(tls: Arc<ClientConfig>, request_timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .tls_config(tls)
+        .timeout_connect(request_timeout.min(Duration::from_secs(10)))
+        .timeout(request_timeout)
+        .redirects(0)
+        .build()
+}
+
+/// Reads a response body, failing as soon as it exceeds `limit` bytes.
+pub fn read_capped(response: ureq::Response, limit: u64) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    response
+        .into_reader()
+        .take(limit + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("reading the body: {e}"))?;
+    if body.len() as u64 > limit {
+        return Err(format!("the body exceeds the {limit}-byte limit"));
+    }
+    Ok(body)
+}
+
+/// The outcome of one attempt.
+pub enum Attempt<T> {
+    Done(T),
+    /// Worth retrying; with the server's `Retry-After` when it gave one.
+    Retry {
+        reason: String,
+        after: Option<Duration>,
+    },
+    Fatal(AgentError),
+}
+
+/// Classifies a ureq result: 2xx → `Ok(response)`, otherwise the matching [`Attempt`].
+pub fn classify(
+    what: &'static str,
+    result: Result<ureq::Response, ureq::Error>,
+) -> Result<ureq::Response, Attempt<std::convert::Infallible>> {
+    match result {
+        Ok(response) => Ok(response),
+        Err(ureq::Error::Status(429, response)) => Err(Attempt::Retry {
+            reason: "HTTP 429 (rate limited)".into(),
+            after: retry_after(&response),
+        }),
+        Err(ureq::Error::Status(status, response)) if status >= 500 => Err(Attempt::Retry {
+            reason: format!("HTTP {status}"),
+            after: retry_after(&response),
+        }),
+        Err(ureq::Error::Status(status, response)) => {
+            let body = read_capped(response, 4096)
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .chars()
+                        .take(QUOTED_BODY)
+                        .collect()
+                })
+                .unwrap_or_default();
+            Err(Attempt::Fatal(AgentError::Rejected { what, status, body }))
+        }
+        Err(ureq::Error::Transport(t)) => Err(Attempt::Retry {
+            reason: t.to_string(),
+            after: None,
+        }),
+    }
+}
+
+fn retry_after(response: &ureq::Response) -> Option<Duration> {
+    let secs: u64 = response.header("Retry-After")?.trim().parse().ok()?;
+    Some(Duration::from_secs(secs.min(300)))
+}
+
+/// A uniformly random fraction in [0, 1) from the OS CSPRNG (jitter needs no more).
+fn random_fraction() -> f64 {
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.5;
+    }
+    f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0)
+}
+
+/// Runs `op` until it is done, fatal, or `deadline` would pass before the next attempt.
+/// Delays grow exponentially from 500 ms to 30 s with jitter (half to full delay); a
+/// `Retry-After` is honoured when longer.
+pub fn retry<T>(
+    what: &'static str,
+    deadline: Duration,
+    mut op: impl FnMut() -> Attempt<T>,
+) -> Result<T, AgentError> {
+    let start = Instant::now();
+    let mut attempts = 0u32;
+    let mut backoff = BASE_BACKOFF;
+    loop {
+        attempts += 1;
+        let (reason, after) = match op() {
+            Attempt::Done(value) => return Ok(value),
+            Attempt::Fatal(err) => return Err(err),
+            Attempt::Retry { reason, after } => (reason, after),
+        };
+        let jittered = backoff.mul_f64(0.5 + 0.5 * random_fraction());
+        let delay = after.map_or(jittered, |a| a.max(jittered));
+        if start.elapsed() + delay >= deadline {
+            return Err(AgentError::NetworkExhausted {
+                what,
+                attempts,
+                elapsed_secs: start.elapsed().as_secs(),
+                last: reason,
+            });
+        }
+        log_warn!(
+            "{what}: attempt {attempts} failed ({reason}); retrying in {:.1}s",
+            delay.as_secs_f64()
+        );
+        std::thread::sleep(delay);
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}

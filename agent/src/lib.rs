@@ -1,0 +1,22 @@
+//! `exk8s-agent`, the static binary baked into VM images. It replaces the seed's bash userdata
+//! shim and its node scripts with one verifiable program:
+//!
+//! * [`imds`] — who this VM is, and its two credentials;
+//! * [`fetch`] — the bundle, with a fresh nonce, retries, and a size cap;
+//! * verification — `exk8s-common` (signature before parsing, then binding);
+//! * [`apply`] — files written atomically with exact modes, prerequisites, systemd, waits,
+//!   addons, each as a host action that `--root` records instead of performing;
+//! * [`report`] — phase reports back to the API, best effort;
+//! * [`state`] — the applied serial and file digests, saved only after success.
+
+pub mod apply;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod error;
+pub mod fetch;
+pub mod http;
+pub mod imds;
+mod log;
+pub mod report;
+pub mod state;

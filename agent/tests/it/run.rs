@@ -1,0 +1,265 @@
+//! `run` against a fake IMDS and API: the happy path with phase reports, binding refusals,
+//! and the network faults: 5xx and 429 retried, 4xx final, size cap, slow bodies, deadlines.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::helpers::{VM_ID, agent, code, files, payload, sign, stderr, tree};
+use crate::server::{Reply, Request, Server};
+
+const IMDS_TOKEN: &str = "imds-session-token-abcdef";
+const ACCESS_TOKEN: &str = "bootstrap-access-token-123456";
+
+/// Answers IMDS requests; everything else goes to `api`.
+fn imds_or(
+    api: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+    move |r: &Request| match r.path.as_str() {
+        "/imds/token" => Reply::ok(IMDS_TOKEN),
+        "/imds/latest/identity/node-identity"
+            if r.header("X-exc-imds-token") == Some(IMDS_TOKEN) =>
+        {
+            Reply::ok(format!("{{\"node_id\":{VM_ID}}}"))
+        }
+        "/imds/latest/identity/access-token"
+            if r.header("X-exc-imds-token") == Some(IMDS_TOKEN) =>
+        {
+            Reply::ok(format!("{{\"access_token\":\"{ACCESS_TOKEN}\"}}"))
+        }
+        p if p.starts_with("/imds/") => Reply::status(401),
+        _ => api(r),
+    }
+}
+
+/// A bundle for this VM echoing the request's nonce (with `mutate` applied first).
+fn bundle_for(r: &Request, mutate: impl Fn(&mut exk8s_common::payload::BundlePayload)) -> Reply {
+    let authorized = r.header("X-exc-imds-token") == Some(IMDS_TOKEN)
+        && r.header("Authorization") == Some(&format!("Bearer {ACCESS_TOKEN}"));
+    if !authorized {
+        return Reply::status(401);
+    }
+    let mut p = payload(VM_ID, 3, files("a"));
+    p.freshness.nonce = r.header("X-Exk8s-Nonce").unwrap().parse().unwrap();
+    mutate(&mut p);
+    Reply::ok(sign(&p))
+}
+
+fn config(dir: &Path, server: &Server, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("agent.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "api_url = \"{url}\"\nimds_url = \"{url}/imds\"\ninsecure_http = true\n\
+             imds_timeout_secs = 5\nfetch_timeout_secs = 6\n{extra}",
+            url = server.url
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run(scratch: &Path, server: &Server, extra: &str) -> (std::process::Output, std::path::PathBuf) {
+    let root = scratch.join("root");
+    let cfg = config(scratch, server, extra);
+    let out = agent(scratch)
+        .env("EXK8S_CONFIG", cfg)
+        .arg("run")
+        .arg("--root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    (out, root)
+}
+
+#[test]
+fn boots_from_imds_and_api_and_reports_every_phase() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(imds_or(|r| match (r.method.as_str(), r.path.as_str()) {
+        ("GET", "/bootstrap/control-plane/101") => bundle_for(r, |_| {}),
+        ("POST", "/bootstrap/control-plane/101/status") => Reply::ok("{}"),
+        _ => Reply::status(404),
+    }));
+    let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(root.join("etc/exk8s/pki/etcd-server-key.pem").exists());
+    assert!(root.join("var/lib/exk8s/bootstrap.done").exists());
+    let reports: Vec<serde_json::Value> = server
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.path.ends_with("/status"))
+        .map(|r| {
+            assert_eq!(r.header("X-exc-imds-token"), Some(IMDS_TOKEN));
+            serde_json::from_slice(&r.body).unwrap()
+        })
+        .collect();
+    let phases: Vec<String> = reports
+        .iter()
+        .filter(|r| r["state"] == "succeeded")
+        .map(|r| r["phase"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "fetch", "verify", "files", "prereqs", "services", "complete"
+        ],
+        "{reports:?}"
+    );
+    // No credential ever reaches a log line.
+    let log = stderr(&out);
+    assert!(
+        !log.contains(IMDS_TOKEN) && !log.contains(ACCESS_TOKEN),
+        "{log}"
+    );
+
+    // The marker makes the next run a no-op that contacts nobody.
+    let before = server.requests.lock().unwrap().len();
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 0);
+    assert_eq!(server.requests.lock().unwrap().len(), before);
+}
+
+#[test]
+fn a_bundle_for_another_vm_or_request_is_refused_and_writes_nothing() {
+    type Mutation = fn(&mut exk8s_common::payload::BundlePayload);
+    let cases: [(&str, Mutation); 3] = [
+        ("is for vm 102", |p| p.identity.vm_id = 102),
+        ("nonce", |p| {
+            p.freshness.nonce = "some-other-nonce-0000000".parse().unwrap()
+        }),
+        ("expired", |p| {
+            p.freshness.issued_at -= 7200;
+            p.freshness.expires_at -= 7200;
+        }),
+    ];
+    for (expect, mutate) in cases {
+        let scratch = tempfile::tempdir().unwrap();
+        let server = Server::start(imds_or(move |r| match r.path.as_str() {
+            "/bootstrap/control-plane/101" => bundle_for(r, mutate),
+            _ => Reply::ok("{}"),
+        }));
+        let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+        assert_eq!(code(&out), 4, "{expect}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+        assert!(tree(&root).is_empty(), "{expect}: wrote {:?}", tree(&root));
+        let failed = server.requests.lock().unwrap().iter().any(|r| {
+            r.path.ends_with("/status") && String::from_utf8_lossy(&r.body).contains("\"failed\"")
+        });
+        assert!(failed, "{expect}: the refusal was not reported");
+    }
+}
+
+#[test]
+fn server_errors_and_rate_limits_are_retried() {
+    let scratch = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&calls);
+    let server = Server::start(imds_or(move |r| match r.path.as_str() {
+        "/bootstrap/control-plane/101" => match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::status(500),
+            1 => Reply::Full {
+                status: 429,
+                headers: vec![("Retry-After".into(), "1".into())],
+                body: vec![],
+            },
+            _ => bundle_for(r, |_| {}),
+        },
+        _ => Reply::ok("{}"),
+    }));
+    let start = Instant::now();
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert!(
+        start.elapsed() >= Duration::from_secs(1),
+        "Retry-After was not honoured"
+    );
+}
+
+#[test]
+fn a_client_error_is_final() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(imds_or(|r| match r.path.as_str() {
+        "/bootstrap/control-plane/101" => Reply::status(404),
+        _ => Reply::ok("{}"),
+    }));
+    let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("HTTP 404"), "{}", stderr(&out));
+    assert_eq!(
+        server.count("/bootstrap/control-plane/101"),
+        1,
+        "a 404 was retried"
+    );
+    assert!(tree(&root).is_empty());
+}
+
+#[test]
+fn an_endless_body_is_cut_at_the_envelope_limit() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(imds_or(|r| match r.path.as_str() {
+        "/bootstrap/control-plane/101" => Reply::Endless,
+        _ => Reply::ok("{}"),
+    }));
+    let start = Instant::now();
+    let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 30\n");
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(stderr(&out).contains("limit"), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(20));
+    assert!(tree(&root).is_empty());
+}
+
+#[test]
+fn a_trickling_body_times_out_and_the_deadline_ends_the_retries() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(imds_or(|r| match r.path.as_str() {
+        "/bootstrap/control-plane/101" => Reply::Trickle,
+        _ => Reply::ok("{}"),
+    }));
+    let start = Instant::now();
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("gave up after"), "{}", stderr(&out));
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "the 6 s fetch deadline took {took:?}"
+    );
+}
+
+#[test]
+fn no_imds_until_the_deadline_is_network_exhaustion() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(|_r: &Request| Reply::status(503));
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("IMDS session token"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(server.count("/imds/token") >= 2, "IMDS was not retried");
+}
+
+#[test]
+fn a_plain_http_api_needs_the_explicit_insecure_flag() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(|_r: &Request| Reply::status(500));
+    let cfg = scratch.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!("api_url = \"{0}\"\nimds_url = \"{0}/imds\"\n", server.url),
+    )
+    .unwrap();
+    let out = agent(scratch.path())
+        .env("EXK8S_CONFIG", &cfg)
+        .arg("run")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("insecure_http"), "{}", stderr(&out));
+    assert!(server.paths().is_empty(), "contacted a plain-HTTP API");
+}
