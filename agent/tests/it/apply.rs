@@ -126,11 +126,7 @@ fn dry_run_shows_the_plan_and_writes_nothing() {
     insta::assert_snapshot!("dry_run", String::from_utf8_lossy(&out.stdout));
 }
 
-fn refused(
-    scratch: &Path,
-    envelope: &[u8],
-    extra: &[&str],
-) -> (i32, String, Tree) {
+fn refused(scratch: &Path, envelope: &[u8], extra: &[&str]) -> (i32, String, Tree) {
     let root = scratch.join(format!("root-{}", extra.join("-")));
     std::fs::create_dir_all(&root).unwrap();
     let path = bundle_file(scratch, "r.json", envelope);
