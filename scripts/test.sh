@@ -39,4 +39,7 @@ fi
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast
 
+log "packaging: static agent, image bake, unit verification"
+bash scripts/test-packaging.sh
+
 log "all checks passed"

@@ -9,6 +9,7 @@
 )]
 
 mod apply;
+mod artifacts;
 mod helpers;
 mod run;
 mod server;
