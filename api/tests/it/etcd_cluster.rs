@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use exk8s_api::pki::KeyAlgorithm;
 use exk8s_api::render::paths::PATHS;
+use exk8s_common::payload::PlanStep;
 
 use crate::helpers::{render_cluster, text};
 use crate::render::write_root;
@@ -153,6 +154,46 @@ fn three_real_etcd_members_run_from_rendered_units_and_certificates() {
         );
         assert!(ok, "loopback listener: {out}");
     }
+
+    // The agent's own wait, driven by the rendered plan step (only the listener remapped).
+    let step = cluster.bundles[0]
+        .plan
+        .iter()
+        .find_map(|s| match s {
+            PlanStep::WaitEtcdHealthy {
+                endpoint,
+                ca_file,
+                cert_file,
+                key_file,
+                ..
+            } => Some((
+                endpoint.clone(),
+                ca_file.clone(),
+                cert_file.clone(),
+                key_file.clone(),
+            )),
+            _ => None,
+        })
+        .expect("the plan waits for etcd");
+    assert_eq!(step.0.as_str(), "https://127.0.0.1:2379");
+    let probe = exk8s_agent::apply::waits::EtcdProbe {
+        endpoint: format!("https://127.0.0.1:{}", local_ports[0]),
+        ca_file: step.1.as_str().into(),
+        cert_file: step.2.as_str().into(),
+        key_file: step.3.as_str().into(),
+        timeout: Duration::from_secs(20),
+    };
+    exk8s_agent::apply::waits::etcd(&root1, &probe).expect("the agent's etcd wait");
+    let wrong = exk8s_agent::apply::waits::EtcdProbe {
+        cert_file: PATHS.apiserver_kubelet_client_cert.into(),
+        key_file: PATHS.apiserver_kubelet_client_key.into(),
+        timeout: Duration::from_secs(3),
+        ..probe
+    };
+    assert!(
+        exk8s_agent::apply::waits::etcd(&root1, &wrong).is_err(),
+        "a cluster-CA identity passed"
+    );
 
     // The apiserver's etcd client writes through member 1 and reads back through member 3.
     let (cert, key) = (
