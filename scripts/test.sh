@@ -16,6 +16,10 @@ ensure_packages openssl:openssl
 # Real components and validators the tests run (never skipped when missing: installed here).
 ensure_packages etcd:etcd-server etcdctl:etcd-client shellcheck:shellcheck \
   systemd-analyze:systemd python3:python3
+ensure_packages psql:postgresql-client
+ensure_postgres
+drop_test_databases
+export EXK8S_TEST_POSTGRES_URL="${EXK8S_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 ensure_venv_tool kubernetes-validate kubernetes-validate
 export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
 

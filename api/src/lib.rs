@@ -1,9 +1,37 @@
 //! `exk8s-api` founds Kubernetes control-plane clusters and serves each control-plane VM a
 //! bundle rendered and signed for exactly that machine.
 //!
-//! The API owns truth: which VM belongs to which cluster, and every key and certificate. The
-//! modules grow per ARCHITECTURE.md (`http`, `db`, `pki`, `render`, `compute`, `dns`, `sim`,
-//! `crypto`); the signed bundle format itself lives in `exk8s-common`.
+//! The API owns truth: which VM belongs to which cluster, and every key and certificate.
+//!
+//! * [`http`] — routes, handlers, errors, extractors; [`app`] — state and the server;
+//! * [`founding`] — `POST /clusters`, compensation, the reconciler;
+//! * [`db`] — sqlx queries per table (SQLite and PostgreSQL); [`crypto`] — keys sealed at rest;
+//! * [`pki`] — every certificate; [`render`] — the bundle for one node;
+//! * [`compute`], [`dns`] — the services exk8s drives; [`sim`] — their SIMULATORS;
+//! * [`cli`] — the `exk8s-api` command.
 
+pub mod app;
+pub mod cli;
+pub mod compute;
+pub mod crypto;
+pub mod db;
+pub mod dns;
+pub mod founding;
+pub mod http;
+pub mod metrics;
 pub mod pki;
 pub mod render;
+pub mod sim;
+pub mod tokens;
+
+/// An error and its causes on one line (logs print the chain once, at the top).
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}

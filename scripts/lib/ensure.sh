@@ -61,3 +61,39 @@ ensure_venv_tool() {
     .venv/bin/python -m pip install --quiet --disable-pip-version-check "${package}"
   fi
 }
+
+# ensure_postgres — a PostgreSQL server answering on 127.0.0.1:5432 with trust auth for the
+# postgres user over loopback (tests create and drop their own databases). Starts the local
+# cluster when it is stopped; installs and configures one when none exists.
+ensure_postgres() {
+  if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then return 0; fi
+  if ! have pg_ctlcluster || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
+    ensure_packages pg_ctlcluster:postgresql
+  fi
+  local version
+  version=$(find /etc/postgresql -mindepth 1 -maxdepth 1 -printf "%f\n" | sort -V | tail -n 1)
+  local hba="/etc/postgresql/$version/main/pg_hba.conf"
+  if ! grep -q '^host all postgres 127.0.0.1/32 trust' "$hba"; then
+    log "allowing trust auth for postgres on 127.0.0.1 (test machine)"
+    as_root sed -i '1i host all postgres 127.0.0.1/32 trust' "$hba"
+  fi
+  log "starting PostgreSQL $version"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  local tries=0
+  until pg_isready -q -h 127.0.0.1 -p 5432; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 30 ]; then
+      echo "PostgreSQL does not answer on 127.0.0.1:5432" >&2
+      return 1
+    fi
+    sleep 1
+  done
+}
+
+# drop_test_databases — removes databases earlier test runs created (exk8s_test_*).
+drop_test_databases() {
+  local db
+  for db in $(psql -h 127.0.0.1 -U postgres -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'exk8s_test_%'"); do
+    psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null
+  done
+}

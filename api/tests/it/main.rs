@@ -7,7 +7,10 @@
     reason = "test helpers: a failure should stop the test loudly"
 )]
 
+mod app;
+mod crash;
 mod etcd_cluster;
+mod founding;
 mod helpers;
 mod pki;
 mod render;

@@ -1,0 +1,152 @@
+//! The running service: shared state, configuration, and [`Application`], which binds its
+//! listener at build time (port 0 works in tests) and serves until stopped with a drain period
+//! during which `/healthz` answers 418.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ed25519_dalek::VerifyingKey;
+use exk8s_common::BundleSigner;
+use tokio::net::TcpListener;
+
+use crate::compute::Compute;
+use crate::crypto::Keyring;
+use crate::db::{Db, DbError};
+use crate::dns::Dns;
+use crate::metrics::Metrics;
+
+/// Settings that shape clusters and the service's timing.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Where VMs reach this API (written into userdata).
+    pub public_url: String,
+    /// Instance-metadata base URL written into userdata.
+    pub imds_url: String,
+    /// Tell agents plain HTTP is acceptable (dev stack only).
+    pub agent_insecure_http: bool,
+    /// Zone of the shared control-plane names: `<cluster>.<zone>`.
+    pub dns_zone: String,
+    pub cluster_domain: String,
+    pub service_cidr: String,
+    pub pod_cidr: String,
+    /// The allow-list; the first is the default.
+    pub kubernetes_versions: Vec<String>,
+    /// How long founding waits for a VM's address.
+    pub address_timeout: Duration,
+    /// A `provisioning` cluster untouched this long is abandoned (reconciler).
+    pub provisioning_deadline: Duration,
+    pub reconcile_interval: Duration,
+    /// How long `/healthz` answers 418 before the server stops accepting.
+    pub drain: Duration,
+    /// Bundle lifetime.
+    pub bundle_ttl: Duration,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            public_url: "http://127.0.0.1:8080".into(),
+            imds_url: "http://169.254.169.254".into(),
+            agent_insecure_http: false,
+            dns_zone: "k8s.internal".into(),
+            cluster_domain: "cluster.local".into(),
+            service_cidr: "10.96.0.0/12".into(),
+            pod_cidr: "172.16.0.0/12".into(),
+            kubernetes_versions: vec!["v1.35.3".into()],
+            address_timeout: Duration::from_secs(120),
+            provisioning_deadline: Duration::from_secs(600),
+            reconcile_interval: Duration::from_secs(60),
+            drain: Duration::from_secs(5),
+            bundle_ttl: Duration::from_secs(900),
+        }
+    }
+}
+
+/// Everything a handler may use. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub keks: Arc<Keyring>,
+    /// The active bundle-signing key.
+    pub signer: Arc<BundleSigner>,
+    /// Further public keys published at `/bootstrap/keys` during a rotation.
+    pub extra_trusted_keys: Arc<Vec<VerifyingKey>>,
+    pub compute: Arc<dyn Compute>,
+    pub dns: Option<Arc<dyn Dns>>,
+    pub config: Arc<ApiConfig>,
+    pub metrics: Arc<Metrics>,
+    pub draining: Arc<AtomicBool>,
+}
+
+/// A bound, migrated server, ready to run.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    extra_routes: Option<axum::Router>,
+}
+
+impl Application {
+    /// Binds `listen`, runs migrations, and starts the reconciler.
+    pub async fn build(state: AppState, listen: &str) -> Result<Self, BuildError> {
+        state.db.migrate().await?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|e| BuildError::Bind(listen.to_owned(), e))?;
+        crate::founding::reconcile::spawn(state.clone());
+        Ok(Self {
+            listener,
+            state,
+            extra_routes: None,
+        })
+    }
+
+    /// Adds routes served beside the API (the dev stack's simulators).
+    pub fn with_routes(mut self, routes: axum::Router) -> Self {
+        self.extra_routes = Some(routes);
+        self
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `stop` resolves; then answers `/healthz` with 418 for the drain period,
+    /// lets in-flight requests finish, and returns.
+    pub async fn run_until_stopped(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let draining = Arc::clone(&self.state.draining);
+        let drain = self.state.config.drain;
+        let mut router = crate::http::router(self.state);
+        if let Some(extra) = self.extra_routes {
+            router = router.merge(extra);
+        }
+        let shutdown = async move {
+            stop.await;
+            draining.store(true, Ordering::SeqCst);
+            tracing::info!(drain_secs = drain.as_secs(), "draining before shutdown");
+            tokio::time::sleep(drain).await;
+        };
+        axum::serve(
+            self.listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("binding {0}")]
+    Bind(String, #[source] std::io::Error),
+}

@@ -1,0 +1,301 @@
+//! `clusters`: one row per cluster, its phase (`provisioning` → `founded` | `failed`, and
+//! `compensating` / `deleting` in between), its network facts, and its trust (CA certificates in
+//! clear, every private key sealed).
+
+use sqlx::{Any, Executor, Row};
+
+use super::DbError;
+
+/// A cluster row.
+#[derive(Debug, Clone)]
+pub struct ClusterRow {
+    pub id: i64,
+    pub org_id: i64,
+    pub name: String,
+    pub phase: String,
+    pub spec_json: String,
+    pub key_algorithm: String,
+    pub kubernetes_version: String,
+    pub service_cidr: String,
+    pub pod_cidr: String,
+    pub cluster_domain: String,
+    pub control_plane_dns_name: String,
+    pub ca_cert: Option<String>,
+    pub ca_key_sealed: Option<String>,
+    pub etcd_ca_cert: Option<String>,
+    pub etcd_ca_key_sealed: Option<String>,
+    pub front_proxy_ca_cert: Option<String>,
+    pub front_proxy_ca_key_sealed: Option<String>,
+    pub sa_public: Option<String>,
+    pub sa_key_sealed: Option<String>,
+    pub encryption_key_sealed: Option<String>,
+    pub security_group_id: Option<i64>,
+    pub dns_configured: bool,
+    pub dns_error: Option<String>,
+    pub error_reason: Option<String>,
+    pub error_message: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubernetes_version, \
+    service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, ca_cert, ca_key_sealed, \
+    etcd_ca_cert, etcd_ca_key_sealed, front_proxy_ca_cert, front_proxy_ca_key_sealed, sa_public, \
+    sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
+    error_reason, error_message, created_at, updated_at";
+
+fn from_row(r: &sqlx::any::AnyRow) -> Result<ClusterRow, sqlx::Error> {
+    Ok(ClusterRow {
+        id: r.try_get("id")?,
+        org_id: r.try_get("org_id")?,
+        name: r.try_get("name")?,
+        phase: r.try_get("phase")?,
+        spec_json: r.try_get("spec_json")?,
+        key_algorithm: r.try_get("key_algorithm")?,
+        kubernetes_version: r.try_get("kubernetes_version")?,
+        service_cidr: r.try_get("service_cidr")?,
+        pod_cidr: r.try_get("pod_cidr")?,
+        cluster_domain: r.try_get("cluster_domain")?,
+        control_plane_dns_name: r.try_get("control_plane_dns_name")?,
+        ca_cert: r.try_get("ca_cert")?,
+        ca_key_sealed: r.try_get("ca_key_sealed")?,
+        etcd_ca_cert: r.try_get("etcd_ca_cert")?,
+        etcd_ca_key_sealed: r.try_get("etcd_ca_key_sealed")?,
+        front_proxy_ca_cert: r.try_get("front_proxy_ca_cert")?,
+        front_proxy_ca_key_sealed: r.try_get("front_proxy_ca_key_sealed")?,
+        sa_public: r.try_get("sa_public")?,
+        sa_key_sealed: r.try_get("sa_key_sealed")?,
+        encryption_key_sealed: r.try_get("encryption_key_sealed")?,
+        security_group_id: r.try_get("security_group_id")?,
+        dns_configured: r.try_get::<i64, _>("dns_configured")? != 0,
+        dns_error: r.try_get("dns_error")?,
+        error_reason: r.try_get("error_reason")?,
+        error_message: r.try_get("error_message")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+/// The facts a new cluster row starts with.
+#[derive(Debug, Clone)]
+pub struct NewCluster<'a> {
+    pub org_id: i64,
+    pub spec_json: &'a str,
+    pub key_algorithm: &'a str,
+    pub kubernetes_version: &'a str,
+    pub service_cidr: &'a str,
+    pub pod_cidr: &'a str,
+    pub cluster_domain: &'a str,
+    pub dns_zone: &'a str,
+}
+
+/// Inserts a `provisioning` cluster and names it from its id: `exk8s-<org>-<id hex>`, with the
+/// control-plane DNS name `<name>.<zone>`. Returns (id, name, dns name).
+pub async fn insert_provisioning(
+    tx: &mut sqlx::AnyConnection,
+    new: &NewCluster<'_>,
+    now: i64,
+) -> Result<(i64, String, String), DbError> {
+    let row = sqlx::query(
+        "INSERT INTO clusters (org_id, name, phase, spec_json, key_algorithm, kubernetes_version, \
+         service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, created_at, updated_at) \
+         VALUES ($1, '', 'provisioning', $2, $3, $4, $5, $6, $7, '', $8, $8) RETURNING id",
+    )
+    .bind(new.org_id)
+    .bind(new.spec_json)
+    .bind(new.key_algorithm)
+    .bind(new.kubernetes_version)
+    .bind(new.service_cidr)
+    .bind(new.pod_cidr)
+    .bind(new.cluster_domain)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    let id: i64 = row.try_get("id")?;
+    let name = format!("exk8s-{}-{:x}", new.org_id, id);
+    let dns_name = format!("{name}.{}", new.dns_zone);
+    sqlx::query("UPDATE clusters SET name = $1, control_plane_dns_name = $2 WHERE id = $3")
+        .bind(&name)
+        .bind(&dns_name)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    Ok((id, name, dns_name))
+}
+
+/// The cluster's trust material: certificates in clear, keys sealed.
+#[derive(Debug, Clone)]
+pub struct Trust {
+    pub ca_cert: String,
+    pub ca_key_sealed: String,
+    pub etcd_ca_cert: String,
+    pub etcd_ca_key_sealed: String,
+    pub front_proxy_ca_cert: String,
+    pub front_proxy_ca_key_sealed: String,
+    pub sa_public: String,
+    pub sa_key_sealed: String,
+    pub encryption_key_sealed: String,
+}
+
+pub async fn set_trust<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    t: &Trust,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET ca_cert = $1, ca_key_sealed = $2, etcd_ca_cert = $3, etcd_ca_key_sealed = $4, \
+         front_proxy_ca_cert = $5, front_proxy_ca_key_sealed = $6, sa_public = $7, sa_key_sealed = $8, \
+         encryption_key_sealed = $9 WHERE id = $10",
+    )
+    .bind(&t.ca_cert)
+    .bind(&t.ca_key_sealed)
+    .bind(&t.etcd_ca_cert)
+    .bind(&t.etcd_ca_key_sealed)
+    .bind(&t.front_proxy_ca_cert)
+    .bind(&t.front_proxy_ca_key_sealed)
+    .bind(&t.sa_public)
+    .bind(&t.sa_key_sealed)
+    .bind(&t.encryption_key_sealed)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Moves a cluster to `phase` and marks it alive now (the reconciler's staleness clock).
+pub async fn set_phase<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    phase: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET phase = $1, updated_at = $2 WHERE id = $3")
+        .bind(phase)
+        .bind(now)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn set_security_group<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    group: i64,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET security_group_id = $1, updated_at = $2 WHERE id = $3")
+        .bind(group)
+        .bind(now)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Records why founding failed, and the phase: `compensating` while resources remain,
+/// `failed` once they are gone.
+pub async fn set_error<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    phase: &str,
+    reason: &str,
+    message: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET phase = $1, error_reason = $2, error_message = $3, updated_at = $4 WHERE id = $5",
+    )
+    .bind(phase)
+    .bind(reason)
+    .bind(message)
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_dns<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    configured: bool,
+    error: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET dns_configured = $1, dns_error = $2 WHERE id = $3")
+        .bind(i64::from(configured))
+        .bind(error)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// A cluster of `org_id`; another org's cluster is simply not found.
+pub async fn get<'c>(
+    db: impl Executor<'c, Database = Any>,
+    org_id: i64,
+    id: i64,
+) -> Result<Option<ClusterRow>, DbError> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM clusters WHERE id = $1 AND org_id = $2"
+    ))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+pub async fn get_by_id<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+) -> Result<Option<ClusterRow>, DbError> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM clusters WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+pub async fn list<'c>(
+    db: impl Executor<'c, Database = Any>,
+    org_id: i64,
+) -> Result<Vec<ClusterRow>, DbError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM clusters WHERE org_id = $1 ORDER BY id"
+    ))
+    .bind(org_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// Atomically takes one cluster stuck in `provisioning` since before `stale_before`, moving it
+/// to `compensating`. Safe with several API replicas: exactly one wins each cluster.
+pub async fn claim_stale<'c>(
+    db: impl Executor<'c, Database = Any>,
+    stale_before: i64,
+    now: i64,
+) -> Result<Option<i64>, DbError> {
+    let row = sqlx::query(
+        "UPDATE clusters SET phase = 'compensating', updated_at = $1 \
+         WHERE id = (SELECT id FROM clusters WHERE phase IN ('provisioning', 'compensating') AND updated_at < $2 \
+                     ORDER BY id LIMIT 1) \
+           AND phase IN ('provisioning', 'compensating') AND updated_at < $2 \
+         RETURNING id",
+    )
+    .bind(now)
+    .bind(stale_before)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| r.try_get("id")).transpose()?)
+}
+
+pub async fn delete<'c>(db: impl Executor<'c, Database = Any>, id: i64) -> Result<(), DbError> {
+    sqlx::query("DELETE FROM clusters WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! `idempotency_keys`: a retried `POST /clusters` with the same `Idempotency-Key` and body gets
+//! the first response; another body under the same key is refused (422); a retry while the first
+//! is still running is refused (409). Stored responses are sealed (they hold a kubeconfig).
+
+use sqlx::{Any, Executor, Row};
+
+use super::DbError;
+
+/// An in-flight claim older than this is considered abandoned by a crashed process.
+pub const ABANDONED_AFTER_SECS: i64 = 900;
+
+#[derive(Debug)]
+pub enum Claim {
+    /// This request owns the key now.
+    New,
+    /// The same key was used with a different body.
+    Mismatch,
+    /// The first request with this key is still running.
+    InFlight,
+    /// The first request finished: replay its response.
+    Done {
+        status: u16,
+        response_sealed: String,
+    },
+}
+
+pub async fn claim(
+    tx: &mut sqlx::AnyConnection,
+    org_id: i64,
+    key: &str,
+    request_sha256: &str,
+    now: i64,
+) -> Result<Claim, DbError> {
+    sqlx::query("DELETE FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2 AND state = 'in_flight' AND created_at < $3")
+        .bind(org_id)
+        .bind(key)
+        .bind(now - ABANDONED_AFTER_SECS)
+        .execute(&mut *tx)
+        .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO idempotency_keys (org_id, idem_key, request_sha256, state, created_at) \
+         VALUES ($1, $2, $3, 'in_flight', $4) ON CONFLICT (org_id, idem_key) DO NOTHING",
+    )
+    .bind(org_id)
+    .bind(key)
+    .bind(request_sha256)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 1 {
+        return Ok(Claim::New);
+    }
+    let row = sqlx::query(
+        "SELECT request_sha256, state, status_code, response_sealed FROM idempotency_keys \
+         WHERE org_id = $1 AND idem_key = $2",
+    )
+    .bind(org_id)
+    .bind(key)
+    .fetch_one(&mut *tx)
+    .await?;
+    let stored_hash: String = row.try_get("request_sha256")?;
+    if stored_hash != request_sha256 {
+        return Ok(Claim::Mismatch);
+    }
+    let state: String = row.try_get("state")?;
+    let status: Option<i64> = row.try_get("status_code")?;
+    let response: Option<String> = row.try_get("response_sealed")?;
+    match (state.as_str(), status, response) {
+        ("done", Some(status), Some(response_sealed)) => Ok(Claim::Done {
+            status: u16::try_from(status).unwrap_or(500),
+            response_sealed,
+        }),
+        _ => Ok(Claim::InFlight),
+    }
+}
+
+pub async fn complete<'c>(
+    db: impl Executor<'c, Database = Any>,
+    org_id: i64,
+    key: &str,
+    status: u16,
+    response_sealed: &str,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE idempotency_keys SET state = 'done', status_code = $1, response_sealed = $2 \
+         WHERE org_id = $3 AND idem_key = $4",
+    )
+    .bind(i64::from(status))
+    .bind(response_sealed)
+    .bind(org_id)
+    .bind(key)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Forgets a claim whose request failed in a way a retry may fix (database down).
+pub async fn release<'c>(
+    db: impl Executor<'c, Database = Any>,
+    org_id: i64,
+    key: &str,
+) -> Result<(), DbError> {
+    sqlx::query("DELETE FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2")
+        .bind(org_id)
+        .bind(key)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! `cluster_resources`: the journal of every external thing founding creates. A row is written
+//! and committed BEFORE the external call (state `creating`, with the client token sent along),
+//! and updated after it (`created` + the external id), so a crash never loses track of what may
+//! exist: the reconciler finds `creating` rows' resources by their client token.
+
+use sqlx::{Any, Executor, Row};
+
+use super::DbError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Vm,
+    SecurityGroup,
+    DnsRecord,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Vm => "vm",
+            Self::SecurityGroup => "security_group",
+            Self::DnsRecord => "dns_record",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "vm" => Some(Self::Vm),
+            "security_group" => Some(Self::SecurityGroup),
+            "dns_record" => Some(Self::DnsRecord),
+            _ => None,
+        }
+    }
+}
+
+/// One journaled resource.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub id: i64,
+    pub cluster_id: i64,
+    pub kind: Kind,
+    pub client_token: String,
+    pub external_id: Option<String>,
+    pub ordinal: Option<i64>,
+    /// `creating`, `created` or `deleted`.
+    pub state: String,
+}
+
+pub async fn journal_intent<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    kind: Kind,
+    client_token: &str,
+    ordinal: Option<i64>,
+    now: i64,
+) -> Result<i64, DbError> {
+    let row = sqlx::query(
+        "INSERT INTO cluster_resources (cluster_id, kind, client_token, ordinal, state, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'creating', $5, $5) RETURNING id",
+    )
+    .bind(cluster_id)
+    .bind(kind.as_str())
+    .bind(client_token)
+    .bind(ordinal)
+    .bind(now)
+    .fetch_one(db)
+    .await?;
+    Ok(row.try_get("id")?)
+}
+
+pub async fn set_state<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    state: &str,
+    external_id: Option<&str>,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_resources SET state = $1, external_id = COALESCE($2, external_id), updated_at = $3 WHERE id = $4",
+    )
+    .bind(state)
+    .bind(external_id)
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn list_for_cluster<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Vec<Resource>, DbError> {
+    let rows = sqlx::query(
+        "SELECT id, cluster_id, kind, client_token, external_id, ordinal, state \
+         FROM cluster_resources WHERE cluster_id = $1 ORDER BY id",
+    )
+    .bind(cluster_id)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let kind: String = row.try_get("kind")?;
+            Ok(Resource {
+                id: row.try_get("id")?,
+                cluster_id: row.try_get("cluster_id")?,
+                kind: Kind::parse(&kind)
+                    .ok_or_else(|| sqlx::Error::Decode(format!("kind {kind}").into()))?,
+                client_token: row.try_get("client_token")?,
+                external_id: row.try_get("external_id")?,
+                ordinal: row.try_get("ordinal")?,
+                state: row.try_get("state")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(DbError::from)
+}
+
+pub async fn delete_for_cluster<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<(), DbError> {
+    sqlx::query("DELETE FROM cluster_resources WHERE cluster_id = $1")
+        .bind(cluster_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,497 @@
+//! Founding a cluster (`POST /clusters`): validate → PKI → journal the cluster row
+//! (`provisioning`) → security group → one VM per ordinal (each journaled before and after its
+//! call, each in its own commit) → wait for addresses → serving certificates → node rows →
+//! `founded` → DNS, best effort.
+//!
+//! Any failure before `founded` compensates: every VM and security group the journal knows of
+//! is deleted and the cluster ends `failed` with a reason. A crash mid-way leaves the cluster
+//! `provisioning`; [`reconcile`] finishes the compensation once it is stale.
+
+pub mod reconcile;
+pub mod release;
+pub mod request;
+pub mod trust;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use time::OffsetDateTime;
+
+use crate::app::AppState;
+use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Vm};
+use crate::db::{self, DbError, clusters::NewCluster, nodes::NewNode, resources::Kind};
+use crate::http::error::ApiError;
+use crate::pki::kubeconfig::{self, KubeconfigSpec};
+use crate::pki::{
+    ClientIdentity, ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, SecretPem,
+    ServiceCidr,
+};
+use crate::render::EncryptionKey;
+use request::ClusterSpecRequest;
+
+/// A founded cluster, as the response reports it.
+#[derive(Debug)]
+pub struct Founded {
+    pub id: i64,
+    pub name: String,
+    pub dns_name: String,
+    pub vm_ids: Vec<i64>,
+    pub admin_kubeconfig: SecretPem,
+    pub dns_configured: bool,
+    pub dns_error: Option<String>,
+    pub node_ips: Vec<String>,
+}
+
+/// Why founding stopped, with the reason recorded on the cluster.
+#[derive(Debug)]
+struct Failure {
+    reason: &'static str,
+    error: ApiError,
+}
+
+impl Failure {
+    fn compute(step: &'static str, e: ComputeError) -> Self {
+        let error = match e {
+            ComputeError::Rejected { status, message } if status < 500 => ApiError::Unprocessable {
+                field: None,
+                message: format!("the compute API refused {step} ({status}): {message}"),
+            },
+            other => ApiError::BadGateway(format!("{step} failed: {other}")),
+        };
+        Self {
+            reason: step,
+            error,
+        }
+    }
+
+    /// An upstream answer founding cannot use, reported as a failure of `step`.
+    fn upstream(step: &'static str, message: String) -> Self {
+        Self {
+            reason: step,
+            error: ApiError::BadGateway(format!("{step} failed: {message}")),
+        }
+    }
+
+    fn db(e: DbError) -> Self {
+        Self {
+            reason: "database",
+            error: ApiError::from(e),
+        }
+    }
+
+    fn internal(reason: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            reason,
+            error: ApiError::internal(e),
+        }
+    }
+}
+
+fn blocking_failed(e: tokio::task::JoinError) -> ApiError {
+    ApiError::internal(e)
+}
+
+/// Runs `POST /clusters` for an org.
+pub async fn found(
+    state: &AppState,
+    org_id: i64,
+    spec: &ClusterSpecRequest,
+) -> Result<Founded, ApiError> {
+    let config = &state.config;
+    let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(ApiError::internal)?;
+    let algorithm = spec.key_algorithm;
+    let pki = tokio::task::spawn_blocking(move || {
+        ClusterPki::generate(algorithm, OffsetDateTime::now_utc())
+    })
+    .await
+    .map_err(blocking_failed)?
+    .map_err(ApiError::internal)?;
+    let pki = Arc::new(pki);
+    let encryption = EncryptionKey::generate().map_err(ApiError::internal)?;
+
+    let now = db::now();
+    let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
+    let mut tx = state.db.pool.begin().await.map_err(DbError::from)?;
+    let new = NewCluster {
+        org_id,
+        spec_json: &spec_json,
+        key_algorithm: algorithm.as_str(),
+        kubernetes_version: &spec.kubernetes_version,
+        service_cidr: &config.service_cidr,
+        pod_cidr: &config.pod_cidr,
+        cluster_domain: &config.cluster_domain,
+        dns_zone: &config.dns_zone,
+    };
+    let (id, name, dns_name) = db::clusters::insert_provisioning(&mut tx, &new, now).await?;
+    let trust = trust::seal(&state.keks, id, &pki, &encryption).map_err(ApiError::internal)?;
+    db::clusters::set_trust(&mut *tx, id, &trust).await?;
+    tx.commit().await.map_err(DbError::from)?;
+    tracing::info!(cluster_id = id, org_id, %name, "founding started");
+
+    let network = ClusterNetwork::new(service_cidr, &config.cluster_domain, &dns_name)
+        .map_err(ApiError::internal)?;
+    match provision(state, id, &name, spec, &pki, &network).await {
+        Ok(mut founded) => {
+            state.metrics.clusters_founded.inc();
+            founded.dns_name = dns_name;
+            configure_dns(state, &mut founded).await;
+            Ok(founded)
+        }
+        Err(failure) => {
+            state.metrics.clusters_failed.inc();
+            tracing::warn!(cluster_id = id, reason = failure.reason, error = %failure.error, "founding failed; compensating");
+            let message = failure.error.to_string();
+            // Best effort: with the database down these fail too, and the reconciler finishes.
+            let _ = db::clusters::set_error(
+                &state.db.pool,
+                id,
+                "compensating",
+                failure.reason,
+                &message,
+                db::now(),
+            )
+            .await;
+            if release::release_all(state, id).await.is_ok() {
+                let _ = db::clusters::set_error(
+                    &state.db.pool,
+                    id,
+                    "failed",
+                    failure.reason,
+                    &message,
+                    db::now(),
+                )
+                .await;
+                state.metrics.compensations.inc();
+            }
+            Err(failure.error)
+        }
+    }
+}
+
+/// Journals `kind` with `client_token` (committed), returning the journal row id.
+async fn journal(
+    state: &AppState,
+    cluster_id: i64,
+    kind: Kind,
+    token: &str,
+    ordinal: Option<i64>,
+) -> Result<i64, Failure> {
+    db::resources::journal_intent(&state.db.pool, cluster_id, kind, token, ordinal, db::now())
+        .await
+        .map_err(Failure::db)
+}
+
+async fn provision(
+    state: &AppState,
+    cluster_id: i64,
+    name: &str,
+    spec: &ClusterSpecRequest,
+    pki: &Arc<ClusterPki>,
+    network: &ClusterNetwork,
+) -> Result<Founded, Failure> {
+    let compute = &state.compute;
+    let subnet = compute
+        .get_subnet(spec.subnet_id)
+        .await
+        .map_err(|e| Failure::compute("subnet lookup", e))?
+        .ok_or_else(|| Failure {
+            reason: "subnet lookup",
+            error: ApiError::Unprocessable {
+                field: Some("subnet_id".into()),
+                message: format!("subnet {} does not exist", spec.subnet_id),
+            },
+        })?;
+
+    let mut groups = spec.security_group_ids.clone();
+    if groups.is_empty() {
+        let token = format!("cluster-{cluster_id}-sg");
+        let journal_id = journal(state, cluster_id, Kind::SecurityGroup, &token, None).await?;
+        let group = compute
+            .create_security_group(&CreateSecurityGroup {
+                name: format!("{name}-control-plane"),
+                subnet_id: subnet.id,
+                rules: vec![
+                    Rule {
+                        protocol: "all".into(),
+                        port: None,
+                        source_cidr: subnet.cidr.clone(),
+                    },
+                    Rule {
+                        protocol: "tcp".into(),
+                        port: Some(6443),
+                        source_cidr: "0.0.0.0/0".into(),
+                    },
+                ],
+                client_token: token,
+            })
+            .await
+            .map_err(|e| Failure::compute("security group creation", e))?;
+        db::resources::set_state(
+            &state.db.pool,
+            journal_id,
+            "created",
+            Some(&group.id.to_string()),
+            db::now(),
+        )
+        .await
+        .map_err(Failure::db)?;
+        db::clusters::set_security_group(&state.db.pool, cluster_id, group.id, db::now())
+            .await
+            .map_err(Failure::db)?;
+        groups.push(group.id);
+    }
+
+    let userdata = crate::render::render_userdata(
+        &state.config.public_url,
+        &state.config.imds_url,
+        state.config.agent_insecure_http,
+    )
+    .map_err(|e| Failure::internal("userdata", e))?;
+    let mut vms: Vec<Vm> = Vec::new();
+    for ordinal in 1..=spec.control_plane_count {
+        let token = format!("cluster-{cluster_id}-vm-{ordinal}");
+        let journal_id = journal(state, cluster_id, Kind::Vm, &token, Some(ordinal)).await?;
+        let tags = BTreeMap::from([
+            ("exk8s.io/role".to_owned(), "control-plane".to_owned()),
+            ("exk8s.io/cluster".to_owned(), cluster_id.to_string()),
+            ("exk8s.io/ordinal".to_owned(), ordinal.to_string()),
+        ]);
+        let vm = compute
+            .create_vm(&CreateVm {
+                name: format!("{name}-cp-{ordinal}"),
+                image_id: spec.control_plane_image_id,
+                instance_type: spec.control_plane_instance_type.clone(),
+                zone_id: spec.zone_id,
+                subnet_id: spec.subnet_id,
+                security_group_ids: groups.clone(),
+                allocate_public_ipv4: spec.allocate_public_ipv4,
+                ssh_pubkey: spec.ssh_pubkey.clone(),
+                root_volume_size_gib: spec.root_volume_size_gib,
+                userdata: userdata.clone(),
+                tags,
+                client_token: token,
+            })
+            .await
+            .map_err(|e| Failure::compute("VM creation", e))?;
+        db::resources::set_state(
+            &state.db.pool,
+            journal_id,
+            "created",
+            Some(&vm.id.to_string()),
+            db::now(),
+        )
+        .await
+        .map_err(Failure::db)?;
+        db::clusters::set_phase(&state.db.pool, cluster_id, "provisioning", db::now())
+            .await
+            .map_err(Failure::db)?;
+        vms.push(vm);
+    }
+
+    let mut nodes = Vec::with_capacity(vms.len());
+    for (index, vm) in vms.iter().enumerate() {
+        let vm = wait_for_address(state, vm.id).await?;
+        let ordinal = index as i64 + 1;
+        let parse =
+            |what: &'static str, text: &Option<String>| -> Result<Option<String>, Failure> {
+                match text {
+                    None => Ok(None),
+                    Some(t) if t.parse::<std::net::IpAddr>().is_ok() => Ok(Some(t.clone())),
+                    Some(_) => Err(Failure::upstream(
+                        "address lookup",
+                        format!("the compute API gave VM {} an invalid {what}", vm.id),
+                    )),
+                }
+            };
+        let v4 = parse("IPv4 address", &vm.private_ipv4)?.unwrap_or_default();
+        let addresses = NodeAddresses {
+            name: trust::node_name(cluster_id, ordinal),
+            private_ipv4: v4.parse::<Ipv4Addr>().map_err(|_| {
+                Failure::upstream(
+                    "address lookup",
+                    format!("VM {} has no IPv4 address", vm.id),
+                )
+            })?,
+            private_ipv6: parse("IPv6 address", &vm.private_ipv6)?
+                .and_then(|a| a.parse::<Ipv6Addr>().ok()),
+            public_ipv4: parse("public IPv4 address", &vm.public_ipv4)?
+                .and_then(|a| a.parse::<Ipv4Addr>().ok()),
+        };
+        nodes.push((vm, ordinal, addresses));
+    }
+
+    // Serving certificates per node, made now and stored, so bundles are pure rendering.
+    let pki_for_certs = Arc::clone(pki);
+    let network_for_certs = network.clone();
+    let addresses: Vec<NodeAddresses> = nodes.iter().map(|(_, _, a)| a.clone()).collect();
+    let serving = tokio::task::spawn_blocking(move || {
+        let now = OffsetDateTime::now_utc();
+        addresses
+            .iter()
+            .map(|a| NodeServingCerts::generate(&pki_for_certs, a, &network_for_certs, now))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| Failure::internal("certificates", e))?
+    .map_err(|e| Failure::internal("certificates", e))?;
+
+    let admin = ClientIdentity::Admin
+        .issue(pki, OffsetDateTime::now_utc())
+        .map_err(|e| Failure::internal("certificates", e))?;
+    let server = format!("https://{}:6443", network.control_plane_dns_name);
+    let (user, _) = ClientIdentity::Admin.subject();
+    let admin_kubeconfig = kubeconfig::render(&KubeconfigSpec {
+        cluster_name: name,
+        server: &server,
+        ca_pem: pki.cluster_ca.cert_pem(),
+        user: &user,
+        credentials: &admin,
+    });
+
+    let now = db::now();
+    let mut tx = state
+        .db
+        .pool
+        .begin()
+        .await
+        .map_err(|e| Failure::db(e.into()))?;
+    for ((vm, ordinal, addresses), certs) in nodes.iter().zip(&serving) {
+        let node_id = db::nodes::insert(
+            &mut tx,
+            &NewNode {
+                cluster_id,
+                ordinal: *ordinal,
+                vm_id: vm.id,
+                node_name: addresses.name.as_str(),
+                private_ipv4: &addresses.private_ipv4.to_string(),
+                private_ipv6: addresses.private_ipv6.map(|a| a.to_string()).as_deref(),
+                public_ipv4: addresses.public_ipv4.map(|a| a.to_string()).as_deref(),
+                is_initial: *ordinal == 1,
+            },
+            now,
+        )
+        .await
+        .map_err(Failure::db)?;
+        let seal = |column: &str, cert| {
+            trust::seal_node_key(&state.keks, cluster_id, vm.id, column, cert)
+                .map_err(|e| Failure::internal("sealing", e))
+        };
+        db::nodes::insert_etcd_member(
+            &mut tx,
+            node_id,
+            (
+                &certs.etcd_server.cert_pem,
+                &seal("etcd_server_key", &certs.etcd_server)?,
+            ),
+            (
+                &certs.etcd_peer.cert_pem,
+                &seal("etcd_peer_key", &certs.etcd_peer)?,
+            ),
+        )
+        .await
+        .map_err(Failure::db)?;
+        db::nodes::insert_apiserver_node(
+            &mut tx,
+            node_id,
+            &certs.apiserver.cert_pem,
+            &seal("apiserver_key", &certs.apiserver)?,
+        )
+        .await
+        .map_err(Failure::db)?;
+    }
+    db::clusters::set_phase(&mut *tx, cluster_id, "founded", now)
+        .await
+        .map_err(Failure::db)?;
+    tx.commit().await.map_err(|e| Failure::db(e.into()))?;
+    tracing::info!(cluster_id, nodes = nodes.len(), "cluster founded");
+
+    let node_ips = nodes
+        .iter()
+        .map(|(_, _, a)| a.public_ipv4.unwrap_or(a.private_ipv4).to_string())
+        .collect();
+    Ok(Founded {
+        id: cluster_id,
+        name: name.to_owned(),
+        dns_name: String::new(),
+        vm_ids: nodes.iter().map(|(vm, ..)| vm.id).collect(),
+        admin_kubeconfig,
+        dns_configured: false,
+        dns_error: None,
+        node_ips,
+    })
+}
+
+/// Polls a VM until it reports a private IPv4 address, up to the configured deadline.
+async fn wait_for_address(state: &AppState, vm_id: i64) -> Result<Vm, Failure> {
+    let deadline = Instant::now() + state.config.address_timeout;
+    loop {
+        let vm = state
+            .compute
+            .get_vm(vm_id)
+            .await
+            .map_err(|e| Failure::compute("address lookup", e))?
+            .ok_or_else(|| {
+                Failure::upstream("address lookup", format!("VM {vm_id} disappeared"))
+            })?;
+        if vm.private_ipv4.is_some() {
+            return Ok(vm);
+        }
+        if Instant::now() >= deadline {
+            let waited = state.config.address_timeout.as_secs();
+            return Err(Failure::upstream(
+                "address lookup",
+                format!("VM {vm_id} got no address within {waited}s"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates the shared A record; a failure is reported, never fatal.
+async fn configure_dns(state: &AppState, founded: &mut Founded) {
+    let Some(dns) = &state.dns else {
+        founded.dns_error = Some("DNS management is disabled (--dns none)".into());
+        return;
+    };
+    let token = format!("cluster-{}-dns", founded.id);
+    let recorded = async {
+        let journal_id = db::resources::journal_intent(
+            &state.db.pool,
+            founded.id,
+            Kind::DnsRecord,
+            &token,
+            None,
+            db::now(),
+        )
+        .await?;
+        Ok::<i64, DbError>(journal_id)
+    }
+    .await;
+    let result = match recorded {
+        Err(e) => Err(format!("journaling the DNS record failed: {e}")),
+        Ok(journal_id) => match dns.upsert_a(&founded.dns_name, &founded.node_ips).await {
+            Ok(()) => db::resources::set_state(
+                &state.db.pool,
+                journal_id,
+                "created",
+                Some(&founded.dns_name),
+                db::now(),
+            )
+            .await
+            .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+    };
+    let (configured, error) = match result {
+        Ok(()) => (true, None),
+        Err(e) => {
+            tracing::warn!(cluster_id = founded.id, error = %e, "DNS record not configured (the cluster stands)");
+            (false, Some(e))
+        }
+    };
+    founded.dns_configured = configured;
+    founded.dns_error = error.clone();
+    let _ = db::clusters::set_dns(&state.db.pool, founded.id, configured, error.as_deref()).await;
+}

@@ -1,0 +1,75 @@
+//! The reconciler: at start and on a timer, finishes compensation for clusters left in
+//! `provisioning` (or `compensating`) past the deadline — a process that crashed mid-founding,
+//! or a compensation the compute API interrupted. Claims are atomic in the database, so several
+//! API replicas never compensate the same cluster at once.
+
+use crate::app::AppState;
+use crate::db;
+
+/// One pass: compensates every stale cluster; returns how many were finished.
+pub async fn pass(state: &AppState) -> usize {
+    let mut finished = 0;
+    loop {
+        let now = db::now();
+        let stale_before =
+            now - i64::try_from(state.config.provisioning_deadline.as_secs()).unwrap_or(i64::MAX);
+        let claimed = match db::clusters::claim_stale(&state.db.pool, stale_before, now).await {
+            Ok(Some(id)) => id,
+            Ok(None) => return finished,
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot claim stale clusters");
+                return finished;
+            }
+        };
+        match super::release::release_all(state, claimed).await {
+            Ok(()) => {
+                let reason = "abandoned";
+                let message = "founding did not finish (the API stopped mid-way); its resources were released";
+                let row = db::clusters::get_by_id(&state.db.pool, claimed)
+                    .await
+                    .ok()
+                    .flatten();
+                let (reason, message) = match &row {
+                    Some(r) if r.error_reason.is_some() => (
+                        r.error_reason.clone().unwrap_or_default(),
+                        r.error_message.clone().unwrap_or_default(),
+                    ),
+                    _ => (reason.to_owned(), message.to_owned()),
+                };
+                if db::clusters::set_error(
+                    &state.db.pool,
+                    claimed,
+                    "failed",
+                    &reason,
+                    &message,
+                    db::now(),
+                )
+                .await
+                .is_ok()
+                {
+                    state.metrics.compensations.inc();
+                    finished += 1;
+                    tracing::info!(
+                        cluster_id = claimed,
+                        "reconciler released an abandoned cluster"
+                    );
+                }
+            }
+            Err(e) => {
+                // Stays `compensating`; the next pass after the deadline tries again.
+                tracing::warn!(cluster_id = claimed, error = %crate::error_chain(&e), "reconciler: release failed");
+                return finished;
+            }
+        }
+    }
+}
+
+/// Runs [`pass`] now and then every `reconcile_interval`, until the process stops.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            pass(&state).await;
+            tokio::time::sleep(state.config.reconcile_interval).await;
+        }
+    })
+}

@@ -1,0 +1,83 @@
+//! Releasing a cluster's external resources, newest first (VMs before the security group they
+//! use): by the journal's external id, or — for a resource journaled `creating` whose call's
+//! answer was lost — by its client token. Idempotent: anything already gone is skipped.
+//! Used by failed founding, by the reconciler, and by `DELETE /clusters/{id}`.
+
+use crate::app::AppState;
+use crate::compute::ComputeError;
+use crate::db::{self, DbError, resources::Kind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("releasing {what}: {source}")]
+    Compute {
+        what: String,
+        #[source]
+        source: ComputeError,
+    },
+}
+
+pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), ReleaseError> {
+    let resources = db::resources::list_for_cluster(&state.db.pool, cluster_id).await?;
+    let dns_name = db::clusters::get_by_id(&state.db.pool, cluster_id)
+        .await?
+        .map(|c| c.control_plane_dns_name);
+    for resource in resources.iter().rev().filter(|r| r.state != "deleted") {
+        let failed = |what: String| move |source| ReleaseError::Compute { what, source };
+        let known_id = resource
+            .external_id
+            .as_deref()
+            .and_then(|id| id.parse::<i64>().ok());
+        match resource.kind {
+            Kind::Vm => {
+                let id = match known_id {
+                    Some(id) => Some(id),
+                    None => state
+                        .compute
+                        .find_vm(&resource.client_token)
+                        .await
+                        .map_err(failed(format!("VM {}", resource.client_token)))?
+                        .map(|vm| vm.id),
+                };
+                if let Some(id) = id {
+                    state
+                        .compute
+                        .delete_vm(id)
+                        .await
+                        .map_err(failed(format!("VM {id}")))?;
+                    tracing::info!(cluster_id, vm_id = id, "deleted VM");
+                }
+            }
+            Kind::SecurityGroup => {
+                let id = match known_id {
+                    Some(id) => Some(id),
+                    None => state
+                        .compute
+                        .find_security_group(&resource.client_token)
+                        .await
+                        .map_err(failed(format!("security group {}", resource.client_token)))?
+                        .map(|g| g.id),
+                };
+                if let Some(id) = id {
+                    state
+                        .compute
+                        .delete_security_group(id)
+                        .await
+                        .map_err(failed(format!("security group {id}")))?;
+                    tracing::info!(cluster_id, group_id = id, "deleted security group");
+                }
+            }
+            Kind::DnsRecord => {
+                if let (Some(dns), Some(name)) = (&state.dns, &dns_name) {
+                    dns.delete_a(name)
+                        .await
+                        .map_err(failed(format!("DNS record {name}")))?;
+                }
+            }
+        }
+        db::resources::set_state(&state.db.pool, resource.id, "deleted", None, db::now()).await?;
+    }
+    Ok(())
+}

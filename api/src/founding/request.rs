@@ -1,0 +1,264 @@
+//! The `POST /clusters` contract: shape and placement only. The org comes from the token; the
+//! PKI, ids and node records are the API's to make. Every field is checked here with a message
+//! naming it, before anything expensive or external happens.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::http::error::ApiError;
+use crate::pki::KeyAlgorithm;
+
+/// The request body. Every field is optional in the type so that a missing one gets our own
+/// message; unknown fields are refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateClusterRequest {
+    /// Control-plane VMs: 1 (default) or 3. Even counts are refused (etcd quorum).
+    pub control_plane_count: Option<i64>,
+    /// Image of the control-plane VMs (required, > 0).
+    pub control_plane_image_id: Option<i64>,
+    /// Instance type, e.g. `e2.medium` (required).
+    pub control_plane_instance_type: Option<String>,
+    /// Default 1.
+    pub zone_id: Option<i64>,
+    /// Subnet the VMs join (required).
+    pub subnet_id: Option<i64>,
+    /// Existing security groups; when empty the API creates one (all IPv4 from the subnet, TCP
+    /// 6443 from anywhere).
+    pub security_group_ids: Option<Vec<i64>>,
+    pub allocate_public_ipv4: Option<bool>,
+    /// An OpenSSH public key line for the VMs.
+    pub ssh_pubkey: Option<String>,
+    /// Default 20, between 10 and 2048.
+    pub root_volume_size_gib: Option<i64>,
+    /// `ecdsa-p256` (default), `ecdsa-p384`, `rsa-2048`, `rsa-3072`, `rsa-4096`.
+    pub key_algorithm: Option<String>,
+    /// One of the configured versions; default the first.
+    pub kubernetes_version: Option<String>,
+}
+
+/// A request that passed every check, with defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpecRequest {
+    pub control_plane_count: i64,
+    pub control_plane_image_id: i64,
+    pub control_plane_instance_type: String,
+    pub zone_id: i64,
+    pub subnet_id: i64,
+    pub security_group_ids: Vec<i64>,
+    pub allocate_public_ipv4: bool,
+    pub ssh_pubkey: Option<String>,
+    pub root_volume_size_gib: i64,
+    pub key_algorithm: KeyAlgorithm,
+    pub kubernetes_version: String,
+}
+
+const MAX_SECURITY_GROUPS: usize = 5;
+const ROOT_VOLUME_GIB: std::ops::RangeInclusive<i64> = 10..=2048;
+
+fn positive(field: &str, value: Option<i64>, default: Option<i64>) -> Result<i64, ApiError> {
+    match value.or(default) {
+        None => Err(ApiError::invalid(field, format!("{field} is required"))),
+        Some(v) if v <= 0 => Err(ApiError::invalid(
+            field,
+            format!("{field} must be a positive integer, got {v}"),
+        )),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Key types OpenSSH accepts in `authorized_keys`.
+const SSH_KEY_TYPES: &[&str] = &[
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+];
+
+/// Checks an OpenSSH public key line: a known type, base64 whose decoded blob starts with the
+/// same length-prefixed type name, an optional comment, no control characters.
+pub fn validate_ssh_pubkey(line: &str) -> Result<(), String> {
+    if line.len() > 8192 {
+        return Err("is longer than 8192 bytes".into());
+    }
+    if line.chars().any(|c| c.is_control()) {
+        return Err("contains a control character or line break".into());
+    }
+    let mut words = line.split(' ');
+    let kind = words.next().unwrap_or_default();
+    if !SSH_KEY_TYPES.contains(&kind) {
+        return Err(format!(
+            "does not start with a known key type ({})",
+            SSH_KEY_TYPES.join(", ")
+        ));
+    }
+    let blob = BASE64
+        .decode(words.next().unwrap_or_default())
+        .map_err(|_| "the key data is not valid base64".to_owned())?;
+    let declared = blob
+        .get(..4)
+        .map(|n| u32::from_be_bytes([n[0], n[1], n[2], n[3]]) as usize)
+        .and_then(|n| blob.get(4..4 + n))
+        .ok_or_else(|| "the key data is truncated".to_owned())?;
+    if declared != kind.as_bytes() {
+        return Err("the key data does not match its key type".into());
+    }
+    if blob.len() < 4 + kind.len() + 16 {
+        return Err("the key data is too short to hold a key".into());
+    }
+    Ok(())
+}
+
+impl CreateClusterRequest {
+    /// Applies defaults and checks every field; `versions` is the configured allow-list.
+    pub fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, ApiError> {
+        let count = self.control_plane_count.unwrap_or(1);
+        if !(1..=3).contains(&count) {
+            return Err(ApiError::invalid(
+                "control_plane_count",
+                format!("control_plane_count must be 1 or 3, got {count}"),
+            ));
+        }
+        if count % 2 == 0 {
+            return Err(ApiError::invalid(
+                "control_plane_count",
+                "control_plane_count must be odd: etcd needs a majority, so 2 members tolerate no more failures than 1",
+            ));
+        }
+        let image = positive("control_plane_image_id", self.control_plane_image_id, None)?;
+        let instance_type = match self.control_plane_instance_type {
+            None => {
+                return Err(ApiError::invalid(
+                    "control_plane_instance_type",
+                    "control_plane_instance_type is required",
+                ));
+            }
+            Some(t) => t,
+        };
+        let sane = (1..=64).contains(&instance_type.len())
+            && instance_type
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && instance_type
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+        if !sane {
+            return Err(ApiError::invalid(
+                "control_plane_instance_type",
+                "control_plane_instance_type must be 1–64 of A-Z, a-z, 0-9, '.', '-', '_', starting alphanumeric",
+            ));
+        }
+        let zone = positive("zone_id", self.zone_id, Some(1))?;
+        let subnet = positive("subnet_id", self.subnet_id, None)?;
+        let groups = self.security_group_ids.unwrap_or_default();
+        if groups.len() > MAX_SECURITY_GROUPS {
+            return Err(ApiError::invalid(
+                "security_group_ids",
+                format!("at most {MAX_SECURITY_GROUPS} security groups"),
+            ));
+        }
+        if let Some(bad) = groups.iter().find(|g| **g <= 0) {
+            return Err(ApiError::invalid(
+                "security_group_ids",
+                format!("security group ids must be positive, got {bad}"),
+            ));
+        }
+        let mut unique = groups.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() != groups.len() {
+            return Err(ApiError::invalid(
+                "security_group_ids",
+                "security group ids must not repeat",
+            ));
+        }
+        if let Some(key) = &self.ssh_pubkey {
+            validate_ssh_pubkey(key.trim_end()).map_err(|why| {
+                ApiError::invalid(
+                    "ssh_pubkey",
+                    format!("ssh_pubkey is not an OpenSSH public key: it {why}"),
+                )
+            })?;
+        }
+        let volume = self.root_volume_size_gib.unwrap_or(20);
+        if !ROOT_VOLUME_GIB.contains(&volume) {
+            return Err(ApiError::invalid(
+                "root_volume_size_gib",
+                format!(
+                    "root_volume_size_gib must be between {} and {}, got {volume}",
+                    ROOT_VOLUME_GIB.start(),
+                    ROOT_VOLUME_GIB.end()
+                ),
+            ));
+        }
+        let algorithm = match self.key_algorithm.as_deref() {
+            None => KeyAlgorithm::default(),
+            Some(text) => text.parse().map_err(|e: crate::pki::PkiError| {
+                ApiError::invalid("key_algorithm", e.to_string())
+            })?,
+        };
+        let version = match self.kubernetes_version {
+            None => versions.first().cloned().ok_or_else(|| {
+                ApiError::invalid("kubernetes_version", "no version is configured")
+            })?,
+            Some(v) if versions.contains(&v) => v,
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    "kubernetes_version",
+                    format!(
+                        "kubernetes_version `{}` is not offered (offered: {})",
+                        v.chars().take(40).collect::<String>(),
+                        versions.join(", ")
+                    ),
+                ));
+            }
+        };
+        Ok(ClusterSpecRequest {
+            control_plane_count: count,
+            control_plane_image_id: image,
+            control_plane_instance_type: instance_type,
+            zone_id: zone,
+            subnet_id: subnet,
+            security_group_ids: groups,
+            allocate_public_ipv4: self.allocate_public_ipv4.unwrap_or(false),
+            ssh_pubkey: self.ssh_pubkey.map(|k| k.trim_end().to_owned()),
+            root_volume_size_gib: volume,
+            key_algorithm: algorithm,
+            kubernetes_version: version,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ed25519_line() -> String {
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&11u32.to_be_bytes());
+        blob.extend_from_slice(b"ssh-ed25519");
+        blob.extend_from_slice(&32u32.to_be_bytes());
+        blob.extend_from_slice(&[7u8; 32]);
+        format!("ssh-ed25519 {} alice@laptop", BASE64.encode(blob))
+    }
+
+    #[test]
+    fn openssh_keys_are_checked_structurally() {
+        assert!(validate_ssh_pubkey(&ed25519_line()).is_ok());
+        let swapped = ed25519_line().replacen("ssh-ed25519", "ssh-rsa", 1);
+        assert!(
+            validate_ssh_pubkey(&swapped)
+                .unwrap_err()
+                .contains("does not match")
+        );
+        assert!(validate_ssh_pubkey("ssh-ed25519 AAAA").is_err());
+        assert!(validate_ssh_pubkey("ssh-dss AAAA").is_err());
+        assert!(validate_ssh_pubkey(&format!("{}\nssh-ed25519 x", ed25519_line())).is_err());
+    }
+}

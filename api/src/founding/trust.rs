@@ -1,0 +1,159 @@
+//! A cluster's trust at rest: sealing the PKI into a cluster row, and opening it again. The
+//! associated data of every sealed value names its cluster (and node) and column.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use exk8s_common::names::NodeName;
+
+use crate::crypto::{Keyring, SealError};
+use crate::db::clusters::{ClusterRow, Trust};
+use crate::pki::{
+    CaRole, CertAuthority, ClusterPki, IssuedCert, KeyAlgorithm, PkiError, SecretPem,
+    ServiceAccountKey,
+};
+use crate::render::EncryptionKey;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    #[error("cluster {0} has no stored trust (founding did not finish)")]
+    Missing(i64),
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+}
+
+pub fn cluster_aad(cluster_id: i64, column: &str) -> String {
+    format!("cluster/{cluster_id}/{column}")
+}
+
+pub fn node_aad(cluster_id: i64, vm_id: i64, column: &str) -> String {
+    format!("node/{cluster_id}/{vm_id}/{column}")
+}
+
+/// Seals a new cluster's PKI and secrets-encryption key for its row.
+pub fn seal(
+    keks: &Keyring,
+    cluster_id: i64,
+    pki: &ClusterPki,
+    encryption: &EncryptionKey,
+) -> Result<Trust, SealError> {
+    let seal = |column: &str, pem: &SecretPem| {
+        keks.seal(&cluster_aad(cluster_id, column), pem.expose().as_bytes())
+    };
+    let encoded = zeroize::Zeroizing::new(
+        base64::engine::general_purpose::STANDARD.encode(encryption.expose()),
+    );
+    Ok(Trust {
+        ca_cert: pki.cluster_ca.cert_pem().to_owned(),
+        ca_key_sealed: seal("ca_key", pki.cluster_ca.key_pem())?,
+        etcd_ca_cert: pki.etcd_ca.cert_pem().to_owned(),
+        etcd_ca_key_sealed: seal("etcd_ca_key", pki.etcd_ca.key_pem())?,
+        front_proxy_ca_cert: pki.front_proxy_ca.cert_pem().to_owned(),
+        front_proxy_ca_key_sealed: seal("front_proxy_ca_key", pki.front_proxy_ca.key_pem())?,
+        sa_public: pki.service_account.public_pem.clone(),
+        sa_key_sealed: seal("sa_key", &pki.service_account.private_pem)?,
+        encryption_key_sealed: keks.seal(
+            &cluster_aad(cluster_id, "encryption_key"),
+            encoded.as_bytes(),
+        )?,
+    })
+}
+
+/// Opens a cluster row's PKI (CAs as issuers, the service-account pair).
+pub fn open(keks: &Keyring, row: &ClusterRow) -> Result<Arc<ClusterPki>, TrustError> {
+    let missing = || TrustError::Missing(row.id);
+    let ca = |role: CaRole,
+              cert: &Option<String>,
+              sealed: &Option<String>,
+              column: &str|
+     -> Result<CertAuthority, TrustError> {
+        let key = keks.open_text(
+            &cluster_aad(row.id, column),
+            sealed.as_deref().ok_or_else(missing)?,
+        )?;
+        Ok(CertAuthority::from_pem(
+            role,
+            cert.as_deref().ok_or_else(missing)?,
+            SecretPem::new(key.to_string()),
+        )?)
+    };
+    let sa_key = keks.open_text(
+        &cluster_aad(row.id, "sa_key"),
+        row.sa_key_sealed.as_deref().ok_or_else(missing)?,
+    )?;
+    let algorithm: KeyAlgorithm = row.key_algorithm.parse()?;
+    Ok(Arc::new(ClusterPki {
+        algorithm,
+        cluster_ca: ca(CaRole::Cluster, &row.ca_cert, &row.ca_key_sealed, "ca_key")?,
+        etcd_ca: ca(
+            CaRole::Etcd,
+            &row.etcd_ca_cert,
+            &row.etcd_ca_key_sealed,
+            "etcd_ca_key",
+        )?,
+        front_proxy_ca: ca(
+            CaRole::FrontProxy,
+            &row.front_proxy_ca_cert,
+            &row.front_proxy_ca_key_sealed,
+            "front_proxy_ca_key",
+        )?,
+        service_account: ServiceAccountKey {
+            public_pem: row.sa_public.clone().ok_or_else(missing)?,
+            private_pem: SecretPem::new(sa_key.to_string()),
+        },
+    }))
+}
+
+/// Opens the secrets-encryption key.
+pub fn open_encryption_key(keks: &Keyring, row: &ClusterRow) -> Result<EncryptionKey, TrustError> {
+    let sealed = row
+        .encryption_key_sealed
+        .as_deref()
+        .ok_or(TrustError::Missing(row.id))?;
+    let encoded = keks.open_text(&cluster_aad(row.id, "encryption_key"), sealed)?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded.as_bytes())
+        .map_err(|_| SealError::Open(cluster_aad(row.id, "encryption_key")))?;
+    let key: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| SealError::Open(cluster_aad(row.id, "encryption_key")))?;
+    Ok(EncryptionKey::from_bytes(key))
+}
+
+/// Seals a node's serving key.
+pub fn seal_node_key(
+    keks: &Keyring,
+    cluster_id: i64,
+    vm_id: i64,
+    column: &str,
+    cert: &IssuedCert,
+) -> Result<String, SealError> {
+    keks.seal(
+        &node_aad(cluster_id, vm_id, column),
+        cert.key_pem.expose().as_bytes(),
+    )
+}
+
+/// Opens a node's stored serving certificate and key.
+pub fn open_node_cert(
+    keks: &Keyring,
+    cluster_id: i64,
+    vm_id: i64,
+    column: &str,
+    cert_pem: &str,
+    sealed: &str,
+) -> Result<IssuedCert, SealError> {
+    let key = keks.open_text(&node_aad(cluster_id, vm_id, column), sealed)?;
+    Ok(IssuedCert {
+        cert_pem: cert_pem.to_owned(),
+        key_pem: SecretPem::new(key.to_string()),
+    })
+}
+
+/// The deterministic node name of a cluster's n-th control-plane machine.
+pub fn node_name(cluster_id: i64, ordinal: i64) -> NodeName {
+    NodeName::new(format!("cp-{ordinal}.cluster-{cluster_id}.internal"))
+        .unwrap_or_else(|_| unreachable!("digits and fixed labels form a valid name"))
+}

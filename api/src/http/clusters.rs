@@ -1,0 +1,377 @@
+//! Operator routes: found, list, show, kubeconfig, delete. Thin: extract, call
+//! `founding`/`db`/`pki`, respond.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiJson, Operator};
+use crate::app::AppState;
+use crate::db::{self, DbError, idempotency::Claim};
+use crate::founding::{self, request::CreateClusterRequest, trust};
+use crate::pki::ClientIdentity;
+use crate::pki::kubeconfig::{self, KubeconfigSpec};
+
+/// A DNS record the operator may want.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DnsRecord {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub values: Vec<String>,
+}
+
+/// What founding answers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterCreated {
+    pub cluster_id: i64,
+    pub name: String,
+    /// Admin kubeconfig pointing at the shared control-plane DNS name.
+    pub kubeconfig: String,
+    pub control_plane_vm_ids: Vec<i64>,
+    pub control_plane_dns_name: String,
+    pub service_cidr: String,
+    pub pod_cidr: String,
+    pub dns_configured: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_error: Option<String>,
+    pub bootstrap_path_template: String,
+    pub wildcard_ingress_dns_name: String,
+    pub suggested_dns_records: Vec<DnsRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NodeView {
+    pub vm_id: i64,
+    pub ordinal: i64,
+    pub name: String,
+    pub private_ipv4: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_ipv4: Option<String>,
+    pub is_initial: bool,
+    /// The last phase the node's agent reported (`pending` until it reports).
+    pub phase: String,
+    pub serial: i64,
+}
+
+/// A cluster's status (the fields of Cluster API's infrastructure contract, and per-node phases).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterView {
+    pub id: i64,
+    pub name: String,
+    /// `provisioning`, `founded`, `compensating`, `failed` or `deleting`.
+    pub phase: String,
+    /// True when every node reported `complete` (the initial one after its addons).
+    pub ready: bool,
+    pub api_endpoints: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    pub control_plane_dns_name: String,
+    pub dns_configured: bool,
+    pub key_algorithm: String,
+    pub kubernetes_version: String,
+    pub service_cidr: String,
+    pub pod_cidr: String,
+    pub nodes: Vec<NodeView>,
+    pub created_at: i64,
+}
+
+fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
+    let config = &state.config;
+    let wildcard = format!("*.{}", f.dns_name);
+    ClusterCreated {
+        cluster_id: f.id,
+        name: f.name.clone(),
+        kubeconfig: f.admin_kubeconfig.expose().to_owned(),
+        control_plane_vm_ids: f.vm_ids.clone(),
+        control_plane_dns_name: f.dns_name.clone(),
+        service_cidr: config.service_cidr.clone(),
+        pod_cidr: config.pod_cidr.clone(),
+        dns_configured: f.dns_configured,
+        dns_error: f.dns_error.clone(),
+        bootstrap_path_template: "/bootstrap/control-plane/{vm_id}".into(),
+        suggested_dns_records: vec![
+            DnsRecord {
+                name: f.dns_name.clone(),
+                kind: "A".into(),
+                values: f.node_ips.clone(),
+            },
+            DnsRecord {
+                name: wildcard.clone(),
+                kind: "A".into(),
+                values: f.node_ips.clone(),
+            },
+        ],
+        wildcard_ingress_dns_name: wildcard,
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=200).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_owned())).ok_or_else(|| {
+        ApiError::invalid(
+            "Idempotency-Key",
+            "Idempotency-Key must be 1–200 visible ASCII characters",
+        )
+    })
+}
+
+/// Found a cluster.
+#[utoipa::path(
+    post, path = "/clusters", request_body = CreateClusterRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
+    responses(
+        (status = 201, body = ClusterCreated),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("operator_token" = [])),
+)]
+pub async fn create_cluster(
+    State(state): State<AppState>,
+    operator: Operator,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<CreateClusterRequest>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let spec = request
+        .clone()
+        .validate(&state.config.kubernetes_versions)?;
+    let Some(key) = key else {
+        let founded = founding::found(&state, operator.org_id, &spec).await?;
+        return Ok((
+            StatusCode::CREATED,
+            Json(created_response(&state, &founded)),
+        )
+            .into_response());
+    };
+    let request_hash = exk8s_common::names::Sha256Digest::of(
+        &serde_json::to_vec(&request).map_err(ApiError::internal)?,
+    )
+    .to_hex();
+    let aad = format!("idempotency/{}/{key}", operator.org_id);
+    let mut tx = state.db.pool.begin().await.map_err(DbError::from)?;
+    let claim =
+        db::idempotency::claim(&mut tx, operator.org_id, &key, &request_hash, db::now()).await?;
+    tx.commit().await.map_err(DbError::from)?;
+    match claim {
+        Claim::Mismatch => Err(ApiError::Unprocessable {
+            field: Some("Idempotency-Key".into()),
+            message: "this Idempotency-Key was used with a different request body".into(),
+        }),
+        Claim::InFlight => Err(ApiError::Conflict(
+            "a request with this Idempotency-Key is still in progress".into(),
+        )),
+        Claim::Done {
+            status,
+            response_sealed,
+        } => {
+            let body = state
+                .keks
+                .open(&aad, &response_sealed)
+                .map_err(ApiError::internal)?;
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            Ok((
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_vec(),
+            )
+                .into_response())
+        }
+        Claim::New => match founding::found(&state, operator.org_id, &spec).await {
+            Ok(founded) => {
+                let body = serde_json::to_vec(&created_response(&state, &founded))
+                    .map_err(ApiError::internal)?;
+                let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                db::idempotency::complete(&state.db.pool, operator.org_id, &key, 201, &sealed)
+                    .await?;
+                Ok((
+                    StatusCode::CREATED,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body,
+                )
+                    .into_response())
+            }
+            Err(error) => {
+                let status = error.status_code();
+                if status.is_server_error() {
+                    // A retry may succeed: let it run.
+                    let _ = db::idempotency::release(&state.db.pool, operator.org_id, &key).await;
+                } else {
+                    let body = serde_json::to_vec(&serde_json::json!({"error": {"code": "unprocessable", "message": error.to_string()}}))
+                        .map_err(ApiError::internal)?;
+                    let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                    let _ = db::idempotency::complete(
+                        &state.db.pool,
+                        operator.org_id,
+                        &key,
+                        status.as_u16(),
+                        &sealed,
+                    )
+                    .await;
+                }
+                Err(error)
+            }
+        },
+    }
+}
+
+async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<ClusterView, ApiError> {
+    let nodes = db::nodes::list(&state.db.pool, row.id).await?;
+    let founded = row.phase == "founded";
+    let ready = founded && !nodes.is_empty() && nodes.iter().all(|n| n.phase == "complete");
+    let api_endpoints = if !founded {
+        Vec::new()
+    } else if row.dns_configured {
+        vec![format!("https://{}:6443", row.control_plane_dns_name)]
+    } else {
+        nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "https://{}:6443",
+                    n.public_ipv4.as_deref().unwrap_or(&n.private_ipv4)
+                )
+            })
+            .collect()
+    };
+    Ok(ClusterView {
+        id: row.id,
+        name: row.name,
+        phase: row.phase,
+        ready,
+        api_endpoints,
+        error_reason: row.error_reason,
+        error_message: row.error_message,
+        control_plane_dns_name: row.control_plane_dns_name,
+        dns_configured: row.dns_configured,
+        key_algorithm: row.key_algorithm,
+        kubernetes_version: row.kubernetes_version,
+        service_cidr: row.service_cidr,
+        pod_cidr: row.pod_cidr,
+        nodes: nodes
+            .into_iter()
+            .map(|n| NodeView {
+                vm_id: n.vm_id,
+                ordinal: n.ordinal,
+                name: n.node_name,
+                private_ipv4: n.private_ipv4,
+                public_ipv4: n.public_ipv4,
+                is_initial: n.is_initial,
+                phase: n.phase,
+                serial: n.serial,
+            })
+            .collect(),
+        created_at: row.created_at,
+    })
+}
+
+/// The org's clusters.
+#[utoipa::path(get, path = "/clusters", responses((status = 200, body = Vec<ClusterView>), (status = 401, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn list_clusters(
+    State(state): State<AppState>,
+    operator: Operator,
+) -> Result<Json<Vec<ClusterView>>, ApiError> {
+    let rows = db::clusters::list(&state.db.pool, operator.org_id).await?;
+    let mut views = Vec::with_capacity(rows.len());
+    for row in rows {
+        views.push(view(&state, row).await?);
+    }
+    Ok(Json(views))
+}
+
+async fn owned(
+    state: &AppState,
+    operator: &Operator,
+    id: i64,
+) -> Result<db::clusters::ClusterRow, ApiError> {
+    db::clusters::get(&state.db.pool, operator.org_id, id)
+        .await?
+        .ok_or(ApiError::NotFound)
+}
+
+/// One cluster's status; another org's cluster is 404.
+#[utoipa::path(get, path = "/clusters/{id}", params(("id" = i64, Path)), responses((status = 200, body = ClusterView), (status = 404, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn get_cluster(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<i64>,
+) -> Result<Json<ClusterView>, ApiError> {
+    let row = owned(&state, &operator, id).await?;
+    Ok(Json(view(&state, row).await?))
+}
+
+/// A fresh admin kubeconfig (a new client certificate each call).
+#[utoipa::path(get, path = "/clusters/{id}/kubeconfig", params(("id" = i64, Path)), responses((status = 200, description = "kubeconfig YAML", content_type = "application/yaml"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn get_kubeconfig(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<i64>,
+) -> Result<Response, ApiError> {
+    let row = owned(&state, &operator, id).await?;
+    if row.phase != "founded" {
+        return Err(ApiError::Conflict(format!(
+            "cluster {id} is {}, not founded",
+            row.phase
+        )));
+    }
+    let pki = trust::open(&state.keks, &row).map_err(ApiError::internal)?;
+    let admin = ClientIdentity::Admin
+        .issue(&pki, OffsetDateTime::now_utc())
+        .map_err(ApiError::internal)?;
+    let (user, _) = ClientIdentity::Admin.subject();
+    let server = format!("https://{}:6443", row.control_plane_dns_name);
+    let text = kubeconfig::render(&KubeconfigSpec {
+        cluster_name: &row.name,
+        server: &server,
+        ca_pem: pki.cluster_ca.cert_pem(),
+        user: &user,
+        credentials: &admin,
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/yaml")],
+        text.expose().to_owned(),
+    )
+        .into_response())
+}
+
+/// Deletes the cluster's VMs, security group and DNS record, then its rows. Retrying a
+/// delete that failed half-way finishes it.
+#[utoipa::path(delete, path = "/clusters/{id}", params(("id" = i64, Path)), responses((status = 204, description = "deleted"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn delete_cluster(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, ApiError> {
+    let row = owned(&state, &operator, id).await?;
+    if row.phase == "provisioning" {
+        return Err(ApiError::Conflict(format!(
+            "cluster {id} is still being founded"
+        )));
+    }
+    db::clusters::set_phase(&state.db.pool, id, "deleting", db::now()).await?;
+    founding::release::release_all(&state, id)
+        .await
+        .map_err(|e| match e {
+            founding::release::ReleaseError::Db(db) => ApiError::from(db),
+            other => ApiError::BadGateway(crate::error_chain(&other)),
+        })?;
+    db::resources::delete_for_cluster(&state.db.pool, id).await?;
+    db::clusters::delete(&state.db.pool, id).await?;
+    tracing::info!(cluster_id = id, "cluster deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

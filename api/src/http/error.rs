@@ -1,0 +1,153 @@
+//! [`ApiError`]: every failure the API answers with, mapped exhaustively to a status. The body
+//! is always `{"error": {"code", "message", "field"}}`. Internal errors are logged with their
+//! chain and answered with a generic message.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::db::DbError;
+
+/// The JSON error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    pub message: String,
+    /// The request field at fault, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    Invalid {
+        field: Option<String>,
+        message: String,
+    },
+    #[error("{message}")]
+    Unprocessable {
+        field: Option<String>,
+        message: String,
+    },
+    #[error("missing, invalid, expired or revoked credentials")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Gone(String),
+    #[error("the request body exceeds {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("the request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("too many requests")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("the service is temporarily unavailable")]
+    Unavailable { retry_after_secs: u64 },
+    #[error("{0}")]
+    BadGateway(String),
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ApiError {
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: Some(field.to_owned()),
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Internal(Box::new(e))
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Invalid { .. } => StatusCode::BAD_REQUEST,
+            Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Gone(_) => StatusCode::GONE,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Invalid { .. } => "invalid_request",
+            Self::Unprocessable { .. } => "unprocessable",
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
+            Self::NotFound => "not_found",
+            Self::Conflict(_) => "conflict",
+            Self::Gone(_) => "gone",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Unavailable { .. } => "unavailable",
+            Self::BadGateway(_) => "upstream_failed",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::Unavailable(_) => {
+                tracing::warn!(error = %crate::error_chain(&e), "database unavailable");
+                Self::Unavailable {
+                    retry_after_secs: 5,
+                }
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Self::Internal(source) = &self {
+            tracing::error!(error = %crate::error_chain(source.as_ref()), "internal error");
+        }
+        let field = match &self {
+            Self::Invalid { field, .. } | Self::Unprocessable { field, .. } => field.clone(),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message: self.to_string(),
+                field,
+            },
+        };
+        let mut response = (self.status_code(), axum::Json(body)).into_response();
+        if let Self::RateLimited { retry_after_secs } | Self::Unavailable { retry_after_secs } =
+            self
+        {
+            if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}

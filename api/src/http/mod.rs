@@ -1,0 +1,117 @@
+//! The HTTP surface: the route table ([`router`]), thin handlers, errors and extractors.
+
+pub mod clusters;
+pub mod error;
+pub mod extract;
+pub mod health;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_scalar::Servable as _;
+
+use crate::app::AppState;
+
+/// The OpenAPI document, generated from the handlers and types.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "exk8s API", description = "Founds Kubernetes control planes and serves per-VM signed bootstrap bundles."),
+    paths(
+        clusters::create_cluster,
+        clusters::list_clusters,
+        clusters::get_cluster,
+        clusters::get_kubeconfig,
+        clusters::delete_cluster,
+        health::healthz,
+        health::readyz,
+        health::metrics,
+    ),
+    components(schemas(error::ErrorBody, error::ErrorDetail)),
+    modifiers(&SecuritySchemes),
+)]
+pub struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "operator_token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An operator-scope principal token"))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "bootstrap_token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A bootstrap-scope principal token (with the VM's IMDS token)",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "imds_token",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
+                utoipa::openapi::security::ApiKeyValue::new("X-exc-imds-token"),
+            )),
+        );
+    }
+}
+
+/// The route table.
+pub fn router(state: AppState) -> Router {
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    Router::new()
+        .route("/clusters", get(clusters::list_clusters).post(clusters::create_cluster))
+        .route("/clusters/{id}", get(clusters::get_cluster).delete(clusters::delete_cluster))
+        .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(health::openapi))
+        .merge(utoipa_scalar::Scalar::with_url("/docs", ApiDoc::openapi()))
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(state)
+}
+
+/// Records each request's route, status and latency.
+async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().to_string();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    state.metrics.observe(
+        &method,
+        &route,
+        response.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    response
+}

@@ -1,0 +1,347 @@
+//! SIMULATORS of services exk8s does not own — compute, DNS (and, in the dev stack, instance
+//! metadata). For a laptop and for tests only; `serve` uses them only when asked by flag.
+//!
+//! [`ComputeSim`] hands out VM ids from 101 and private addresses from a configurable CIDR
+//! (default `127.0.10.0/24`, so rendered units work on loopback), and has fault knobs: fail the
+//! Nth VM create, fail security-group creation, delay address assignment, add latency.
+//! [`server::router`] serves the same REST contract as the real service over HTTP, so the
+//! simulator can outlive a killed API process.
+
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compute::{
+    Compute, ComputeError, CreateSecurityGroup, CreateVm, SecurityGroup, Subnet, Vm,
+};
+use crate::dns::Dns;
+
+/// Fault injection for tests and load experiments.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Faults {
+    /// Fail the Nth `create_vm` call (1-based, counted over the simulator's life).
+    pub fail_vm_create_nth: Option<u32>,
+    pub fail_group_create: bool,
+    /// Fail `get_subnet` (the first founding call) with a 503.
+    pub fail_subnet_lookup: bool,
+    /// A VM reports no address for this many `get_vm` calls after creation.
+    pub address_after_polls: u32,
+    /// Added to every call.
+    pub latency_ms: u64,
+    pub fail_dns: bool,
+}
+
+#[derive(Debug, Default)]
+struct ComputeState {
+    next_vm: i64,
+    next_group: i64,
+    next_host: u32,
+    vm_creates: u32,
+    /// id → (VM, polls left before it shows addresses, its security groups).
+    vms: BTreeMap<i64, (Vm, u32, Vec<i64>)>,
+    groups: BTreeMap<i64, SecurityGroup>,
+}
+
+/// The compute simulator. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct ComputeSim {
+    state: Arc<Mutex<ComputeState>>,
+    faults: Arc<Mutex<Faults>>,
+    network: Ipv4Addr,
+    prefix: u8,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the simulator's maps half-updated in a way
+    // that matters; keep serving.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn unavailable(what: &str) -> ComputeError {
+    ComputeError::Unavailable(format!("simulated failure: {what}"))
+}
+
+impl ComputeSim {
+    /// VMs get addresses from `cidr` (an IPv4 network, e.g. `127.0.10.0/24`), starting at .11.
+    pub fn new(cidr: &str) -> Result<Self, String> {
+        let (addr, prefix) = cidr.split_once('/').ok_or("expected a.b.c.d/prefix")?;
+        let network: Ipv4Addr = addr.parse().map_err(|_| format!("bad address in {cidr}"))?;
+        let prefix: u8 = prefix
+            .parse()
+            .map_err(|_| format!("bad prefix in {cidr}"))?;
+        if !(8..=28).contains(&prefix) {
+            return Err(format!("{cidr}: prefix must be 8–28"));
+        }
+        let state = ComputeState {
+            next_vm: 101,
+            next_group: 1,
+            next_host: 11,
+            ..ComputeState::default()
+        };
+        Ok(Self {
+            state: Arc::new(Mutex::new(state)),
+            faults: Arc::new(Mutex::new(Faults::default())),
+            network,
+            prefix,
+        })
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        *lock(&self.faults) = faults;
+    }
+
+    pub fn faults(&self) -> Faults {
+        lock(&self.faults).clone()
+    }
+
+    pub fn vms(&self) -> Vec<Vm> {
+        lock(&self.state)
+            .vms
+            .values()
+            .map(|(vm, ..)| vm.clone())
+            .collect()
+    }
+
+    pub fn security_groups(&self) -> Vec<SecurityGroup> {
+        lock(&self.state).groups.values().cloned().collect()
+    }
+
+    /// `create_vm` calls so far (what `Faults::fail_vm_create_nth` counts).
+    pub fn vm_creates(&self) -> u32 {
+        lock(&self.state).vm_creates
+    }
+
+    /// The id the next created VM gets.
+    pub fn next_vm_id(&self) -> i64 {
+        lock(&self.state).next_vm
+    }
+
+    pub fn cidr(&self) -> String {
+        format!("{}/{}", self.network, self.prefix)
+    }
+
+    async fn delay(&self) {
+        let latency = lock(&self.faults).latency_ms;
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Compute for ComputeSim {
+    async fn create_vm(&self, request: &CreateVm) -> Result<Vm, ComputeError> {
+        self.delay().await;
+        let faults = self.faults();
+        let mut state = lock(&self.state);
+        if let Some((vm, ..)) = state
+            .vms
+            .values()
+            .find(|(vm, ..)| vm.client_token.as_deref() == Some(&request.client_token))
+        {
+            return Ok(vm.clone());
+        }
+        state.vm_creates += 1;
+        if faults.fail_vm_create_nth == Some(state.vm_creates) {
+            return Err(unavailable("VM create"));
+        }
+        let id = state.next_vm;
+        state.next_vm += 1;
+        let host = state.next_host;
+        state.next_host += 1;
+        let ip = Ipv4Addr::from(u32::from(self.network) + host);
+        let public = request
+            .allocate_public_ipv4
+            .then(|| Ipv4Addr::new(203, 0, 113, (host % 250) as u8).to_string());
+        let vm = Vm {
+            id,
+            name: request.name.clone(),
+            state: "running".into(),
+            private_ipv4: Some(ip.to_string()),
+            private_ipv6: None,
+            public_ipv4: public,
+            client_token: Some(request.client_token.clone()),
+            tags: request.tags.clone(),
+        };
+        state.vms.insert(
+            id,
+            (
+                vm.clone(),
+                faults.address_after_polls,
+                request.security_group_ids.clone(),
+            ),
+        );
+        Ok(Vm {
+            private_ipv4: None,
+            public_ipv4: None,
+            ..vm
+        })
+    }
+
+    async fn get_vm(&self, id: i64) -> Result<Option<Vm>, ComputeError> {
+        self.delay().await;
+        let mut state = lock(&self.state);
+        let Some((vm, polls_left, _)) = state.vms.get_mut(&id) else {
+            return Ok(None);
+        };
+        if *polls_left > 0 {
+            *polls_left -= 1;
+            return Ok(Some(Vm {
+                private_ipv4: None,
+                public_ipv4: None,
+                ..vm.clone()
+            }));
+        }
+        Ok(Some(vm.clone()))
+    }
+
+    async fn find_vm(&self, client_token: &str) -> Result<Option<Vm>, ComputeError> {
+        self.delay().await;
+        let state = lock(&self.state);
+        Ok(state
+            .vms
+            .values()
+            .map(|(vm, ..)| vm)
+            .find(|vm| vm.client_token.as_deref() == Some(client_token))
+            .cloned())
+    }
+
+    async fn delete_vm(&self, id: i64) -> Result<(), ComputeError> {
+        self.delay().await;
+        lock(&self.state).vms.remove(&id);
+        Ok(())
+    }
+
+    async fn get_subnet(&self, id: i64) -> Result<Option<Subnet>, ComputeError> {
+        self.delay().await;
+        if self.faults().fail_subnet_lookup {
+            return Err(unavailable("subnet lookup"));
+        }
+        // Subnets 1–1000 exist, all on the simulator's network.
+        Ok((1..=1000).contains(&id).then(|| Subnet {
+            id,
+            cidr: self.cidr(),
+        }))
+    }
+
+    async fn create_security_group(
+        &self,
+        request: &CreateSecurityGroup,
+    ) -> Result<SecurityGroup, ComputeError> {
+        self.delay().await;
+        if self.faults().fail_group_create {
+            return Err(unavailable("security group create"));
+        }
+        let mut state = lock(&self.state);
+        if let Some(group) = state
+            .groups
+            .values()
+            .find(|g| g.client_token.as_deref() == Some(&request.client_token))
+        {
+            return Ok(group.clone());
+        }
+        let id = state.next_group;
+        state.next_group += 1;
+        let group = SecurityGroup {
+            id,
+            name: request.name.clone(),
+            rules: request.rules.clone(),
+            client_token: Some(request.client_token.clone()),
+        };
+        state.groups.insert(id, group.clone());
+        Ok(group)
+    }
+
+    async fn find_security_group(
+        &self,
+        client_token: &str,
+    ) -> Result<Option<SecurityGroup>, ComputeError> {
+        self.delay().await;
+        Ok(lock(&self.state)
+            .groups
+            .values()
+            .find(|g| g.client_token.as_deref() == Some(client_token))
+            .cloned())
+    }
+
+    async fn delete_security_group(&self, id: i64) -> Result<(), ComputeError> {
+        self.delay().await;
+        let mut state = lock(&self.state);
+        if state
+            .vms
+            .values()
+            .any(|(_, _, groups)| groups.contains(&id))
+        {
+            return Err(ComputeError::Rejected {
+                status: 409,
+                message: "security group in use".into(),
+            });
+        }
+        state.groups.remove(&id);
+        Ok(())
+    }
+}
+
+/// Both simulators, as the dev stack and tests hold them.
+#[derive(Debug, Clone)]
+pub struct Simulators {
+    pub compute: ComputeSim,
+    pub dns: DnsSim,
+}
+
+impl Simulators {
+    pub fn new(cidr: &str) -> Result<Self, String> {
+        Ok(Self {
+            compute: ComputeSim::new(cidr)?,
+            dns: DnsSim::default(),
+        })
+    }
+
+    /// Sets every fault knob, compute and DNS.
+    pub fn set_faults(&self, faults: Faults) {
+        self.dns.set_failing(faults.fail_dns);
+        self.compute.set_faults(faults);
+    }
+}
+
+/// The DNS simulator.
+#[derive(Debug, Clone, Default)]
+pub struct DnsSim {
+    records: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+    fail: Arc<Mutex<bool>>,
+}
+
+impl DnsSim {
+    pub fn set_failing(&self, failing: bool) {
+        *lock(&self.fail) = failing;
+    }
+
+    pub fn records(&self) -> BTreeMap<String, Vec<String>> {
+        lock(&self.records).clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Dns for DnsSim {
+    async fn upsert_a(&self, name: &str, values: &[String]) -> Result<(), ComputeError> {
+        if *lock(&self.fail) {
+            return Err(unavailable("DNS upsert"));
+        }
+        lock(&self.records).insert(name.to_owned(), values.to_vec());
+        Ok(())
+    }
+
+    async fn delete_a(&self, name: &str) -> Result<(), ComputeError> {
+        if *lock(&self.fail) {
+            return Err(unavailable("DNS delete"));
+        }
+        lock(&self.records).remove(name);
+        Ok(())
+    }
+}

@@ -1,0 +1,158 @@
+//! The simulators over HTTP, with the REST contracts of `crate::compute` and `crate::dns`, plus
+//! `PUT /sim/faults` to change fault knobs and `GET /v1/vms`, `GET /v1/security-groups` listings
+//! for tests that inspect what exists.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::{ComputeSim, DnsSim, Faults, Simulators};
+use crate::compute::{Compute, ComputeError, CreateSecurityGroup, CreateVm};
+use crate::dns::{ARecord, Dns};
+
+#[derive(Clone)]
+struct Sims {
+    compute: ComputeSim,
+    dns: DnsSim,
+}
+
+#[derive(Deserialize)]
+struct ByToken {
+    client_token: Option<String>,
+}
+
+fn failure(e: ComputeError) -> Response {
+    match e {
+        ComputeError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m).into_response(),
+        ComputeError::Rejected { status, message } => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            message,
+        )
+            .into_response(),
+    }
+}
+
+fn found<T: serde::Serialize>(value: Option<T>) -> Response {
+    match value {
+        Some(v) => Json(v).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// The simulator's HTTP service.
+pub fn router(sims: Simulators) -> Router {
+    Router::new()
+        .route("/v1/vms", get(list_vms).post(create_vm))
+        .route("/v1/vms/{id}", get(get_vm).delete(delete_vm))
+        .route("/v1/subnets/{id}", get(get_subnet))
+        .route("/v1/security-groups", get(list_groups).post(create_group))
+        .route(
+            "/v1/security-groups/{id}",
+            axum::routing::delete(delete_group),
+        )
+        .route(
+            "/v1/records/{name}/A",
+            put(put_record).delete(delete_record),
+        )
+        .route("/v1/records", get(list_records))
+        .route("/sim/faults", put(set_faults).get(get_faults))
+        .with_state(Sims {
+            compute: sims.compute,
+            dns: sims.dns,
+        })
+}
+
+async fn list_vms(State(s): State<Sims>, Query(q): Query<ByToken>) -> Response {
+    let vms = s.compute.vms();
+    Json(match q.client_token {
+        Some(t) => vms
+            .into_iter()
+            .filter(|vm| vm.client_token.as_deref() == Some(&t))
+            .collect(),
+        None => vms,
+    })
+    .into_response()
+}
+
+async fn create_vm(State(s): State<Sims>, Json(req): Json<CreateVm>) -> Response {
+    match s.compute.create_vm(&req).await {
+        Ok(vm) => (StatusCode::CREATED, Json(vm)).into_response(),
+        Err(e) => failure(e),
+    }
+}
+
+async fn get_vm(State(s): State<Sims>, Path(id): Path<i64>) -> Response {
+    s.compute.get_vm(id).await.map_or_else(failure, found)
+}
+
+async fn delete_vm(State(s): State<Sims>, Path(id): Path<i64>) -> Response {
+    s.compute
+        .delete_vm(id)
+        .await
+        .map_or_else(failure, |()| StatusCode::NO_CONTENT.into_response())
+}
+
+async fn get_subnet(State(s): State<Sims>, Path(id): Path<i64>) -> Response {
+    s.compute.get_subnet(id).await.map_or_else(failure, found)
+}
+
+async fn list_groups(State(s): State<Sims>, Query(q): Query<ByToken>) -> Response {
+    let groups = s.compute.security_groups();
+    Json(match q.client_token {
+        Some(t) => groups
+            .into_iter()
+            .filter(|g| g.client_token.as_deref() == Some(&t))
+            .collect(),
+        None => groups,
+    })
+    .into_response()
+}
+
+async fn create_group(State(s): State<Sims>, Json(req): Json<CreateSecurityGroup>) -> Response {
+    match s.compute.create_security_group(&req).await {
+        Ok(group) => (StatusCode::CREATED, Json(group)).into_response(),
+        Err(e) => failure(e),
+    }
+}
+
+async fn delete_group(State(s): State<Sims>, Path(id): Path<i64>) -> Response {
+    s.compute
+        .delete_security_group(id)
+        .await
+        .map_or_else(failure, |()| StatusCode::NO_CONTENT.into_response())
+}
+
+async fn put_record(
+    State(s): State<Sims>,
+    Path(name): Path<String>,
+    Json(record): Json<ARecord>,
+) -> Response {
+    s.dns
+        .upsert_a(&name, &record.values)
+        .await
+        .map_or_else(failure, |()| Json(record).into_response())
+}
+
+async fn delete_record(State(s): State<Sims>, Path(name): Path<String>) -> Response {
+    s.dns
+        .delete_a(&name)
+        .await
+        .map_or_else(failure, |()| StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_records(State(s): State<Sims>) -> Response {
+    Json(s.dns.records()).into_response()
+}
+
+async fn set_faults(State(s): State<Sims>, Json(faults): Json<Faults>) -> Response {
+    s.dns.set_failing(faults.fail_dns);
+    s.compute.set_faults(faults);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn get_faults(State(s): State<Sims>) -> Response {
+    Json(s.compute.faults()).into_response()
+}

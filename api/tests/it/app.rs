@@ -1,0 +1,237 @@
+//! `spawn_app`: the real server on port 0 against a fresh database (a SQLite file, or a new
+//! PostgreSQL database on the local server), with the in-process simulators.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use exk8s_api::app::{ApiConfig, AppState, Application};
+use exk8s_api::crypto::{Kek, Keyring};
+use exk8s_api::db::{self, Db};
+use exk8s_api::metrics::Metrics;
+use exk8s_api::sim::Simulators;
+use exk8s_api::tokens::{self, Scope};
+use exk8s_common::BundleSigner;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL server tests use; scripts/test.sh makes sure one answers.
+pub fn postgres_admin_url() -> String {
+    std::env::var("EXK8S_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A fresh database URL for `backend` (the temp dir keeps a SQLite file alive).
+pub async fn fresh_database(backend: Backend, dir: &std::path::Path) -> String {
+    match backend {
+        Backend::Sqlite => format!("sqlite://{}/exk8s.db?mode=rwc", dir.display()),
+        Backend::Postgres => {
+            let admin = postgres_admin_url();
+            let name = format!("exk8s_test_{}", uuid::Uuid::new_v4().simple());
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&admin).await.unwrap_or_else(|e| {
+                panic!("PostgreSQL must answer at {admin} (scripts/test.sh starts it): {e}")
+            });
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            let base = admin
+                .rsplit_once('/')
+                .map_or(admin.as_str(), |(b, _)| b)
+                .to_owned();
+            format!("{base}/{name}")
+        }
+    }
+}
+
+pub struct TestApp {
+    pub url: String,
+    pub db_url: String,
+    pub state: AppState,
+    pub sims: Simulators,
+    pub http: reqwest::Client,
+    /// An operator token of org 7.
+    pub token: String,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub server: tokio::task::JoinHandle<std::io::Result<()>>,
+    pub _dir: Arc<tempfile::TempDir>,
+}
+
+pub fn test_config() -> ApiConfig {
+    ApiConfig {
+        public_url: "http://127.0.0.1:1".into(),
+        address_timeout: Duration::from_secs(2),
+        drain: Duration::from_millis(0),
+        kubernetes_versions: vec!["v1.35.3".into(), "v1.34.6".into()],
+        ..ApiConfig::default()
+    }
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    spawn_with(backend, test_config(), None).await
+}
+
+/// Spawns a server; `shared` reuses another app's database and temp dir (two replicas).
+pub async fn spawn_with(
+    backend: Backend,
+    config: ApiConfig,
+    shared: Option<(&str, Arc<tempfile::TempDir>)>,
+) -> TestApp {
+    let (db_url, dir) = match shared {
+        Some((url, dir)) => (url.to_owned(), dir),
+        None => {
+            let dir = Arc::new(tempfile::tempdir().unwrap());
+            (fresh_database(backend, dir.path()).await, dir)
+        }
+    };
+    let sims = Simulators::new("127.0.10.0/24").unwrap();
+    let state = AppState {
+        db: Db::connect(&db_url).unwrap(),
+        keks: Arc::new(Keyring::new(vec![Kek::new("test-kek", &[9; 32]).unwrap()]).unwrap()),
+        signer: Arc::new(BundleSigner::from_seed(&[0x44; 32])),
+        extra_trusted_keys: Arc::new(vec![]),
+        compute: Arc::new(sims.compute.clone()),
+        dns: Some(Arc::new(sims.dns.clone())),
+        config: Arc::new(config),
+        metrics: Arc::new(Metrics::default()),
+        draining: Arc::new(AtomicBool::new(false)),
+    };
+    let app = Application::build(state.clone(), "127.0.0.1:0")
+        .await
+        .unwrap();
+    let url = format!("http://{}", app.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let token = operator_token(&state, 7, Scope::Operator, 3600).await;
+    TestApp {
+        url,
+        db_url,
+        state,
+        sims,
+        http: reqwest::Client::new(),
+        token,
+        stop: Some(stop),
+        server,
+        _dir: dir,
+    }
+}
+
+/// Inserts a principal token; returns it.
+pub async fn operator_token(state: &AppState, org: i64, scope: Scope, ttl: i64) -> String {
+    let token = tokens::generate("exk8s_test").unwrap().to_string();
+    let now = db::now();
+    db::tokens::insert_api_token(
+        &state.db.pool,
+        &tokens::hash(&token),
+        org,
+        "tester",
+        scope,
+        now,
+        now + ttl,
+    )
+    .await
+    .unwrap();
+    token
+}
+
+impl TestApp {
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .delete(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    /// POST /clusters with a valid body for `count` nodes, merged with `extra`.
+    pub async fn found(&self, count: i64, extra: serde_json::Value) -> reqwest::Response {
+        let mut body = valid_body(count);
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        self.post("/clusters").json(&body).send().await.unwrap()
+    }
+
+    pub async fn cluster_count(&self) -> i64 {
+        use sqlx::Row as _;
+        sqlx::query("SELECT COUNT(*) AS n FROM clusters")
+            .fetch_one(&self.state.db.pool)
+            .await
+            .unwrap()
+            .get::<i64, _>("n")
+    }
+}
+
+pub fn valid_body(count: i64) -> serde_json::Value {
+    serde_json::json!({
+        "control_plane_count": count,
+        "control_plane_image_id": 42,
+        "control_plane_instance_type": "e2.medium",
+        "subnet_id": 5,
+    })
+}
+
+/// Runs an async test body once per backend.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() { super::$name(crate::app::Backend::Sqlite).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() { super::$name(crate::app::Backend::Postgres).await }
+        }
+    )*};
+}
+pub(crate) use both_backends;
+
+/// The two migration dialects must describe the same schema: identical but for the identity
+/// column syntax and the header comment.
+#[test]
+fn migrations_are_equivalent_in_both_dialects() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+    let normalise = |dialect: &str| -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(root.join(dialect))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .flat_map(|name| {
+                std::fs::read_to_string(root.join(dialect).join(name))
+                    .unwrap()
+                    .lines()
+                    .filter(|l| !l.starts_with("-- exk8s schema"))
+                    .map(|l| {
+                        l.replace(
+                            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                            "<identity>",
+                        )
+                        .replace("INTEGER PRIMARY KEY AUTOINCREMENT", "<identity>")
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    assert_eq!(normalise("postgres"), normalise("sqlite"));
+}
