@@ -42,6 +42,10 @@ pub struct ApiConfig {
     pub drain: Duration,
     /// Bundle lifetime.
     pub bundle_ttl: Duration,
+    /// Bootstrap requests allowed per VM.
+    pub rate_per_vm: crate::ratelimit::Limit,
+    /// Bootstrap requests allowed per source address.
+    pub rate_per_source: crate::ratelimit::Limit,
 }
 
 impl Default for ApiConfig {
@@ -60,6 +64,14 @@ impl Default for ApiConfig {
             reconcile_interval: Duration::from_secs(60),
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
+            rate_per_vm: crate::ratelimit::Limit {
+                per_minute: 60,
+                burst: 30,
+            },
+            rate_per_source: crate::ratelimit::Limit {
+                per_minute: 600,
+                burst: 120,
+            },
         }
     }
 }
@@ -78,6 +90,23 @@ pub struct AppState {
     pub config: Arc<ApiConfig>,
     pub metrics: Arc<Metrics>,
     pub draining: Arc<AtomicBool>,
+    pub limits: Arc<BootstrapLimits>,
+}
+
+/// The bootstrap routes' rate limiters.
+#[derive(Debug)]
+pub struct BootstrapLimits {
+    pub per_vm: crate::ratelimit::Limiter,
+    pub per_source: crate::ratelimit::Limiter,
+}
+
+impl BootstrapLimits {
+    pub fn new(config: &ApiConfig) -> Self {
+        Self {
+            per_vm: crate::ratelimit::Limiter::new(config.rate_per_vm),
+            per_source: crate::ratelimit::Limiter::new(config.rate_per_source),
+        }
+    }
 }
 
 /// A bound, migrated server, ready to run.

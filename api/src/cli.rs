@@ -169,6 +169,12 @@ struct ServeArgs {
     /// Seconds a bundle stays valid.
     #[arg(long, env = "EXK8S_BUNDLE_TTL_SECS", default_value_t = 900)]
     bundle_ttl_secs: u64,
+    /// Bootstrap requests (bundle fetches and reports) allowed per VM per minute.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_VM", default_value_t = 60)]
+    bootstrap_rate_per_vm: u32,
+    /// Bootstrap requests allowed per source address per minute.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_SOURCE", default_value_t = 600)]
+    bootstrap_rate_per_source: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -363,8 +369,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         reconcile_interval: Duration::from_secs(args.reconcile_interval_secs.max(1)),
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
+        rate_per_vm: crate::ratelimit::Limit {
+            per_minute: args.bootstrap_rate_per_vm,
+            burst: args.bootstrap_rate_per_vm.div_ceil(2).max(1),
+        },
+        rate_per_source: crate::ratelimit::Limit {
+            per_minute: args.bootstrap_rate_per_source,
+            burst: args.bootstrap_rate_per_source.div_ceil(5).max(1),
+        },
         ..ApiConfig::default()
     };
+    let config_for_limits = config.clone();
     let state = AppState {
         db,
         keks: Arc::new(keks),
@@ -375,6 +390,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
+        limits: Arc::new(crate::app::BootstrapLimits::new(&config_for_limits)),
     };
     let app = Application::build(state, &args.listen)
         .await

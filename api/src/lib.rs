@@ -11,6 +11,7 @@
 //! * [`cli`] — the `exk8s-api` command.
 
 pub mod app;
+pub mod bootstrap;
 pub mod cli;
 pub mod compute;
 pub mod crypto;
@@ -20,6 +21,7 @@ pub mod founding;
 pub mod http;
 pub mod metrics;
 pub mod pki;
+pub mod ratelimit;
 pub mod render;
 pub mod sim;
 pub mod tokens;

@@ -5,6 +5,7 @@
 
 pub mod clusters;
 pub mod idempotency;
+pub mod issuances;
 pub mod nodes;
 pub mod resources;
 pub mod tokens;

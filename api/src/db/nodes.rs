@@ -127,3 +127,100 @@ pub async fn list<'c>(
     .await?;
     Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
 }
+
+/// The node a VM is, if it belongs to any cluster.
+pub async fn find_by_vm<'c>(
+    db: impl Executor<'c, Database = Any>,
+    vm_id: i64,
+) -> Result<Option<NodeRow>, DbError> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM cluster_nodes WHERE vm_id = $1"
+    ))
+    .bind(vm_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// A node's stored serving certificates (keys sealed).
+#[derive(Debug, Clone)]
+pub struct ServingRow {
+    pub etcd_server_cert: String,
+    pub etcd_server_key_sealed: String,
+    pub etcd_peer_cert: String,
+    pub etcd_peer_key_sealed: String,
+    pub apiserver_cert: String,
+    pub apiserver_key_sealed: String,
+}
+
+pub async fn serving<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+) -> Result<Option<ServingRow>, DbError> {
+    let row = sqlx::query(
+        "SELECT e.server_cert, e.server_key_sealed, e.peer_cert, e.peer_key_sealed, a.serving_cert, a.serving_key_sealed \
+         FROM etcd_members e JOIN apiserver_nodes a ON a.node_id = e.node_id WHERE e.node_id = $1",
+    )
+    .bind(node_id)
+    .fetch_optional(db)
+    .await?;
+    let Some(r) = row else { return Ok(None) };
+    Ok(Some(ServingRow {
+        etcd_server_cert: r.try_get("server_cert")?,
+        etcd_server_key_sealed: r.try_get("server_key_sealed")?,
+        etcd_peer_cert: r.try_get("peer_cert")?,
+        etcd_peer_key_sealed: r.try_get("peer_key_sealed")?,
+        apiserver_cert: r.try_get("serving_cert")?,
+        apiserver_key_sealed: r.try_get("serving_key_sealed")?,
+    }))
+}
+
+/// Takes the next serial for an issuance, in the caller's transaction. Refuses (None) when the
+/// node may not be issued a bundle now; an issuance to a `complete` node consumes its re-arm.
+pub async fn take_serial(
+    tx: &mut sqlx::AnyConnection,
+    node_id: i64,
+) -> Result<Option<i64>, DbError> {
+    let row = sqlx::query(
+        "UPDATE cluster_nodes SET serial = serial + 1, \
+         issuance_allowed = CASE WHEN phase = 'complete' THEN 0 ELSE issuance_allowed END \
+         WHERE id = $1 AND issuance_allowed = 1 RETURNING serial",
+    )
+    .bind(node_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(row.map(|r| r.try_get("serial")).transpose()?)
+}
+
+/// Records a node's reported phase; `complete` closes issuance until an operator re-arms.
+pub async fn set_phase<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    phase: &str,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_nodes SET phase = $1, \
+         issuance_allowed = CASE WHEN $1 = 'complete' THEN 0 ELSE issuance_allowed END WHERE id = $2",
+    )
+    .bind(phase)
+    .bind(node_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Allows one more issuance to a node (certificate renewal or repair).
+pub async fn rearm<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    vm_id: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE cluster_nodes SET issuance_allowed = 1 WHERE cluster_id = $1 AND vm_id = $2",
+    )
+    .bind(cluster_id)
+    .bind(vm_id)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

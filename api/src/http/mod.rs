@@ -1,5 +1,6 @@
 //! The HTTP surface: the route table ([`router`]), thin handlers, errors and extractors.
 
+pub mod bootstrap;
 pub mod clusters;
 pub mod error;
 pub mod extract;
@@ -30,6 +31,10 @@ use crate::app::AppState;
         clusters::get_cluster,
         clusters::get_kubeconfig,
         clusters::delete_cluster,
+        bootstrap::rearm,
+        bootstrap::bundle,
+        bootstrap::status,
+        bootstrap::keys,
         health::healthz,
         health::readyz,
         health::metrics,
@@ -80,6 +85,10 @@ pub fn router(state: AppState) -> Router {
         .route("/clusters", get(clusters::list_clusters).post(clusters::create_cluster))
         .route("/clusters/{id}", get(clusters::get_cluster).delete(clusters::delete_cluster))
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
+        .route("/clusters/{id}/nodes/{vm_id}/rearm", axum::routing::post(bootstrap::rearm))
+        .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle))
+        .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))
+        .route("/bootstrap/keys", get(bootstrap::keys))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

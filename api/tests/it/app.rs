@@ -63,8 +63,45 @@ pub struct TestApp {
     pub _dir: Arc<tempfile::TempDir>,
 }
 
+/// Every log line of this test binary, captured at TRACE level (scanned for secrets).
+pub static LOGS: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn capture_logs() -> Arc<std::sync::Mutex<Vec<u8>>> {
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = Arc::clone(&buffer);
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Capture(Arc::clone(&writer)))
+            .try_init();
+        buffer
+    })
+    .clone()
+}
+
 pub fn test_config() -> ApiConfig {
     ApiConfig {
+        rate_per_vm: exk8s_api::ratelimit::Limit {
+            per_minute: 6000,
+            burst: 1000,
+        },
+        rate_per_source: exk8s_api::ratelimit::Limit {
+            per_minute: 60000,
+            burst: 10000,
+        },
         public_url: "http://127.0.0.1:1".into(),
         address_timeout: Duration::from_secs(2),
         drain: Duration::from_millis(0),
@@ -83,6 +120,7 @@ pub async fn spawn_with(
     config: ApiConfig,
     shared: Option<(&str, Arc<tempfile::TempDir>)>,
 ) -> TestApp {
+    capture_logs();
     let (db_url, dir) = match shared {
         Some((url, dir)) => (url.to_owned(), dir),
         None => {
@@ -98,9 +136,10 @@ pub async fn spawn_with(
         extra_trusted_keys: Arc::new(vec![]),
         compute: Arc::new(sims.compute.clone()),
         dns: Some(Arc::new(sims.dns.clone())),
-        config: Arc::new(config),
+        config: Arc::new(config.clone()),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
+        limits: Arc::new(exk8s_api::app::BootstrapLimits::new(&config)),
     };
     let app = Application::build(state.clone(), "127.0.0.1:0")
         .await
@@ -124,9 +163,30 @@ pub async fn spawn_with(
     }
 }
 
+/// Inserts an IMDS session token for a VM (as the metadata service would); returns it.
+pub async fn imds_token(state: &AppState, vm_id: i64, org: i64, ttl: i64) -> String {
+    let token = tokens::generate("exk8s_imds").unwrap().to_string();
+    let now = db::now();
+    db::tokens::insert_imds_token(
+        &state.db.pool,
+        &tokens::hash(&token),
+        vm_id,
+        org,
+        now,
+        now + ttl,
+    )
+    .await
+    .unwrap();
+    token
+}
+
 /// Inserts a principal token; returns it.
 pub async fn operator_token(state: &AppState, org: i64, scope: Scope, ttl: i64) -> String {
-    let token = tokens::generate("exk8s_test").unwrap().to_string();
+    let prefix = match scope {
+        Scope::Operator => "exk8s_op",
+        Scope::Bootstrap => "exk8s_bs",
+    };
+    let token = tokens::generate(prefix).unwrap().to_string();
     let now = db::now();
     db::tokens::insert_api_token(
         &state.db.pool,

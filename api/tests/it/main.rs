@@ -8,6 +8,7 @@
 )]
 
 mod app;
+mod bootstrap;
 mod crash;
 mod etcd_cluster;
 mod founding;

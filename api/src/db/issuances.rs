@@ -1,0 +1,65 @@
+//! `bundle_issuances` (the audit of every bundle request, served or refused) and
+//! `node_reports` (what agents say about their phases).
+
+use sqlx::{Any, Executor};
+
+use super::DbError;
+
+/// One audit row.
+#[derive(Debug, Clone, Default)]
+pub struct Audit<'a> {
+    pub vm_id: i64,
+    pub cluster_id: Option<i64>,
+    pub serial: Option<i64>,
+    pub bundle_id: Option<&'a str>,
+    pub bundle_sha256: Option<&'a str>,
+    pub key_id: Option<&'a str>,
+    /// `issued` or `refused`.
+    pub outcome: &'a str,
+    /// Why a request was refused (never shown to the caller).
+    pub reason: Option<&'a str>,
+    pub source_address: Option<&'a str>,
+}
+
+pub async fn insert<'c>(
+    db: impl Executor<'c, Database = Any>,
+    audit: &Audit<'_>,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "INSERT INTO bundle_issuances (vm_id, cluster_id, serial, bundle_id, bundle_sha256, key_id, outcome, reason, \
+         source_address, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(audit.vm_id)
+    .bind(audit.cluster_id)
+    .bind(audit.serial)
+    .bind(audit.bundle_id)
+    .bind(audit.bundle_sha256)
+    .bind(audit.key_id)
+    .bind(audit.outcome)
+    .bind(audit.reason)
+    .bind(audit.source_address)
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn insert_report<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    phase: &str,
+    state: &str,
+    message: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query("INSERT INTO node_reports (node_id, phase, state, message, created_at) VALUES ($1, $2, $3, $4, $5)")
+        .bind(node_id)
+        .bind(phase)
+        .bind(state)
+        .bind(message)
+        .bind(now)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! VM routes: the bundle, phase reports, and the published signing keys; plus the operator's
+//! re-arm of a finished node.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiJson, Operator};
+use crate::app::AppState;
+use crate::bootstrap::{self, NONCE_HEADER};
+use crate::db;
+
+/// Phases an agent reports, in boot order.
+pub const PHASES: &[&str] = &[
+    "fetch",
+    "verify",
+    "files",
+    "prereqs",
+    "services",
+    "etcd",
+    "apiserver",
+    "addons",
+    "complete",
+];
+
+/// A phase report.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusReport {
+    /// One of fetch, verify, files, prereqs, services, etcd, apiserver, addons, complete.
+    pub phase: String,
+    /// started, succeeded or failed.
+    pub state: String,
+    /// Up to 1000 characters.
+    #[serde(default)]
+    pub message: String,
+}
+
+fn limited(state: &AppState, vm_id: i64, source: &str) -> Result<(), ApiError> {
+    let wait = state
+        .limits
+        .per_source
+        .check(source)
+        .and_then(|()| state.limits.per_vm.check(&vm_id.to_string()));
+    wait.map_err(|wait| ApiError::RateLimited {
+        retry_after_secs: wait.as_secs().max(1),
+    })
+}
+
+/// The signed bundle for exactly this VM.
+#[utoipa::path(
+    get, path = "/bootstrap/control-plane/{vm_id}",
+    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
+    responses(
+        (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v1+json payload"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("imds_token" = [], "bootstrap_token" = [])),
+)]
+pub async fn bundle(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(vm_id): Path<i64>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let source = peer.ip().to_string();
+    limited(&state, vm_id, &source)?;
+    let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
+        Ok(vm) => vm,
+        Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
+    };
+    let nonce = headers
+        .get(NONCE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            ApiError::invalid("X-Exk8s-Nonce", "the X-Exk8s-Nonce header is required")
+        })?;
+    let envelope = bootstrap::issue(&state, &vm, nonce, &source).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], envelope).into_response())
+}
+
+/// A phase report from the VM's agent.
+#[utoipa::path(
+    post, path = "/bootstrap/control-plane/{vm_id}/status", request_body = StatusReport,
+    params(("vm_id" = i64, Path)),
+    responses((status = 204, description = "recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("imds_token" = [], "bootstrap_token" = [])),
+)]
+pub async fn status(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(vm_id): Path<i64>,
+    headers: HeaderMap,
+    ApiJson(report): ApiJson<StatusReport>,
+) -> Result<StatusCode, ApiError> {
+    let source = peer.ip().to_string();
+    limited(&state, vm_id, &source)?;
+    let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
+        Ok(vm) => vm,
+        Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
+    };
+    if !PHASES.contains(&report.phase.as_str()) {
+        return Err(ApiError::invalid(
+            "phase",
+            format!("phase must be one of {}", PHASES.join(", ")),
+        ));
+    }
+    if !["started", "succeeded", "failed"].contains(&report.state.as_str()) {
+        return Err(ApiError::invalid(
+            "state",
+            "state must be started, succeeded or failed",
+        ));
+    }
+    if report.message.chars().count() > 1000 {
+        return Err(ApiError::invalid(
+            "message",
+            "message must be at most 1000 characters",
+        ));
+    }
+    let now = db::now();
+    let node_phase = match report.state.as_str() {
+        "succeeded" => report.phase.clone(),
+        other => format!("{}:{other}", report.phase),
+    };
+    let mut tx = state.db.pool.begin().await.map_err(db::DbError::from)?;
+    db::issuances::insert_report(
+        &mut *tx,
+        vm.node.id,
+        &report.phase,
+        &report.state,
+        &report.message,
+        now,
+    )
+    .await?;
+    db::nodes::set_phase(&mut *tx, vm.node.id, &node_phase).await?;
+    tx.commit().await.map_err(db::DbError::from)?;
+    tracing::info!(vm_id, phase = %report.phase, state = %report.state, "node reported");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The public bundle-signing keys, in the agent's `.pub` format (active key first).
+#[utoipa::path(get, path = "/bootstrap/keys", responses((status = 200, description = "one `ed25519 <base64> <comment>` line per key", content_type = "text/plain")))]
+pub async fn keys(State(state): State<AppState>) -> Response {
+    let mut text = format!(
+        "{}\n",
+        state.signer.pub_line("exk8s bundle signing key (active)")
+    );
+    for key in state.extra_trusted_keys.iter() {
+        text.push_str(&exk8s_common::keyring::pub_line(
+            key,
+            "exk8s bundle signing key",
+        ));
+        text.push('\n');
+    }
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+}
+
+/// Allows one more bundle for a node that finished (certificate renewal or repair).
+#[utoipa::path(post, path = "/clusters/{id}/nodes/{vm_id}/rearm", params(("id" = i64, Path), ("vm_id" = i64, Path)), responses((status = 204, description = "re-armed"), (status = 404, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn rearm(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path((id, vm_id)): Path<(i64, i64)>,
+) -> Result<StatusCode, ApiError> {
+    db::clusters::get(&state.db.pool, operator.org_id, id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    if !db::nodes::rearm(&state.db.pool, id, vm_id).await? {
+        return Err(ApiError::NotFound);
+    }
+    tracing::info!(cluster_id = id, vm_id, principal = %operator.principal, "node re-armed for one more bundle");
+    Ok(StatusCode::NO_CONTENT)
+}
