@@ -40,6 +40,9 @@ if [ -n "$forbidden" ]; then
   exit 1
 fi
 
+log "cargo build (the end-to-end tests run the binaries)"
+cargo build --workspace --locked
+
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast
 

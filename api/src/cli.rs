@@ -57,6 +57,24 @@ enum Command {
     Keys(KeysCommand),
     /// Run the compute and DNS SIMULATORS as an HTTP service (for development and tests).
     Sim(SimArgs),
+    /// The whole stack on a laptop: SQLite, generated keys kept in the data dir, and the
+    /// compute, DNS and instance-metadata SIMULATORS. Prints a token and what to run next.
+    Dev(DevArgs),
+}
+
+#[derive(Debug, Args)]
+struct DevArgs {
+    #[arg(long, env = "EXK8S_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Holds the database, the KEK, the signing key, the trusted-keys dir and the operator token.
+    #[arg(long, env = "EXK8S_DATA_DIR", default_value = "./exk8s-dev")]
+    data_dir: PathBuf,
+    /// Use this database instead of SQLite in the data dir.
+    #[arg(long, env = "EXK8S_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Addresses the compute SIMULATOR gives VMs (loopback, so rendered units work locally).
+    #[arg(long, env = "EXK8S_SIM_CIDR", default_value = "127.0.10.0/24")]
+    sim_cidr: String,
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +149,9 @@ struct ServeArgs {
     /// `none` (no DNS records) or `sim` (in-process SIMULATOR).
     #[arg(long, env = "EXK8S_DNS", value_enum)]
     dns: Option<DnsChoice>,
+    /// Serve the instance-metadata SIMULATOR under /sim/imds (needs --compute sim).
+    #[arg(long, env = "EXK8S_IMDS", value_enum)]
+    imds: Option<SimChoice>,
     /// Addresses the compute SIMULATOR gives VMs.
     #[arg(long, env = "EXK8S_SIM_CIDR", default_value = "127.0.10.0/24")]
     sim_cidr: String,
@@ -379,24 +400,165 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         },
         ..ApiConfig::default()
     };
-    let config_for_limits = config.clone();
-    let state = AppState {
+    let imds = match (args.imds, args.compute) {
+        (Some(SimChoice::Sim), Some(SimChoice::Sim)) => true,
+        (Some(SimChoice::Sim), None) => {
+            return Err("--imds sim needs --compute sim (it serves the simulated VMs)".into());
+        }
+        _ => false,
+    };
+    let state = build_state(db.clone(), keks, signer, extra, compute, dns, config);
+    let mut app = Application::build(state, &args.listen)
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    if imds {
+        app = app.with_routes(sim_routes(db, &sims));
+    }
+    let addr = app.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%addr, "exk8s-api listening");
+    app.run_until_stopped(stop_signal())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn build_state(
+    db: Db,
+    keks: Keyring,
+    signer: BundleSigner,
+    extra: Vec<ed25519_dalek::VerifyingKey>,
+    compute: Arc<dyn Compute>,
+    dns: Option<Arc<dyn Dns>>,
+    config: ApiConfig,
+) -> AppState {
+    AppState {
         db,
         keks: Arc::new(keks),
         signer: Arc::new(signer),
         extra_trusted_keys: Arc::new(extra),
         compute,
         dns,
+        limits: Arc::new(crate::app::BootstrapLimits::new(&config)),
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
-        limits: Arc::new(crate::app::BootstrapLimits::new(&config_for_limits)),
+    }
+}
+
+/// The simulated instance-metadata service, and the simulators' state for inspection under
+/// `/sim/compute` (e.g. `GET /sim/compute/v1/vms`).
+fn sim_routes(db: Db, sims: &Simulators) -> axum::Router {
+    crate::sim::imds::router(db, sims.compute.clone())
+        .nest("/sim/compute", crate::sim::server::router(sims.clone()))
+}
+
+/// Creates a key file with `make` the first time; later starts reuse it.
+fn reuse_or_create(
+    path: &Path,
+    make: impl FnOnce() -> Result<zeroize::Zeroizing<String>, String>,
+) -> Result<(), String> {
+    if path.exists() {
+        return Ok(());
+    }
+    write_secret_file(path, &make()?)
+}
+
+#[allow(
+    clippy::print_stdout,
+    reason = "the dev stack's instructions are its output"
+)]
+async fn dev(args: DevArgs) -> Result<(), String> {
+    let dir = &args.data_dir;
+    std::fs::create_dir_all(dir.join("trusted-keys"))
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let kek_path = dir.join("kek.key");
+    let signing_path = dir.join("signing.key");
+    reuse_or_create(&kek_path, || {
+        Kek::generate_file_text("dev-1").map_err(|e| e.to_string())
+    })?;
+    reuse_or_create(&signing_path, || {
+        Ok(BundleSigner::generate()
+            .map_err(|e| e.to_string())?
+            .to_secret_text())
+    })?;
+    let signer = load_signer(&signing_path)?;
+    let pub_path = dir.join("trusted-keys/exk8s-dev.pub");
+    std::fs::write(
+        &pub_path,
+        format!("{}\n", signer.pub_line("exk8s dev stack")),
+    )
+    .map_err(|e| format!("writing {}: {e}", pub_path.display()))?;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}/exk8s.db?mode=rwc", dir.display()),
     };
+    let db = Db::connect(&url).map_err(|e| crate::error_chain(&e))?;
+    let sims = Simulators::new(&args.sim_cidr)?;
+    let listener_hint = format!("http://{}", args.listen);
+    let config = ApiConfig {
+        public_url: listener_hint.clone(),
+        imds_url: format!("{listener_hint}/sim/imds"),
+        agent_insecure_http: true,
+        ..ApiConfig::default()
+    };
+    let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());
+    let dns: Option<Arc<dyn Dns>> = Some(Arc::new(sims.dns.clone()));
+    let state = build_state(
+        db.clone(),
+        load_keks(&[kek_path])?,
+        signer,
+        Vec::new(),
+        compute,
+        dns,
+        config,
+    );
     let app = Application::build(state, &args.listen)
         .await
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(|e| crate::error_chain(&e))?
+        .with_routes(sim_routes(db.clone(), &sims));
     let addr = app.local_addr().map_err(|e| e.to_string())?;
-    tracing::info!(%addr, "exk8s-api listening");
+    let base = format!("http://{addr}");
+
+    let token = tokens::generate("exk8s_op").map_err(|e| e.to_string())?;
+    let now = db::now();
+    db::tokens::insert_api_token(
+        &db.pool,
+        &tokens::hash(&token),
+        1,
+        "dev",
+        Scope::Operator,
+        now,
+        now + 7 * 86_400,
+    )
+    .await
+    .map_err(|e| crate::error_chain(&e))?;
+    let token_path = dir.join("operator.token");
+    let _ = std::fs::remove_file(&token_path);
+    write_secret_file(&token_path, &format!("{}\n", token.as_str()))?;
+    let keys = dir.join("trusted-keys");
+    let data = dir.display();
+    let token_file = token_path.display();
+    let keys = keys.display();
+    let token = token.as_str();
+    println!("exk8s dev stack on {base} (data in {data}; compute, DNS and IMDS are SIMULATED)");
+    println!();
+    println!("operator token for org 1 (also in {token_file}):");
+    println!("  export EXK8S_TOKEN={token}");
+    println!();
+    println!("found a 3-node cluster:");
+    println!("  curl -s -X POST {base}/clusters -H \"Authorization: Bearer $EXK8S_TOKEN\" \\");
+    println!("    -H 'Content-Type: application/json' \\");
+    println!(
+        "    -d '{{\"control_plane_count\": 3, \"control_plane_image_id\": 1, \"control_plane_instance_type\": \"dev.small\", \"subnet_id\": 1}}'"
+    );
+    println!();
+    println!("bootstrap its first VM (ids start at 101) into ./vm-101, recording host actions:");
+    println!("  cargo run -p exk8s-agent -- --keys-dir {keys} run --root ./vm-101 \\");
+    println!("    --api-url {base} --imds-url {base}/sim/imds/101 --insecure-http");
+    println!();
+    println!("and watch the node phases:");
+    println!("  curl -s {base}/clusters -H \"Authorization: Bearer $EXK8S_TOKEN\"");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
     app.run_until_stopped(stop_signal())
         .await
         .map_err(|e| e.to_string())
@@ -412,6 +574,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Tokens(command) => tokens_command(command).await,
+        Command::Dev(args) => dev(args).await,
         Command::Keys(command) => keys_command(command),
         Command::Sim(args) => {
             let sims = Simulators::new(&args.cidr)?;

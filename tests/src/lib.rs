@@ -1,2 +1,13 @@
-//! `exk8s-tests` holds the tests that need more than one crate at once: the real `exk8s-api`
-//! binary, the real `exk8s-agent` binary and real etcd processes, with their shared fixtures.
+//! `exk8s-tests` holds what tests need across crates: starting real etcd members from rendered
+//! node roots ([`etcd`]), finding and running the workspace's binaries ([`procs`]), and a TLS
+//! endpoint serving a rendered certificate ([`tls`]). The end-to-end test lives in `tests/`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test support: a failure should stop the test loudly"
+)]
+
+pub mod etcd;
+pub mod procs;
+pub mod tls;

@@ -7,6 +7,7 @@
 //! [`server::router`] serves the same REST contract as the real service over HTTP, so the
 //! simulator can outlive a killed API process.
 
+pub mod imds;
 pub mod server;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,144 @@
+//! Real etcd members started from rendered node roots: each with the exact ExecStart flags of
+//! its root's `etcd.service` and the certificate files in that root. Only what three members on
+//! one host require is remapped: file paths are prefixed with the root, the data dir moves into
+//! the root, and the `127.0.0.1:2379` listener every member would share gets a free port.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::procs::{Proc, free_port};
+
+/// Where a rendered bundle puts the unit.
+pub const ETCD_UNIT: &str = "etc/systemd/system/etcd.service";
+pub const ETCD_BINARY: &str = "/usr/local/bin/etcd";
+
+/// The rendered unit's ExecStart arguments with only the permitted remaps applied.
+pub fn member_args(unit: &str, root: &Path, local_port: u16) -> Vec<String> {
+    let joined = unit.replace("\\\n", " ");
+    let exec = joined
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("the unit has ExecStart");
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some(ETCD_BINARY));
+    words
+        .map(|arg| {
+            let (flag, value) = arg.split_once('=').unwrap_or((arg, ""));
+            if flag == "--data-dir" {
+                return format!("--data-dir={}", root.join("var/lib/etcd").display());
+            }
+            if flag == "--listen-client-urls" {
+                let remapped = format!("https://127.0.0.1:{local_port}");
+                return format!(
+                    "{flag}={}",
+                    value.replace("https://127.0.0.1:2379", &remapped)
+                );
+            }
+            if let Some(relative) = value.strip_prefix('/') {
+                return format!("{flag}={}", root.join(relative).display());
+            }
+            arg.to_owned()
+        })
+        .collect()
+}
+
+/// Running members; killed and reaped when dropped.
+pub struct EtcdCluster {
+    members: Vec<Proc>,
+    pub roots: Vec<PathBuf>,
+    /// Each member's remapped loopback client port.
+    pub local_ports: Vec<u16>,
+}
+
+impl EtcdCluster {
+    /// Starts one member per root (Debian's `etcd` from PATH).
+    pub fn start(roots: &[PathBuf]) -> Self {
+        let mut members = Vec::new();
+        let mut local_ports = Vec::new();
+        for root in roots {
+            let unit = std::fs::read_to_string(root.join(ETCD_UNIT)).unwrap();
+            let port = free_port();
+            let log = std::fs::File::create(root.join("etcd.log")).unwrap();
+            let child = Command::new("etcd")
+                .args(member_args(&unit, root, port))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("etcd must be installed (scripts/test.sh installs etcd-server)");
+            members.push(Proc(child));
+            local_ports.push(port);
+        }
+        Self {
+            members,
+            roots: roots.to_vec(),
+            local_ports,
+        }
+    }
+
+    /// Polls `endpoint health --cluster` until every member is healthy; panics with the
+    /// members' logs when one exits or the deadline passes. Returns etcdctl's report.
+    pub fn wait_healthy(
+        &mut self,
+        endpoints: &str,
+        cert: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> String {
+        let start = Instant::now();
+        loop {
+            let (ok, said) = etcdctl(
+                &self.roots[0],
+                endpoints,
+                cert,
+                key,
+                &["endpoint", "health", "--cluster"],
+            );
+            if ok && said.matches("is healthy").count() == self.members.len() {
+                return said;
+            }
+            for (i, member) in self.members.iter_mut().enumerate() {
+                if let Some(status) = member.0.try_wait().unwrap() {
+                    let log =
+                        std::fs::read_to_string(self.roots[i].join("etcd.log")).unwrap_or_default();
+                    panic!("etcd member {} exited with {status}:\n{log}", i + 1);
+                }
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "etcd never became healthy: {said}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+/// etcdctl with TLS files from `root` (paths given as absolute node paths).
+pub fn etcdctl(
+    root: &Path,
+    endpoints: &str,
+    cert: &str,
+    key: &str,
+    args: &[&str],
+) -> (bool, String) {
+    let file = |p: &str| root.join(p.trim_start_matches('/'));
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .arg(format!(
+            "--cacert={}",
+            file("/etc/exk8s/pki/etcd-ca.pem").display()
+        ))
+        .arg(format!("--cert={}", file(cert).display()))
+        .arg(format!("--key={}", file(key).display()))
+        .arg("--command-timeout=5s")
+        .args(args)
+        .output()
+        .expect("etcdctl must be installed (scripts/test.sh installs etcd-client)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}

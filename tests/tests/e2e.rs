@@ -1,0 +1,432 @@
+//! The whole boot path with real binaries: `exk8s-api` (the dev stack on SQLite; `serve` with
+//! the simulators on PostgreSQL) founds a 3-node cluster over HTTP; `exk8s-agent run` boots each
+//! VM into its own root against the simulated IMDS (host actions recorded); then the roots are
+//! checked file by file, three real etcd members run from them, a root's admin kubeconfig is
+//! checked against a TLS endpoint serving the rendered apiserver certificate, and deleting the
+//! cluster leaves nothing in the simulator and refuses the next agent run.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use exk8s_common::names::Sha256Digest;
+use exk8s_tests::etcd::{EtcdCluster, etcdctl};
+use exk8s_tests::procs::{Proc, binary, free_port, wait_until};
+use exk8s_tests::tls::{self, KubeconfigIdentity};
+use serde_json::{Value, json};
+
+struct Stack {
+    base: String,
+    token: String,
+    _api: Proc,
+}
+
+fn http() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
+fn start_dev(dir: &Path) -> Stack {
+    let port = free_port();
+    let data = dir.join("dev");
+    let log = std::fs::File::create(dir.join("api.log")).unwrap();
+    let api = Proc(
+        Command::new(binary("exk8s-api"))
+            .args([
+                "dev",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--sim-cidr",
+                "127.0.11.0/24",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until("the dev stack", Duration::from_secs(30), || {
+        data.join("operator.token").exists()
+            && http().get(&format!("{base}/healthz")).call().is_ok()
+    });
+    let token = std::fs::read_to_string(data.join("operator.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    Stack {
+        base,
+        token,
+        _api: api,
+    }
+}
+
+fn run_api(args: &[&str]) -> String {
+    let out = Command::new(binary("exk8s-api"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "exk8s-api {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn start_postgres_serve(dir: &Path) -> Stack {
+    let admin = std::env::var("EXK8S_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let name = format!("exk8s_test_e2e_{}", std::process::id());
+    let created = Command::new("psql")
+        .arg(&admin)
+        .args([
+            "-q",
+            "-c",
+            &format!("DROP DATABASE IF EXISTS {name}"),
+            "-c",
+            &format!("CREATE DATABASE {name}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "PostgreSQL must answer at {admin}: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let db_url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let kek = dir.join("kek.key").display().to_string();
+    let signing = dir.join("signing.key").display().to_string();
+    run_api(&["keys", "generate-kek", "--out", &kek]);
+    run_api(&["keys", "generate", "--out", &signing]);
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.join("api.log")).unwrap();
+    let api = Proc(
+        Command::new(binary("exk8s-api"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                &db_url,
+                "--kek-file",
+                &kek,
+                "--signing-key",
+                &signing,
+                "--compute",
+                "sim",
+                "--dns",
+                "sim",
+                "--imds",
+                "sim",
+                "--public-url",
+                &base,
+                "--imds-url",
+                &format!("{base}/sim/imds"),
+                "--agent-insecure-http",
+                // Apart from the SQLite run's addresses: both runs start real etcd members.
+                "--sim-cidr",
+                "127.0.12.0/24",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("the API", Duration::from_secs(30), || {
+        http().get(&format!("{base}/healthz")).call().is_ok()
+    });
+    let token = run_api(&[
+        "tokens",
+        "create",
+        "--database-url",
+        &db_url,
+        "--org",
+        "1",
+        "--principal",
+        "e2e",
+        "--scope",
+        "operator",
+    ])
+    .trim()
+    .to_owned();
+    Stack {
+        base,
+        token,
+        _api: api,
+    }
+}
+
+fn agent_run(stack: &Stack, keys: &Path, root: &Path, vm: i64) -> std::process::Output {
+    Command::new(binary("exk8s-agent"))
+        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
+        .arg("--keys-dir")
+        .arg(keys)
+        .args(["run", "--root"])
+        .arg(root)
+        .args([
+            "--api-url",
+            &stack.base,
+            "--imds-url",
+            &format!("{}/sim/imds/{vm}", stack.base),
+            "--insecure-http",
+        ])
+        .output()
+        .unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn boot_path(stack: Stack, dir: &Path) {
+    let http = http();
+    let created: Value = http
+        .post(&format!("{}/clusters", stack.base))
+        .set("Authorization", &format!("Bearer {}", stack.token))
+        .send_json(json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let vms: Vec<i64> = created["control_plane_vm_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(vms.len(), 3);
+
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let published = http
+        .get(&format!("{}/bootstrap/keys", stack.base))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    std::fs::write(keys.join("api.pub"), published).unwrap();
+
+    let view = |http: &ureq::Agent| -> Value {
+        http.get(&format!("{}/clusters/{cluster}", stack.base))
+            .set("Authorization", &format!("Bearer {}", stack.token))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    };
+    let nodes = view(&http)["nodes"].as_array().unwrap().clone();
+    let ip_of: BTreeMap<i64, String> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n["vm_id"].as_i64().unwrap(),
+                n["private_ipv4"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+
+    let mut roots = Vec::new();
+    for vm in &vms {
+        let root = dir.join(format!("vm-{vm}"));
+        let out = agent_run(&stack, &keys, &root, *vm);
+        assert!(
+            out.status.success(),
+            "agent for vm {vm}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        // Every file the agent recorded is on disk with its digest and an exact mode.
+        let state: Value = serde_json::from_str(
+            &std::fs::read_to_string(root.join("var/lib/exk8s/state.json")).unwrap(),
+        )
+        .unwrap();
+        let files = state["files"].as_object().unwrap();
+        assert!(files.len() >= 40, "only {} files", files.len());
+        for (path, digest) in files {
+            let on_disk = root.join(path.trim_start_matches('/'));
+            let content = std::fs::read(&on_disk).unwrap();
+            assert_eq!(
+                Sha256Digest::of(&content).to_hex(),
+                digest.as_str().unwrap(),
+                "{path}"
+            );
+            let expected = if path.ends_with("-key.pem")
+                || path.ends_with(".kubeconfig")
+                || path.starts_with("/etc/kubernetes/manifests/")
+                || path.ends_with("encryption-config.yaml")
+            {
+                0o600
+            } else {
+                0o644
+            };
+            assert_eq!(mode(&on_disk), expected, "{path}");
+        }
+        // The rendered units and manifests name this node's address.
+        let ip = &ip_of[vm];
+        let etcd_unit =
+            std::fs::read_to_string(root.join("etc/systemd/system/etcd.service")).unwrap();
+        assert!(
+            etcd_unit.contains(&format!("--listen-peer-urls=https://{ip}:2380")),
+            "vm {vm}"
+        );
+        let apiserver =
+            std::fs::read_to_string(root.join("etc/kubernetes/manifests/kube-apiserver.yaml"))
+                .unwrap();
+        assert!(
+            apiserver.contains(&format!("--advertise-address={ip}")),
+            "vm {vm}"
+        );
+        let actions =
+            std::fs::read_to_string(root.join("var/lib/exk8s/recorded-actions.log")).unwrap();
+        assert!(
+            actions.contains("systemctl start --no-block etcd.service"),
+            "{actions}"
+        );
+        assert!(root.join("var/lib/exk8s/bootstrap.done").exists());
+        roots.push(root);
+    }
+
+    // The phases reached the API.
+    let status = view(&http);
+    assert_eq!(status["phase"], "founded");
+    assert!(
+        status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["phase"] == "complete"),
+        "{status}"
+    );
+    assert_eq!(status["ready"], true, "{status}");
+
+    // REAL etcd from the three roots.
+    let mut etcd = EtcdCluster::start(&roots);
+    let endpoints: String = vms
+        .iter()
+        .map(|vm| format!("https://{}:2379", ip_of[vm]))
+        .collect::<Vec<_>>()
+        .join(",");
+    etcd.wait_healthy(
+        &endpoints,
+        "/etc/exk8s/pki/etcd-healthcheck-client.pem",
+        "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
+        Duration::from_secs(60),
+    );
+    let (cert, key) = (
+        "/etc/exk8s/pki/apiserver-etcd-client.pem",
+        "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
+    );
+    let (ok, out) = etcdctl(
+        &roots[0],
+        &format!("https://{}:2379", ip_of[&vms[0]]),
+        cert,
+        key,
+        &["put", "/e2e", "booted"],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = etcdctl(
+        &roots[2],
+        &format!("https://{}:2379", ip_of[&vms[2]]),
+        cert,
+        key,
+        &["get", "/e2e", "--print-value-only"],
+    );
+    assert!(ok && out.trim() == "booted", "{out}");
+    drop(etcd);
+
+    // A root's admin kubeconfig against an endpoint serving that root's apiserver certificate.
+    let pki = roots[0].join("etc/exk8s/pki");
+    let read = |p: &str| std::fs::read(pki.join(p)).unwrap();
+    let port = tls::serve(
+        &read("apiserver.pem"),
+        &read("apiserver-key.pem"),
+        &read("ca.pem"),
+    );
+    let admin = KubeconfigIdentity::parse(
+        &std::fs::read_to_string(roots[0].join("etc/exk8s/kubeconfig/admin.kubeconfig")).unwrap(),
+    );
+    let identity = Some((admin.cert_pem.as_slice(), admin.key_pem.as_slice()));
+    assert_eq!(admin.server_host(), "127.0.0.1");
+    for name in [
+        admin.server_host().as_str(),
+        "10.96.0.1",
+        "kubernetes.default.svc.cluster.local",
+        ip_of[&vms[0]].as_str(),
+    ] {
+        tls::handshake(port, name, &admin.ca_pem, identity)
+            .unwrap_or_else(|e| panic!("server name {name}: {e}"));
+    }
+    assert!(
+        tls::handshake(port, "evil.example.com", &admin.ca_pem, identity).is_err(),
+        "a foreign name verified"
+    );
+    assert!(
+        tls::handshake(port, "127.0.0.1", &admin.ca_pem, None).is_err(),
+        "no client certificate was accepted"
+    );
+    let operator = KubeconfigIdentity::parse(created["kubeconfig"].as_str().unwrap());
+    tls::handshake(
+        port,
+        &operator.server_host(),
+        &operator.ca_pem,
+        Some((&operator.cert_pem, &operator.key_pem)),
+    )
+    .expect("the operator kubeconfig's shared DNS name and admin identity");
+
+    // Deleting the cluster leaves nothing, and its VMs cannot boot again.
+    let deleted = http
+        .delete(&format!("{}/clusters/{cluster}", stack.base))
+        .set("Authorization", &format!("Bearer {}", stack.token))
+        .call()
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let vms_left: Value = http
+        .get(&format!("{}/sim/compute/v1/vms", stack.base))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let groups_left: Value = http
+        .get(&format!("{}/sim/compute/v1/security-groups", stack.base))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(vms_left, json!([]));
+    assert_eq!(groups_left, json!([]));
+    let again = dir.join("after-delete");
+    let out = agent_run(&stack, &keys, &again, vms[0]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!again.join("etc").exists(), "a deleted VM got files");
+}
+
+#[test]
+fn boot_path_on_the_sqlite_dev_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = start_dev(dir.path());
+    boot_path(stack, dir.path());
+}
+
+#[test]
+fn boot_path_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = start_postgres_serve(dir.path());
+    boot_path(stack, dir.path());
+}
