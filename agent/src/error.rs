@@ -88,14 +88,4 @@ impl AgentError {
     }
 }
 
-/// The error and its causes on one line, for logs.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}
+pub use exk8s_common::error_chain as chain;

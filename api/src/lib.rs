@@ -26,14 +26,4 @@ pub mod render;
 pub mod sim;
 pub mod tokens;
 
-/// An error and its causes on one line (logs print the chain once, at the top).
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}
+pub use exk8s_common::error_chain;

@@ -30,3 +30,15 @@ pub use payload::BundlePayload;
 
 #[cfg(feature = "sign")]
 pub use envelope::signer::BundleSigner;
+
+/// An error and its causes on one line, for logs (each `Display` names only its own layer).
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}

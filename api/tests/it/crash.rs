@@ -2,34 +2,17 @@
 //! SIGKILL between VM creation and `founded`, then a restart whose reconciler deletes what the
 //! dead process created — on SQLite and PostgreSQL.
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use exk8s_tests::procs::{Proc, free_port};
+
 use crate::app::{Backend, both_backends, fresh_database, valid_body};
 
 const BIN: &str = env!("CARGO_BIN_EXE_exk8s-api");
-
-/// Kills and reaps a child process when dropped.
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 pub fn api(args: &[&str]) -> std::process::Output {
     Command::new(BIN).args(args).output().unwrap()
