@@ -1,10 +1,97 @@
 #!/usr/bin/env bash
 # Runs every benchmark behind BENCHMARKS.md. Not part of the test run: it takes minutes.
-# Run it on an otherwise idle machine; the numbers are compared across runs.
+# Run it on an otherwise idle machine.
+#
+#   scripts/bench.sh            # everything
+#   scripts/bench.sh pki|load|found|agent|profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
 source scripts/lib/ensure.sh
 
-log "PKI: founding and per-bundle minting, ecdsa-p256 vs rsa-2048"
-cargo bench -p exk8s-api --bench pki -- --noplot
+what=${1:-all}
+out=target/bench
+mkdir -p "$out"
+ensure_packages jq:jq hyperfine:hyperfine curl:curl /usr/bin/time:time
+cargo build --release --locked -p exk8s-api -p exk8s-agent -p exk8s-loadgen
+api=target/release/exk8s-api
+loadgen=target/release/exk8s-loadgen
+
+if [ "$what" = all ] || [ "$what" = pki ]; then
+  log "PKI: founding and per-bundle minting, ecdsa-p256 vs rsa-2048"
+  cargo bench -p exk8s-api --bench pki -- --noplot
+fi
+
+if [ "$what" = all ] || [ "$what" = load ]; then
+  ensure_postgres
+  pg_db=exk8s_bench_load
+  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+  log "bundle issuance under load: PostgreSQL, ecdsa-p256 and rsa-2048 in the same run"
+  "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
+    --clusters ecdsa-p256=4,rsa-2048=1 --fetches ecdsa-p256=10000,rsa-2048=32 --concurrency 64 \
+    --json "$out/load-postgres.json"
+  log "bundle issuance under load: SQLite, ecdsa-p256 and rsa-2048 in the same run"
+  "$loadgen" --api-bin "$api" \
+    --clusters ecdsa-p256=4,rsa-2048=1 --fetches ecdsa-p256=10000,rsa-2048=32 --concurrency 64 \
+    --json "$out/load-sqlite.json"
+fi
+
+if [ "$what" = all ] || [ "$what" = found ]; then
+  log "founding latency (zero-latency simulators), 1 and 3 nodes, SQLite"
+  "$loadgen" --api-bin "$api" --clusters ecdsa-p256=50 --nodes 1 --fetches ecdsa-p256=0 --json "$out/found-1.json"
+  "$loadgen" --api-bin "$api" --clusters ecdsa-p256=50 --nodes 3 --fetches ecdsa-p256=0 --json "$out/found-3.json"
+fi
+
+if [ "$what" = all ] || [ "$what" = agent ]; then
+  log "agent verify+apply of one node's bundle vs the seed's bash shim (bench/seed-shim-apply.sh)"
+  work=$(mktemp -d)
+  shm=$(mktemp -d -p /dev/shm)
+  trap 'kill "$dev_pid" 2>/dev/null || true; rm -rf "$work" "$shm"' EXIT
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  base="http://127.0.0.1:$port"
+  "$api" dev --listen "127.0.0.1:$port" --data-dir "$work/dev" >/dev/null 2>&1 &
+  dev_pid=$!
+  for _ in $(seq 100); do curl -sf "$base/healthz" >/dev/null && break; sleep 0.1; done
+  token=$(cat "$work/dev/operator.token")
+  curl -sf -X POST "$base/clusters" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d '{"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "bench", "subnet_id": 1}' >/dev/null
+  imds=$(curl -sf "$base/sim/imds/101/token")
+  access=$(curl -sf -H "X-exc-imds-token: $imds" "$base/sim/imds/101/latest/identity/access-token" | jq -r .access_token)
+  curl -sf -H "X-exc-imds-token: $imds" -H "Authorization: Bearer $access" -H "X-Exk8s-Nonce: bench-nonce-0000000000" \
+    "$base/bootstrap/control-plane/101" > "$work/bundle.json"
+  # The same files in the seed's bundle shape: {"files": {"<path>": "<content>"}}.
+  jq -r .payload "$work/bundle.json" | base64 -d \
+    | jq '{files: (.files | map({(.path): (.content | @base64d)}) | add)}' > "$work/seed-bundle.json"
+  files=$(jq '.files | length' "$work/seed-bundle.json")
+  echo "bundle of node 101: $files files, $(stat -c %s "$work/bundle.json") bytes"
+  keys="$work/dev/trusted-keys"
+  agent=target/release/exk8s-agent
+  for where in "$shm" "$work"; do
+    label=$([ "$where" = "$shm" ] && echo tmpfs || echo disk)
+    hyperfine --warmup 3 --min-runs 20 --export-json "$out/agent-$label.json" \
+      --prepare "rm -rf $where/agent-root $where/shim-root" \
+      -n "exk8s-agent apply ($label)" "EXK8S_CONFIG=/nonexistent $agent --keys-dir $keys apply --bundle $work/bundle.json --root $where/agent-root" \
+      -n "seed shim ($label)" "bench/seed-shim-apply.sh $work/seed-bundle.json $where/shim-root"
+  done
+  log "static agent: size and peak RSS"
+  bash scripts/build-static-agent.sh
+  rm -rf "$work/rss-root"
+  /usr/bin/time -v env EXK8S_CONFIG=/nonexistent target/x86_64-unknown-linux-musl/release/exk8s-agent \
+    --keys-dir "$keys" apply --bundle "$work/bundle.json" --root "$work/rss-root" 2>&1 >/dev/null \
+    | grep -E 'Maximum resident set size|Elapsed'
+fi
+
+if [ "$what" = profile ]; then
+  log "profile of bundle issuance (perf, cpu-clock sampling, whole machine) with a symbolized release API"
+  ensure_postgres
+  CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
+    cargo build --release --locked -p exk8s-api --target-dir target/profile
+  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS exk8s_bench_prof" -c "CREATE DATABASE exk8s_bench_prof"
+  perf record -o "$out/issuance.perf" -a -e cpu-clock -F 499 -g -- \
+    "$loadgen" --api-bin target/profile/release/exk8s-api \
+    --database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_prof \
+    --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 64
+  perf report -i "$out/issuance.perf" --stdio --no-children --sort comm | grep -E '^ +[0-9]' | head -12
+  perf report -i "$out/issuance.perf" --stdio --no-children --comm tokio-rt-worker --sort dso,symbol \
+    | grep -E '^ +[0-9]' | head -40
+fi

@@ -1,0 +1,415 @@
+//! `exk8s-loadgen`: measures exk8s the way a fleet stresses it. It starts an `exk8s-api serve`
+//! with the compute, DNS and IMDS SIMULATORS (zero added latency) on SQLite or PostgreSQL,
+//! founds clusters for each requested key algorithm IN THE SAME RUN (timing each `POST
+//! /clusters`), obtains every VM's IMDS and bootstrap tokens through the simulated IMDS, then
+//! plays bundle fetches with a fixed concurrency — each with its own nonce, each envelope
+//! verified against `/bootstrap/keys` and checked for its VM and nonce — and prints
+//! throughput, p50/p90/p99 latency and error counts, as text and (with `--json`) JSON.
+
+#![allow(clippy::print_stdout, reason = "the report is the program's output")]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use exk8s_common::{Keyring, verify};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Parser)]
+#[command(name = "exk8s-loadgen", version)]
+struct Args {
+    /// The exk8s-api binary to start.
+    #[arg(long, default_value = "target/release/exk8s-api")]
+    api_bin: PathBuf,
+    /// Database URL for the API (default: a fresh SQLite file in a temp dir).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// `algorithm=clusters` pairs founded in the same run.
+    #[arg(long, value_delimiter = ',', default_value = "ecdsa-p256=4,rsa-2048=1")]
+    clusters: Vec<String>,
+    /// Control-plane nodes per cluster (1 or 3).
+    #[arg(long, default_value_t = 3)]
+    nodes: u32,
+    /// `algorithm=fetches` pairs: bundle fetches per algorithm.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ecdsa-p256=2000,rsa-2048=16"
+    )]
+    fetches: Vec<String>,
+    /// Fetches in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Kills the API when the run ends.
+struct Api(Child);
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    what: String,
+    count: usize,
+    errors: usize,
+    seconds: f64,
+    per_second: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+}
+
+fn summarise(
+    what: String,
+    mut latencies: Vec<Duration>,
+    errors: usize,
+    elapsed: Duration,
+) -> Summary {
+    latencies.sort();
+    let pick = |q: f64| {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let index = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
+        latencies[index].as_secs_f64() * 1000.0
+    };
+    let count = latencies.len() + errors;
+    Summary {
+        what,
+        count,
+        errors,
+        seconds: elapsed.as_secs_f64(),
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+        p50_ms: pick(0.50),
+        p90_ms: pick(0.90),
+        p99_ms: pick(0.99),
+    }
+}
+
+fn pairs(list: &[String]) -> Result<Vec<(String, usize)>, String> {
+    list.iter()
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| format!("`{p}` is not algorithm=number"))?;
+            Ok((
+                k.to_owned(),
+                v.parse().map_err(|_| format!("`{p}`: not a number"))?,
+            ))
+        })
+        .collect()
+}
+
+fn run_api(bin: &PathBuf, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running {}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "exk8s-api {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+struct Vm {
+    id: i64,
+    imds: String,
+    bearer: String,
+}
+
+async fn credentials(http: &reqwest::Client, base: &str, vm: i64) -> Result<Vm, String> {
+    let imds = format!("{base}/sim/imds/{vm}");
+    let token = http
+        .get(format!("{imds}/token"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let access: Value = http
+        .get(format!("{imds}/latest/identity/access-token"))
+        .header("X-exc-imds-token", &token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let bearer = access["access_token"]
+        .as_str()
+        .ok_or("no access token")?
+        .to_owned();
+    Ok(Vm {
+        id: vm,
+        imds: token,
+        bearer,
+    })
+}
+
+async fn fetch(
+    http: &reqwest::Client,
+    base: &str,
+    vm: &Vm,
+    nonce: &str,
+    keys: &Keyring,
+) -> Result<(), String> {
+    let response = http
+        .get(format!("{base}/bootstrap/control-plane/{}", vm.id))
+        .header("X-exc-imds-token", &vm.imds)
+        .bearer_auth(&vm.bearer)
+        .header("X-Exk8s-Nonce", nonce)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    let body = response.bytes().await.map_err(|e| e.to_string())?;
+    let bundle = verify(&body, keys).map_err(|e| e.to_string())?;
+    let p = bundle.payload();
+    if p.identity.vm_id != vm.id as u64 || p.freshness.nonce.as_str() != nonce {
+        return Err("a bundle for another VM or request".into());
+    }
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<Vec<Summary>, String> {
+    let clusters = pairs(&args.clusters)?;
+    let fetches = pairs(&args.fetches)?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let db_url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}/exk8s.db?mode=rwc", dir.path().display()));
+    let kek = dir.path().join("kek").display().to_string();
+    let signing = dir.path().join("signing").display().to_string();
+    run_api(&args.api_bin, &["keys", "generate-kek", "--out", &kek])?;
+    run_api(&args.api_bin, &["keys", "generate", "--out", &signing])?;
+    run_api(&args.api_bin, &["migrate", "--database-url", &db_url])?;
+    let token = run_api(
+        &args.api_bin,
+        &[
+            "tokens",
+            "create",
+            "--database-url",
+            &db_url,
+            "--org",
+            "1",
+            "--principal",
+            "loadgen",
+            "--scope",
+            "operator",
+        ],
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let _api = Api(Command::new(&args.api_bin)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            &db_url,
+            "--kek-file",
+            &kek,
+            "--signing-key",
+            &signing,
+            "--compute",
+            "sim",
+            "--dns",
+            "sim",
+            "--imds",
+            "sim",
+            "--public-url",
+            &base,
+            "--bootstrap-rate-per-vm",
+            "100000000",
+            "--bootstrap-rate-per-source",
+            "100000000",
+        ])
+        .env("EXK8S_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting the API: {e}"))?);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("the API did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let keys_text = http
+        .get(format!("{base}/bootstrap/keys"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut keys = Keyring::new();
+    keys.add_pub_text(&keys_text, "/bootstrap/keys")
+        .map_err(|e| e.to_string())?;
+    let keys = Arc::new(keys);
+
+    let mut summaries = Vec::new();
+    for (algorithm, count) in &clusters {
+        let mut latencies = Vec::new();
+        let mut errors = 0;
+        let mut vms = Vec::new();
+        let started = Instant::now();
+        for _ in 0..*count {
+            let body = json!({"control_plane_count": args.nodes, "control_plane_image_id": 1, "control_plane_instance_type": "bench", "subnet_id": 1, "key_algorithm": algorithm});
+            let t = Instant::now();
+            let response = http
+                .post(format!("{base}/clusters"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if response.status().as_u16() != 201 {
+                errors += 1;
+                continue;
+            }
+            latencies.push(t.elapsed());
+            let created: Value = response.json().await.map_err(|e| e.to_string())?;
+            for vm in created["control_plane_vm_ids"]
+                .as_array()
+                .ok_or("no vm ids")?
+            {
+                vms.push(credentials(&http, &base, vm.as_i64().ok_or("bad vm id")?).await?);
+            }
+        }
+        summaries.push(summarise(
+            format!("found {}-node {algorithm}", args.nodes),
+            latencies,
+            errors,
+            started.elapsed(),
+        ));
+
+        let Some((_, total)) = fetches.iter().find(|(a, _)| a == algorithm) else {
+            continue;
+        };
+        let vms = Arc::new(vms);
+        let gate = Arc::new(Semaphore::new(args.concurrency));
+        let mut tasks = tokio::task::JoinSet::new();
+        let started = Instant::now();
+        for i in 0..*total {
+            let permit = Arc::clone(&gate)
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
+            let (http, base, vms, keys) = (
+                http.clone(),
+                base.clone(),
+                Arc::clone(&vms),
+                Arc::clone(&keys),
+            );
+            tasks.spawn(async move {
+                let vm = &vms[i % vms.len()];
+                let nonce = format!("loadgen-nonce-{i:016}");
+                let t = Instant::now();
+                let result = fetch(&http, &base, vm, &nonce, &keys).await;
+                drop(permit);
+                (t.elapsed(), result)
+            });
+        }
+        let mut latencies = Vec::new();
+        let mut errors = 0;
+        let mut first_error = None;
+        while let Some(done) = tasks.join_next().await {
+            let (elapsed, result) = done.map_err(|e| e.to_string())?;
+            match result {
+                Ok(()) => latencies.push(elapsed),
+                Err(e) => {
+                    errors += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            eprintln!("exk8s-loadgen: first fetch error for {algorithm}: {e}");
+        }
+        summaries.push(summarise(
+            format!("fetch {algorithm} c={}", args.concurrency),
+            latencies,
+            errors,
+            started.elapsed(),
+        ));
+    }
+    Ok(summaries)
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let json_out = args.json.clone();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("exk8s-loadgen: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(summaries) => {
+            println!(
+                "{:<28} {:>7} {:>6} {:>9} {:>10} {:>9} {:>9} {:>9}",
+                "what", "count", "errors", "seconds", "per sec", "p50 ms", "p90 ms", "p99 ms"
+            );
+            for s in &summaries {
+                println!(
+                    "{:<28} {:>7} {:>6} {:>9.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2}",
+                    s.what,
+                    s.count,
+                    s.errors,
+                    s.seconds,
+                    s.per_second,
+                    s.p50_ms,
+                    s.p90_ms,
+                    s.p99_ms
+                );
+            }
+            if let Some(path) = json_out {
+                if let Err(e) = std::fs::write(
+                    &path,
+                    serde_json::to_string_pretty(&summaries).unwrap_or_default(),
+                ) {
+                    eprintln!("exk8s-loadgen: writing {}: {e}", path.display());
+                    return std::process::ExitCode::FAILURE;
+                }
+            }
+            if summaries.iter().any(|s| s.errors > 0) {
+                return std::process::ExitCode::from(1);
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("exk8s-loadgen: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
