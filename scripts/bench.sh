@@ -91,7 +91,9 @@ if [ "$what" = profile ]; then
     "$loadgen" --api-bin target/profile/release/exk8s-api \
     --database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_prof \
     --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 64
-  perf report -i "$out/issuance.perf" --stdio --no-children --sort comm | grep -E '^ +[0-9]' | head -12
-  perf report -i "$out/issuance.perf" --stdio --no-children --comm tokio-rt-worker --sort dso,symbol \
-    | grep -E '^ +[0-9]' | head -40
+  echo "share of samples by process and binary:"
+  perf report -i "$out/issuance.perf" --stdio --no-children --sort comm,dso | grep -E '^ +[0-9]' | head -10
+  echo "top symbols inside exk8s-api (shares of all samples):"
+  perf report -i "$out/issuance.perf" --stdio --no-children --dsos exk8s-api --sort symbol \
+    | grep -E '^ +[0-9]' | head -25
 fi
