@@ -18,6 +18,7 @@ ensure_packages etcd:etcd-server etcdctl:etcd-client shellcheck:shellcheck \
   systemd-analyze:systemd python3:python3
 ensure_packages psql:postgresql-client
 ensure_postgres
+ensure_postgres_server_binaries
 drop_test_databases
 export EXK8S_TEST_POSTGRES_URL="${EXK8S_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 ensure_venv_tool kubernetes-validate kubernetes-validate
@@ -45,6 +46,9 @@ cargo build --workspace --locked
 
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast
+
+log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
+bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
 
 log "packaging: static agent, image bake, unit verification"
 bash scripts/test-packaging.sh

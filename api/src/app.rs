@@ -42,6 +42,9 @@ pub struct ApiConfig {
     pub drain: Duration,
     /// Bundle lifetime.
     pub bundle_ttl: Duration,
+    /// Longest a bundle request may take (a slow or stalled database): past it, 503 with
+    /// `Retry-After`, never a hanging agent.
+    pub bootstrap_deadline: Duration,
     /// Bootstrap requests allowed per VM.
     pub rate_per_vm: crate::ratelimit::Limit,
     /// Bootstrap requests allowed per source address.
@@ -64,6 +67,7 @@ impl Default for ApiConfig {
             reconcile_interval: Duration::from_secs(60),
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
+            bootstrap_deadline: Duration::from_secs(10),
             rate_per_vm: crate::ratelimit::Limit {
                 per_minute: 60,
                 burst: 30,

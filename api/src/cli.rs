@@ -190,6 +190,9 @@ struct ServeArgs {
     /// Seconds a bundle stays valid.
     #[arg(long, env = "EXK8S_BUNDLE_TTL_SECS", default_value_t = 900)]
     bundle_ttl_secs: u64,
+    /// Milliseconds a bundle request may take before it answers 503 with Retry-After.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_DEADLINE_MS", default_value_t = 10_000)]
+    bootstrap_deadline_ms: u64,
     /// Bootstrap requests (bundle fetches and reports) allowed per VM per minute.
     #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_VM", default_value_t = 60)]
     bootstrap_rate_per_vm: u32,
@@ -390,6 +393,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         reconcile_interval: Duration::from_secs(args.reconcile_interval_secs.max(1)),
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
+        bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),
         rate_per_vm: crate::ratelimit::Limit {
             per_minute: args.bootstrap_rate_per_vm,
             burst: args.bootstrap_rate_per_vm.div_ceil(2).max(1),

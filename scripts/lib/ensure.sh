@@ -97,3 +97,15 @@ drop_test_databases() {
     psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null
   done
 }
+
+# ensure_postgres_server_binaries — initdb and pg_ctl, for tests that run a PRIVATE PostgreSQL
+# server they can stop and start (the database-fault tests).
+ensure_postgres_server_binaries() {
+  if compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then return 0; fi
+  log "installing the PostgreSQL server binaries (initdb, pg_ctl)"
+  if [ "$_apt_updated" -eq 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    _apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+}

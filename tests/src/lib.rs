@@ -1,6 +1,7 @@
 //! `exk8s-tests` holds what tests need across crates: starting real etcd members from rendered
 //! node roots ([`etcd`]), finding and running the workspace's binaries ([`procs`]), and a TLS
-//! endpoint serving a rendered certificate ([`tls`]). The end-to-end test lives in `tests/`.
+//! endpoint serving a rendered certificate ([`tls`]), and a private PostgreSQL server tests may stop
+//! ([`postgres`]). The end-to-end test lives in `tests/`.
 
 #![allow(
     clippy::unwrap_used,
@@ -9,5 +10,6 @@
 )]
 
 pub mod etcd;
+pub mod postgres;
 pub mod procs;
 pub mod tls;

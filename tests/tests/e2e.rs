@@ -85,26 +85,7 @@ fn run_api(args: &[&str]) -> String {
 }
 
 fn start_postgres_serve(dir: &Path) -> Stack {
-    let admin = std::env::var("EXK8S_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("exk8s_test_e2e_{}", std::process::id());
-    let created = Command::new("psql")
-        .arg(&admin)
-        .args([
-            "-q",
-            "-c",
-            &format!("DROP DATABASE IF EXISTS {name}"),
-            "-c",
-            &format!("CREATE DATABASE {name}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        created.status.success(),
-        "PostgreSQL must answer at {admin}: {}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    let db_url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let db_url = exk8s_tests::postgres::fresh_shared_database("e2e");
     let kek = dir.join("kek.key").display().to_string();
     let signing = dir.join("signing.key").display().to_string();
     run_api(&["keys", "generate-kek", "--out", &kek]);

@@ -4,7 +4,9 @@
 //! `founded` → DNS, best effort.
 //!
 //! Any failure before `founded` compensates: every VM and security group the journal knows of
-//! is deleted and the cluster ends `failed` with a reason. A crash mid-way leaves the cluster
+//! is deleted and the cluster ends `failed` with a reason. When the journal itself is
+//! unreachable (the database went down), what this call created is released from memory, so a
+//! database outage leaves no machine running. A crash mid-way leaves the cluster
 //! `provisioning`; [`reconcile`] finishes the compensation once it is stale.
 
 pub mod reconcile;
@@ -132,7 +134,8 @@ pub async fn found(
 
     let network = ClusterNetwork::new(service_cidr, &config.cluster_domain, &dns_name)
         .map_err(ApiError::internal)?;
-    match provision(state, id, &name, spec, &pki, &network).await {
+    let mut created = release::Created::default();
+    match provision(state, id, &name, spec, &pki, &network, &mut created).await {
         Ok(mut founded) => {
             state.metrics.clusters_founded.inc();
             founded.dns_name = dns_name;
@@ -143,7 +146,12 @@ pub async fn found(
             state.metrics.clusters_failed.inc();
             tracing::warn!(cluster_id = id, reason = failure.reason, error = %failure.error, "founding failed; compensating");
             let message = failure.error.to_string();
-            // Best effort: with the database down these fail too, and the reconciler finishes.
+            if matches!(failure.error, ApiError::Unavailable { .. }) {
+                // The database is out of reach: every journal write would wait out the pool's
+                // timeout. Release what this call created now; the reconciler records it.
+                release::release_created(state, id, &created).await;
+                return Err(failure.error);
+            }
             let _ = db::clusters::set_error(
                 &state.db.pool,
                 id,
@@ -153,17 +161,23 @@ pub async fn found(
                 db::now(),
             )
             .await;
-            if release::release_all(state, id).await.is_ok() {
-                let _ = db::clusters::set_error(
-                    &state.db.pool,
-                    id,
-                    "failed",
-                    failure.reason,
-                    &message,
-                    db::now(),
-                )
-                .await;
-                state.metrics.compensations.inc();
+            match release::release_all(state, id).await {
+                Ok(()) => {
+                    let _ = db::clusters::set_error(
+                        &state.db.pool,
+                        id,
+                        "failed",
+                        failure.reason,
+                        &message,
+                        db::now(),
+                    )
+                    .await;
+                    state.metrics.compensations.inc();
+                }
+                Err(e) => {
+                    tracing::warn!(cluster_id = id, error = %crate::error_chain(&e), "the journal is out of reach; releasing what this call created from memory");
+                    release::release_created(state, id, &created).await;
+                }
             }
             Err(failure.error)
         }
@@ -190,6 +204,7 @@ async fn provision(
     spec: &ClusterSpecRequest,
     pki: &Arc<ClusterPki>,
     network: &ClusterNetwork,
+    created: &mut release::Created,
 ) -> Result<Founded, Failure> {
     let compute = &state.compute;
     let subnet = compute
@@ -228,6 +243,7 @@ async fn provision(
             })
             .await
             .map_err(|e| Failure::compute("security group creation", e))?;
+        created.security_group = Some(group.id);
         db::resources::set_state(
             &state.db.pool,
             journal_id,
@@ -275,6 +291,7 @@ async fn provision(
             })
             .await
             .map_err(|e| Failure::compute("VM creation", e))?;
+        created.vms.push(vm.id);
         db::resources::set_state(
             &state.db.pool,
             journal_id,

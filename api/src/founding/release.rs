@@ -2,6 +2,9 @@
 //! use): by the journal's external id, or — for a resource journaled `creating` whose call's
 //! answer was lost — by its client token. Idempotent: anything already gone is skipped.
 //! Used by failed founding, by the reconciler, and by `DELETE /clusters/{id}`.
+//!
+//! [`release_created`] is the fallback for founding when the journal cannot be read: it deletes
+//! what one founding call knows it created, without touching the database.
 
 use crate::app::AppState;
 use crate::compute::ComputeError;
@@ -80,4 +83,33 @@ pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), Releas
         db::resources::set_state(&state.db.pool, resource.id, "deleted", None, db::now()).await?;
     }
     Ok(())
+}
+
+/// What one founding call created, as its compute calls answered (not read from the journal).
+#[derive(Debug, Default)]
+pub struct Created {
+    pub vms: Vec<i64>,
+    pub security_group: Option<i64>,
+}
+
+/// Best effort, database-free: deletes `created` (VMs first, then their group). The journal
+/// still lists them; the reconciler marks them deleted once the database answers (deleting what
+/// is gone is a no-op).
+pub async fn release_created(state: &AppState, cluster_id: i64, created: &Created) {
+    for &vm_id in created.vms.iter().rev() {
+        match state.compute.delete_vm(vm_id).await {
+            Ok(()) => tracing::info!(cluster_id, vm_id, "deleted VM (from memory)"),
+            Err(e) => {
+                tracing::warn!(cluster_id, vm_id, error = %crate::error_chain(&e), "could not delete VM; the reconciler will");
+            }
+        }
+    }
+    if let Some(group_id) = created.security_group {
+        match state.compute.delete_security_group(group_id).await {
+            Ok(()) => tracing::info!(cluster_id, group_id, "deleted security group (from memory)"),
+            Err(e) => {
+                tracing::warn!(cluster_id, group_id, error = %crate::error_chain(&e), "could not delete security group; the reconciler will");
+            }
+        }
+    }
 }

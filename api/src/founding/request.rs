@@ -16,24 +16,32 @@ use crate::pki::KeyAlgorithm;
 #[serde(deny_unknown_fields)]
 pub struct CreateClusterRequest {
     /// Control-plane VMs: 1 (default) or 3. Even counts are refused (etcd quorum).
+    #[schema(minimum = 1, maximum = 3)]
     pub control_plane_count: Option<i64>,
     /// Image of the control-plane VMs (required, > 0).
+    #[schema(minimum = 1)]
     pub control_plane_image_id: Option<i64>,
     /// Instance type, e.g. `e2.medium` (required).
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     pub control_plane_instance_type: Option<String>,
     /// Default 1.
+    #[schema(minimum = 1)]
     pub zone_id: Option<i64>,
     /// Subnet the VMs join (required).
+    #[schema(minimum = 1)]
     pub subnet_id: Option<i64>,
     /// Existing security groups; when empty the API creates one (all IPv4 from the subnet, TCP
-    /// 6443 from anywhere).
+    /// 6443 from anywhere). At most 5, each positive, none repeated.
+    #[schema(max_items = 5)]
     pub security_group_ids: Option<Vec<i64>>,
     pub allocate_public_ipv4: Option<bool>,
     /// An OpenSSH public key line for the VMs.
     pub ssh_pubkey: Option<String>,
     /// Default 20, between 10 and 2048.
+    #[schema(minimum = 10, maximum = 2048)]
     pub root_volume_size_gib: Option<i64>,
     /// `ecdsa-p256` (default), `ecdsa-p384`, `rsa-2048`, `rsa-3072`, `rsa-4096`.
+    #[schema(pattern = "^(ecdsa-p256|ecdsa-p384|rsa-2048|rsa-3072|rsa-4096)$")]
     pub key_algorithm: Option<String>,
     /// One of the configured versions; default the first.
     pub kubernetes_version: Option<String>,

@@ -3,14 +3,14 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{ApiJson, Operator};
+use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::bootstrap::{self, NONCE_HEADER};
 use crate::db;
@@ -67,22 +67,37 @@ fn limited(state: &AppState, vm_id: i64, source: &str) -> Result<(), ApiError> {
 pub async fn bundle(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(vm_id): Path<i64>,
+    ApiPath(vm_id): ApiPath<i64>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let source = peer.ip().to_string();
     limited(&state, vm_id, &source)?;
-    let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
-        Ok(vm) => vm,
-        Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
-    };
-    let nonce = headers
-        .get(NONCE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| {
-            ApiError::invalid("X-Exk8s-Nonce", "the X-Exk8s-Nonce header is required")
-        })?;
-    let envelope = bootstrap::issue(&state, &vm, nonce, &source).await?;
+    let deadline = state.config.bootstrap_deadline;
+    // Dropping the work at the deadline rolls its transaction back: no serial is spent.
+    let envelope = tokio::time::timeout(deadline, async {
+        let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
+            Ok(vm) => vm,
+            Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
+        };
+        let nonce = headers
+            .get(NONCE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::invalid("X-Exk8s-Nonce", "the X-Exk8s-Nonce header is required")
+            })?;
+        bootstrap::issue(&state, &vm, nonce, &source).await
+    })
+    .await
+    .map_err(|_| {
+        tracing::warn!(
+            vm_id,
+            deadline_ms = deadline.as_millis() as u64,
+            "bundle request passed its deadline"
+        );
+        ApiError::Unavailable {
+            retry_after_secs: 5,
+        }
+    })??;
     Ok(([(header::CONTENT_TYPE, "application/json")], envelope).into_response())
 }
 
@@ -96,7 +111,7 @@ pub async fn bundle(
 pub async fn status(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(vm_id): Path<i64>,
+    ApiPath(vm_id): ApiPath<i64>,
     headers: HeaderMap,
     ApiJson(report): ApiJson<StatusReport>,
 ) -> Result<StatusCode, ApiError> {
@@ -167,7 +182,7 @@ pub async fn keys(State(state): State<AppState>) -> Response {
 pub async fn rearm(
     State(state): State<AppState>,
     operator: Operator,
-    Path((id, vm_id)): Path<(i64, i64)>,
+    ApiPath((id, vm_id)): ApiPath<(i64, i64)>,
 ) -> Result<StatusCode, ApiError> {
     db::clusters::get(&state.db.pool, operator.org_id, id)
         .await?

@@ -2,7 +2,7 @@
 //! `founding`/`db`/`pki`, respond.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{ApiJson, Operator};
+use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::{self, DbError, idempotency::Claim};
 use crate::founding::{self, request::CreateClusterRequest, trust};
@@ -309,7 +309,7 @@ async fn owned(
 pub async fn get_cluster(
     State(state): State<AppState>,
     operator: Operator,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<ClusterView>, ApiError> {
     let row = owned(&state, &operator, id).await?;
     Ok(Json(view(&state, row).await?))
@@ -320,7 +320,7 @@ pub async fn get_cluster(
 pub async fn get_kubeconfig(
     State(state): State<AppState>,
     operator: Operator,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, ApiError> {
     let row = owned(&state, &operator, id).await?;
     if row.phase != "founded" {
@@ -355,7 +355,7 @@ pub async fn get_kubeconfig(
 pub async fn delete_cluster(
     State(state): State<AppState>,
     operator: Operator,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<StatusCode, ApiError> {
     let row = owned(&state, &operator, id).await?;
     if row.phase == "provisioning" {

@@ -2,6 +2,8 @@
 
 pub mod bootstrap;
 pub mod clusters;
+mod common_responses;
+use common_responses::CommonResponses;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -40,7 +42,7 @@ use crate::app::AppState;
         health::metrics,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &CommonResponses),
 )]
 pub struct ApiDoc;
 

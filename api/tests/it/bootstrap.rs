@@ -17,15 +17,15 @@ use crate::app::{
 
 const NONCE: &str = "bootstrap-test-nonce-0001";
 
-struct Node {
-    vm: i64,
-    cluster: i64,
-    imds: String,
-    bootstrap: String,
+pub(crate) struct Node {
+    pub vm: i64,
+    pub cluster: i64,
+    pub imds: String,
+    pub bootstrap: String,
 }
 
 /// Founds an `count`-node cluster for `org` and gives each VM its two credentials.
-async fn cluster_with_credentials(app: &TestApp, org: i64, count: i64) -> Vec<Node> {
+pub(crate) async fn cluster_with_credentials(app: &TestApp, org: i64, count: i64) -> Vec<Node> {
     let operator = if org == 7 {
         app.token.clone()
     } else {
@@ -58,7 +58,7 @@ async fn cluster_with_credentials(app: &TestApp, org: i64, count: i64) -> Vec<No
     nodes
 }
 
-async fn fetch(
+pub(crate) async fn fetch(
     app: &TestApp,
     vm: i64,
     imds: Option<&str>,
@@ -103,7 +103,7 @@ async fn audit_count(app: &TestApp, outcome: &str) -> i64 {
         .get("n")
 }
 
-async fn keyring(app: &TestApp) -> Keyring {
+pub(crate) async fn keyring(app: &TestApp) -> Keyring {
     let text = app
         .http
         .get(format!("{}/bootstrap/keys", app.url))

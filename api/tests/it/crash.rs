@@ -81,38 +81,36 @@ pub fn token(db_url: &str, org: &str, scope: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let db_url = fresh_database(backend, dir.path()).await;
-    let (kek, signing) = keys(dir.path());
+/// The compute SIMULATOR as its own process (it outlives killed APIs), and the arguments of an
+/// API serving `db_url` against it.
+pub struct Stack {
+    pub _sim: Proc,
+    pub sim_url: String,
+    pub api_url: String,
+    pub serve_args: Vec<String>,
+    pub http: reqwest::Client,
+}
+
+pub async fn stack(dir: &Path, db_url: &str, deadline_secs: u64) -> Stack {
+    let (kek, signing) = keys(dir);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-
     let sim_port = free_port();
     let sim_url = format!("http://127.0.0.1:{sim_port}");
-    let _sim = spawn(
+    let sim = spawn(
         &[
             "sim".into(),
             "--listen".into(),
             format!("127.0.0.1:{sim_port}"),
         ],
-        &dir.path().join("sim.log"),
+        &dir.join("sim.log"),
     );
     wait_until("the simulator", Duration::from_secs(20), || async {
         http.get(format!("{sim_url}/v1/vms")).send().await.is_ok()
     })
     .await;
-    // VMs never get an address: founding waits after creating all of them.
-    let faults = http
-        .put(format!("{sim_url}/sim/faults"))
-        .json(&json!({"address_after_polls": 1_000_000}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(faults.status(), 204);
-
     let api_port = free_port();
     let api_url = format!("http://127.0.0.1:{api_port}");
     let serve_args: Vec<String> = [
@@ -120,7 +118,7 @@ async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
         "--listen",
         &format!("127.0.0.1:{api_port}"),
         "--database-url",
-        &db_url,
+        db_url,
         "--kek-file",
         &kek,
         "--signing-key",
@@ -134,7 +132,7 @@ async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
         "--address-timeout-secs",
         "600",
         "--provisioning-deadline-secs",
-        "2",
+        &deadline_secs.to_string(),
         "--reconcile-interval-secs",
         "1",
         "--drain-secs",
@@ -142,34 +140,87 @@ async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
     ]
     .map(str::to_owned)
     .to_vec();
-    let mut first = spawn(&serve_args, &dir.path().join("api-1.log"));
-    wait_until("the API", Duration::from_secs(20), || async {
-        http.get(format!("{api_url}/healthz")).send().await.is_ok()
-    })
-    .await;
-    let operator = token(&db_url, "7", "operator");
+    Stack {
+        _sim: sim,
+        sim_url,
+        api_url,
+        serve_args,
+        http,
+    }
+}
 
-    let founding = {
-        let request = http
-            .post(format!("{api_url}/clusters"))
-            .bearer_auth(&operator)
-            .json(&valid_body(3))
-            .timeout(Duration::from_secs(60));
-        tokio::spawn(async move { request.send().await })
-    };
-    let vms = || async {
-        let list: Value = http
-            .get(format!("{sim_url}/v1/vms"))
+impl Stack {
+    pub async fn set_faults(&self, faults: Value) {
+        let response = self
+            .http
+            .put(format!("{}/sim/faults", self.sim_url))
+            .json(&faults)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 204);
+    }
+
+    pub async fn sim_list(&self, what: &str) -> Vec<Value> {
+        self.http
+            .get(format!("{}/v1/{what}", self.sim_url))
             .send()
             .await
             .unwrap()
             .json()
             .await
-            .unwrap();
-        list.as_array().unwrap().len()
+            .unwrap()
+    }
+
+    /// Starts an API and waits until it answers.
+    pub async fn start_api(&self, log: &Path) -> Proc {
+        let api = spawn(&self.serve_args, log);
+        wait_until("the API", Duration::from_secs(20), || async {
+            self.http
+                .get(format!("{}/healthz", self.api_url))
+                .send()
+                .await
+                .is_ok()
+        })
+        .await;
+        api
+    }
+
+    pub async fn clusters(&self, operator: &str) -> Vec<Value> {
+        self.http
+            .get(format!("{}/clusters", self.api_url))
+            .bearer_auth(operator)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = fresh_database(backend, dir.path()).await;
+    let stack = stack(dir.path(), &db_url, 2).await;
+    // VMs never get an address: founding waits after creating all of them.
+    stack
+        .set_faults(json!({"address_after_polls": 1_000_000}))
+        .await;
+    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
+    let operator = token(&db_url, "7", "operator");
+
+    let founding = {
+        let request = stack
+            .http
+            .post(format!("{}/clusters", stack.api_url))
+            .bearer_auth(&operator)
+            .json(&valid_body(3))
+            .timeout(Duration::from_secs(60));
+        tokio::spawn(async move { request.send().await })
     };
     wait_until("three VMs", Duration::from_secs(30), || async {
-        vms().await == 3
+        stack.sim_list("vms").await.len() == 3
     })
     .await;
     first.0.kill().unwrap();
@@ -178,36 +229,375 @@ async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
         founding.await.unwrap().is_err(),
         "the killed server still answered"
     );
-    assert_eq!(vms().await, 3, "the VMs outlive the dead API");
+    assert_eq!(
+        stack.sim_list("vms").await.len(),
+        3,
+        "the VMs outlive the dead API"
+    );
 
-    let _second = spawn(&serve_args, &dir.path().join("api-2.log"));
+    let _second = stack.start_api(&dir.path().join("api-2.log")).await;
     wait_until(
         "the reconciler to delete every VM and group",
         Duration::from_secs(30),
         || async {
-            let groups: Value = http
-                .get(format!("{sim_url}/v1/security-groups"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            vms().await == 0 && groups.as_array().unwrap().is_empty()
+            stack.sim_list("vms").await.is_empty()
+                && stack.sim_list("security-groups").await.is_empty()
         },
     )
     .await;
-    let clusters: Value = http
-        .get(format!("{api_url}/clusters"))
+    let clusters = stack.clusters(&operator).await;
+    assert_eq!(clusters[0]["phase"], "failed", "{clusters:?}");
+    assert_eq!(clusters[0]["error_reason"], "abandoned", "{clusters:?}");
+}
+
+/// The cluster id in a simulator resource's client token (`cluster-{id}-…`).
+fn owner(resource: &Value) -> i64 {
+    resource["client_token"]
+        .as_str()
+        .and_then(|t| t.strip_prefix("cluster-"))
+        .and_then(|t| t.split('-').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("a simulator resource exk8s did not create: {resource}"))
+}
+
+/// A small deterministic generator (xorshift64*), seeded and printed so a failing run repeats.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+const KILLS: usize = 20;
+
+/// SIGKILL at a random moment of founding, twenty times over one database and one simulator:
+/// before the request arrives, during PKI, between journal and compute call, while waiting for
+/// addresses, after `founded`, and during the previous instance's reconciliation. A last API
+/// then reconciles; the simulator must hold nothing that belongs to no founded cluster, and
+/// every founded cluster must still have all its VMs.
+async fn killed_at_random_points_leaves_no_orphan(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = fresh_database(backend, dir.path()).await;
+    let stack = stack(dir.path(), &db_url, 2).await;
+    // Each compute call takes 10 ms and a VM shows its address on the third poll: a founding
+    // lasts about half a second, spread over every step.
+    stack
+        .set_faults(json!({"latency_ms": 10, "address_after_polls": 2}))
+        .await;
+    let operator = token(&db_url, "7", "operator");
+    let seed = std::env::var("EXK8S_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("kill points from seed {seed} (EXK8S_CRASH_SEED={seed} repeats them)");
+    let mut rng = Rng(seed);
+
+    // One founding left to finish measures how long founding lasts here; the kills then fall
+    // uniformly over that span and a fifth beyond it.
+    let span = {
+        let _api = stack.start_api(&dir.path().join("api-calibrate.log")).await;
+        let started = Instant::now();
+        let response = stack
+            .http
+            .post(format!("{}/clusters", stack.api_url))
+            .bearer_auth(&operator)
+            .json(&valid_body(3))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        started.elapsed().as_millis() as u64 * 6 / 5
+    };
+    eprintln!("kills fall within {span} ms of the request");
+
+    for round in 0..KILLS {
+        let mut api = stack
+            .start_api(&dir.path().join(format!("api-{round}.log")))
+            .await;
+        let request = stack
+            .http
+            .post(format!("{}/clusters", stack.api_url))
+            .bearer_auth(&operator)
+            .json(&valid_body(3))
+            .timeout(Duration::from_secs(30));
+        let founding = tokio::spawn(async move { request.send().await });
+        tokio::time::sleep(Duration::from_millis(rng.below(span))).await;
+        api.0.kill().unwrap();
+        api.0.wait().unwrap();
+        if let Ok(Ok(response)) = founding.await {
+            assert_eq!(response.status(), 201, "round {round}: founding answered");
+        }
+    }
+
+    let _last = stack.start_api(&dir.path().join("api-last.log")).await;
+    wait_until(
+        "the reconciler to settle every cluster",
+        Duration::from_secs(60),
+        || async {
+            stack
+                .clusters(&operator)
+                .await
+                .iter()
+                .all(|c| c["phase"] == "founded" || c["phase"] == "failed")
+        },
+    )
+    .await;
+    let clusters = stack.clusters(&operator).await;
+    let founded: std::collections::BTreeSet<i64> = clusters
+        .iter()
+        .filter(|c| c["phase"] == "founded")
+        .map(|c| c["id"].as_i64().unwrap())
+        .collect();
+    let vms = stack.sim_list("vms").await;
+    let groups = stack.sim_list("security-groups").await;
+    for vm in &vms {
+        assert!(
+            founded.contains(&owner(vm)),
+            "seed {seed}: VM {vm} belongs to no founded cluster; clusters: {clusters:?}"
+        );
+    }
+    for group in &groups {
+        assert!(
+            founded.contains(&owner(group)),
+            "seed {seed}: group {group} belongs to no founded cluster; clusters: {clusters:?}"
+        );
+    }
+    for id in &founded {
+        let count = vms.iter().filter(|vm| owner(vm) == *id).count();
+        assert_eq!(
+            count, 3,
+            "seed {seed}: founded cluster {id} has {count} VMs"
+        );
+    }
+    eprintln!(
+        "{KILLS} kills: {} clusters founded, {} released, {} requests never reached the database",
+        founded.len(),
+        clusters.len() - founded.len(),
+        KILLS + 1 - clusters.len()
+    );
+}
+
+both_backends!(
+    killed_mid_founding_then_the_reconciler_cleans_up,
+    killed_at_random_points_leaves_no_orphan
+);
+
+impl Stack {
+    /// Arguments for another replica of the same API on its own port; returns them and its URL.
+    pub fn replica_args(&self) -> (Vec<String>, String) {
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut args = self.serve_args.clone();
+        for (i, arg) in self.serve_args.iter().enumerate() {
+            match arg.as_str() {
+                "--listen" => args[i + 1] = format!("127.0.0.1:{port}"),
+                "--public-url" => args[i + 1] = url.clone(),
+                _ => {}
+            }
+        }
+        (args, url)
+    }
+}
+
+/// One fetch's outcome, as a replica answered it.
+#[derive(Debug)]
+#[allow(
+    dead_code,
+    reason = "the status is read through Debug, in failure messages"
+)]
+enum Outcome {
+    Bundle { vm: i64, serial: u64 },
+    Status(u16),
+    Unreachable,
+}
+
+/// Two replicas on one PostgreSQL database serve bundles side by side; one is SIGKILLed
+/// mid-run. The survivor answers every request, before and after; every bundle verifies and is
+/// bound to its VM and nonce; no node's serial is issued twice (in the bundles nor the audit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_killed_mid_run_the_other_serves_and_no_serial_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = fresh_database(Backend::Postgres, dir.path()).await;
+    let mut stack = stack(dir.path(), &db_url, 600).await;
+    for flag in ["--bootstrap-rate-per-vm", "--bootstrap-rate-per-source"] {
+        stack
+            .serve_args
+            .extend([flag.to_owned(), "100000000".to_owned()]);
+    }
+    let mut doomed = stack.start_api(&dir.path().join("api-a.log")).await;
+    let (b_args, b_url) = stack.replica_args();
+    let _survivor = spawn(&b_args, &dir.path().join("api-b.log"));
+    wait_until("replica B", Duration::from_secs(20), || async {
+        stack
+            .http
+            .get(format!("{b_url}/healthz"))
+            .send()
+            .await
+            .is_ok()
+    })
+    .await;
+
+    let operator = token(&db_url, "7", "operator");
+    let bootstrap = token(&db_url, "7", "bootstrap");
+    let founded: Value = stack
+        .http
+        .post(format!("{}/clusters", stack.api_url))
         .bearer_auth(&operator)
+        .json(&valid_body(3))
+        .timeout(Duration::from_secs(30))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    assert_eq!(clusters[0]["phase"], "failed", "{clusters}");
-    assert_eq!(clusters[0]["error_reason"], "abandoned", "{clusters}");
-}
+    let db = exk8s_api::db::Db::connect(&db_url).unwrap();
+    let mut vms = Vec::new();
+    for vm in founded["control_plane_vm_ids"].as_array().unwrap() {
+        let vm = vm.as_i64().unwrap();
+        let imds = format!(
+            "exk8s_imds_replica_test_{vm}_{}",
+            uuid::Uuid::new_v4().simple()
+        );
+        let now = exk8s_api::db::now();
+        exk8s_api::db::tokens::insert_imds_token(
+            &db.pool,
+            &exk8s_api::tokens::hash(&imds),
+            vm,
+            7,
+            now,
+            now + 600,
+        )
+        .await
+        .unwrap();
+        vms.push((vm, imds));
+    }
+    let keys_text = stack
+        .http
+        .get(format!("{b_url}/bootstrap/keys"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut ring = exk8s_common::Keyring::new();
+    ring.add_pub_text(&keys_text, "/bootstrap/keys").unwrap();
 
-both_backends!(killed_mid_founding_then_the_reconciler_cleans_up);
+    let shared = std::sync::Arc::new((vms, ring, bootstrap, stack.api_url.clone(), b_url.clone()));
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut workers = Vec::new();
+    for worker in 0..6usize {
+        let (shared, running, http) = (
+            std::sync::Arc::clone(&shared),
+            std::sync::Arc::clone(&running),
+            stack.http.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let (vms, ring, bearer, a_url, b_url) = &*shared;
+            let mut outcomes = Vec::new();
+            let mut n = 0usize;
+            while running.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let (vm, imds) = &vms[(worker + n) % vms.len()];
+                let replica = if n % 2 == 0 { 'a' } else { 'b' };
+                let base = if replica == 'a' { a_url } else { b_url };
+                let nonce = format!("replica-{worker}-{n:08}");
+                let sent = http
+                    .get(format!("{base}/bootstrap/control-plane/{vm}"))
+                    .header("X-exc-imds-token", imds)
+                    .header("X-Exk8s-Nonce", &nonce)
+                    .bearer_auth(bearer)
+                    .send()
+                    .await;
+                let outcome = match sent {
+                    Err(_) => Outcome::Unreachable,
+                    Ok(r) if r.status() != 200 => Outcome::Status(r.status().as_u16()),
+                    Ok(r) => {
+                        let bundle = exk8s_common::verify(&r.bytes().await.unwrap(), ring)
+                            .expect("every bundle verifies");
+                        let p = bundle.payload();
+                        assert_eq!(p.identity.vm_id, *vm as u64, "a bundle for another VM");
+                        assert_eq!(
+                            p.freshness.nonce.as_str(),
+                            nonce,
+                            "another request's bundle"
+                        );
+                        Outcome::Bundle {
+                            vm: *vm,
+                            serial: p.freshness.serial,
+                        }
+                    }
+                };
+                outcomes.push((replica, Instant::now(), outcome));
+            }
+            outcomes
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    doomed.0.kill().unwrap();
+    doomed.0.wait().unwrap();
+    let killed_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    running.store(false, std::sync::atomic::Ordering::SeqCst);
+
+    let mut outcomes = Vec::new();
+    for worker in workers {
+        outcomes.extend(worker.await.unwrap());
+    }
+    let mut serials = std::collections::BTreeSet::new();
+    let (mut from_a, mut from_b_after) = (0, 0);
+    for (replica, at, outcome) in &outcomes {
+        match (replica, outcome) {
+            (_, Outcome::Bundle { vm, serial }) => {
+                assert!(
+                    serials.insert((*vm, *serial)),
+                    "serial {serial} issued twice for VM {vm}"
+                );
+                if *replica == 'a' {
+                    from_a += 1;
+                } else if *at > killed_at {
+                    from_b_after += 1;
+                }
+            }
+            ('b', other) => panic!("the surviving replica failed a request: {other:?}"),
+            ('a', Outcome::Unreachable) => {}
+            ('a', other) => panic!("replica A answered {other:?} before it died"),
+            _ => unreachable!(),
+        }
+    }
+    assert!(from_a > 0, "replica A served nothing before it was killed");
+    assert!(from_b_after > 0, "replica B served nothing after A died");
+
+    use sqlx::Row as _;
+    let repeated: i64 = sqlx::query(
+        "SELECT COUNT(*) AS n FROM (SELECT vm_id, serial FROM bundle_issuances \
+         WHERE outcome = 'issued' GROUP BY vm_id, serial HAVING COUNT(*) > 1) AS twice",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .get("n");
+    assert_eq!(repeated, 0, "the audit shows a serial issued twice");
+    let survivor_founds = stack
+        .http
+        .post(format!("{b_url}/clusters"))
+        .bearer_auth(&operator)
+        .json(&valid_body(1))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(survivor_founds.status(), 201);
+}

@@ -10,6 +10,7 @@
 mod app;
 mod bootstrap;
 mod crash;
+mod db_faults;
 mod etcd_cluster;
 mod founding;
 mod helpers;

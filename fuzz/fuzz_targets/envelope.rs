@@ -1,0 +1,5 @@
+//! libFuzzer entry point; the checks live in `exk8s_fuzz::envelope`.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| exk8s_fuzz::envelope(data));
