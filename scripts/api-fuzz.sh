@@ -23,6 +23,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 target/debug/exk8s-api dev --listen "127.0.0.1:$port" --data-dir "$work/dev" \
   --sim-cidr 127.0.13.0/24 >"$work/api.log" 2>&1 &
 api=$!
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   kill "$api" 2>/dev/null || true
   wait "$api" 2>/dev/null || true
