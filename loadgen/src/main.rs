@@ -5,8 +5,16 @@
 //! plays bundle fetches with a fixed concurrency — each with its own nonce, each envelope
 //! verified against `/bootstrap/keys` and checked for its VM and nonce — and prints
 //! throughput, p50/p90/p99 latency and error counts, as text and (with `--json`) JSON.
+//!
+//! Faults on demand: `--sim-latency-ms` slows every simulated compute call, `--db-latency-ms`
+//! routes the API's PostgreSQL connections through a latency-injecting proxy ([`proxy`]).
+//! Every failed fetch is classified: a *clean* refusal (429, or 5xx in the API's error format,
+//! with `Retry-After` on 429/503), a *hung* request (passed `--timeout-secs`), or a *bad* one
+//! (any other answer, a bundle that does not verify, or one for another VM or request).
 
 #![allow(clippy::print_stdout, reason = "the report is the program's output")]
+
+mod proxy;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +55,23 @@ struct Args {
     /// Also write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Latency the compute simulator adds to every call, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    sim_latency_ms: u64,
+    /// Latency added to every chunk between the API and PostgreSQL, each way, in milliseconds
+    /// (a proxy this program runs; needs a postgres:// --database-url).
+    #[arg(long, default_value_t = 0)]
+    db_latency_ms: u64,
+    /// Client timeout of one fetch; a fetch that passes it counts as hung.
+    #[arg(long, default_value_t = 30)]
+    timeout_secs: u64,
+    /// An extra argument for `exk8s-api serve` (repeatable), e.g.
+    /// `--api-arg=--bootstrap-deadline-ms=300`.
+    #[arg(long = "api-arg", allow_hyphen_values = true)]
+    api_args: Vec<String>,
+    /// Succeed when fetches fail only cleanly (429/5xx); hung or bad fetches still fail the run.
+    #[arg(long)]
+    allow_clean_errors: bool,
 }
 
 /// Kills the API when the run ends.
@@ -64,6 +89,12 @@ struct Summary {
     what: String,
     count: usize,
     errors: usize,
+    /// 429 or 5xx in the API's error format (with Retry-After where due).
+    clean_errors: usize,
+    /// Passed the client timeout.
+    hung: usize,
+    /// Any other answer, or a bundle that does not verify or is not this request's.
+    bad: usize,
     seconds: f64,
     per_second: f64,
     p50_ms: f64,
@@ -74,9 +105,11 @@ struct Summary {
 fn summarise(
     what: String,
     mut latencies: Vec<Duration>,
-    errors: usize,
+    failures: &[FetchError],
     elapsed: Duration,
 ) -> Summary {
+    let errors = failures.len();
+    let kind = |k: fn(&FetchError) -> bool| failures.iter().filter(|f| k(f)).count();
     latencies.sort();
     let pick = |q: f64| {
         if latencies.is_empty() {
@@ -90,6 +123,9 @@ fn summarise(
         what,
         count,
         errors,
+        clean_errors: kind(|f| matches!(f, FetchError::Clean(_))),
+        hung: kind(|f| matches!(f, FetchError::Hung)),
+        bad: kind(|f| matches!(f, FetchError::Bad(_))),
         seconds: elapsed.as_secs_f64(),
         per_second: latencies.len() as f64 / elapsed.as_secs_f64().max(1e-9),
         p50_ms: pick(0.50),
@@ -162,13 +198,41 @@ async fn credentials(http: &reqwest::Client, base: &str, vm: i64) -> Result<Vm, 
     })
 }
 
+/// Why one fetch failed.
+#[derive(Debug)]
+enum FetchError {
+    /// A refusal the API meant: 429, or a 5xx with our error body (and Retry-After if 429/503).
+    Clean(u16),
+    /// No complete answer within the client timeout.
+    Hung,
+    Bad(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Clean(status) => write!(f, "clean refusal: HTTP {status}"),
+            Self::Hung => f.write_str("no answer within the timeout"),
+            Self::Bad(why) => f.write_str(why),
+        }
+    }
+}
+
+fn transport(e: reqwest::Error) -> FetchError {
+    if e.is_timeout() {
+        FetchError::Hung
+    } else {
+        FetchError::Bad(format!("transport: {e}"))
+    }
+}
+
 async fn fetch(
     http: &reqwest::Client,
     base: &str,
     vm: &Vm,
     nonce: &str,
     keys: &Keyring,
-) -> Result<(), String> {
+) -> Result<(), FetchError> {
     let response = http
         .get(format!("{base}/bootstrap/control-plane/{}", vm.id))
         .header("X-exc-imds-token", &vm.imds)
@@ -176,15 +240,32 @@ async fn fetch(
         .header("X-Exk8s-Nonce", nonce)
         .send()
         .await
-        .map_err(|e| e.to_string())?;
-    if !response.status().is_success() {
-        return Err(format!("HTTP {}", response.status()));
+        .map_err(transport)?;
+    let status = response.status().as_u16();
+    if status != 200 {
+        let retry_after = response.headers().contains_key("retry-after");
+        let body: Value = response.json().await.map_err(|e| {
+            if e.is_timeout() {
+                FetchError::Hung
+            } else {
+                FetchError::Bad(format!("HTTP {status} without a JSON error body"))
+            }
+        })?;
+        let formatted = body["error"]["code"].is_string();
+        let clean = (status == 429 || status >= 500)
+            && formatted
+            && (retry_after || !matches!(status, 429 | 503));
+        return Err(if clean {
+            FetchError::Clean(status)
+        } else {
+            FetchError::Bad(format!("HTTP {status}: {body}"))
+        });
     }
-    let body = response.bytes().await.map_err(|e| e.to_string())?;
-    let bundle = verify(&body, keys).map_err(|e| e.to_string())?;
+    let body = response.bytes().await.map_err(transport)?;
+    let bundle = verify(&body, keys).map_err(|e| FetchError::Bad(e.to_string()))?;
     let p = bundle.payload();
     if p.identity.vm_id != vm.id as u64 || p.freshness.nonce.as_str() != nonce {
-        return Err("a bundle for another VM or request".into());
+        return Err(FetchError::Bad("a bundle for another VM or request".into()));
     }
     Ok(())
 }
@@ -197,6 +278,16 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}/exk8s.db?mode=rwc", dir.path().display()));
+    // The API reaches PostgreSQL through the latency proxy; the CLI steps below go direct.
+    let serve_db_url = if args.db_latency_ms > 0 {
+        let upstream = proxy::upstream(&db_url)?;
+        let address = proxy::start(upstream, Duration::from_millis(args.db_latency_ms))
+            .await
+            .map_err(|e| format!("starting the latency proxy: {e}"))?;
+        proxy::through(&db_url, address)?
+    } else {
+        db_url.clone()
+    };
     let kek = dir.path().join("kek").display().to_string();
     let signing = dir.path().join("signing").display().to_string();
     run_api(&args.api_bin, &["keys", "generate-kek", "--out", &kek])?;
@@ -228,7 +319,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--database-url",
-            &db_url,
+            &serve_db_url,
             "--kek-file",
             &kek,
             "--signing-key",
@@ -246,6 +337,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             "--bootstrap-rate-per-source",
             "100000000",
         ])
+        .args(&args.api_args)
         .env("EXK8S_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -253,6 +345,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         .map_err(|e| format!("starting the API: {e}"))?);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
+        .timeout(Duration::from_secs(args.timeout_secs.max(1)))
         .build()
         .map_err(|e| e.to_string())?;
     let start = Instant::now();
@@ -274,11 +367,22 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
     keys.add_pub_text(&keys_text, "/bootstrap/keys")
         .map_err(|e| e.to_string())?;
     let keys = Arc::new(keys);
+    if args.sim_latency_ms > 0 {
+        let set = http
+            .put(format!("{base}/sim/compute/sim/faults"))
+            .json(&json!({"latency_ms": args.sim_latency_ms}))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !set.status().is_success() {
+            return Err(format!("setting simulator latency: HTTP {}", set.status()));
+        }
+    }
 
     let mut summaries = Vec::new();
     for (algorithm, count) in &clusters {
         let mut latencies = Vec::new();
-        let mut errors = 0;
+        let mut failed = Vec::new();
         let mut vms = Vec::new();
         let started = Instant::now();
         for _ in 0..*count {
@@ -288,11 +392,15 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
                 .post(format!("{base}/clusters"))
                 .bearer_auth(&token)
                 .json(&body)
+                .timeout(Duration::from_secs(300))
                 .send()
                 .await
                 .map_err(|e| e.to_string())?;
             if response.status().as_u16() != 201 {
-                errors += 1;
+                failed.push(FetchError::Bad(format!(
+                    "founding answered HTTP {}",
+                    response.status()
+                )));
                 continue;
             }
             latencies.push(t.elapsed());
@@ -307,7 +415,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         summaries.push(summarise(
             format!("found {}-node {algorithm}", args.nodes),
             latencies,
-            errors,
+            &failed,
             started.elapsed(),
         ));
 
@@ -339,25 +447,23 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             });
         }
         let mut latencies = Vec::new();
-        let mut errors = 0;
-        let mut first_error = None;
+        let mut failed: Vec<FetchError> = Vec::new();
         while let Some(done) = tasks.join_next().await {
             let (elapsed, result) = done.map_err(|e| e.to_string())?;
             match result {
                 Ok(()) => latencies.push(elapsed),
-                Err(e) => {
-                    errors += 1;
-                    first_error.get_or_insert(e);
-                }
+                Err(e) => failed.push(e),
             }
         }
-        if let Some(e) = first_error {
-            eprintln!("exk8s-loadgen: first fetch error for {algorithm}: {e}");
+        if let Some(e) = failed.iter().find(|e| !matches!(e, FetchError::Clean(_))) {
+            eprintln!("exk8s-loadgen: first hung or bad fetch for {algorithm}: {e}");
+        } else if let Some(e) = failed.first() {
+            eprintln!("exk8s-loadgen: first failed fetch for {algorithm}: {e}");
         }
         summaries.push(summarise(
             format!("fetch {algorithm} c={}", args.concurrency),
             latencies,
-            errors,
+            &failed,
             started.elapsed(),
         ));
     }
@@ -367,6 +473,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let json_out = args.json.clone();
+    let allow_clean_errors = args.allow_clean_errors;
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -377,15 +484,28 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(run(args)) {
         Ok(summaries) => {
             println!(
-                "{:<28} {:>7} {:>6} {:>9} {:>10} {:>9} {:>9} {:>9}",
-                "what", "count", "errors", "seconds", "per sec", "p50 ms", "p90 ms", "p99 ms"
+                "{:<28} {:>7} {:>6} {:>6} {:>5} {:>5} {:>9} {:>10} {:>9} {:>9} {:>9}",
+                "what",
+                "count",
+                "errors",
+                "clean",
+                "hung",
+                "bad",
+                "seconds",
+                "per sec",
+                "p50 ms",
+                "p90 ms",
+                "p99 ms"
             );
             for s in &summaries {
                 println!(
-                    "{:<28} {:>7} {:>6} {:>9.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2}",
+                    "{:<28} {:>7} {:>6} {:>6} {:>5} {:>5} {:>9.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2}",
                     s.what,
                     s.count,
                     s.errors,
+                    s.clean_errors,
+                    s.hung,
+                    s.bad,
                     s.seconds,
                     s.per_second,
                     s.p50_ms,
@@ -402,7 +522,14 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             }
-            if summaries.iter().any(|s| s.errors > 0) {
+            let failed = |s: &Summary| {
+                if allow_clean_errors {
+                    s.hung + s.bad > 0
+                } else {
+                    s.errors > 0
+                }
+            };
+            if summaries.iter().any(failed) {
                 return std::process::ExitCode::from(1);
             }
             std::process::ExitCode::SUCCESS

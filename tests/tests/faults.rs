@@ -1,0 +1,78 @@
+//! Load while faulty: `exk8s-loadgen` against a real `exk8s-api serve` on PostgreSQL whose
+//! simulated compute adds latency to every call and whose database link runs through a
+//! latency-injecting proxy. No fetch may pass its client timeout, and no bundle may be wrong;
+//! with a bootstrap deadline shorter than the slowed issuance, the refusals must be clean 503s
+//! with `Retry-After`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::process::Command;
+
+use exk8s_tests::postgres::fresh_shared_database;
+use exk8s_tests::procs::binary;
+use serde_json::Value;
+
+/// Runs the load generator; returns its fetch summary (the second row of its JSON report).
+fn load(label: &str, extra: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let db_url = fresh_shared_database(label);
+    let api = binary("exk8s-api");
+    let out = Command::new(binary("exk8s-loadgen"))
+        .args(["--api-bin", api.to_str().unwrap()])
+        .args(["--database-url", &db_url])
+        .args(["--clusters", "ecdsa-p256=2", "--nodes", "3"])
+        .args(["--fetches", "ecdsa-p256=240", "--concurrency", "24"])
+        .args(["--sim-latency-ms", "20"])
+        .args(["--json", report.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exk8s-loadgen failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    eprintln!("{label}:\n{stdout}");
+    let summaries: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let founding = &summaries[0];
+    assert_eq!(founding["errors"], 0, "founding under latency: {founding}");
+    assert_eq!(founding["count"], 2, "{founding}");
+    summaries[1].clone()
+}
+
+#[test]
+fn slow_compute_and_database_every_fetch_succeeds() {
+    let fetches = load(
+        "faulty_load_slow",
+        &["--db-latency-ms", "2", "--timeout-secs", "20"],
+    );
+    assert_eq!(fetches["count"], 240, "{fetches}");
+    assert_eq!(fetches["errors"], 0, "{fetches}");
+}
+
+#[test]
+fn database_slower_than_the_deadline_refuses_cleanly_and_never_hangs() {
+    // Each issuance takes about ten database round trips; at 2 × 25 ms each it cannot finish
+    // inside a 250 ms deadline, so the API must refuse rather than make agents wait.
+    let fetches = load(
+        "faulty_load_deadline",
+        &[
+            "--db-latency-ms",
+            "25",
+            "--timeout-secs",
+            "10",
+            "--api-arg=--bootstrap-deadline-ms=250",
+            "--allow-clean-errors",
+        ],
+    );
+    assert_eq!(fetches["count"], 240, "{fetches}");
+    assert_eq!(fetches["hung"], 0, "{fetches}");
+    assert_eq!(fetches["bad"], 0, "{fetches}");
+    assert!(
+        fetches["clean_errors"].as_u64().unwrap() > 0,
+        "the deadline never fired: {fetches}"
+    );
+}
