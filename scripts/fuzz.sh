@@ -27,6 +27,11 @@ if ! have cargo-fuzz; then
   cargo install --locked cargo-fuzz
 fi
 
+# The workspace's release profile strips symbols and runs thin LTO: fine for shipped binaries,
+# wrong for fuzzing (crash traces need symbols; LTO over instrumented code takes minutes per
+# target). Override both for these builds only.
+export CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_LTO=false
+
 log "building the fuzz targets (nightly, AddressSanitizer)"
 cargo +nightly fuzz build --features fuzz
 

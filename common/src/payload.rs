@@ -242,11 +242,10 @@ impl BundlePayload {
     /// Parses payload JSON (already signature-checked) and applies the cross-field rules.
     pub(crate) fn from_json(bytes: &[u8]) -> Result<Self, BundleError> {
         let de = &mut serde_json::Deserializer::from_slice(bytes);
-        let payload: Self =
-            serde_path_to_error::deserialize(de).map_err(|e| BundleError::MalformedPayload {
-                at: e.path().to_string(),
-                reason: e.into_inner().to_string(),
-            })?;
+        let payload: Self = serde_path_to_error::deserialize(de).map_err(|e| {
+            let (at, reason) = crate::names::json_failure(e);
+            BundleError::MalformedPayload { at, reason }
+        })?;
         payload.check_consistency()?;
         Ok(payload)
     }
@@ -261,12 +260,12 @@ impl BundlePayload {
         for file in &self.files {
             if !seen.insert(file.path.as_str()) {
                 return Err(BundleError::DuplicatePath {
-                    path: file.path.to_string(),
+                    path: crate::names::shown_at_most(file.path.as_str(), 160),
                 });
             }
             if Sha256Digest::of(file.content.as_bytes()) != file.sha256 {
                 return Err(BundleError::DigestMismatch {
-                    path: file.path.to_string(),
+                    path: crate::names::shown_at_most(file.path.as_str(), 160),
                 });
             }
         }
@@ -274,7 +273,7 @@ impl BundlePayload {
         for artifact in &self.artifacts {
             if !dests.insert(artifact.dest.as_str()) {
                 return Err(BundleError::DuplicatePath {
-                    path: artifact.dest.to_string(),
+                    path: crate::names::shown_at_most(artifact.dest.as_str(), 160),
                 });
             }
         }

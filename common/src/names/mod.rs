@@ -21,12 +21,24 @@ pub use path::{
 
 /// A bounded, escaped rendering of untrusted text for error messages.
 pub(crate) fn shown(s: &str) -> String {
-    const MAX: usize = 96;
-    let mut out: String = s.chars().take(MAX).flat_map(char::escape_debug).collect();
-    if s.chars().count() > MAX {
+    shown_at_most(s, 96)
+}
+
+/// [`shown`] with a bound of `max` characters (before escaping).
+pub(crate) fn shown_at_most(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().take(max).flat_map(char::escape_debug).collect();
+    if s.chars().nth(max).is_some() {
         out.push('…');
     }
     out
+}
+
+/// Where and why untrusted JSON failed to parse, bounded: serde's messages quote the offending
+/// key or value, which an attacker chooses and may make as long as the size limit allows.
+pub(crate) fn json_failure(e: serde_path_to_error::Error<serde_json::Error>) -> (String, String) {
+    let at = shown_at_most(&e.path().to_string(), 160);
+    let reason = shown_at_most(&e.into_inner().to_string(), 320);
+    (at, reason)
 }
 
 /// Generates the plumbing shared by string newtypes: accessors, `Display`, serde (through
