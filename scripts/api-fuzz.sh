@@ -42,12 +42,15 @@ until [ -s "$work/dev/operator.token" ] && curl -fsS "http://127.0.0.1:$port/hea
   sleep 0.1
 done
 
+# One worker: with two, CPython 3.11's ast module, used by schemathesis's coverage phase from
+# several threads at once, intermittently fails with "SystemError: AST constructor recursion
+# depth mismatch" (a CPython bug, not a finding about the API).
 log "schemathesis: $examples examples per operation, seed $seed"
 status=0
 .venv/bin/st run "http://127.0.0.1:$port/openapi.json" \
   --header "Authorization: Bearer $(cat "$work/dev/operator.token")" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-  --max-examples "$examples" --seed "$seed" --workers 2 \
+  --max-examples "$examples" --seed "$seed" --workers 1 \
   --generation-database none --request-timeout 30 --no-color \
   --output-sanitize true || status=$?
 if [ "$status" -ne 0 ]; then
