@@ -180,10 +180,10 @@ async fn a_database_outage_mid_founding_leaves_no_partial_cluster() {
         ..test_config()
     };
     let app = Arc::new(app_on(&pg, config).await);
-    // Every VM reports its address only after 30 polls (≈ 3 s): the database is stopped while
+    // Every VM reports its address only after 50 polls (≈ 5 s): the database is stopped while
     // founding waits, so its next write — the node records — meets the outage.
     app.sims.compute.set_faults(Faults {
-        address_after_polls: 30,
+        address_after_polls: 50,
         ..Faults::default()
     });
     let founding = {
