@@ -301,6 +301,18 @@ mod tests {
         let message = err.to_string();
         assert!(message.len() < 1024, "{} bytes", message.len());
         assert!(message.contains("unknown field"), "{message}");
+        // Found next: control characters escape to ten times their length, so the bound
+        // counts escaped characters.
+        let controls = "\\u001b".repeat(300);
+        let bytes = format!("{{\"{controls}\": 1}}");
+        let message = verify(bytes.as_bytes(), &Keyring::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.chars().count() < 1024,
+            "{} chars",
+            message.chars().count()
+        );
     }
 
     #[test]

@@ -24,11 +24,19 @@ pub(crate) fn shown(s: &str) -> String {
     shown_at_most(s, 96)
 }
 
-/// [`shown`] with a bound of `max` characters (before escaping).
+/// [`shown`] with a bound of `max` characters, counted AFTER escaping (a control character
+/// escapes to as many as ten), plus the `…` that marks a cut.
 pub(crate) fn shown_at_most(s: &str, max: usize) -> String {
-    let mut out: String = s.chars().take(max).flat_map(char::escape_debug).collect();
-    if s.chars().nth(max).is_some() {
-        out.push('…');
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let escaped = c.escape_debug();
+        if used + escaped.len() > max {
+            out.push('…');
+            break;
+        }
+        used += escaped.len();
+        out.extend(escaped);
     }
     out
 }
