@@ -54,7 +54,7 @@ for target in "${targets[@]}"; do
 done
 
 log "schemathesis, longer, random seed"
-bash scripts/api-fuzz.sh "${EXK8S_FUZZ_API_EXAMPLES:-200}" || failed+=(schemathesis)
+bash scripts/api-fuzz.sh "${EXK8S_FUZZ_API_EXAMPLES:-100}" || failed+=(schemathesis)
 
 if [ ${#failed[@]} -ne 0 ]; then
   echo "fuzzing found problems in: ${failed[*]}" >&2
