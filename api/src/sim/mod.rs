@@ -113,6 +113,14 @@ impl ComputeSim {
         lock(&self.state).groups.values().cloned().collect()
     }
 
+    /// Every VM still waiting for its address shows it at its next poll (a test's way to say
+    /// "the cloud catches up now", whatever `address_after_polls` said at creation).
+    pub fn assign_addresses_now(&self) {
+        for (_, polls_left, _) in lock(&self.state).vms.values_mut() {
+            *polls_left = 0;
+        }
+    }
+
     /// `create_vm` calls so far (what `Faults::fail_vm_create_nth` counts).
     pub fn vm_creates(&self) -> u32 {
         lock(&self.state).vm_creates

@@ -34,7 +34,7 @@ async fn app_on(pg: &PrivatePostgres, config: exk8s_api::app::ApiConfig) -> Test
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let mut app = spawn_with(Backend::Postgres, config, Some((&pg.url(), dir))).await;
     app.http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
+        .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
     app
@@ -180,10 +180,10 @@ async fn a_database_outage_mid_founding_leaves_no_partial_cluster() {
         ..test_config()
     };
     let app = Arc::new(app_on(&pg, config).await);
-    // Every VM reports its address only after 50 polls (≈ 5 s): the database is stopped while
-    // founding waits, so its next write — the node records — meets the outage.
+    // VMs get no address until the database is down: founding waits, then its next write —
+    // the node records — meets the outage.
     app.sims.compute.set_faults(Faults {
-        address_after_polls: 50,
+        address_after_polls: u32::MAX,
         ..Faults::default()
     });
     let founding = {
@@ -195,6 +195,7 @@ async fn a_database_outage_mid_founding_leaves_no_partial_cluster() {
     })
     .await;
     stop(&pg).await;
+    app.sims.compute.assign_addresses_now();
 
     let response = founding.await.unwrap();
     assert_unavailable(&response, "founding that lost its database");
