@@ -186,6 +186,15 @@ impl Stack {
         api
     }
 
+    /// `POST /clusters` for a `count`-node cluster to the API at `base`, not yet sent.
+    pub fn found(&self, base: &str, operator: &str, count: i64) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{base}/clusters"))
+            .bearer_auth(operator)
+            .json(&valid_body(count))
+            .timeout(Duration::from_secs(60))
+    }
+
     pub async fn clusters(&self, operator: &str) -> Vec<Value> {
         self.http
             .get(format!("{}/clusters", self.api_url))
@@ -211,12 +220,7 @@ async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
     let operator = token(&db_url, "7", "operator");
 
     let founding = {
-        let request = stack
-            .http
-            .post(format!("{}/clusters", stack.api_url))
-            .bearer_auth(&operator)
-            .json(&valid_body(3))
-            .timeout(Duration::from_secs(60));
+        let request = stack.found(&stack.api_url, &operator, 3);
         tokio::spawn(async move { request.send().await })
     };
     wait_until("three VMs", Duration::from_secs(30), || async {
@@ -308,11 +312,7 @@ async fn killed_at_random_points_leaves_no_orphan(backend: Backend) {
         let _api = stack.start_api(&dir.path().join("api-calibrate.log")).await;
         let started = Instant::now();
         let response = stack
-            .http
-            .post(format!("{}/clusters", stack.api_url))
-            .bearer_auth(&operator)
-            .json(&valid_body(3))
-            .timeout(Duration::from_secs(30))
+            .found(&stack.api_url, &operator, 3)
             .send()
             .await
             .unwrap();
@@ -325,12 +325,7 @@ async fn killed_at_random_points_leaves_no_orphan(backend: Backend) {
         let mut api = stack
             .start_api(&dir.path().join(format!("api-{round}.log")))
             .await;
-        let request = stack
-            .http
-            .post(format!("{}/clusters", stack.api_url))
-            .bearer_auth(&operator)
-            .json(&valid_body(3))
-            .timeout(Duration::from_secs(30));
+        let request = stack.found(&stack.api_url, &operator, 3);
         let founding = tokio::spawn(async move { request.send().await });
         tokio::time::sleep(Duration::from_millis(rng.below(span))).await;
         api.0.kill().unwrap();
@@ -451,11 +446,7 @@ async fn two_replicas_one_killed_mid_run_the_other_serves_and_no_serial_repeats(
     let operator = token(&db_url, "7", "operator");
     let bootstrap = token(&db_url, "7", "bootstrap");
     let founded: Value = stack
-        .http
-        .post(format!("{}/clusters", stack.api_url))
-        .bearer_auth(&operator)
-        .json(&valid_body(3))
-        .timeout(Duration::from_secs(30))
+        .found(&stack.api_url, &operator, 3)
         .send()
         .await
         .unwrap()
@@ -590,14 +581,6 @@ async fn two_replicas_one_killed_mid_run_the_other_serves_and_no_serial_repeats(
     .unwrap()
     .get("n");
     assert_eq!(repeated, 0, "the audit shows a serial issued twice");
-    let survivor_founds = stack
-        .http
-        .post(format!("{b_url}/clusters"))
-        .bearer_auth(&operator)
-        .json(&valid_body(1))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .unwrap();
+    let survivor_founds = stack.found(&b_url, &operator, 1).send().await.unwrap();
     assert_eq!(survivor_founds.status(), 201);
 }
