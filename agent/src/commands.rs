@@ -186,7 +186,7 @@ pub fn run(
 ) -> Result<(), AgentError> {
     let started_at = now();
     let root_dir = root.map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    if marker_path(&root_dir).exists() {
+    if crate::state::is_done(&root_dir)? {
         log_info!(
             "{} exists: this node is bootstrapped; nothing to do",
             marker_path(&root_dir).display()

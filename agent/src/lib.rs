@@ -20,3 +20,4 @@ pub mod imds;
 mod log;
 pub mod report;
 pub mod state;
+pub mod statedir;

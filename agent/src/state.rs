@@ -1,4 +1,5 @@
-//! The agent's memory between runs, under `<root>/var/lib/exk8s/`:
+//! The agent's memory between runs, under `<root>/var/lib/exk8s/`, always reached through
+//! [`StateDir`] (directory handles, no symlink followed):
 //!
 //! * `state.json` — the highest fully applied serial, the digest of every file written, and the
 //!   installed artifacts. Written atomically, and only after every check passed and every file
@@ -13,8 +14,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AgentError;
+pub use crate::statedir::{STATE_DIR, StateDir};
 
-pub const STATE_DIR: &str = "var/lib/exk8s";
+const STATE_FILE: &str = "state.json";
+/// The done-marker's name in the state directory.
+pub const MARKER: &str = "bootstrap.done";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstalledArtifact {
@@ -39,37 +43,51 @@ pub fn state_dir(root: &Path) -> PathBuf {
 }
 
 pub fn marker_path(root: &Path) -> PathBuf {
-    state_dir(root).join("bootstrap.done")
+    state_dir(root).join(MARKER)
 }
 
-fn state_path(root: &Path) -> PathBuf {
-    state_dir(root).join("state.json")
+/// Whether the done-marker exists (as a regular file: a planted symlink does not count).
+pub fn is_done(root: &Path) -> Result<bool, AgentError> {
+    Ok(StateDir::open(root, false)?.is_some_and(|dir| dir.has_file(MARKER)))
+}
+
+/// Writes the done-marker.
+pub fn mark_done(root: &Path, serial: u64) -> Result<(), AgentError> {
+    let dir = StateDir::open(root, true)?.ok_or_else(|| AgentError::State {
+        path: state_dir(root),
+        source: std::io::ErrorKind::NotFound.into(),
+    })?;
+    dir.write_atomic(MARKER, format!("serial {serial}\n").as_bytes(), 0o644)
 }
 
 impl State {
     pub fn load(root: &Path) -> Result<Self, AgentError> {
-        let path = state_path(root);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| AgentError::State {
-                path,
+        let Some(dir) = StateDir::open(root, false)? else {
+            return Ok(Self::default());
+        };
+        match dir.read(STATE_FILE)? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| AgentError::State {
+                path: dir.path().join(STATE_FILE),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(source) => Err(AgentError::State { path, source }),
+            None => Ok(Self::default()),
         }
     }
 
     pub fn save(&self, root: &Path) -> Result<(), AgentError> {
-        let path = state_path(root);
+        let dir = StateDir::open(root, true)?.ok_or_else(|| AgentError::State {
+            path: state_dir(root),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| AgentError::State {
-            path: path.clone(),
+            path: dir.path().join(STATE_FILE),
             source: std::io::Error::other(e),
         })?;
-        write_atomic(&path, &bytes, 0o600).map_err(|source| AgentError::State { path, source })
+        dir.write_atomic(STATE_FILE, &bytes, 0o600)
     }
 }
 
-/// Writes a small agent-owned file atomically (temp, fsync, rename, fsync dir).
+/// Writes an installed binary atomically (temp, fsync, rename, fsync dir).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let dir = path.parent().unwrap_or(Path::new("/"));

@@ -45,6 +45,8 @@ pub struct ApiConfig {
     /// Longest a bundle request may take (a slow or stalled database): past it, 503 with
     /// `Retry-After`, never a hanging agent.
     pub bootstrap_deadline: Duration,
+    /// Pinned downloads of node binaries (`--artifact-catalog`).
+    pub artifacts: crate::render::ArtifactCatalog,
     /// Bootstrap requests allowed per VM.
     pub rate_per_vm: crate::ratelimit::Limit,
     /// Bootstrap requests allowed per source address.
@@ -68,6 +70,7 @@ impl Default for ApiConfig {
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
             bootstrap_deadline: Duration::from_secs(10),
+            artifacts: crate::render::ArtifactCatalog::default(),
             rate_per_vm: crate::ratelimit::Limit {
                 per_minute: 60,
                 burst: 30,
@@ -95,13 +98,16 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub draining: Arc<AtomicBool>,
     pub limits: Arc<BootstrapLimits>,
+    /// Where key generation and signing run (never on the async workers).
+    pub cpu: crate::cpu::CpuPool,
 }
 
-/// The bootstrap routes' rate limiters.
+/// The bootstrap routes' rate limiters: every request is charged to its source address; only
+/// a request that proved it is a VM is charged to that VM.
 #[derive(Debug)]
 pub struct BootstrapLimits {
-    pub per_vm: crate::ratelimit::Limiter,
-    pub per_source: crate::ratelimit::Limiter,
+    pub per_vm: crate::ratelimit::Limiter<i64>,
+    pub per_source: crate::ratelimit::Limiter<std::net::IpAddr>,
 }
 
 impl BootstrapLimits {

@@ -16,6 +16,7 @@ use crate::compute::http::HttpCompute;
 use crate::crypto::{Kek, Keyring};
 use crate::db::{self, Db};
 use crate::dns::{Dns, HttpDns};
+use crate::keyfiles;
 use crate::metrics::Metrics;
 use crate::sim::Simulators;
 use crate::tokens::{self, Scope};
@@ -75,6 +76,9 @@ struct DevArgs {
     /// Addresses the compute SIMULATOR gives VMs (loopback, so rendered units work locally).
     #[arg(long, env = "EXK8S_SIM_CIDR", default_value = "127.0.10.0/24")]
     sim_cidr: String,
+    /// Pinned downloads of node binaries (TOML; see `serve --help`).
+    #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
+    artifact_catalog: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +203,25 @@ struct ServeArgs {
     /// Bootstrap requests allowed per source address per minute.
     #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_SOURCE", default_value_t = 600)]
     bootstrap_rate_per_source: u32,
+    /// Pinned downloads of node binaries: a TOML file of `[[artifact]]` entries with `name`
+    /// (etcd, etcdctl, kubelet, kubectl, helm), `version`, `url` and `sha256` (of the file at
+    /// url). Checked at start. Without an entry nodes use the upstream URL and its published
+    /// `<url>.sha256`; etcd publishes none, so pin etcd unless images are pre-baked.
+    #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
+    artifact_catalog: Option<PathBuf>,
+}
+
+/// Reads and checks `--artifact-catalog`; no file means an empty catalog.
+fn load_catalog(path: Option<&Path>) -> Result<crate::render::ArtifactCatalog, String> {
+    let Some(path) = path else {
+        return Ok(crate::render::ArtifactCatalog::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the artifact catalog {}: {e}", path.display()))?;
+    let catalog = crate::render::ArtifactCatalog::parse(&text)
+        .map_err(|e| format!("the artifact catalog {} is invalid: {e}", path.display()))?;
+    tracing::info!(path = %path.display(), entries = catalog.len(), "artifact catalog loaded");
+    Ok(catalog)
 }
 
 #[derive(Debug, Subcommand)]
@@ -292,38 +315,16 @@ pub fn parse_ttl(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("lifetime `{text}` is too long"))
 }
 
-/// Writes a secret file with mode 0600, refusing to overwrite one.
-pub fn write_secret_file(path: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("creating {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+fn write_secret_file(path: &Path, text: &str) -> Result<(), String> {
+    keyfiles::write_secret(path, text).map_err(|e| crate::error_chain(&e))
 }
 
-pub fn load_keks(paths: &[PathBuf]) -> Result<Keyring, String> {
-    let keks = paths
-        .iter()
-        .map(|p| {
-            let text = zeroize::Zeroizing::new(
-                std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()))?,
-            );
-            Kek::from_file_text(&text, &p.display().to_string()).map_err(|e| e.to_string())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Keyring::new(keks).ok_or_else(|| "at least one --kek-file is required".to_owned())
+fn load_keks(paths: &[PathBuf]) -> Result<Keyring, String> {
+    keyfiles::load_keks(paths).map_err(|e| crate::error_chain(&e))
 }
 
-pub fn load_signer(path: &Path) -> Result<BundleSigner, String> {
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?,
-    );
-    BundleSigner::from_secret_text(&text).map_err(|e| format!("{}: {e}", path.display()))
+fn load_signer(path: &Path) -> Result<BundleSigner, String> {
+    keyfiles::load_signer(path).map_err(|e| crate::error_chain(&e))
 }
 
 fn init_logging(format: LogFormat) {
@@ -358,6 +359,7 @@ async fn stop_signal() {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
+    let artifacts = load_catalog(args.artifact_catalog.as_deref())?;
     let db = Db::connect(&args.db.url()?).map_err(|e| crate::error_chain(&e))?;
     let keks = load_keks(&args.kek_files)?;
     let signer = load_signer(&args.signing_key)?;
@@ -402,6 +404,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             per_minute: args.bootstrap_rate_per_source,
             burst: args.bootstrap_rate_per_source.div_ceil(5).max(1),
         },
+        artifacts,
         ..ApiConfig::default()
     };
     let imds = match (args.imds, args.compute) {
@@ -445,6 +448,7 @@ fn build_state(
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
+        cpu: crate::cpu::CpuPool::per_core(),
     }
 }
 
@@ -471,6 +475,7 @@ fn reuse_or_create(
     reason = "the dev stack's instructions are its output"
 )]
 async fn dev(args: DevArgs) -> Result<(), String> {
+    let artifacts = load_catalog(args.artifact_catalog.as_deref())?;
     let dir = &args.data_dir;
     std::fs::create_dir_all(dir.join("trusted-keys"))
         .map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -496,12 +501,13 @@ async fn dev(args: DevArgs) -> Result<(), String> {
         None => format!("sqlite://{}/exk8s.db?mode=rwc", dir.display()),
     };
     let db = Db::connect(&url).map_err(|e| crate::error_chain(&e))?;
-    let sims = Simulators::new(&args.sim_cidr)?;
+    let sims = Simulators::persistent(&args.sim_cidr, dir)?;
     let listener_hint = format!("http://{}", args.listen);
     let config = ApiConfig {
         public_url: listener_hint.clone(),
         imds_url: format!("{listener_hint}/sim/imds"),
         agent_insecure_http: true,
+        artifacts,
         ..ApiConfig::default()
     };
     let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());

@@ -6,19 +6,21 @@
 //! * [`http`] — routes, handlers, errors, extractors; [`app`] — state and the server;
 //! * [`founding`] — `POST /clusters`, compensation, the reconciler;
 //! * [`db`] — sqlx queries per table (SQLite and PostgreSQL); [`crypto`] — keys sealed at rest;
-//! * [`pki`] — every certificate; [`render`] — the bundle for one node;
+//! * [`pki`] — every certificate, minted on the [`cpu`] pool; [`render`] — the bundle for one node;
 //! * [`compute`], [`dns`] — the services exk8s drives; [`sim`] — their SIMULATORS;
-//! * [`cli`] — the `exk8s-api` command.
+//! * [`keyfiles`] — the KEK and signing-key files; [`cli`] — the `exk8s-api` command.
 
 pub mod app;
 pub mod bootstrap;
 pub mod cli;
 pub mod compute;
+pub mod cpu;
 pub mod crypto;
 pub mod db;
 pub mod dns;
 pub mod founding;
 pub mod http;
+pub mod keyfiles;
 pub mod metrics;
 pub mod pki;
 pub mod ratelimit;

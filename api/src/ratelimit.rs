@@ -1,9 +1,16 @@
-//! Token-bucket rate limits for the bootstrap routes, per VM and per source address. In memory,
-//! per process: with several replicas behind a balancer each enforces its own share.
+//! Rate limits for the bootstrap routes, on `governor`'s keyed GCRA limiters: one keyed by
+//! source address, charged by every request before anything else is looked at, and one keyed by
+//! VM, charged only by requests that proved they are that VM. A flood of bad credentials
+//! therefore spends the flooder's address budget, never the VM's own (SECURITY.md 7).
+//!
+//! In memory, per process: with several replicas behind a balancer each enforces its own share.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::hash::Hash;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock as _, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 /// `burst` requests at once, refilled at `per_minute`.
 #[derive(Debug, Clone, Copy)]
@@ -12,57 +19,55 @@ pub struct Limit {
     pub burst: u32,
 }
 
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+impl Limit {
+    fn quota(self) -> Quota {
+        let at_least_one = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        Quota::per_minute(at_least_one(self.per_minute)).allow_burst(at_least_one(self.burst))
+    }
 }
 
-#[derive(Debug)]
-pub struct Limiter {
-    limit: Limit,
-    buckets: Mutex<HashMap<String, Bucket>>,
+/// Keys remembered before idle ones are forgotten (a forgotten key starts with a full burst,
+/// which is what an idle key would have anyway).
+const MAX_KEYS: usize = 100_000;
+
+/// A keyed limiter.
+pub struct Limiter<K: Hash + Eq + Clone> {
+    inner: DefaultKeyedRateLimiter<K>,
+    clock: DefaultClock,
 }
 
-impl Limiter {
+impl<K: Hash + Eq + Clone> std::fmt::Debug for Limiter<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("keys", &self.inner.len())
+            .finish()
+    }
+}
+
+impl<K: Hash + Eq + Clone> Limiter<K> {
     pub fn new(limit: Limit) -> Self {
         Self {
-            limit,
-            buckets: Mutex::new(HashMap::new()),
+            inner: RateLimiter::keyed(limit.quota()),
+            clock: DefaultClock::default(),
         }
     }
 
-    /// Takes one token for `key`; `Err(wait)` when none is left.
-    pub fn check(&self, key: &str) -> Result<(), Duration> {
-        let rate = f64::from(self.limit.per_minute.max(1)) / 60.0;
-        let burst = f64::from(self.limit.burst.max(1));
-        let now = Instant::now();
-        let mut buckets = self
-            .buckets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if buckets.len() > 100_000 {
-            // Bound memory: forget full buckets (they would allow a request anyway).
-            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+    /// Takes one request from `key`'s allowance; `Err(wait)` when it has none left.
+    pub fn check(&self, key: &K) -> Result<(), Duration> {
+        if self.inner.len() > MAX_KEYS {
+            self.inner.retain_recent();
+            self.inner.shrink_to_fit();
         }
-        let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        bucket.tokens =
-            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / rate))
-        }
+        self.inner
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+
     use super::*;
 
     #[test]
@@ -72,10 +77,13 @@ mod tests {
             burst: 3,
         });
         for _ in 0..3 {
-            assert!(limiter.check("vm-1").is_ok());
+            assert!(limiter.check(&1).is_ok());
         }
-        let wait = limiter.check("vm-1").unwrap_err();
-        assert!(wait <= Duration::from_secs(1) && wait > Duration::ZERO);
-        assert!(limiter.check("vm-2").is_ok(), "keys are independent");
+        let wait = limiter.check(&1).unwrap_err();
+        assert!(
+            wait <= Duration::from_secs(1) && wait > Duration::ZERO,
+            "{wait:?}"
+        );
+        assert!(limiter.check(&2).is_ok(), "keys are independent");
     }
 }

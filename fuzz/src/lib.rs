@@ -137,6 +137,11 @@ pub fn create_cluster_body(data: &[u8]) {
     let Ok(request) = decode_json::<CreateClusterRequest>(data) else {
         return;
     };
+    assert_eq!(
+        data.iter().find(|b| !b.is_ascii_whitespace()),
+        Some(&b'{'),
+        "a body that is not a JSON object was accepted"
+    );
     if let Ok(spec) = request.validate(versions) {
         assert!(
             spec.control_plane_count == 1 || spec.control_plane_count == 3,

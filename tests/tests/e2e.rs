@@ -18,58 +18,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use exk8s_common::names::Sha256Digest;
+use exk8s_tests::dev::{Stack, http, start_dev};
 use exk8s_tests::etcd::{EtcdCluster, etcdctl};
 use exk8s_tests::procs::{Proc, binary, free_port, wait_until};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
-
-struct Stack {
-    base: String,
-    token: String,
-    _api: Proc,
-}
-
-fn http() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(60))
-        .build()
-}
-
-fn start_dev(dir: &Path) -> Stack {
-    let port = free_port();
-    let data = dir.join("dev");
-    let log = std::fs::File::create(dir.join("api.log")).unwrap();
-    let api = Proc(
-        Command::new(binary("exk8s-api"))
-            .args([
-                "dev",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--sim-cidr",
-                "127.0.11.0/24",
-                "--data-dir",
-            ])
-            .arg(&data)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    wait_until("the dev stack", Duration::from_secs(30), || {
-        data.join("operator.token").exists()
-            && http().get(&format!("{base}/healthz")).call().is_ok()
-    });
-    let token = std::fs::read_to_string(data.join("operator.token"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    Stack {
-        base,
-        token,
-        _api: api,
-    }
-}
 
 fn run_api(args: &[&str]) -> String {
     let out = Command::new(binary("exk8s-api"))
@@ -145,7 +98,8 @@ fn start_postgres_serve(dir: &Path) -> Stack {
     Stack {
         base,
         token,
-        _api: api,
+        data: dir.to_owned(),
+        api,
     }
 }
 
@@ -401,7 +355,12 @@ fn boot_path(stack: Stack, dir: &Path) {
 #[test]
 fn boot_path_on_the_sqlite_dev_stack() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_dev(dir.path());
+    let stack = start_dev(
+        &dir.path().join("dev"),
+        "127.0.11.0/24",
+        &dir.path().join("api.log"),
+        &[],
+    );
     boot_path(stack, dir.path());
 }
 

@@ -5,7 +5,6 @@
 //! Every command is a program with an argument vector: nothing is ever passed through a shell.
 
 use std::fmt;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use exk8s_common::payload::Artifact;
 
 use crate::error::AgentError;
 use crate::log::{log_info, log_warn};
-use crate::state::state_dir;
+use crate::state::{StateDir, state_dir};
 
 use super::waits;
 
@@ -102,26 +101,32 @@ pub trait Host {
 /// Records actions in `<root>/var/lib/exk8s/recorded-actions.log` (and in memory), performing
 /// none. A unit counts as active once a start or restart of it has been recorded.
 pub struct RecordingHost {
-    log: Option<PathBuf>,
+    /// The root whose state directory holds the log; `None` for `--dry-run`.
+    root: Option<PathBuf>,
     pub actions: Vec<String>,
 }
+
+const ACTION_LOG: &str = "recorded-actions.log";
 
 impl RecordingHost {
     /// `persist` = false for `--dry-run`, which writes nothing at all.
     pub fn new(root: &Path, persist: bool) -> Self {
-        let log = persist.then(|| state_dir(root).join("recorded-actions.log"));
         Self {
-            log,
+            root: persist.then(|| root.to_owned()),
             actions: Vec::new(),
         }
     }
 
-    fn recorded(&self) -> String {
-        self.log
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .unwrap_or_default()
-            + &self.actions.join("\n")
+    fn recorded(&self) -> Result<String, AgentError> {
+        let mut text = String::new();
+        if let Some(root) = &self.root {
+            if let Some(dir) = StateDir::open(root, false)? {
+                if let Some(bytes) = dir.read(ACTION_LOG)? {
+                    text = String::from_utf8_lossy(&bytes).into_owned();
+                }
+            }
+        }
+        Ok(text + &self.actions.join("\n"))
     }
 }
 
@@ -129,26 +134,19 @@ impl Host for RecordingHost {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
         let line = action.to_string();
         log_info!("recorded (not performed): {line}");
-        if let Some(path) = &self.log {
-            let write = || -> std::io::Result<()> {
-                std::fs::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?;
-                writeln!(f, "{line}")
-            };
-            write().map_err(|source| AgentError::Write {
-                path: path.clone(),
-                source,
+        if let Some(root) = &self.root {
+            let dir = StateDir::open(root, true)?.ok_or_else(|| AgentError::State {
+                path: state_dir(root),
+                source: std::io::ErrorKind::NotFound.into(),
             })?;
+            dir.append_line(ACTION_LOG, &line)?;
         }
         self.actions.push(line);
         Ok(())
     }
 
     fn is_active(&mut self, unit: &UnitName) -> Result<bool, AgentError> {
-        let recorded = self.recorded();
+        let recorded = self.recorded()?;
         Ok(recorded.lines().any(|l| {
             l.ends_with(&format!(" --no-block {unit}"))
                 && (l.contains(" start ") || l.contains(" restart "))
@@ -159,7 +157,7 @@ impl Host for RecordingHost {
         &mut self,
         names: &[&'a PackageName],
     ) -> Result<Vec<&'a PackageName>, AgentError> {
-        let recorded = self.recorded();
+        let recorded = self.recorded()?;
         Ok(names
             .iter()
             .copied()

@@ -15,7 +15,7 @@ use exk8s_common::payload::{BundlePayload, PlanStep};
 
 use crate::error::{AgentError, chain};
 use crate::report::{Reporter, State as Phase};
-use crate::state::{State, marker_path, write_atomic};
+use crate::state::State;
 
 pub use files::Change;
 use host::{Host, HostAction};
@@ -133,16 +133,7 @@ pub fn apply(
         let mut state = State::load(root)?;
         state.applied_serial = Some(bundle.freshness.serial);
         state.save(root)?;
-        let marker = marker_path(root);
-        write_atomic(
-            &marker,
-            format!("serial {}\n", bundle.freshness.serial).as_bytes(),
-            0o644,
-        )
-        .map_err(|source| AgentError::State {
-            path: marker,
-            source,
-        })?;
+        crate::state::mark_done(root, bundle.freshness.serial)?;
     }
     reporter.report("complete", Phase::Succeeded, "");
     Ok(outcome)

@@ -270,6 +270,39 @@ fn a_symlink_on_the_way_is_never_followed() {
     assert!(!outside.join("stolen").exists());
 }
 
+/// The agent's own state directory gets the same rule as bundle files: with `var/lib/exk8s`
+/// (or a parent) planted as a symlink, nothing is written through it — not `state.json`, not
+/// the done-marker, not the action log.
+#[test]
+fn a_symlinked_state_directory_is_refused_and_nothing_lands_outside() {
+    let scratch = tempfile::tempdir().unwrap();
+    let path = bundle_file(
+        scratch.path(),
+        "b.json",
+        &sign(&payload(VM_ID, 5, files("a"))),
+    );
+    for planted in ["var/lib/exk8s", "var/lib", "var"] {
+        let outside = scratch
+            .path()
+            .join(format!("outside-{}", planted.replace('/', "-")));
+        std::fs::create_dir(&outside).unwrap();
+        let root = scratch
+            .path()
+            .join(format!("root-{}", planted.replace('/', "-")));
+        let link = root.join(planted);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        let out = apply(scratch.path(), &path, &root, &[]);
+        assert_eq!(code(&out), 5, "{planted}: {}", stderr(&out));
+        assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+        assert!(
+            tree(&outside).is_empty(),
+            "{planted}: wrote through the symlink: {:?}",
+            tree(&outside)
+        );
+    }
+}
+
 /// Aborts the agent after each possible number of file operations while it replaces every
 /// file; each target must then hold its old or its new content, and a re-run converges.
 #[test]

@@ -20,8 +20,7 @@ use crate::founding::trust;
 use crate::http::error::ApiError;
 use crate::pki::{BundleCerts, ClusterNetwork, NodeAddresses, NodeServingCerts, ServiceCidr};
 use crate::render::{
-    self, ArtifactCatalog, ClusterSpec, ControlPlaneNode, Issuance, NodeCredentials, PodCidr,
-    RenderInput, Versions,
+    self, ClusterSpec, ControlPlaneNode, Issuance, NodeCredentials, PodCidr, RenderInput, Versions,
 };
 use crate::tokens::{self, Scope};
 
@@ -261,14 +260,14 @@ pub async fn issue(
     };
     let minting_pki = pki.clone();
     let minting_addresses = this.addresses.clone();
-    let minted = tokio::task::spawn_blocking(move || {
-        BundleCerts::mint(&minting_pki, &minting_addresses, OffsetDateTime::now_utc())
-    })
-    .await
-    .map_err(ApiError::internal)?
-    .map_err(ApiError::internal)?;
+    let minted = state
+        .cpu
+        .run(move || BundleCerts::mint(&minting_pki, &minting_addresses, OffsetDateTime::now_utc()))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
 
-    let mut tx = state.db.pool.begin().await.map_err(DbError::from)?;
+    let mut tx = state.db.begin().await?;
     let Some(serial) = db::nodes::take_serial(&mut tx, node.id).await? else {
         return Err(ApiError::Gone(
             "this node finished bootstrapping; an operator must re-arm it for another bundle"
@@ -297,7 +296,7 @@ pub async fn issue(
             minted: &minted,
         },
         issuance: &issuance,
-        artifacts: &ArtifactCatalog::default(),
+        artifacts: &state.config.artifacts,
     })
     .map_err(ApiError::internal)?;
     let payload_bytes = serde_json::to_vec(&payload).map_err(ApiError::internal)?;
@@ -320,7 +319,7 @@ pub async fn issue(
         source_address: Some(source),
     };
     db::issuances::insert(&mut *tx, &audit, now).await?;
-    tx.commit().await.map_err(DbError::from)?;
+    tx.commit().await?;
     state.metrics.bundles_issued.inc();
     tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, bundle_id = %bundle_id, "bundle issued");
     Ok(envelope)

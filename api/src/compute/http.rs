@@ -150,6 +150,12 @@ impl Compute for HttpCompute {
             .await
     }
 
+    async fn get_security_group(&self, id: i64) -> Result<Option<SecurityGroup>, ComputeError> {
+        self.rest
+            .call::<(), SecurityGroup>(Method::GET, &format!("/v1/security-groups/{id}"), None)
+            .await
+    }
+
     async fn create_security_group(
         &self,
         request: &CreateSecurityGroup,

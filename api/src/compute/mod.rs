@@ -5,12 +5,13 @@
 //!
 //! | call | request | answer |
 //! |---|---|---|
-//! | `POST /v1/vms` | [`CreateVm`] (JSON) | 201 [`Vm`]; the same `client_token` twice yields the same VM |
+//! | `POST /v1/vms` | [`CreateVm`] (JSON) | 201 [`Vm`]; the same `client_token` twice yields the same VM; 422 for an unknown subnet or security group |
 //! | `GET /v1/vms/{id}` | | 200 [`Vm`] (addresses may be null until assigned), 404 |
 //! | `GET /v1/vms?client_token=T` | | 200 `[Vm]` |
 //! | `DELETE /v1/vms/{id}` | | 204, 404 (already gone) |
 //! | `GET /v1/subnets/{id}` | | 200 [`Subnet`], 404 |
 //! | `POST /v1/security-groups` | [`CreateSecurityGroup`] | 201 [`SecurityGroup`]; idempotent by `client_token` |
+//! | `GET /v1/security-groups/{id}` | | 200 [`SecurityGroup`], 404 |
 //! | `GET /v1/security-groups?client_token=T` | | 200 `[SecurityGroup]` |
 //! | `DELETE /v1/security-groups/{id}` | | 204, 404 |
 //!
@@ -106,6 +107,7 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     /// Deleting a VM that is already gone succeeds.
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError>;
     async fn get_subnet(&self, id: i64) -> Result<Option<Subnet>, ComputeError>;
+    async fn get_security_group(&self, id: i64) -> Result<Option<SecurityGroup>, ComputeError>;
     async fn create_security_group(
         &self,
         request: &CreateSecurityGroup,

@@ -10,10 +10,15 @@ pub mod nodes;
 pub mod resources;
 pub mod tokens;
 
+mod probe;
+mod tx;
+
 use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor as _};
+
+pub use tx::Tx;
 
 /// Which dialect a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +47,18 @@ pub enum DbError {
     Unavailable(#[source] sqlx::Error),
     #[error("database query failed")]
     Query(#[source] sqlx::Error),
+    /// A unique constraint refused the row: it collides with one that exists.
+    #[error("the record collides with an existing one")]
+    Duplicate(#[source] sqlx::Error),
     #[error("running migrations")]
     Migrate(#[source] sqlx::migrate::MigrateError),
     #[error("unsupported database URL (expected sqlite:… or postgres://…)")]
     UnsupportedUrl,
+    /// A commit failed moments ago (a full disk, a lost connection): not ready for writes.
+    #[error("a database write failed {}s ago", ago.as_secs())]
+    WritesFailing { ago: Duration },
+    #[error("the operating system's random source failed")]
+    Random,
 }
 
 impl From<sqlx::Error> for DbError {
@@ -57,17 +70,27 @@ impl From<sqlx::Error> for DbError {
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed => Self::Unavailable(e),
-            sqlx::Error::Database(ref db)
-                if db
-                    .code()
-                    .is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03") =>
-            {
-                // PostgreSQL connection exceptions and admin shutdown.
+            sqlx::Error::Database(ref db) if db.code().is_some_and(|c| is_unavailable(&c)) => {
                 Self::Unavailable(e)
             }
+            sqlx::Error::Database(ref db) if db.is_unique_violation() => Self::Duplicate(e),
             other => Self::Query(other),
         }
     }
+}
+
+/// Error codes that mean "the database cannot do this now", not "this query is wrong".
+fn is_unavailable(code: &str) -> bool {
+    // PostgreSQL SQLSTATEs (five characters): connection exceptions (08…), insufficient
+    // resources (53…: disk full, out of memory, too many connections), shutdown (57P01/57P03).
+    let postgres = code.len() == 5
+        && (code.starts_with("08") || code.starts_with("53") || code == "57P01" || code == "57P03");
+    // SQLite result codes (extended codes keep the primary one in the low byte): BUSY, LOCKED,
+    // IOERR, FULL, CANTOPEN.
+    let sqlite = code
+        .parse::<i32>()
+        .is_ok_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14));
+    postgres || sqlite
 }
 
 /// The shared pool and its dialect.
@@ -75,6 +98,9 @@ impl From<sqlx::Error> for DbError {
 pub struct Db {
     pub pool: AnyPool,
     pub backend: Backend,
+    /// This process's row in `readiness_probe`.
+    instance: i64,
+    health: std::sync::Arc<probe::WriteHealth>,
 }
 
 impl Db {
@@ -92,13 +118,20 @@ impl Db {
                         conn.execute("PRAGMA journal_mode = WAL").await?;
                         conn.execute("PRAGMA busy_timeout = 10000").await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        // A committed journal row must survive a power cut too: founding calls
+                        // the compute API only after its intent is on disk.
+                        conn.execute("PRAGMA synchronous = FULL").await?;
                     }
                     Ok(())
                 })
             });
         let pool = options.connect_lazy(url)?;
-        Ok(Self { pool, backend })
+        Ok(Self {
+            pool,
+            backend,
+            instance: i64::from(uuid::Uuid::new_v4().as_u128() as u32),
+            health: std::sync::Arc::default(),
+        })
     }
 
     /// Applies the dialect's migrations.
@@ -123,6 +156,13 @@ impl Db {
     pub async fn ping(&self) -> Result<(), DbError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    /// Can the database take writes? Writes and commits a probe row about the size of a
+    /// founding's records (see [`probe`]); fails while the disk is full or the database is
+    /// read-only, and for a short while after any commit failed.
+    pub async fn check_writable(&self) -> Result<(), DbError> {
+        probe::check(self).await
     }
 }
 

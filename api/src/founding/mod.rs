@@ -1,4 +1,5 @@
-//! Founding a cluster (`POST /clusters`): validate → PKI → journal the cluster row
+//! Founding a cluster (`POST /clusters`): validate → placement (subnet and security groups
+//! exist; nothing is created before) → PKI → journal the cluster row
 //! (`provisioning`) → security group → one VM per ordinal (each journaled before and after its
 //! call, each in its own commit) → wait for addresses → serving certificates → node rows →
 //! `founded` → DNS, best effort.
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use time::OffsetDateTime;
 
 use crate::app::AppState;
-use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Vm};
+use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Subnet, Vm};
 use crate::db::{self, DbError, clusters::NewCluster, nodes::NewNode, resources::Kind};
 use crate::http::error::ApiError;
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
@@ -91,10 +92,6 @@ impl Failure {
     }
 }
 
-fn blocking_failed(e: tokio::task::JoinError) -> ApiError {
-    ApiError::internal(e)
-}
-
 /// Runs `POST /clusters` for an org.
 pub async fn found(
     state: &AppState,
@@ -103,19 +100,20 @@ pub async fn found(
 ) -> Result<Founded, ApiError> {
     let config = &state.config;
     let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(ApiError::internal)?;
+    let subnet = check_placement(state, spec).await?;
     let algorithm = spec.key_algorithm;
-    let pki = tokio::task::spawn_blocking(move || {
-        ClusterPki::generate(algorithm, OffsetDateTime::now_utc())
-    })
-    .await
-    .map_err(blocking_failed)?
-    .map_err(ApiError::internal)?;
+    let pki = state
+        .cpu
+        .run(move || ClusterPki::generate(algorithm, OffsetDateTime::now_utc()))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     let pki = Arc::new(pki);
     let encryption = EncryptionKey::generate().map_err(ApiError::internal)?;
 
     let now = db::now();
     let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
-    let mut tx = state.db.pool.begin().await.map_err(DbError::from)?;
+    let mut tx = state.db.begin().await?;
     let new = NewCluster {
         org_id,
         spec_json: &spec_json,
@@ -129,13 +127,19 @@ pub async fn found(
     let (id, name, dns_name) = db::clusters::insert_provisioning(&mut tx, &new, now).await?;
     let trust = trust::seal(&state.keks, id, &pki, &encryption).map_err(ApiError::internal)?;
     db::clusters::set_trust(&mut *tx, id, &trust).await?;
-    tx.commit().await.map_err(DbError::from)?;
+    tx.commit().await?;
     tracing::info!(cluster_id = id, org_id, %name, "founding started");
 
     let network = ClusterNetwork::new(service_cidr, &config.cluster_domain, &dns_name)
         .map_err(ApiError::internal)?;
     let mut created = release::Created::default();
-    match provision(state, id, &name, spec, &pki, &network, &mut created).await {
+    let target = Target {
+        id,
+        name: &name,
+        network: &network,
+        subnet: &subnet,
+    };
+    match provision(state, &target, spec, &pki, &mut created).await {
         Ok(mut founded) => {
             state.metrics.clusters_founded.inc();
             founded.dns_name = dns_name;
@@ -184,6 +188,33 @@ pub async fn found(
     }
 }
 
+/// Checks, before anything is created, that the subnet and every given security group exist:
+/// a request refused here leaves no row and no resource behind.
+async fn check_placement(state: &AppState, spec: &ClusterSpecRequest) -> Result<Subnet, ApiError> {
+    let compute = &state.compute;
+    let subnet = compute
+        .get_subnet(spec.subnet_id)
+        .await
+        .map_err(|e| Failure::compute("subnet lookup", e).error)?
+        .ok_or_else(|| ApiError::Unprocessable {
+            field: Some("subnet_id".into()),
+            message: format!("subnet {} does not exist", spec.subnet_id),
+        })?;
+    for &group in &spec.security_group_ids {
+        let found = compute
+            .get_security_group(group)
+            .await
+            .map_err(|e| Failure::compute("security group lookup", e).error)?;
+        if found.is_none() {
+            return Err(ApiError::Unprocessable {
+                field: Some("security_group_ids".into()),
+                message: format!("security group {group} does not exist"),
+            });
+        }
+    }
+    Ok(subnet)
+}
+
 /// Journals `kind` with `client_token` (committed), returning the journal row id.
 async fn journal(
     state: &AppState,
@@ -197,28 +228,28 @@ async fn journal(
         .map_err(Failure::db)
 }
 
+/// The cluster being founded and where its machines go.
+struct Target<'a> {
+    id: i64,
+    name: &'a str,
+    network: &'a ClusterNetwork,
+    subnet: &'a Subnet,
+}
+
 async fn provision(
     state: &AppState,
-    cluster_id: i64,
-    name: &str,
+    target: &Target<'_>,
     spec: &ClusterSpecRequest,
     pki: &Arc<ClusterPki>,
-    network: &ClusterNetwork,
     created: &mut release::Created,
 ) -> Result<Founded, Failure> {
+    let Target {
+        id: cluster_id,
+        name,
+        network,
+        subnet,
+    } = *target;
     let compute = &state.compute;
-    let subnet = compute
-        .get_subnet(spec.subnet_id)
-        .await
-        .map_err(|e| Failure::compute("subnet lookup", e))?
-        .ok_or_else(|| Failure {
-            reason: "subnet lookup",
-            error: ApiError::Unprocessable {
-                field: Some("subnet_id".into()),
-                message: format!("subnet {} does not exist", spec.subnet_id),
-            },
-        })?;
-
     let mut groups = spec.security_group_ids.clone();
     if groups.is_empty() {
         let token = format!("cluster-{cluster_id}-sg");
@@ -343,19 +374,19 @@ async fn provision(
     let pki_for_certs = Arc::clone(pki);
     let network_for_certs = network.clone();
     let addresses: Vec<NodeAddresses> = nodes.iter().map(|(_, _, a)| a.clone()).collect();
-    let serving = tokio::task::spawn_blocking(move || {
-        let now = OffsetDateTime::now_utc();
-        addresses
-            .iter()
-            .map(|a| NodeServingCerts::generate(&pki_for_certs, a, &network_for_certs, now))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await
-    .map_err(|e| Failure::internal("certificates", e))?
-    .map_err(|e| Failure::internal("certificates", e))?;
-
-    let admin = ClientIdentity::Admin
-        .issue(pki, OffsetDateTime::now_utc())
+    let (serving, admin) = state
+        .cpu
+        .run(move || {
+            let now = OffsetDateTime::now_utc();
+            let serving = addresses
+                .iter()
+                .map(|a| NodeServingCerts::generate(&pki_for_certs, a, &network_for_certs, now))
+                .collect::<Result<Vec<_>, _>>()?;
+            let admin = ClientIdentity::Admin.issue(&pki_for_certs, now)?;
+            Ok::<_, crate::pki::PkiError>((serving, admin))
+        })
+        .await
+        .map_err(|e| Failure::internal("certificates", e))?
         .map_err(|e| Failure::internal("certificates", e))?;
     let server = format!("https://{}:6443", network.control_plane_dns_name);
     let (user, _) = ClientIdentity::Admin.subject();
@@ -368,12 +399,24 @@ async fn provision(
     });
 
     let now = db::now();
-    let mut tx = state
-        .db
-        .pool
-        .begin()
-        .await
-        .map_err(|e| Failure::db(e.into()))?;
+    for (vm, ..) in &nodes {
+        // A compute service that reuses an id (or a simulator restarted without its state)
+        // would make two nodes one: an upstream fault, reported as such.
+        let taken = db::nodes::find_by_vm(&state.db.pool, vm.id)
+            .await
+            .map_err(Failure::db)?;
+        if let Some(existing) = taken {
+            return Err(Failure::upstream(
+                "node records",
+                format!(
+                    "the compute API returned VM id {} for a new machine, but that id already \
+                     belongs to a node of cluster {}",
+                    vm.id, existing.cluster_id
+                ),
+            ));
+        }
+    }
+    let mut tx = state.db.begin().await.map_err(Failure::db)?;
     for ((vm, ordinal, addresses), certs) in nodes.iter().zip(&serving) {
         let node_id = db::nodes::insert(
             &mut tx,
@@ -421,7 +464,7 @@ async fn provision(
     db::clusters::set_phase(&mut *tx, cluster_id, "founded", now)
         .await
         .map_err(Failure::db)?;
-    tx.commit().await.map_err(|e| Failure::db(e.into()))?;
+    tx.commit().await.map_err(Failure::db)?;
     tracing::info!(cluster_id, nodes = nodes.len(), "cluster founded");
 
     let node_ips = nodes

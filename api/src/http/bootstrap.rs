@@ -41,15 +41,24 @@ pub struct StatusReport {
     pub message: String,
 }
 
-fn limited(state: &AppState, vm_id: i64, source: &str) -> Result<(), ApiError> {
-    let wait = state
-        .limits
-        .per_source
-        .check(source)
-        .and_then(|()| state.limits.per_vm.check(&vm_id.to_string()));
-    wait.map_err(|wait| ApiError::RateLimited {
+fn rate_limited(wait: std::time::Duration) -> ApiError {
+    ApiError::RateLimited {
         retry_after_secs: wait.as_secs().max(1),
-    })
+    }
+}
+
+/// Charged before anything is looked at: a flood costs its own address, nothing else.
+fn limit_source(state: &AppState, source: std::net::IpAddr) -> Result<(), ApiError> {
+    state.limits.per_source.check(&source).map_err(rate_limited)
+}
+
+/// Charged only once the caller proved it is `vm`: nobody else can spend a VM's allowance.
+fn limit_vm(state: &AppState, vm: &bootstrap::Vm) -> Result<(), ApiError> {
+    state
+        .limits
+        .per_vm
+        .check(&vm.node.vm_id)
+        .map_err(rate_limited)
 }
 
 /// The signed bundle for exactly this VM.
@@ -70,8 +79,8 @@ pub async fn bundle(
     ApiPath(vm_id): ApiPath<i64>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    limit_source(&state, peer.ip())?;
     let source = peer.ip().to_string();
-    limited(&state, vm_id, &source)?;
     let deadline = state.config.bootstrap_deadline;
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let envelope = tokio::time::timeout(deadline, async {
@@ -79,6 +88,7 @@ pub async fn bundle(
             Ok(vm) => vm,
             Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
         };
+        limit_vm(&state, &vm)?;
         let nonce = headers
             .get(NONCE_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -115,12 +125,13 @@ pub async fn status(
     headers: HeaderMap,
     ApiJson(report): ApiJson<StatusReport>,
 ) -> Result<StatusCode, ApiError> {
+    limit_source(&state, peer.ip())?;
     let source = peer.ip().to_string();
-    limited(&state, vm_id, &source)?;
     let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
         Ok(vm) => vm,
         Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
     };
+    limit_vm(&state, &vm)?;
     if !PHASES.contains(&report.phase.as_str()) {
         return Err(ApiError::invalid(
             "phase",
@@ -144,7 +155,7 @@ pub async fn status(
         "succeeded" => report.phase.clone(),
         other => format!("{}:{other}", report.phase),
     };
-    let mut tx = state.db.pool.begin().await.map_err(db::DbError::from)?;
+    let mut tx = state.db.begin().await?;
     db::issuances::insert_report(
         &mut *tx,
         vm.node.id,
@@ -155,7 +166,7 @@ pub async fn status(
     )
     .await?;
     db::nodes::set_phase(&mut *tx, vm.node.id, &node_phase).await?;
-    tx.commit().await.map_err(db::DbError::from)?;
+    tx.commit().await?;
     tracing::info!(vm_id, phase = %report.phase, state = %report.state, "node reported");
     Ok(StatusCode::NO_CONTENT)
 }

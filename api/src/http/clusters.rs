@@ -1,6 +1,8 @@
 //! Operator routes: found, list, show, kubeconfig, delete. Thin: extract, call
 //! `founding`/`db`/`pki`, respond.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -12,7 +14,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
-use crate::db::{self, DbError, idempotency::Claim};
+use crate::db::{self, idempotency::Claim};
 use crate::founding::{self, request::CreateClusterRequest, trust};
 use crate::pki::ClientIdentity;
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
@@ -164,10 +166,10 @@ pub async fn create_cluster(
     )
     .to_hex();
     let aad = format!("idempotency/{}/{key}", operator.org_id);
-    let mut tx = state.db.pool.begin().await.map_err(DbError::from)?;
+    let mut tx = state.db.begin().await?;
     let claim =
         db::idempotency::claim(&mut tx, operator.org_id, &key, &request_hash, db::now()).await?;
-    tx.commit().await.map_err(DbError::from)?;
+    tx.commit().await?;
     match claim {
         Claim::Mismatch => Err(ApiError::Unprocessable {
             field: Some("Idempotency-Key".into()),
@@ -329,19 +331,27 @@ pub async fn get_kubeconfig(
             row.phase
         )));
     }
-    let pki = trust::open(&state.keks, &row).map_err(ApiError::internal)?;
-    let admin = ClientIdentity::Admin
-        .issue(&pki, OffsetDateTime::now_utc())
-        .map_err(ApiError::internal)?;
-    let (user, _) = ClientIdentity::Admin.subject();
-    let server = format!("https://{}:6443", row.control_plane_dns_name);
-    let text = kubeconfig::render(&KubeconfigSpec {
-        cluster_name: &row.name,
-        server: &server,
-        ca_pem: pki.cluster_ca.cert_pem(),
-        user: &user,
-        credentials: &admin,
-    });
+    let keks = Arc::clone(&state.keks);
+    // Opening the CA and minting the client key is CPU work (seconds for RSA-4096): the pool.
+    let text = state
+        .cpu
+        .run(move || {
+            let pki = trust::open(&keks, &row).map_err(ApiError::internal)?;
+            let admin = ClientIdentity::Admin
+                .issue(&pki, OffsetDateTime::now_utc())
+                .map_err(ApiError::internal)?;
+            let (user, _) = ClientIdentity::Admin.subject();
+            let server = format!("https://{}:6443", row.control_plane_dns_name);
+            Ok::<_, ApiError>(kubeconfig::render(&KubeconfigSpec {
+                cluster_name: &row.name,
+                server: &server,
+                ca_pem: pki.cluster_ca.cert_pem(),
+                user: &user,
+                credentials: &admin,
+            }))
+        })
+        .await
+        .map_err(ApiError::internal)??;
     Ok((
         [(header::CONTENT_TYPE, "application/yaml")],
         text.expose().to_owned(),

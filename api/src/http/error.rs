@@ -113,13 +113,18 @@ impl ApiError {
 impl From<DbError> for ApiError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::Unavailable(_) => {
+            DbError::Unavailable(_) | DbError::WritesFailing { .. } => {
                 tracing::warn!(error = %crate::error_chain(&e), "database unavailable");
                 Self::Unavailable {
                     retry_after_secs: 5,
                 }
             }
-            other => Self::internal(other),
+            DbError::Duplicate(_) => {
+                Self::Conflict("the request collides with a record that already exists".into())
+            }
+            DbError::Query(_) | DbError::Migrate(_) | DbError::UnsupportedUrl | DbError::Random => {
+                Self::internal(e)
+            }
         }
     }
 }

@@ -40,7 +40,16 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
 /// Decodes a JSON request body; an error names the failing field's path. The one parser behind
 /// [`ApiJson`] (and the `create_cluster_body` fuzz target).
+///
+/// The body must be a JSON object: serde would otherwise accept a struct in its sequence form
+/// (`[1, 1, "dev.small", …]`), which no client means and no schema documents.
 pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::Invalid {
+            field: None,
+            message: "invalid JSON body: the body must be a JSON object".into(),
+        });
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();

@@ -22,10 +22,11 @@ pub async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// 200 when the database answers, 503 otherwise.
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "database unavailable", body = super::error::ErrorBody)))]
+/// 200 when the database takes writes; 503 while it cannot (down, disk full, a commit failed
+/// moments ago).
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "the database cannot take writes", body = super::error::ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
-    state.db.ping().await?;
+    state.db.check_writable().await?;
     Ok("ok\n")
 }
 

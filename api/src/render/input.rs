@@ -2,10 +2,9 @@
 //! peers, the credentials minted for this bundle, and the issuance metadata. Rendering is a pure
 //! function of these; the CA private keys are deliberately not among them.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-use exk8s_common::names::{ArtifactName, K8sName, Nonce, Sha256Digest, Version};
+use exk8s_common::names::{K8sName, Nonce, Version};
 use ipnet::IpNet;
 use uuid::Uuid;
 use zeroize::Zeroizing;
@@ -13,6 +12,7 @@ use zeroize::Zeroizing;
 use crate::pki::{BundleCerts, ClusterNetwork, NodeAddresses, NodeServingCerts, ServiceAccountKey};
 
 use super::RenderError;
+use super::catalog::ArtifactCatalog;
 
 /// Versions of everything a node runs (defaults per the project's baseline).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,14 +127,6 @@ pub struct Issuance {
     pub expires_at: i64,
     pub serial: u64,
     pub nonce: Nonce,
-}
-
-/// Where node binaries come from, and their pinned digests when configured. Without a pinned
-/// digest the agent requires a `<url>.sha256` beside the download and fails closed otherwise
-/// (dl.k8s.io publishes those; etcd's GitHub releases do not, so pin etcd's digest).
-#[derive(Debug, Clone, Default)]
-pub struct ArtifactCatalog {
-    pub pinned: BTreeMap<ArtifactName, Sha256Digest>,
 }
 
 /// Everything one bundle is rendered from.

@@ -6,6 +6,7 @@
 //! typed context ([`contexts`]). Every path a template names comes from [`paths::PATHS`], the
 //! same table the file list is built from.
 
+pub mod catalog;
 mod contexts;
 mod engine;
 mod files;
@@ -13,9 +14,10 @@ mod input;
 pub mod paths;
 mod plan;
 
+pub use catalog::{ArtifactCatalog, CatalogError};
 pub use input::{
-    ArtifactCatalog, ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, NodeCredentials,
-    PodCidr, RenderInput, Versions,
+    ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, NodeCredentials, PodCidr, RenderInput,
+    Versions,
 };
 
 use exk8s_common::payload::{BundlePayload, Freshness, Identity, Role};

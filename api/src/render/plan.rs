@@ -104,11 +104,15 @@ pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, Render
         .into_iter()
         .map(|s| {
             let name = ArtifactName::new(s.name).map_err(invalid)?;
+            let (url, sha256) = match input.artifacts.get(&name, s.version) {
+                Some(pinned) => (pinned.url.clone(), Some(pinned.sha256)),
+                None => (HttpUrl::new(s.url).map_err(invalid)?, None),
+            };
             Ok(Artifact {
-                sha256: input.artifacts.pinned.get(&name).copied(),
+                sha256,
                 name,
                 version: s.version.clone(),
-                url: HttpUrl::new(s.url).map_err(invalid)?,
+                url,
                 archive_member: s
                     .archive_member
                     .map(|m| ArchiveMember::new(m).map_err(invalid))

@@ -9,6 +9,7 @@
 
 pub mod imds;
 pub mod server;
+mod store;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -38,7 +39,7 @@ pub struct Faults {
     pub fail_dns: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct ComputeState {
     next_vm: i64,
     next_group: i64,
@@ -56,6 +57,7 @@ pub struct ComputeSim {
     faults: Arc<Mutex<Faults>>,
     network: Ipv4Addr,
     prefix: u8,
+    store: store::Store,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,7 +92,24 @@ impl ComputeSim {
             faults: Arc::new(Mutex::new(Faults::default())),
             network,
             prefix,
+            store: store::Store::default(),
         })
+    }
+
+    /// A simulator whose VMs and groups live in `path` and survive a restart: ids continue
+    /// where they stopped, and VMs made before still have their instance metadata.
+    pub fn persistent(cidr: &str, path: std::path::PathBuf) -> Result<Self, String> {
+        let mut sim = Self::new(cidr)?;
+        sim.store = store::Store::at(path);
+        if let Some(saved) = sim.store.load::<ComputeState>()? {
+            *lock(&sim.state) = saved;
+        }
+        Ok(sim)
+    }
+
+    /// Saves the state after a change (no-op for an in-memory simulator).
+    fn saved(&self, state: &ComputeState) {
+        self.store.save(state);
     }
 
     pub fn set_faults(&self, faults: Faults) {
@@ -156,6 +175,22 @@ impl Compute for ComputeSim {
         {
             return Ok(vm.clone());
         }
+        if !(1..=1000).contains(&request.subnet_id) {
+            return Err(ComputeError::Rejected {
+                status: 422,
+                message: format!("subnet {} does not exist", request.subnet_id),
+            });
+        }
+        if let Some(unknown) = request
+            .security_group_ids
+            .iter()
+            .find(|id| !state.groups.contains_key(id))
+        {
+            return Err(ComputeError::Rejected {
+                status: 422,
+                message: format!("security group {unknown} does not exist"),
+            });
+        }
         state.vm_creates += 1;
         if faults.fail_vm_create_nth == Some(state.vm_creates) {
             return Err(unavailable("VM create"));
@@ -186,6 +221,7 @@ impl Compute for ComputeSim {
                 request.security_group_ids.clone(),
             ),
         );
+        self.saved(&state);
         Ok(Vm {
             private_ipv4: None,
             public_ipv4: None,
@@ -223,7 +259,10 @@ impl Compute for ComputeSim {
 
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError> {
         self.delay().await;
-        lock(&self.state).vms.remove(&id);
+        let mut state = lock(&self.state);
+        if state.vms.remove(&id).is_some() {
+            self.saved(&state);
+        }
         Ok(())
     }
 
@@ -237,6 +276,11 @@ impl Compute for ComputeSim {
             id,
             cidr: self.cidr(),
         }))
+    }
+
+    async fn get_security_group(&self, id: i64) -> Result<Option<SecurityGroup>, ComputeError> {
+        self.delay().await;
+        Ok(lock(&self.state).groups.get(&id).cloned())
     }
 
     async fn create_security_group(
@@ -264,6 +308,7 @@ impl Compute for ComputeSim {
             client_token: Some(request.client_token.clone()),
         };
         state.groups.insert(id, group.clone());
+        self.saved(&state);
         Ok(group)
     }
 
@@ -292,7 +337,9 @@ impl Compute for ComputeSim {
                 message: "security group in use".into(),
             });
         }
-        state.groups.remove(&id);
+        if state.groups.remove(&id).is_some() {
+            self.saved(&state);
+        }
         Ok(())
     }
 }
@@ -312,6 +359,14 @@ impl Simulators {
         })
     }
 
+    /// Simulators whose state lives in `dir` (`sim-compute.json`, `sim-dns.json`).
+    pub fn persistent(cidr: &str, dir: &std::path::Path) -> Result<Self, String> {
+        Ok(Self {
+            compute: ComputeSim::persistent(cidr, dir.join("sim-compute.json"))?,
+            dns: DnsSim::persistent(dir.join("sim-dns.json"))?,
+        })
+    }
+
     /// Sets every fault knob, compute and DNS.
     pub fn set_faults(&self, faults: Faults) {
         self.dns.set_failing(faults.fail_dns);
@@ -324,9 +379,22 @@ impl Simulators {
 pub struct DnsSim {
     records: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
     fail: Arc<Mutex<bool>>,
+    store: store::Store,
 }
 
 impl DnsSim {
+    /// A DNS simulator whose records live in `path`.
+    pub fn persistent(path: std::path::PathBuf) -> Result<Self, String> {
+        let sim = Self {
+            store: store::Store::at(path),
+            ..Self::default()
+        };
+        if let Some(saved) = sim.store.load()? {
+            *lock(&sim.records) = saved;
+        }
+        Ok(sim)
+    }
+
     pub fn set_failing(&self, failing: bool) {
         *lock(&self.fail) = failing;
     }
@@ -342,7 +410,9 @@ impl Dns for DnsSim {
         if *lock(&self.fail) {
             return Err(unavailable("DNS upsert"));
         }
-        lock(&self.records).insert(name.to_owned(), values.to_vec());
+        let mut records = lock(&self.records);
+        records.insert(name.to_owned(), values.to_vec());
+        self.store.save(&*records);
         Ok(())
     }
 
@@ -350,7 +420,10 @@ impl Dns for DnsSim {
         if *lock(&self.fail) {
             return Err(unavailable("DNS delete"));
         }
-        lock(&self.records).remove(name);
+        let mut records = lock(&self.records);
+        if records.remove(name).is_some() {
+            self.store.save(&*records);
+        }
         Ok(())
     }
 }

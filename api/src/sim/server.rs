@@ -51,7 +51,7 @@ pub fn router(sims: Simulators) -> Router {
         .route("/v1/security-groups", get(list_groups).post(create_group))
         .route(
             "/v1/security-groups/{id}",
-            axum::routing::delete(delete_group),
+            get(get_group).delete(delete_group),
         )
         .route(
             "/v1/records/{name}/A",
@@ -116,6 +116,13 @@ async fn create_group(State(s): State<Sims>, Json(req): Json<CreateSecurityGroup
         Ok(group) => (StatusCode::CREATED, Json(group)).into_response(),
         Err(e) => failure(e),
     }
+}
+
+async fn get_group(State(s): State<Sims>, Path(id): Path<i64>) -> Response {
+    s.compute
+        .get_security_group(id)
+        .await
+        .map_or_else(failure, found)
 }
 
 async fn delete_group(State(s): State<Sims>, Path(id): Path<i64>) -> Response {

@@ -139,6 +139,7 @@ pub async fn spawn_with(
         config: Arc::new(config.clone()),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
+        cpu: exk8s_api::cpu::CpuPool::per_core(),
         limits: Arc::new(exk8s_api::app::BootstrapLimits::new(&config)),
     };
     let app = Application::build(state.clone(), "127.0.0.1:0")
@@ -240,6 +241,13 @@ impl TestApp {
             .unwrap()
             .get::<i64, _>("n")
     }
+}
+
+/// A response's JSON body; anything else fails the test with the status and the text.
+pub async fn json_of(response: reqwest::Response) -> serde_json::Value {
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("status {status}, not JSON: {text}"))
 }
 
 pub fn valid_body(count: i64) -> serde_json::Value {

@@ -15,7 +15,7 @@ use crate::app::{
     spawn_with, test_config,
 };
 
-const NONCE: &str = "bootstrap-test-nonce-0001";
+pub(crate) const NONCE: &str = "bootstrap-test-nonce-0001";
 
 pub(crate) struct Node {
     pub vm: i64,
@@ -78,7 +78,12 @@ pub(crate) async fn fetch(
     request.send().await.unwrap()
 }
 
-async fn report(app: &TestApp, node: &Node, phase: &str, state: &str) -> reqwest::StatusCode {
+pub(crate) async fn report(
+    app: &TestApp,
+    node: &Node,
+    phase: &str,
+    state: &str,
+) -> reqwest::StatusCode {
     app.http
         .post(format!(
             "{}/bootstrap/control-plane/{}/status",

@@ -9,14 +9,9 @@ use exk8s_api::tokens::Scope;
 use serde_json::{Value, json};
 
 use crate::app::{
-    Backend, TestApp, both_backends, operator_token, spawn_app, spawn_with, test_config, valid_body,
+    Backend, TestApp, both_backends, json_of, operator_token, spawn_app, spawn_with, test_config,
+    valid_body,
 };
-
-async fn json_of(response: reqwest::Response) -> Value {
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| panic!("status {status}, not JSON: {text}"))
-}
 
 fn assert_nothing_left(app: &TestApp) {
     assert!(
@@ -92,7 +87,10 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
     assert_eq!(nodes[1]["is_initial"], false);
     assert!(nodes.iter().all(|n| n["phase"] == "pending"));
 
-    let response = app.found(1, json!({"security_group_ids": [77]})).await;
+    let existing = groups[0].id;
+    let response = app
+        .found(1, json!({"security_group_ids": [existing]}))
+        .await;
     assert_eq!(response.status(), 201);
     assert_eq!(
         app.sims.compute.security_groups().len(),
@@ -261,6 +259,18 @@ async fn bad_bodies_are_refused_and_create_nothing(backend: Backend) {
         (with(json!({"org_id": 8})), 400, Some("org_id")),
         (with(json!({"project_id": 1})), 400, Some("project_id")),
         (with(json!({"subnet_id": 5000})), 422, Some("subnet_id")),
+        (
+            with(json!({"security_group_ids": [999]})),
+            422,
+            Some("security_group_ids"),
+        ),
+        // serde's sequence form of the struct: every body must be a JSON object.
+        (
+            r#"[1,1,"dev.small",null,1,null,null,null,null,null,null]"#.into(),
+            400,
+            None,
+        ),
+        (format!("  \n[{}]", valid_body(1)), 400, None),
         ("{".into(), 400, None),
         ("[]".into(), 400, None),
         ("null".into(), 400, None),
@@ -314,22 +324,33 @@ async fn bad_bodies_are_refused_and_create_nothing(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(no_type.status(), 415);
-    // The subnet check runs after the cluster row exists; it compensates to `failed`.
-    assert!(app.cluster_count().await <= 1);
+    // Everything checkable before founding starts (subnet, security groups) is checked first:
+    // a refused request leaves no row at all.
+    assert_eq!(app.cluster_count().await, 0);
     assert_nothing_left(&app);
 }
 
 async fn failure_at_every_step_leaves_nothing_behind(backend: Backend) {
     let app = spawn_app(backend).await;
+    // The subnet is checked before anything exists: its failure leaves no row at all.
+    app.sims.set_faults(Faults {
+        fail_subnet_lookup: true,
+        ..Faults::default()
+    });
+    let response = app.found(3, json!({})).await;
+    assert_eq!(response.status(), 502);
+    let error = json_of(response).await;
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("subnet lookup"),
+        "{error}"
+    );
+    assert_eq!(app.cluster_count().await, 0);
+    assert_nothing_left(&app);
+
     let steps: Vec<(&str, Faults, i64)> = vec![
-        (
-            "subnet lookup",
-            Faults {
-                fail_subnet_lookup: true,
-                ..Faults::default()
-            },
-            3,
-        ),
         (
             "security group creation",
             Faults {
@@ -402,11 +423,19 @@ async fn failure_at_every_step_leaves_nothing_behind(backend: Backend) {
         assert_eq!(last["error_reason"], reason);
     }
 
-    // The final commit fails: a node row for the next VM id already exists.
+    // The compute API hands out a VM id a node already has (a reused id, or a simulator that
+    // lost its state): an upstream fault named as such, never a 500, and compensated.
     app.sims.set_faults(Faults::default());
-    squat_vm_id(&app, app.sims.compute.next_vm_id()).await;
+    let squatted = app.sims.compute.next_vm_id();
+    squat_vm_id(&app, squatted).await;
     let response = app.found(1, json!({})).await;
-    assert_eq!(response.status(), 500, "commit failure");
+    assert_eq!(response.status(), 502, "a reused VM id");
+    let error = json_of(response).await;
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("VM id {squatted}")) && message.contains("already belongs"),
+        "{error}"
+    );
     assert_nothing_left(&app);
 
     // DNS is a soft failure: the cluster stands.

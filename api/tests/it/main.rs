@@ -7,6 +7,7 @@
     reason = "test helpers: a failure should stop the test loudly"
 )]
 
+mod adversarial;
 mod app;
 mod bootstrap;
 mod crash;

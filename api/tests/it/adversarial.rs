@@ -1,0 +1,137 @@
+//! Regression tests for defects found by adversarial testing (issue 15): a flood of forged
+//! credentials must not lock a VM out, key generation must not stall the async workers, and
+//! a full disk must neither lose the founding journal nor wedge the database.
+
+use std::time::{Duration, Instant};
+
+use exk8s_api::app::ApiConfig;
+use serde_json::json;
+
+use crate::app::{Backend, both_backends, spawn_with, test_config};
+use crate::bootstrap::{NONCE, cluster_with_credentials, fetch, report};
+
+/// A flood of bad credentials for a VM's path, from another address, at the default limits:
+/// the flooder is limited by its address; the real VM, fetching and reporting meanwhile, never
+/// sees a 429 (its allowance is charged only by requests that proved they are it).
+async fn a_credential_flood_never_rate_limits_the_real_vm(backend: Backend) {
+    let defaults = ApiConfig::default();
+    let config = ApiConfig {
+        rate_per_vm: defaults.rate_per_vm,
+        rate_per_source: defaults.rate_per_source,
+        ..test_config()
+    };
+    let app = spawn_with(backend, config, None).await;
+    let nodes = cluster_with_credentials(&app, 7, 1).await;
+    let node = &nodes[0];
+    let flooder = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let url = format!("{}/bootstrap/control-plane/{}", app.url, node.vm);
+    let flood: Vec<_> = (0..4)
+        .map(|worker| {
+            let (flooder, url) = (flooder.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                for i in 0..80 {
+                    let status = flooder
+                        .get(&url)
+                        .header("X-exc-imds-token", format!("forged-imds-{worker}-{i}"))
+                        .header("Authorization", "Bearer forged-bearer-token")
+                        .header("X-Exk8s-Nonce", NONCE)
+                        .send()
+                        .await
+                        .unwrap()
+                        .status()
+                        .as_u16();
+                    statuses.push(status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    let bearer = format!("Bearer {}", node.bootstrap);
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        seen.push(
+            fetch(&app, node.vm, Some(&node.imds), Some(&bearer), NONCE)
+                .await
+                .status()
+                .as_u16(),
+        );
+        for phase in ["fetch", "verify", "files", "prereqs", "services"] {
+            let state = if round == 2 { "succeeded" } else { "started" };
+            seen.push(report(&app, node, phase, state).await.as_u16());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut flooded = Vec::new();
+    for worker in flood {
+        flooded.extend(worker.await.unwrap());
+    }
+    assert!(
+        seen.iter().all(|s| *s == 200 || *s == 204),
+        "the real VM was refused during a flood of forged credentials: {seen:?}"
+    );
+    assert!(
+        flooded.iter().all(|s| *s == 401 || *s == 429),
+        "{flooded:?}"
+    );
+    assert!(
+        flooded.contains(&429),
+        "the flood was not limited by its source address"
+    );
+}
+
+/// Six admin kubeconfigs of an RSA-4096 cluster minted at once (seconds of key generation
+/// each) while `/healthz` is polled: it keeps answering promptly, because key generation runs
+/// on the bounded CPU pool, never on the async workers. Before the fix every probe waited for a
+/// key (about a second each).
+async fn healthz_stays_prompt_while_rsa_kubeconfigs_are_minted(backend: Backend) {
+    let app = spawn_with(backend, test_config(), None).await;
+    let response = app.found(1, json!({"key_algorithm": "rsa-4096"})).await;
+    assert_eq!(response.status(), 201);
+    let id = crate::app::json_of(response).await["cluster_id"]
+        .as_i64()
+        .unwrap();
+    let minting: Vec<_> = (0..6)
+        .map(|_| {
+            let request = app.get(&format!("/clusters/{id}/kubeconfig"));
+            tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+        })
+        .collect();
+    // Let the mints start before probing.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut slowest = Duration::ZERO;
+    let mut probes = 0;
+    while !minting.iter().all(tokio::task::JoinHandle::is_finished) && probes < 40 {
+        let start = Instant::now();
+        let status = app
+            .http
+            .get(format!("{}/healthz", app.url))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+        slowest = slowest.max(start.elapsed());
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    for mint in minting {
+        assert_eq!(mint.await.unwrap(), 200);
+    }
+    assert!(
+        probes >= 3,
+        "the kubeconfigs were minted before /healthz could be probed"
+    );
+    assert!(
+        slowest < Duration::from_millis(400),
+        "/healthz took {slowest:?} while keys were generated: key generation blocks the async workers"
+    );
+}
+
+both_backends!(
+    a_credential_flood_never_rate_limits_the_real_vm,
+    healthz_stays_prompt_while_rsa_kubeconfigs_are_minted,
+);

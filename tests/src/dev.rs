@@ -1,0 +1,111 @@
+//! `exk8s-api dev` as a child process: the whole stack on a data dir, with an operator token.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::procs::{Proc, binary, free_port, wait_until};
+
+/// A running stack: where it answers and an operator token for it.
+pub struct Stack {
+    pub base: String,
+    pub token: String,
+    pub data: PathBuf,
+    pub api: Proc,
+}
+
+pub fn http() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
+/// Starts `exk8s-api dev` with its data in `data`, addresses from `sim_cidr`, and `extra`
+/// arguments; its log goes to `log`. Waits until it answers.
+pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Stack {
+    let port = free_port();
+    let _ = std::fs::remove_file(data.join("operator.token"));
+    let log = std::fs::File::create(log).unwrap();
+    let api = Proc(
+        Command::new(binary("exk8s-api"))
+            .args([
+                "dev",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--sim-cidr",
+                sim_cidr,
+                "--data-dir",
+            ])
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until("the dev stack", Duration::from_secs(30), || {
+        data.join("operator.token").exists()
+            && http().get(&format!("{base}/healthz")).call().is_ok()
+    });
+    let token = std::fs::read_to_string(data.join("operator.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    Stack {
+        base,
+        token,
+        data: data.to_owned(),
+        api,
+    }
+}
+
+impl Stack {
+    /// `POST /clusters` for `count` nodes; the response status and body.
+    pub fn found(&self, count: i64) -> (u16, serde_json::Value) {
+        let response = http()
+            .post(&format!("{}/clusters", self.base))
+            .set("Authorization", &format!("Bearer {}", self.token))
+            .send_json(serde_json::json!({"control_plane_count": count, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}));
+        match response {
+            Ok(r) => (r.status(), r.into_json().unwrap()),
+            Err(ureq::Error::Status(status, r)) => (status, r.into_json().unwrap_or_default()),
+            Err(e) => panic!("POST /clusters: {e}"),
+        }
+    }
+
+    /// The signed bundle of `vm`, fetched the way a VM does through the simulated IMDS.
+    pub fn fetch_bundle(&self, vm: i64, nonce: &str) -> Vec<u8> {
+        let imds = format!("{}/sim/imds/{vm}", self.base);
+        let session = http()
+            .put(&format!("{imds}/token"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let access: serde_json::Value = http()
+            .get(&format!("{imds}/latest/identity/access-token"))
+            .set("X-exc-imds-token", session.trim())
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(
+            &mut http()
+                .get(&format!("{}/bootstrap/control-plane/{vm}", self.base))
+                .set("X-exc-imds-token", session.trim())
+                .set(
+                    "Authorization",
+                    &format!("Bearer {}", access["access_token"].as_str().unwrap()),
+                )
+                .set("X-Exk8s-Nonce", nonce)
+                .call()
+                .unwrap()
+                .into_reader(),
+            &mut body,
+        )
+        .unwrap();
+        body
+    }
+}
