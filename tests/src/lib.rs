@@ -1,7 +1,7 @@
 //! `exk8s-tests` holds what tests need across crates: the dev stack as a child process
 //! ([`dev`]), starting real etcd members from rendered node roots ([`etcd`]), finding and running the workspace's binaries ([`procs`]), and a TLS
 //! endpoint serving a rendered certificate ([`tls`]), and a private PostgreSQL server tests may stop
-//! ([`postgres`]). The end-to-end test lives in `tests/`.
+//! ([`postgres`]), and a small real filesystem to fill ([`tmpfs`]). The end-to-end test lives in `tests/`.
 
 #![allow(
     clippy::unwrap_used,
@@ -14,3 +14,4 @@ pub mod etcd;
 pub mod postgres;
 pub mod procs;
 pub mod tls;
+pub mod tmpfs;

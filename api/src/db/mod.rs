@@ -125,12 +125,22 @@ impl Db {
                     Ok(())
                 })
             });
+        // A connection that hit a full disk or an I/O error can keep answering that error to
+        // every later write, long after space returned (SQLite does; a fresh connection
+        // does not). So a connection opened before the last such failure is closed instead
+        // of handed out, and the pool opens a new one.
+        let health = std::sync::Arc::new(probe::WriteHealth::default());
+        let watch = std::sync::Arc::clone(&health);
+        let options = options.before_acquire(move |_conn, meta| {
+            let stale = watch.failed_since_open(meta.age);
+            Box::pin(async move { Ok(!stale) })
+        });
         let pool = options.connect_lazy(url)?;
         Ok(Self {
             pool,
             backend,
             instance: i64::from(uuid::Uuid::new_v4().as_u128() as u32),
-            health: std::sync::Arc::default(),
+            health,
         })
     }
 

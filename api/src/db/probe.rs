@@ -1,16 +1,16 @@
 //! Whether the database can take writes, for `/readyz`. A `SELECT 1` answers happily from a
 //! database whose disk is full; only a write tells. Each check upserts this process's row of
-//! `readiness_probe` with fresh random content about the size of one founding's records, in
-//! its own transaction, and commits. A commit that failed anywhere in the process in the last
+//! `readiness_probe` with a page of fresh random content, in its own transaction, and commits. A commit that failed anywhere in the process in the last
 //! few seconds also counts: the probe's small write can still fit where a founding does not.
+//! A failed probe is itself recorded, so pooled connections opened before it are replaced.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{Db, DbError};
 
-/// Roughly one founding's rows (sealed keys and certificates).
-const PROBE_BYTES: usize = 32 * 1024;
+/// A page of fresh content: small, so frequent probes do not fill the log they check.
+const PROBE_BYTES: usize = 4 * 1024;
 /// How long a failed commit keeps the service unready.
 const FAILURE_MEMORY: Duration = Duration::from_secs(5);
 /// Probe rows of processes gone this long are removed.
@@ -30,6 +30,15 @@ impl WriteHealth {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
     }
 
+    /// Whether a failure was recorded after a connection of age `age` was opened.
+    pub(super) fn failed_since_open(&self, age: Duration) -> bool {
+        let failed_at = *self
+            .failed_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        failed_at.is_some_and(|at| at.elapsed() < age)
+    }
+
     fn recent_failure(&self) -> Option<Duration> {
         let failed_at = *self
             .failed_at
@@ -42,6 +51,18 @@ impl WriteHealth {
 }
 
 pub(super) async fn check(db: &Db) -> Result<(), DbError> {
+    let result = write_probe(db).await;
+    if matches!(result, Err(DbError::Unavailable(_))) {
+        db.health.record_failure();
+    }
+    result?;
+    match db.health.recent_failure() {
+        Some(ago) => Err(DbError::WritesFailing { ago }),
+        None => Ok(()),
+    }
+}
+
+async fn write_probe(db: &Db) -> Result<(), DbError> {
     let mut noise = [0u8; PROBE_BYTES / 2];
     getrandom::fill(&mut noise).map_err(|_| DbError::Random)?;
     let payload = hex::encode(noise);
@@ -60,9 +81,5 @@ pub(super) async fn check(db: &Db) -> Result<(), DbError> {
         .bind(now - STALE_SECS)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
-    match db.health.recent_failure() {
-        Some(ago) => Err(DbError::WritesFailing { ago }),
-        None => Ok(()),
-    }
+    tx.commit().await
 }

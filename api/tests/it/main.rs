@@ -9,9 +9,11 @@
 
 mod adversarial;
 mod app;
+mod bad_input;
 mod bootstrap;
 mod crash;
 mod db_faults;
+mod disk_full;
 mod etcd_cluster;
 mod founding;
 mod helpers;

@@ -1,0 +1,153 @@
+//! `exk8s-api dev`: the whole stack on a laptop — SQLite, keys and the simulators' state kept in
+//! a data dir (a restarted stack continues where it stopped), and the simulated compute, DNS and
+//! instance-metadata services in the same process.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use exk8s_common::BundleSigner;
+
+use super::{
+    build_state, load_catalog, load_keks, load_signer, sim_routes, stop_signal, write_secret_file,
+};
+use crate::app::{ApiConfig, Application};
+use crate::compute::Compute;
+use crate::crypto::Kek;
+use crate::db::{self, Db};
+use crate::dns::Dns;
+use crate::sim::Simulators;
+use crate::tokens::{self, Scope};
+
+#[derive(Debug, Args)]
+pub(super) struct DevArgs {
+    #[arg(long, env = "EXK8S_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Holds the database, the KEK, the signing key, the trusted-keys dir and the operator token.
+    #[arg(long, env = "EXK8S_DATA_DIR", default_value = "./exk8s-dev")]
+    data_dir: PathBuf,
+    /// Use this database instead of SQLite in the data dir.
+    #[arg(long, env = "EXK8S_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Addresses the compute SIMULATOR gives VMs (loopback, so rendered units work locally).
+    #[arg(long, env = "EXK8S_SIM_CIDR", default_value = "127.0.10.0/24")]
+    sim_cidr: String,
+    /// Pinned downloads of node binaries (TOML; see `serve --help`).
+    #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
+    artifact_catalog: Option<PathBuf>,
+}
+
+/// Creates a key file with `make` the first time; later starts reuse it.
+fn reuse_or_create(
+    path: &Path,
+    make: impl FnOnce() -> Result<zeroize::Zeroizing<String>, String>,
+) -> Result<(), String> {
+    if path.exists() {
+        return Ok(());
+    }
+    write_secret_file(path, &make()?)
+}
+
+#[allow(
+    clippy::print_stdout,
+    reason = "the dev stack's instructions are its output"
+)]
+pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
+    let artifacts = load_catalog(args.artifact_catalog.as_deref())?;
+    let dir = &args.data_dir;
+    std::fs::create_dir_all(dir.join("trusted-keys"))
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let kek_path = dir.join("kek.key");
+    let signing_path = dir.join("signing.key");
+    reuse_or_create(&kek_path, || {
+        Kek::generate_file_text("dev-1").map_err(|e| e.to_string())
+    })?;
+    reuse_or_create(&signing_path, || {
+        Ok(BundleSigner::generate()
+            .map_err(|e| e.to_string())?
+            .to_secret_text())
+    })?;
+    let signer = load_signer(&signing_path)?;
+    let pub_path = dir.join("trusted-keys/exk8s-dev.pub");
+    std::fs::write(
+        &pub_path,
+        format!("{}\n", signer.pub_line("exk8s dev stack")),
+    )
+    .map_err(|e| format!("writing {}: {e}", pub_path.display()))?;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}/exk8s.db?mode=rwc", dir.display()),
+    };
+    let db = Db::connect(&url).map_err(|e| crate::error_chain(&e))?;
+    let sims = Simulators::persistent(&args.sim_cidr, dir)?;
+    let listener_hint = format!("http://{}", args.listen);
+    let config = ApiConfig {
+        public_url: listener_hint.clone(),
+        imds_url: format!("{listener_hint}/sim/imds"),
+        agent_insecure_http: true,
+        artifacts,
+        ..ApiConfig::default()
+    };
+    let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());
+    let dns: Option<Arc<dyn Dns>> = Some(Arc::new(sims.dns.clone()));
+    let state = build_state(
+        db.clone(),
+        load_keks(&[kek_path])?,
+        signer,
+        Vec::new(),
+        compute,
+        dns,
+        config,
+    );
+    let app = Application::build(state, &args.listen)
+        .await
+        .map_err(|e| crate::error_chain(&e))?
+        .with_routes(sim_routes(db.clone(), &sims));
+    let addr = app.local_addr().map_err(|e| e.to_string())?;
+    let base = format!("http://{addr}");
+
+    let token = tokens::generate("exk8s_op").map_err(|e| e.to_string())?;
+    let now = db::now();
+    db::tokens::insert_api_token(
+        &db.pool,
+        &tokens::hash(&token),
+        1,
+        "dev",
+        Scope::Operator,
+        now,
+        now + 7 * 86_400,
+    )
+    .await
+    .map_err(|e| crate::error_chain(&e))?;
+    let token_path = dir.join("operator.token");
+    let _ = std::fs::remove_file(&token_path);
+    write_secret_file(&token_path, &format!("{}\n", token.as_str()))?;
+    let keys = dir.join("trusted-keys");
+    let data = dir.display();
+    let token_file = token_path.display();
+    let keys = keys.display();
+    let token = token.as_str();
+    println!("exk8s dev stack on {base} (data in {data}; compute, DNS and IMDS are SIMULATED)");
+    println!();
+    println!("operator token for org 1 (also in {token_file}):");
+    println!("  export EXK8S_TOKEN={token}");
+    println!();
+    println!("found a 3-node cluster:");
+    println!("  curl -s -X POST {base}/clusters -H \"Authorization: Bearer $EXK8S_TOKEN\" \\");
+    println!("    -H 'Content-Type: application/json' \\");
+    println!(
+        "    -d '{{\"control_plane_count\": 3, \"control_plane_image_id\": 1, \"control_plane_instance_type\": \"dev.small\", \"subnet_id\": 1}}'"
+    );
+    println!();
+    println!("bootstrap its first VM (ids start at 101) into ./vm-101, recording host actions:");
+    println!("  cargo run -p exk8s-agent -- --keys-dir {keys} run --root ./vm-101 \\");
+    println!("    --api-url {base} --imds-url {base}/sim/imds/101 --insecure-http");
+    println!();
+    println!("and watch the node phases:");
+    println!("  curl -s {base}/clusters -H \"Authorization: Bearer $EXK8S_TOKEN\"");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    app.run_until_stopped(stop_signal())
+        .await
+        .map_err(|e| e.to_string())
+}

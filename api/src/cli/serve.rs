@@ -1,0 +1,183 @@
+//! `exk8s-api serve`: the API server against real (or, by flag, simulated) compute and DNS.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{
+    DbArgs, DnsChoice, SimChoice, build_state, load_catalog, load_keks, load_signer, sim_routes,
+    stop_signal,
+};
+use crate::app::{ApiConfig, Application};
+use crate::compute::Compute;
+use crate::compute::http::HttpCompute;
+use crate::db::Db;
+use crate::dns::{Dns, HttpDns};
+use crate::sim::Simulators;
+
+#[derive(Debug, Args)]
+pub(super) struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "EXK8S_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    #[command(flatten)]
+    db: DbArgs,
+    /// KEK file(s): the first seals, all open (repeat during a rotation). See `keys generate-kek`.
+    #[arg(
+        long = "kek-file",
+        env = "EXK8S_KEK_FILE",
+        value_delimiter = ',',
+        required = true
+    )]
+    kek_files: Vec<PathBuf>,
+    /// The active bundle-signing key (see `keys generate`).
+    #[arg(long, env = "EXK8S_SIGNING_KEY")]
+    signing_key: PathBuf,
+    /// Further public keys (`.pub` files) published at /bootstrap/keys during a rotation.
+    #[arg(
+        long = "extra-trusted-key",
+        env = "EXK8S_EXTRA_TRUSTED_KEYS",
+        value_delimiter = ','
+    )]
+    extra_trusted_keys: Vec<PathBuf>,
+    /// The compute API base URL.
+    #[arg(long, env = "EXK8S_COMPUTE_URL", conflicts_with = "compute")]
+    compute_url: Option<String>,
+    /// Use the in-process compute SIMULATOR instead.
+    #[arg(long, env = "EXK8S_COMPUTE", value_enum)]
+    compute: Option<SimChoice>,
+    /// The DNS API base URL.
+    #[arg(long, env = "EXK8S_DNS_URL", conflicts_with = "dns")]
+    dns_url: Option<String>,
+    /// `none` (no DNS records) or `sim` (in-process SIMULATOR).
+    #[arg(long, env = "EXK8S_DNS", value_enum)]
+    dns: Option<DnsChoice>,
+    /// Serve the instance-metadata SIMULATOR under /sim/imds (needs --compute sim).
+    #[arg(long, env = "EXK8S_IMDS", value_enum)]
+    imds: Option<SimChoice>,
+    /// Addresses the compute SIMULATOR gives VMs.
+    #[arg(long, env = "EXK8S_SIM_CIDR", default_value = "127.0.10.0/24")]
+    sim_cidr: String,
+    /// The bootstrap base URL VMs reach this API at (written into their userdata).
+    #[arg(long, env = "EXK8S_PUBLIC_URL")]
+    public_url: String,
+    /// The instance-metadata URL written into userdata.
+    #[arg(long, env = "EXK8S_IMDS_URL", default_value = "http://169.254.169.254")]
+    imds_url: String,
+    /// Tell agents a plain-HTTP API is acceptable (dev stack only).
+    #[arg(long, env = "EXK8S_AGENT_INSECURE_HTTP")]
+    agent_insecure_http: bool,
+    /// DNS zone of the clusters' shared control-plane names.
+    #[arg(long, env = "EXK8S_DNS_ZONE", default_value = "k8s.internal")]
+    dns_zone: String,
+    /// Kubernetes versions offered; the first is the default.
+    #[arg(
+        long,
+        env = "EXK8S_KUBERNETES_VERSIONS",
+        value_delimiter = ',',
+        default_value = "v1.35.3"
+    )]
+    kubernetes_versions: Vec<String>,
+    /// Seconds founding waits for a VM's address.
+    #[arg(long, env = "EXK8S_ADDRESS_TIMEOUT_SECS", default_value_t = 120)]
+    address_timeout_secs: u64,
+    /// Seconds after which a cluster stuck in provisioning is compensated.
+    #[arg(long, env = "EXK8S_PROVISIONING_DEADLINE_SECS", default_value_t = 600)]
+    provisioning_deadline_secs: u64,
+    /// Seconds between reconciler passes.
+    #[arg(long, env = "EXK8S_RECONCILE_INTERVAL_SECS", default_value_t = 60)]
+    reconcile_interval_secs: u64,
+    /// Seconds /healthz answers 418 before shutdown.
+    #[arg(long, env = "EXK8S_DRAIN_SECS", default_value_t = 5)]
+    drain_secs: u64,
+    /// Seconds a bundle stays valid.
+    #[arg(long, env = "EXK8S_BUNDLE_TTL_SECS", default_value_t = 900)]
+    bundle_ttl_secs: u64,
+    /// Milliseconds a bundle request may take before it answers 503 with Retry-After.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_DEADLINE_MS", default_value_t = 10_000)]
+    bootstrap_deadline_ms: u64,
+    /// Bootstrap requests (bundle fetches and reports) allowed per VM per minute.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_VM", default_value_t = 60)]
+    bootstrap_rate_per_vm: u32,
+    /// Bootstrap requests allowed per source address per minute.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_SOURCE", default_value_t = 600)]
+    bootstrap_rate_per_source: u32,
+    /// Pinned downloads of node binaries: a TOML file of `[[artifact]]` entries with `name`
+    /// (etcd, etcdctl, kubelet, kubectl, helm), `version`, `url` and `sha256` (of the file at
+    /// url). Checked at start. Without an entry nodes use the upstream URL and its published
+    /// `<url>.sha256`; etcd publishes none, so pin etcd unless images are pre-baked.
+    #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
+    artifact_catalog: Option<PathBuf>,
+}
+
+pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
+    let artifacts = load_catalog(args.artifact_catalog.as_deref())?;
+    let db = Db::connect(&args.db.url()?).map_err(|e| crate::error_chain(&e))?;
+    let keks = load_keks(&args.kek_files)?;
+    let signer = load_signer(&args.signing_key)?;
+    let mut extra = Vec::new();
+    for path in &args.extra_trusted_keys {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let mut ring = exk8s_common::Keyring::new();
+        ring.add_pub_text(&text, &path.display().to_string())
+            .map_err(|e| e.to_string())?;
+        extra.extend(ring.key_ids().filter_map(|id| ring.get(&id).copied()));
+    }
+    let sims = Simulators::new(&args.sim_cidr)?;
+    let compute: Arc<dyn Compute> = match (&args.compute_url, args.compute) {
+        (Some(url), None) => Arc::new(HttpCompute::new(url)?),
+        (None, Some(SimChoice::Sim)) => Arc::new(sims.compute.clone()),
+        _ => return Err("choose the compute API: --compute-url URL or --compute sim".into()),
+    };
+    let dns: Option<Arc<dyn Dns>> = match (&args.dns_url, args.dns) {
+        (Some(url), None) => Some(Arc::new(HttpDns::new(url)?)),
+        (None, Some(DnsChoice::Sim)) => Some(Arc::new(sims.dns.clone())),
+        (None, Some(DnsChoice::None)) | (None, None) => None,
+        _ => return Err("choose at most one of --dns-url and --dns".into()),
+    };
+    let config = ApiConfig {
+        public_url: args.public_url,
+        imds_url: args.imds_url,
+        agent_insecure_http: args.agent_insecure_http,
+        dns_zone: args.dns_zone,
+        kubernetes_versions: args.kubernetes_versions,
+        address_timeout: Duration::from_secs(args.address_timeout_secs),
+        provisioning_deadline: Duration::from_secs(args.provisioning_deadline_secs),
+        reconcile_interval: Duration::from_secs(args.reconcile_interval_secs.max(1)),
+        drain: Duration::from_secs(args.drain_secs),
+        bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
+        bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),
+        rate_per_vm: crate::ratelimit::Limit {
+            per_minute: args.bootstrap_rate_per_vm,
+            burst: args.bootstrap_rate_per_vm.div_ceil(2).max(1),
+        },
+        rate_per_source: crate::ratelimit::Limit {
+            per_minute: args.bootstrap_rate_per_source,
+            burst: args.bootstrap_rate_per_source.div_ceil(5).max(1),
+        },
+        artifacts,
+        ..ApiConfig::default()
+    };
+    let imds = match (args.imds, args.compute) {
+        (Some(SimChoice::Sim), Some(SimChoice::Sim)) => true,
+        (Some(SimChoice::Sim), None) => {
+            return Err("--imds sim needs --compute sim (it serves the simulated VMs)".into());
+        }
+        _ => false,
+    };
+    let state = build_state(db.clone(), keks, signer, extra, compute, dns, config);
+    let mut app = Application::build(state, &args.listen)
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    if imds {
+        app = app.with_routes(sim_routes(db, &sims));
+    }
+    let addr = app.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%addr, "exk8s-api listening");
+    app.run_until_stopped(stop_signal())
+        .await
+        .map_err(|e| e.to_string())
+}
