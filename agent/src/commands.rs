@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use exk8s_common::binding::DEFAULT_CLOCK_SKEW_SECS;
+use exk8s_common::contract::BootPhase;
 use exk8s_common::limits::{MAX_ENVELOPE_BYTES, read_bounded};
 use exk8s_common::{Disposition, Expected, Keyring, VerifiedBundle, verify};
 
@@ -216,7 +217,7 @@ pub fn run(
         target: Some((&api, &net.api_url, &identity)),
     };
     let nonce = fetch::new_nonce()?;
-    reporter.report("fetch", Phase::Started, "");
+    reporter.report(BootPhase::Fetch, Phase::Started, "");
     let bytes = fetch::bundle(
         &api,
         &net.api_url,
@@ -224,8 +225,8 @@ pub fn run(
         &nonce,
         Duration::from_secs(net.fetch_timeout_secs),
     )
-    .inspect_err(|e| reporter.report("fetch", Phase::Failed, &crate::error::chain(e)))?;
-    reporter.report("fetch", Phase::Succeeded, "");
+    .inspect_err(|e| reporter.report(BootPhase::Fetch, Phase::Failed, &crate::error::chain(e)))?;
+    reporter.report(BootPhase::Fetch, Phase::Succeeded, "");
 
     let state = State::load(&root_dir)?;
     let checked = verify(&bytes, &keyring).and_then(|bundle| {
@@ -243,12 +244,12 @@ pub fn run(
     let (bundle, disposition) = match checked {
         Ok(ok) => ok,
         Err(e) => {
-            reporter.report("verify", Phase::Failed, &e.to_string());
+            reporter.report(BootPhase::Verify, Phase::Failed, &e.to_string());
             return Err(e.into());
         }
     };
     reporter.report(
-        "verify",
+        BootPhase::Verify,
         Phase::Succeeded,
         &format!(
             "serial {} signed by {}",

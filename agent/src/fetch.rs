@@ -12,7 +12,7 @@ use crate::http::{Attempt, classify, read_capped, retry};
 use crate::imds::{IMDS_TOKEN_HEADER, Identity, relay};
 
 /// Header the agent sends its per-request nonce in; the bundle must echo it.
-pub const NONCE_HEADER: &str = "X-Exk8s-Nonce";
+pub use exk8s_common::contract::NONCE_HEADER;
 
 /// A fresh 32-character URL-safe nonce from the OS CSPRNG.
 pub fn new_nonce() -> Result<Nonce, AgentError> {

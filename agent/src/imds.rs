@@ -9,7 +9,7 @@ use crate::error::AgentError;
 use crate::http::{Attempt, classify, read_capped, retry};
 
 /// Header carrying the IMDS session token (to IMDS itself and to the bootstrap API).
-pub const IMDS_TOKEN_HEADER: &str = "X-exc-imds-token";
+pub use exk8s_common::contract::IMDS_TOKEN_HEADER;
 /// IMDS answers are small; anything larger is refused.
 const MAX_IMDS_BODY: u64 = 64 * 1024;
 

@@ -1,26 +1,11 @@
 //! Phase reports to `POST /bootstrap/control-plane/{vm_id}/status`. Best effort: a report that
 //! fails is logged and forgotten; it never aborts the boot.
 
-use serde::Serialize;
+pub use exk8s_common::contract::ReportState as State;
+use exk8s_common::contract::{BootPhase, IMDS_TOKEN_HEADER, MAX_REPORT_MESSAGE_CHARS, PhaseReport};
 
-use crate::imds::{IMDS_TOKEN_HEADER, Identity};
+use crate::imds::Identity;
 use crate::log::{log_info, log_warn};
-
-/// Where a phase stands.
-#[derive(Debug, Clone, Copy, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    Started,
-    Succeeded,
-    Failed,
-}
-
-#[derive(Serialize)]
-struct Report<'a> {
-    phase: &'a str,
-    state: State,
-    message: &'a str,
-}
 
 /// Sends phase reports for one VM; a no-op without an API (local `apply`).
 pub struct Reporter<'a> {
@@ -32,9 +17,9 @@ impl Reporter<'_> {
         Reporter { target: None }
     }
 
-    pub fn report(&self, phase: &str, state: State, message: &str) {
+    pub fn report(&self, phase: BootPhase, state: State, message: &str) {
         log_info!(
-            "phase {phase}: {state:?}{}{message}",
+            "phase {phase}: {state}{}{message}",
             if message.is_empty() { "" } else { ": " }
         );
         let Some((agent, api_url, identity)) = self.target else {
@@ -45,11 +30,10 @@ impl Reporter<'_> {
             api_url.trim_end_matches('/'),
             identity.vm_id
         );
-        let message: String = message.chars().take(1000).collect();
-        let body = Report {
+        let body = PhaseReport {
             phase,
             state,
-            message: &message,
+            message: message.chars().take(MAX_REPORT_MESSAGE_CHARS).collect(),
         };
         let result = agent
             .post(&url)

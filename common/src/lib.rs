@@ -14,6 +14,7 @@
 //! links it.
 
 pub mod binding;
+pub mod contract;
 pub mod envelope;
 pub mod error;
 pub mod keyring;

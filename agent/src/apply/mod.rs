@@ -14,6 +14,8 @@ use std::time::Duration;
 use exk8s_common::payload::{BundlePayload, PlanStep};
 
 use crate::error::{AgentError, chain};
+use exk8s_common::contract::BootPhase;
+
 use crate::report::{Reporter, State as Phase};
 use crate::state::State;
 
@@ -44,7 +46,7 @@ fn in_root(root: &Path, path: &str) -> PathBuf {
 /// Runs one phase: reports started, then succeeded or failed with the error chain.
 fn phase<T>(
     reporter: &Reporter<'_>,
-    name: &str,
+    name: BootPhase,
     work: impl FnOnce() -> Result<T, AgentError>,
 ) -> Result<T, AgentError> {
     reporter.report(name, Phase::Started, "");
@@ -61,14 +63,14 @@ fn phase<T>(
 }
 
 /// The phase a plan step belongs to (for reports).
-fn phase_of(step: &PlanStep) -> &'static str {
+fn phase_of(step: &PlanStep) -> BootPhase {
     match step {
-        PlanStep::DaemonReload {} | PlanStep::EnableStart { .. } => "services",
-        PlanStep::WaitEtcdHealthy { .. } => "etcd",
-        PlanStep::WaitApiserverReady { .. } => "apiserver",
+        PlanStep::DaemonReload {} | PlanStep::EnableStart { .. } => BootPhase::Services,
+        PlanStep::WaitEtcdHealthy { .. } => BootPhase::Etcd,
+        PlanStep::WaitApiserverReady { .. } => BootPhase::Apiserver,
         PlanStep::KubectlApply { .. }
         | PlanStep::HelmInstall { .. }
-        | PlanStep::WaitRollout { .. } => "addons",
+        | PlanStep::WaitRollout { .. } => BootPhase::Addons,
     }
 }
 
@@ -93,7 +95,7 @@ pub fn apply(
         .map(|a| a.file.path.as_str())
         .collect();
     if !options.dry_run {
-        phase(reporter, "files", || {
+        phase(reporter, BootPhase::Files, || {
             files::apply(root, &actions, options.strict_owner)?;
             let mut state = State::load(root)?;
             state.vm_id = Some(bundle.identity.vm_id);
@@ -105,8 +107,10 @@ pub fn apply(
             state.save(root)
         })?;
     }
-    phase(reporter, "prereqs", || prerequisites(bundle, options, host))?;
-    let mut current: Option<&'static str> = None;
+    phase(reporter, BootPhase::Prereqs, || {
+        prerequisites(bundle, options, host)
+    })?;
+    let mut current: Option<BootPhase> = None;
     let mut started = false;
     for step in &bundle.plan {
         let name = phase_of(step);
@@ -135,7 +139,7 @@ pub fn apply(
         state.save(root)?;
         crate::state::mark_done(root, bundle.freshness.serial)?;
     }
-    reporter.report("complete", Phase::Succeeded, "");
+    reporter.report(BootPhase::Complete, Phase::Succeeded, "");
     Ok(outcome)
 }
 

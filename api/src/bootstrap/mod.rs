@@ -24,8 +24,7 @@ use crate::render::{
 };
 use crate::tokens::{self, Scope};
 
-pub const IMDS_HEADER: &str = "x-exc-imds-token";
-pub const NONCE_HEADER: &str = "x-exk8s-nonce";
+pub use exk8s_common::contract::{IMDS_TOKEN_HEADER as IMDS_HEADER, NONCE_HEADER};
 
 /// A caller that passed every check.
 #[derive(Debug, Clone)]

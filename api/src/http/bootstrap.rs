@@ -14,28 +14,18 @@ use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::bootstrap::{self, NONCE_HEADER};
 use crate::db;
+use exk8s_common::contract::{BootPhase, MAX_REPORT_MESSAGE_CHARS, ReportState};
 
-/// Phases an agent reports, in boot order.
-pub const PHASES: &[&str] = &[
-    "fetch",
-    "verify",
-    "files",
-    "prereqs",
-    "services",
-    "etcd",
-    "apiserver",
-    "addons",
-    "complete",
-];
-
-/// A phase report.
+/// A phase report (`exk8s_common::contract::PhaseReport` on the wire).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusReport {
     /// One of fetch, verify, files, prereqs, services, etcd, apiserver, addons, complete.
-    pub phase: String,
+    #[schema(value_type = String, pattern = "^(fetch|verify|files|prereqs|services|etcd|apiserver|addons|complete)$")]
+    pub phase: BootPhase,
     /// started, succeeded or failed.
-    pub state: String,
+    #[schema(value_type = String, pattern = "^(started|succeeded|failed)$")]
+    pub state: ReportState,
     /// Up to 1000 characters.
     #[serde(default)]
     pub message: String,
@@ -132,35 +122,23 @@ pub async fn status(
         Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
     };
     limit_vm(&state, &vm)?;
-    if !PHASES.contains(&report.phase.as_str()) {
-        return Err(ApiError::invalid(
-            "phase",
-            format!("phase must be one of {}", PHASES.join(", ")),
-        ));
-    }
-    if !["started", "succeeded", "failed"].contains(&report.state.as_str()) {
-        return Err(ApiError::invalid(
-            "state",
-            "state must be started, succeeded or failed",
-        ));
-    }
-    if report.message.chars().count() > 1000 {
+    if report.message.chars().count() > MAX_REPORT_MESSAGE_CHARS {
         return Err(ApiError::invalid(
             "message",
             "message must be at most 1000 characters",
         ));
     }
     let now = db::now();
-    let node_phase = match report.state.as_str() {
-        "succeeded" => report.phase.clone(),
+    let node_phase = match report.state {
+        ReportState::Succeeded => report.phase.to_string(),
         other => format!("{}:{other}", report.phase),
     };
     let mut tx = state.db.begin().await?;
     db::issuances::insert_report(
         &mut *tx,
         vm.node.id,
-        &report.phase,
-        &report.state,
+        report.phase.as_str(),
+        report.state.as_str(),
         &report.message,
         now,
     )

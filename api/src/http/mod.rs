@@ -74,7 +74,9 @@ impl utoipa::Modify for SecuritySchemes {
         components.add_security_scheme(
             "imds_token",
             SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
-                utoipa::openapi::security::ApiKeyValue::new("X-exc-imds-token"),
+                utoipa::openapi::security::ApiKeyValue::new(
+                    exk8s_common::contract::IMDS_TOKEN_HEADER,
+                ),
             )),
         );
     }
