@@ -168,9 +168,9 @@ impl Db {
         Ok(())
     }
 
-    /// Can the database take writes? Writes and commits a probe row about the size of a
-    /// founding's records (see [`probe`]); fails while the disk is full or the database is
-    /// read-only, and for a short while after any commit failed.
+    /// Can the database take writes? Writes and commits a small probe row (see [`probe`]);
+    /// fails while the disk is full or the database is read-only, and for a short while after
+    /// any commit failed.
     pub async fn check_writable(&self) -> Result<(), DbError> {
         probe::check(self).await
     }

@@ -1,8 +1,9 @@
 //! Whether the database can take writes, for `/readyz`. A `SELECT 1` answers happily from a
 //! database whose disk is full; only a write tells. Each check upserts this process's row of
-//! `readiness_probe` with a page of fresh random content, in its own transaction, and commits. A commit that failed anywhere in the process in the last
-//! few seconds also counts: the probe's small write can still fit where a founding does not.
-//! A failed probe is itself recorded, so pooled connections opened before it are replaced.
+//! `readiness_probe` with a page of fresh random content, in its own transaction, and commits.
+//! A commit that failed anywhere in the process in the last few seconds also counts: the
+//! probe's small write can still fit where a founding does not. A failed probe is itself
+//! recorded, so pooled connections opened before it are replaced.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -23,39 +24,34 @@ pub(super) struct WriteHealth {
 }
 
 impl WriteHealth {
-    pub(super) fn record_failure(&self) {
-        *self
-            .failed_at
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.failed_at
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Passes `e` through, remembering it when it says the database cannot take writes now.
+    pub(super) fn observe(&self, e: DbError) -> DbError {
+        if matches!(e, DbError::Unavailable(_)) {
+            *self.slot() = Some(Instant::now());
+        }
+        e
     }
 
     /// Whether a failure was recorded after a connection of age `age` was opened.
     pub(super) fn failed_since_open(&self, age: Duration) -> bool {
-        let failed_at = *self
-            .failed_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        failed_at.is_some_and(|at| at.elapsed() < age)
+        self.slot().is_some_and(|at| at.elapsed() < age)
     }
 
     fn recent_failure(&self) -> Option<Duration> {
-        let failed_at = *self
-            .failed_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        failed_at
+        self.slot()
             .map(|at| at.elapsed())
             .filter(|ago| *ago < FAILURE_MEMORY)
     }
 }
 
 pub(super) async fn check(db: &Db) -> Result<(), DbError> {
-    let result = write_probe(db).await;
-    if matches!(result, Err(DbError::Unavailable(_))) {
-        db.health.record_failure();
-    }
-    result?;
+    write_probe(db).await.map_err(|e| db.health.observe(e))?;
     match db.health.recent_failure() {
         Some(ago) => Err(DbError::WritesFailing { ago }),
         None => Ok(()),

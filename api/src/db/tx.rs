@@ -43,20 +43,12 @@ impl Db {
         };
         if let Err(e) = sqlx::query(begin).execute(&mut *conn).await {
             discard(conn).await;
-            return Err(self.note(e.into()));
+            return Err(self.health.observe(e.into()));
         }
         Ok(Tx {
             conn: Some(conn),
             health: Arc::clone(&self.health),
         })
-    }
-
-    /// Remembers a failure that says the database cannot take writes now (for `/readyz`).
-    fn note(&self, e: DbError) -> DbError {
-        if matches!(e, DbError::Unavailable(_)) {
-            self.health.record_failure();
-        }
-        e
     }
 }
 
@@ -72,11 +64,7 @@ impl Tx {
             Err(e) => {
                 tracing::warn!(error = %crate::error_chain(&e), "COMMIT failed; closing the connection");
                 discard(conn).await;
-                let e = DbError::from(e);
-                if matches!(e, DbError::Unavailable(_)) {
-                    self.health.record_failure();
-                }
-                Err(e)
+                Err(self.health.observe(e.into()))
             }
         }
     }
