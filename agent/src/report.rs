@@ -34,6 +34,7 @@ impl Reporter<'_> {
             phase,
             state,
             message: message.chars().take(MAX_REPORT_MESSAGE_CHARS).collect(),
+            generation: None,
         };
         let result = agent
             .post(&url)

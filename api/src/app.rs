@@ -1,19 +1,16 @@
-//! The running service: shared state, configuration, and [`Application`], which binds its
-//! listener at build time (port 0 works in tests) and serves until stopped with a drain period
-//! during which `/healthz` answers 418.
+//! The service's shared state and configuration. It wires nothing: the router and the
+//! background workers are attached by the server ([`crate::Application`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use ed25519_dalek::VerifyingKey;
 use exk8s_common::BundleSigner;
-use tokio::net::TcpListener;
 
 use crate::compute::Compute;
 use crate::crypto::Keyring;
-use crate::db::{Db, DbError};
+use crate::db::Db;
 use crate::dns::Dns;
 use crate::metrics::Metrics;
 
@@ -117,75 +114,4 @@ impl BootstrapLimits {
             per_source: crate::ratelimit::Limiter::new(config.rate_per_source),
         }
     }
-}
-
-/// A bound, migrated server, ready to run.
-pub struct Application {
-    listener: TcpListener,
-    state: AppState,
-    extra_routes: Option<axum::Router>,
-}
-
-impl Application {
-    /// Binds `listen`, runs migrations, and starts the reconciler.
-    pub async fn build(state: AppState, listen: &str) -> Result<Self, BuildError> {
-        state.db.migrate().await?;
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|e| BuildError::Bind(listen.to_owned(), e))?;
-        crate::founding::reconcile::spawn(state.clone());
-        Ok(Self {
-            listener,
-            state,
-            extra_routes: None,
-        })
-    }
-
-    /// Adds routes served beside the API (the dev stack's simulators).
-    pub fn with_routes(mut self, routes: axum::Router) -> Self {
-        self.extra_routes = Some(routes);
-        self
-    }
-
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    pub fn state(&self) -> &AppState {
-        &self.state
-    }
-
-    /// Serves until `stop` resolves; then answers `/healthz` with 418 for the drain period,
-    /// lets in-flight requests finish, and returns.
-    pub async fn run_until_stopped(
-        self,
-        stop: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let draining = Arc::clone(&self.state.draining);
-        let drain = self.state.config.drain;
-        let mut router = crate::http::router(self.state);
-        if let Some(extra) = self.extra_routes {
-            router = router.merge(extra);
-        }
-        let shutdown = async move {
-            stop.await;
-            draining.store(true, Ordering::SeqCst);
-            tracing::info!(drain_secs = drain.as_secs(), "draining before shutdown");
-            tokio::time::sleep(drain).await;
-        };
-        axum::serve(
-            self.listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error(transparent)]
-    Db(#[from] DbError),
-    #[error("binding {0}")]
-    Bind(String, #[source] std::io::Error),
 }

@@ -3,23 +3,26 @@
 //!
 //! The API owns truth: which VM belongs to which cluster, and every key and certificate.
 //!
-//! * [`http`] — routes, handlers, errors, extractors; [`app`] — state and the server;
+//! * [`http`] — routes, handlers, errors, extractors, and the server that wires router, state and
+//!   background workers; [`app`] — the state;
 //! * [`founding`] — `POST /clusters`, compensation, the reconciler;
+//! * [`issuance`] — who a VM is, and its node row → its signed bundle;
 //! * [`db`] — sqlx queries per table (SQLite and PostgreSQL); [`crypto`] — keys sealed at rest;
 //! * [`pki`] — every certificate, minted on the [`cpu`] pool; [`render`] — the bundle for one node;
 //! * [`compute`], [`dns`] — the services exk8s drives; [`sim`] — their SIMULATORS;
 //! * [`keyfiles`] — the KEK and signing-key files; [`cli`] — the `exk8s-api` command.
 
 pub mod app;
-pub mod bootstrap;
 pub mod cli;
 pub mod compute;
 pub mod cpu;
 pub mod crypto;
 pub mod db;
 pub mod dns;
+pub mod field;
 pub mod founding;
 pub mod http;
+pub mod issuance;
 pub mod keyfiles;
 pub mod metrics;
 pub mod pki;
@@ -29,3 +32,5 @@ pub mod sim;
 pub mod tokens;
 
 pub use exk8s_common::error_chain;
+/// The server, for the composition roots (the CLI and tests).
+pub use http::server::Application;

@@ -1,5 +1,5 @@
 //! The wire contract between the agent and the API beyond the bundle itself: the headers a VM
-//! sends, the boot phases it reports and where each stands. Both programs use these types, so
+//! sends, a node's role, the kinds of bundle, the phases it reports and where each stands. Both programs use these types, so
 //! a phase or header renamed on one side cannot silently diverge from the other.
 
 use std::fmt;
@@ -14,7 +14,46 @@ pub const NONCE_HEADER: &str = "X-Exk8s-Nonce";
 /// Longest report message the API accepts, in characters.
 pub const MAX_REPORT_MESSAGE_CHARS: usize = 1000;
 
-/// The phases of a node's boot, in order.
+/// What a node is for. The API chooses it from the node's record, never from a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    ControlPlane,
+    Worker,
+}
+
+impl Role {
+    pub const ALL: [Self; 2] = [Self::ControlPlane, Self::Worker];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ControlPlane => "control-plane",
+            Self::Worker => "worker",
+        }
+    }
+}
+
+/// Which bundle of a node's life this is: the first one (fetched with the bootstrap token at
+/// first boot) or a later one (fetched by `exk8s-agent sync` with the node's own key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BundleKind {
+    Bootstrap,
+    Update,
+}
+
+impl BundleKind {
+    pub const ALL: [Self; 2] = [Self::Bootstrap, Self::Update];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bootstrap => "bootstrap",
+            Self::Update => "update",
+        }
+    }
+}
+
+/// The phases a node reports, in order: its boot, then each later sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BootPhase {
@@ -27,10 +66,12 @@ pub enum BootPhase {
     Apiserver,
     Addons,
     Complete,
+    /// A day-2 sync applying an update bundle.
+    Sync,
 }
 
 impl BootPhase {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Fetch,
         Self::Verify,
         Self::Files,
@@ -40,6 +81,7 @@ impl BootPhase {
         Self::Apiserver,
         Self::Addons,
         Self::Complete,
+        Self::Sync,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,6 +95,7 @@ impl BootPhase {
             Self::Apiserver => "apiserver",
             Self::Addons => "addons",
             Self::Complete => "complete",
+            Self::Sync => "sync",
         }
     }
 }
@@ -86,6 +129,16 @@ pub struct UnknownName {
     expected: String,
 }
 
+impl UnknownName {
+    /// `given` (shown at most 40 characters) is none of `expected`.
+    pub fn new(given: &str, expected: &[&str]) -> Self {
+        Self {
+            given: given.chars().take(40).collect(),
+            expected: expected.join(", "),
+        }
+    }
+}
+
 macro_rules! text_enum {
     ($ty:ty) => {
         impl fmt::Display for $ty {
@@ -101,15 +154,14 @@ macro_rules! text_enum {
                 <$ty>::ALL
                     .into_iter()
                     .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownName {
-                        given: s.chars().take(40).collect(),
-                        expected: <$ty>::ALL.map(<$ty>::as_str).join(", "),
-                    })
+                    .ok_or_else(|| UnknownName::new(s, &<$ty>::ALL.map(<$ty>::as_str)))
             }
         }
     };
 }
 
+text_enum!(Role);
+text_enum!(BundleKind);
 text_enum!(BootPhase);
 text_enum!(ReportState);
 
@@ -122,6 +174,10 @@ pub struct PhaseReport {
     /// At most [`MAX_REPORT_MESSAGE_CHARS`] characters.
     #[serde(default)]
     pub message: String,
+    /// The generation of the bundle the node is applying; absent from agents that predate
+    /// generations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
 #[cfg(test)]
@@ -138,6 +194,13 @@ mod tests {
                 serde_json::to_string(&phase).unwrap(),
                 format!("\"{phase}\"")
             );
+        }
+        for role in Role::ALL {
+            assert_eq!(role.as_str().parse::<Role>().unwrap(), role);
+            assert_eq!(serde_json::to_string(&role).unwrap(), format!("\"{role}\""));
+        }
+        for kind in BundleKind::ALL {
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{kind}\""));
         }
         for state in ReportState::ALL {
             assert_eq!(state.as_str().parse::<ReportState>().unwrap(), state);

@@ -9,6 +9,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use crate::contract::{BundleKind, Role};
 use crate::error::BundleError;
 use crate::limits::{
     MAX_ARTIFACTS, MAX_FILE_BYTES, MAX_FILES, MAX_PACKAGES, MAX_PLAN_STEPS, base64_len_for,
@@ -50,13 +51,6 @@ pub struct Identity {
     pub role: Role,
     /// Only the initial control-plane node runs the cluster-wide addon steps.
     pub is_initial_control_plane: bool,
-}
-
-/// The role of the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    ControlPlane,
 }
 
 /// When and in answer to which request the bundle was issued.

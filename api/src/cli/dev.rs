@@ -11,7 +11,8 @@ use exk8s_common::BundleSigner;
 use super::{
     build_state, load_catalog, load_keks, load_signer, sim_routes, stop_signal, write_secret_file,
 };
-use crate::app::{ApiConfig, Application};
+use crate::Application;
+use crate::app::ApiConfig;
 use crate::compute::Compute;
 use crate::crypto::Kek;
 use crate::db::{self, Db};

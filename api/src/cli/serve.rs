@@ -10,7 +10,8 @@ use super::{
     DbArgs, DnsChoice, SimChoice, build_state, load_catalog, load_keks, load_signer, sim_routes,
     stop_signal,
 };
-use crate::app::{ApiConfig, Application};
+use crate::Application;
+use crate::app::ApiConfig;
 use crate::compute::Compute;
 use crate::compute::http::HttpCompute;
 use crate::db::Db;

@@ -5,6 +5,7 @@
 use sqlx::{Any, Executor, Row};
 
 use super::DbError;
+use super::phase::{ClusterPhase, decode};
 
 /// A cluster row.
 #[derive(Debug, Clone)]
@@ -12,7 +13,7 @@ pub struct ClusterRow {
     pub id: i64,
     pub org_id: i64,
     pub name: String,
-    pub phase: String,
+    pub phase: ClusterPhase,
     pub spec_json: String,
     pub key_algorithm: String,
     pub kubernetes_version: String,
@@ -49,7 +50,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<ClusterRow, sqlx::Error> {
         id: r.try_get("id")?,
         org_id: r.try_get("org_id")?,
         name: r.try_get("name")?,
-        phase: r.try_get("phase")?,
+        phase: decode(r, "phase")?,
         spec_json: r.try_get("spec_json")?,
         key_algorithm: r.try_get("key_algorithm")?,
         kubernetes_version: r.try_get("kubernetes_version")?,
@@ -166,11 +167,11 @@ pub async fn set_trust<'c>(
 pub async fn set_phase<'c>(
     db: impl Executor<'c, Database = Any>,
     id: i64,
-    phase: &str,
+    phase: ClusterPhase,
     now: i64,
 ) -> Result<(), DbError> {
     sqlx::query("UPDATE clusters SET phase = $1, updated_at = $2 WHERE id = $3")
-        .bind(phase)
+        .bind(phase.as_str())
         .bind(now)
         .bind(id)
         .execute(db)
@@ -198,7 +199,7 @@ pub async fn set_security_group<'c>(
 pub async fn set_error<'c>(
     db: impl Executor<'c, Database = Any>,
     id: i64,
-    phase: &str,
+    phase: ClusterPhase,
     reason: &str,
     message: &str,
     now: i64,
@@ -206,7 +207,7 @@ pub async fn set_error<'c>(
     sqlx::query(
         "UPDATE clusters SET phase = $1, error_reason = $2, error_message = $3, updated_at = $4 WHERE id = $5",
     )
-    .bind(phase)
+    .bind(phase.as_str())
     .bind(reason)
     .bind(message)
     .bind(now)

@@ -10,6 +10,7 @@ pub mod nodes;
 pub mod resources;
 pub mod tokens;
 
+pub mod phase;
 mod probe;
 mod tx;
 

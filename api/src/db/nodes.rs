@@ -1,9 +1,16 @@
-//! `cluster_nodes` and its two control-plane facets: `etcd_members` (the stacked etcd member's
-//! serving and peer certificates) and `apiserver_nodes` (the apiserver serving certificate).
+//! `cluster_nodes` (role, last report, generations, day-2 key) and its two control-plane
+//! facets: `etcd_members` (the stacked etcd member's serving and peer certificates) and
+//! `apiserver_nodes` (the apiserver serving certificate).
+//!
+//! Generations: `desired` is bumped by the API whenever the node's bundle would change;
+//! `handed` is the generation of the last bundle issued to the node; `applied` is what the
+//! node reported healthy. A node is up to date when `applied == desired`.
 
+use exk8s_common::contract::Role;
 use sqlx::{Any, Executor, Row};
 
 use super::DbError;
+use super::phase::{NodePhase, decode};
 
 #[derive(Debug, Clone)]
 pub struct NodeRow {
@@ -18,11 +25,29 @@ pub struct NodeRow {
     pub is_initial: bool,
     pub serial: i64,
     pub issuance_allowed: bool,
-    pub phase: String,
+    pub role: Role,
+    pub phase: NodePhase,
+    pub desired_generation: i64,
+    pub handed_generation: i64,
+    pub applied_generation: i64,
+    /// The node's day-2 public key (base64 ed25519), registered with its first bundle fetch.
+    pub node_key: Option<String>,
+}
+
+impl NodeRow {
+    pub fn up_to_date(&self) -> bool {
+        self.applied_generation >= self.desired_generation
+    }
+
+    /// Handed a generation it has not reported applied yet.
+    pub fn in_flight(&self) -> bool {
+        self.handed_generation > self.applied_generation
+    }
 }
 
 const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
-    is_initial, serial, issuance_allowed, phase";
+    is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
+    handed_generation, applied_generation, node_key";
 
 fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -37,7 +62,19 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         is_initial: r.try_get::<i64, _>("is_initial")? != 0,
         serial: r.try_get("serial")?,
         issuance_allowed: r.try_get::<i64, _>("issuance_allowed")? != 0,
-        phase: r.try_get("phase")?,
+        role: decode(r, "role")?,
+        phase: NodePhase::from_columns(
+            &r.try_get::<String, _>("phase")?,
+            &r.try_get::<String, _>("phase_state")?,
+        )
+        .map_err(|e| sqlx::Error::ColumnDecode {
+            index: "phase".into(),
+            source: Box::new(e),
+        })?,
+        desired_generation: r.try_get("desired_generation")?,
+        handed_generation: r.try_get("handed_generation")?,
+        applied_generation: r.try_get("applied_generation")?,
+        node_key: r.try_get("node_key")?,
     })
 }
 
@@ -52,6 +89,7 @@ pub struct NewNode<'a> {
     pub private_ipv6: Option<&'a str>,
     pub public_ipv4: Option<&'a str>,
     pub is_initial: bool,
+    pub role: Role,
 }
 
 pub async fn insert(
@@ -61,8 +99,8 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO cluster_nodes (cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, \
-         public_ipv4, is_initial, serial, issuance_allowed, phase, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, 'pending', $9) RETURNING id",
+         public_ipv4, is_initial, serial, issuance_allowed, role, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10) RETURNING id",
     )
     .bind(node.cluster_id)
     .bind(node.ordinal)
@@ -72,6 +110,7 @@ pub async fn insert(
     .bind(node.private_ipv6)
     .bind(node.public_ipv4)
     .bind(i64::from(node.is_initial))
+    .bind(node.role.as_str())
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
@@ -175,34 +214,59 @@ pub async fn serving<'c>(
     }))
 }
 
-/// Takes the next serial for an issuance, in the caller's transaction. Refuses (None) when the
-/// node may not be issued a bundle now; an issuance to a `complete` node consumes its re-arm.
+/// A bootstrap issuance's serial and the generation it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handed {
+    pub serial: i64,
+    pub generation: i64,
+}
+
+/// Takes the next serial for a bootstrap issuance, in the caller's transaction, and records
+/// the node's desired generation as handed out. Refuses (None) when the node may not be
+/// issued a bootstrap bundle now; an issuance to a `complete` node consumes its re-arm.
 pub async fn take_serial(
     tx: &mut sqlx::AnyConnection,
     node_id: i64,
-) -> Result<Option<i64>, DbError> {
+) -> Result<Option<Handed>, DbError> {
     let row = sqlx::query(
-        "UPDATE cluster_nodes SET serial = serial + 1, \
+        "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation, \
          issuance_allowed = CASE WHEN phase = 'complete' THEN 0 ELSE issuance_allowed END \
-         WHERE id = $1 AND issuance_allowed = 1 RETURNING serial",
+         WHERE id = $1 AND issuance_allowed = 1 RETURNING serial, handed_generation",
     )
     .bind(node_id)
     .fetch_optional(&mut *tx)
     .await?;
-    Ok(row.map(|r| r.try_get("serial")).transpose()?)
+    let Some(r) = row else { return Ok(None) };
+    Ok(Some(Handed {
+        serial: r.try_get("serial")?,
+        generation: r.try_get("handed_generation")?,
+    }))
 }
 
-/// Records a node's reported phase; `complete` closes issuance until an operator re-arms.
-pub async fn set_phase<'c>(
+/// Records a node's report. `complete` closes bootstrap issuance until an operator re-arms; a
+/// succeeded `complete` or `sync` at `generation` (at most what was handed out) marks that
+/// generation applied. Agents that predate generations report none: the handed one counts.
+pub async fn record_report<'c>(
     db: impl Executor<'c, Database = Any>,
     node_id: i64,
-    phase: &str,
+    phase: NodePhase,
+    generation: Option<i64>,
 ) -> Result<(), DbError> {
+    let (name, state) = phase.columns();
+    let applied = phase.healthy();
     sqlx::query(
-        "UPDATE cluster_nodes SET phase = $1, \
-         issuance_allowed = CASE WHEN $1 = 'complete' THEN 0 ELSE issuance_allowed END WHERE id = $2",
+        "UPDATE cluster_nodes SET phase = $1, phase_state = $2, \
+         issuance_allowed = CASE WHEN $1 = 'complete' THEN 0 ELSE issuance_allowed END, \
+         applied_generation = CASE WHEN $3 = 1 \
+             AND COALESCE($4, handed_generation) <= handed_generation \
+             AND COALESCE($4, handed_generation) > applied_generation \
+             THEN COALESCE($4, handed_generation) ELSE applied_generation END \
+         WHERE id = $5",
     )
-    .bind(phase)
+    .bind(name)
+    .bind(state)
+    .bind(i64::from(applied))
+    .bind(generation)
     .bind(node_id)
     .execute(db)
     .await?;

@@ -24,14 +24,16 @@ use time::OffsetDateTime;
 
 use crate::app::AppState;
 use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Subnet, Vm};
-use crate::db::{self, DbError, clusters::NewCluster, nodes::NewNode, resources::Kind};
-use crate::http::error::ApiError;
+use crate::db::{
+    self, DbError, clusters::NewCluster, nodes::NewNode, phase::ClusterPhase, resources::Kind,
+};
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
 use crate::pki::{
     ClientIdentity, ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, SecretPem,
     ServiceCidr,
 };
 use crate::render::EncryptionKey;
+use exk8s_common::contract::Role;
 use request::ClusterSpecRequest;
 
 /// A founded cluster, as the response reports it.
@@ -47,21 +49,59 @@ pub struct Founded {
     pub node_ips: Vec<String>,
 }
 
+/// Why founding failed, in the domain's terms; `http/` maps each to its answer.
+#[derive(Debug, thiserror::Error)]
+pub enum FoundingError {
+    /// A request field is malformed (400).
+    #[error(transparent)]
+    Invalid(#[from] crate::field::FieldError),
+    /// The request is well formed but cannot be carried out as asked (422): a subnet or
+    /// security group that does not exist, a VM the compute API refused.
+    #[error("{message}")]
+    Unprocessable {
+        field: Option<&'static str>,
+        message: String,
+    },
+    /// The compute API failed or answered something founding cannot use (502).
+    #[error("{0}")]
+    Upstream(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl FoundingError {
+    pub(crate) fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Internal(Box::new(e))
+    }
+
+    /// The database is out of reach (as opposed to refusing a statement).
+    fn is_db_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Self::Db(DbError::Unavailable(_) | DbError::WritesFailing { .. })
+        )
+    }
+}
+
 /// Why founding stopped, with the reason recorded on the cluster.
 #[derive(Debug)]
 struct Failure {
     reason: &'static str,
-    error: ApiError,
+    error: FoundingError,
 }
 
 impl Failure {
     fn compute(step: &'static str, e: ComputeError) -> Self {
         let error = match e {
-            ComputeError::Rejected { status, message } if status < 500 => ApiError::Unprocessable {
-                field: None,
-                message: format!("the compute API refused {step} ({status}): {message}"),
-            },
-            other => ApiError::BadGateway(format!("{step} failed: {other}")),
+            ComputeError::Rejected { status, message } if status < 500 => {
+                FoundingError::Unprocessable {
+                    field: None,
+                    message: format!("the compute API refused {step} ({status}): {message}"),
+                }
+            }
+            other => FoundingError::Upstream(format!("{step} failed: {other}")),
         };
         Self {
             reason: step,
@@ -73,21 +113,21 @@ impl Failure {
     fn upstream(step: &'static str, message: String) -> Self {
         Self {
             reason: step,
-            error: ApiError::BadGateway(format!("{step} failed: {message}")),
+            error: FoundingError::Upstream(format!("{step} failed: {message}")),
         }
     }
 
     fn db(e: DbError) -> Self {
         Self {
             reason: "database",
-            error: ApiError::from(e),
+            error: FoundingError::Db(e),
         }
     }
 
     fn internal(reason: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self {
             reason,
-            error: ApiError::internal(e),
+            error: FoundingError::internal(e),
         }
     }
 }
@@ -97,22 +137,22 @@ pub async fn found(
     state: &AppState,
     org_id: i64,
     spec: &ClusterSpecRequest,
-) -> Result<Founded, ApiError> {
+) -> Result<Founded, FoundingError> {
     let config = &state.config;
-    let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(ApiError::internal)?;
+    let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(FoundingError::internal)?;
     let subnet = check_placement(state, spec).await?;
     let algorithm = spec.key_algorithm;
     let pki = state
         .cpu
         .run(move || ClusterPki::generate(algorithm, OffsetDateTime::now_utc()))
         .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?;
+        .map_err(FoundingError::internal)?
+        .map_err(FoundingError::internal)?;
     let pki = Arc::new(pki);
-    let encryption = EncryptionKey::generate().map_err(ApiError::internal)?;
+    let encryption = EncryptionKey::generate().map_err(FoundingError::internal)?;
 
     let now = db::now();
-    let spec_json = serde_json::to_string(spec).map_err(ApiError::internal)?;
+    let spec_json = serde_json::to_string(spec).map_err(FoundingError::internal)?;
     let mut tx = state.db.begin().await?;
     let new = NewCluster {
         org_id,
@@ -125,13 +165,13 @@ pub async fn found(
         dns_zone: &config.dns_zone,
     };
     let (id, name, dns_name) = db::clusters::insert_provisioning(&mut tx, &new, now).await?;
-    let trust = trust::seal(&state.keks, id, &pki, &encryption).map_err(ApiError::internal)?;
+    let trust = trust::seal(&state.keks, id, &pki, &encryption).map_err(FoundingError::internal)?;
     db::clusters::set_trust(&mut *tx, id, &trust).await?;
     tx.commit().await?;
     tracing::info!(cluster_id = id, org_id, %name, "founding started");
 
     let network = ClusterNetwork::new(service_cidr, &config.cluster_domain, &dns_name)
-        .map_err(ApiError::internal)?;
+        .map_err(FoundingError::internal)?;
     let mut created = release::Created::default();
     let target = Target {
         id,
@@ -150,7 +190,7 @@ pub async fn found(
             state.metrics.clusters_failed.inc();
             tracing::warn!(cluster_id = id, reason = failure.reason, error = %failure.error, "founding failed; compensating");
             let message = failure.error.to_string();
-            if matches!(failure.error, ApiError::Unavailable { .. }) {
+            if failure.error.is_db_unavailable() {
                 // The database is out of reach: every journal write would wait out the pool's
                 // timeout. Release what this call created now; the reconciler records it.
                 release::release_created(state, id, &created).await;
@@ -159,7 +199,7 @@ pub async fn found(
             let _ = db::clusters::set_error(
                 &state.db.pool,
                 id,
-                "compensating",
+                ClusterPhase::Compensating,
                 failure.reason,
                 &message,
                 db::now(),
@@ -170,7 +210,7 @@ pub async fn found(
                     let _ = db::clusters::set_error(
                         &state.db.pool,
                         id,
-                        "failed",
+                        ClusterPhase::Failed,
                         failure.reason,
                         &message,
                         db::now(),
@@ -190,14 +230,17 @@ pub async fn found(
 
 /// Checks, before anything is created, that the subnet and every given security group exist:
 /// a request refused here leaves no row and no resource behind.
-async fn check_placement(state: &AppState, spec: &ClusterSpecRequest) -> Result<Subnet, ApiError> {
+async fn check_placement(
+    state: &AppState,
+    spec: &ClusterSpecRequest,
+) -> Result<Subnet, FoundingError> {
     let compute = &state.compute;
     let subnet = compute
         .get_subnet(spec.subnet_id)
         .await
         .map_err(|e| Failure::compute("subnet lookup", e).error)?
-        .ok_or_else(|| ApiError::Unprocessable {
-            field: Some("subnet_id".into()),
+        .ok_or_else(|| FoundingError::Unprocessable {
+            field: Some("subnet_id"),
             message: format!("subnet {} does not exist", spec.subnet_id),
         })?;
     for &group in &spec.security_group_ids {
@@ -206,8 +249,8 @@ async fn check_placement(state: &AppState, spec: &ClusterSpecRequest) -> Result<
             .await
             .map_err(|e| Failure::compute("security group lookup", e).error)?;
         if found.is_none() {
-            return Err(ApiError::Unprocessable {
-                field: Some("security_group_ids".into()),
+            return Err(FoundingError::Unprocessable {
+                field: Some("security_group_ids"),
                 message: format!("security group {group} does not exist"),
             });
         }
@@ -332,9 +375,14 @@ async fn provision(
         )
         .await
         .map_err(Failure::db)?;
-        db::clusters::set_phase(&state.db.pool, cluster_id, "provisioning", db::now())
-            .await
-            .map_err(Failure::db)?;
+        db::clusters::set_phase(
+            &state.db.pool,
+            cluster_id,
+            ClusterPhase::Provisioning,
+            db::now(),
+        )
+        .await
+        .map_err(Failure::db)?;
         vms.push(vm);
     }
 
@@ -355,7 +403,8 @@ async fn provision(
             };
         let v4 = parse("IPv4 address", &vm.private_ipv4)?.unwrap_or_default();
         let addresses = NodeAddresses {
-            name: trust::node_name(cluster_id, ordinal),
+            name: trust::node_name(cluster_id, trust::CONTROL_PLANE_GROUP, vm.id)
+                .map_err(|e| Failure::internal("node name", e))?,
             private_ipv4: v4.parse::<Ipv4Addr>().map_err(|_| {
                 Failure::upstream(
                     "address lookup",
@@ -429,12 +478,13 @@ async fn provision(
                 private_ipv6: addresses.private_ipv6.map(|a| a.to_string()).as_deref(),
                 public_ipv4: addresses.public_ipv4.map(|a| a.to_string()).as_deref(),
                 is_initial: *ordinal == 1,
+                role: Role::ControlPlane,
             },
             now,
         )
         .await
         .map_err(Failure::db)?;
-        let seal = |column: &str, cert| {
+        let seal = |column: trust::NodeKeyColumn, cert| {
             trust::seal_node_key(&state.keks, cluster_id, vm.id, column, cert)
                 .map_err(|e| Failure::internal("sealing", e))
         };
@@ -443,11 +493,11 @@ async fn provision(
             node_id,
             (
                 &certs.etcd_server.cert_pem,
-                &seal("etcd_server_key", &certs.etcd_server)?,
+                &seal(trust::NodeKeyColumn::EtcdServer, &certs.etcd_server)?,
             ),
             (
                 &certs.etcd_peer.cert_pem,
-                &seal("etcd_peer_key", &certs.etcd_peer)?,
+                &seal(trust::NodeKeyColumn::EtcdPeer, &certs.etcd_peer)?,
             ),
         )
         .await
@@ -456,12 +506,12 @@ async fn provision(
             &mut tx,
             node_id,
             &certs.apiserver.cert_pem,
-            &seal("apiserver_key", &certs.apiserver)?,
+            &seal(trust::NodeKeyColumn::Apiserver, &certs.apiserver)?,
         )
         .await
         .map_err(Failure::db)?;
     }
-    db::clusters::set_phase(&mut *tx, cluster_id, "founded", now)
+    db::clusters::set_phase(&mut *tx, cluster_id, ClusterPhase::Founded, now)
         .await
         .map_err(Failure::db)?;
     tx.commit().await.map_err(Failure::db)?;

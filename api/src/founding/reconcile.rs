@@ -39,7 +39,7 @@ pub async fn pass(state: &AppState) -> usize {
                 if db::clusters::set_error(
                     &state.db.pool,
                     claimed,
-                    "failed",
+                    crate::db::phase::ClusterPhase::Failed,
                     &reason,
                     &message,
                     db::now(),

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::http::error::ApiError;
+use crate::field::FieldError;
 use crate::pki::KeyAlgorithm;
 
 /// The request body. Every field is optional in the type so that a missing one gets our own
@@ -66,10 +66,10 @@ pub struct ClusterSpecRequest {
 const MAX_SECURITY_GROUPS: usize = 5;
 const ROOT_VOLUME_GIB: std::ops::RangeInclusive<i64> = 10..=2048;
 
-fn positive(field: &str, value: Option<i64>, default: Option<i64>) -> Result<i64, ApiError> {
+fn positive(field: &str, value: Option<i64>, default: Option<i64>) -> Result<i64, FieldError> {
     match value.or(default) {
-        None => Err(ApiError::invalid(field, format!("{field} is required"))),
-        Some(v) if v <= 0 => Err(ApiError::invalid(
+        None => Err(FieldError::new(field, format!("{field} is required"))),
+        Some(v) if v <= 0 => Err(FieldError::new(
             field,
             format!("{field} must be a positive integer, got {v}"),
         )),
@@ -124,16 +124,16 @@ pub fn validate_ssh_pubkey(line: &str) -> Result<(), String> {
 
 impl CreateClusterRequest {
     /// Applies defaults and checks every field; `versions` is the configured allow-list.
-    pub fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, ApiError> {
+    pub fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, FieldError> {
         let count = self.control_plane_count.unwrap_or(1);
         if !(1..=3).contains(&count) {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "control_plane_count",
                 format!("control_plane_count must be 1 or 3, got {count}"),
             ));
         }
         if count % 2 == 0 {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "control_plane_count",
                 "control_plane_count must be odd: etcd needs a majority, so 2 members tolerate no more failures than 1",
             ));
@@ -141,7 +141,7 @@ impl CreateClusterRequest {
         let image = positive("control_plane_image_id", self.control_plane_image_id, None)?;
         let instance_type = match self.control_plane_instance_type {
             None => {
-                return Err(ApiError::invalid(
+                return Err(FieldError::new(
                     "control_plane_instance_type",
                     "control_plane_instance_type is required",
                 ));
@@ -157,7 +157,7 @@ impl CreateClusterRequest {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
         if !sane {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "control_plane_instance_type",
                 "control_plane_instance_type must be 1–64 of A-Z, a-z, 0-9, '.', '-', '_', starting alphanumeric",
             ));
@@ -166,13 +166,13 @@ impl CreateClusterRequest {
         let subnet = positive("subnet_id", self.subnet_id, None)?;
         let groups = self.security_group_ids.unwrap_or_default();
         if groups.len() > MAX_SECURITY_GROUPS {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "security_group_ids",
                 format!("at most {MAX_SECURITY_GROUPS} security groups"),
             ));
         }
         if let Some(bad) = groups.iter().find(|g| **g <= 0) {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "security_group_ids",
                 format!("security group ids must be positive, got {bad}"),
             ));
@@ -181,14 +181,14 @@ impl CreateClusterRequest {
         unique.sort_unstable();
         unique.dedup();
         if unique.len() != groups.len() {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "security_group_ids",
                 "security group ids must not repeat",
             ));
         }
         if let Some(key) = &self.ssh_pubkey {
             validate_ssh_pubkey(key.trim_end()).map_err(|why| {
-                ApiError::invalid(
+                FieldError::new(
                     "ssh_pubkey",
                     format!("ssh_pubkey is not an OpenSSH public key: it {why}"),
                 )
@@ -196,7 +196,7 @@ impl CreateClusterRequest {
         }
         let volume = self.root_volume_size_gib.unwrap_or(20);
         if !ROOT_VOLUME_GIB.contains(&volume) {
-            return Err(ApiError::invalid(
+            return Err(FieldError::new(
                 "root_volume_size_gib",
                 format!(
                     "root_volume_size_gib must be between {} and {}, got {volume}",
@@ -208,16 +208,17 @@ impl CreateClusterRequest {
         let algorithm = match self.key_algorithm.as_deref() {
             None => KeyAlgorithm::default(),
             Some(text) => text.parse().map_err(|e: crate::pki::PkiError| {
-                ApiError::invalid("key_algorithm", e.to_string())
+                FieldError::new("key_algorithm", e.to_string())
             })?,
         };
         let version = match self.kubernetes_version {
-            None => versions.first().cloned().ok_or_else(|| {
-                ApiError::invalid("kubernetes_version", "no version is configured")
-            })?,
+            None => versions
+                .first()
+                .cloned()
+                .ok_or_else(|| FieldError::new("kubernetes_version", "no version is configured"))?,
             Some(v) if versions.contains(&v) => v,
             Some(v) => {
-                return Err(ApiError::invalid(
+                return Err(FieldError::new(
                     "kubernetes_version",
                     format!(
                         "kubernetes_version `{}` is not offered (offered: {})",

@@ -122,16 +122,35 @@ pub fn open_encryption_key(keks: &Keyring, row: &ClusterRow) -> Result<Encryptio
     Ok(EncryptionKey::from_bytes(key))
 }
 
+/// The sealed key columns of a node's stored serving certificates; each names its associated
+/// data, so a key sealed for one column never opens as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKeyColumn {
+    EtcdServer,
+    EtcdPeer,
+    Apiserver,
+}
+
+impl NodeKeyColumn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EtcdServer => "etcd_server_key",
+            Self::EtcdPeer => "etcd_peer_key",
+            Self::Apiserver => "apiserver_key",
+        }
+    }
+}
+
 /// Seals a node's serving key.
 pub fn seal_node_key(
     keks: &Keyring,
     cluster_id: i64,
     vm_id: i64,
-    column: &str,
+    column: NodeKeyColumn,
     cert: &IssuedCert,
 ) -> Result<String, SealError> {
     keks.seal(
-        &node_aad(cluster_id, vm_id, column),
+        &node_aad(cluster_id, vm_id, column.as_str()),
         cert.key_pem.expose().as_bytes(),
     )
 }
@@ -141,19 +160,26 @@ pub fn open_node_cert(
     keks: &Keyring,
     cluster_id: i64,
     vm_id: i64,
-    column: &str,
+    column: NodeKeyColumn,
     cert_pem: &str,
     sealed: &str,
 ) -> Result<IssuedCert, SealError> {
-    let key = keks.open_text(&node_aad(cluster_id, vm_id, column), sealed)?;
+    let key = keks.open_text(&node_aad(cluster_id, vm_id, column.as_str()), sealed)?;
     Ok(IssuedCert {
         cert_pem: cert_pem.to_owned(),
         key_pem: SecretPem::new(key.to_string()),
     })
 }
 
-/// The deterministic node name of a cluster's n-th control-plane machine.
-pub fn node_name(cluster_id: i64, ordinal: i64) -> NodeName {
-    NodeName::new(format!("cp-{ordinal}.cluster-{cluster_id}.internal"))
-        .unwrap_or_else(|_| unreachable!("digits and fixed labels form a valid name"))
+/// The group name of a cluster's control-plane nodes (a worker pool's name is its group).
+pub const CONTROL_PLANE_GROUP: &str = "cp";
+
+/// A node's name: its group and its VM, so names never collide between groups and are never
+/// reused when a machine is replaced.
+pub fn node_name(
+    cluster_id: i64,
+    group: &str,
+    vm_id: i64,
+) -> Result<NodeName, exk8s_common::names::NameError> {
+    NodeName::new(format!("{group}-{vm_id}.cluster-{cluster_id}.internal"))
 }

@@ -12,16 +12,17 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
-use crate::bootstrap::{self, NONCE_HEADER};
 use crate::db;
+use crate::db::phase::NodePhase;
+use crate::issuance::{self, NONCE_HEADER};
 use exk8s_common::contract::{BootPhase, MAX_REPORT_MESSAGE_CHARS, ReportState};
 
 /// A phase report (`exk8s_common::contract::PhaseReport` on the wire).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusReport {
-    /// One of fetch, verify, files, prereqs, services, etcd, apiserver, addons, complete.
-    #[schema(value_type = String, pattern = "^(fetch|verify|files|prereqs|services|etcd|apiserver|addons|complete)$")]
+    /// One of fetch, verify, files, prereqs, services, etcd, apiserver, addons, complete, sync.
+    #[schema(value_type = String, pattern = "^(fetch|verify|files|prereqs|services|etcd|apiserver|addons|complete|sync)$")]
     pub phase: BootPhase,
     /// started, succeeded or failed.
     #[schema(value_type = String, pattern = "^(started|succeeded|failed)$")]
@@ -29,6 +30,10 @@ pub struct StatusReport {
     /// Up to 1000 characters.
     #[serde(default)]
     pub message: String,
+    /// The generation of the bundle being applied (agents that predate generations omit it).
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub generation: Option<u64>,
 }
 
 fn rate_limited(wait: std::time::Duration) -> ApiError {
@@ -43,7 +48,7 @@ fn limit_source(state: &AppState, source: std::net::IpAddr) -> Result<(), ApiErr
 }
 
 /// Charged only once the caller proved it is `vm`: nobody else can spend a VM's allowance.
-fn limit_vm(state: &AppState, vm: &bootstrap::Vm) -> Result<(), ApiError> {
+fn limit_vm(state: &AppState, vm: &issuance::Vm) -> Result<(), ApiError> {
     state
         .limits
         .per_vm
@@ -74,18 +79,17 @@ pub async fn bundle(
     let deadline = state.config.bootstrap_deadline;
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let envelope = tokio::time::timeout(deadline, async {
-        let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
+        let vm = match issuance::authenticate(&state, &headers, vm_id).await? {
             Ok(vm) => vm,
-            Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
+            Err(refusal) => {
+                return Err(issuance::refuse(&state, vm_id, refusal, &source)
+                    .await
+                    .into());
+            }
         };
         limit_vm(&state, &vm)?;
-        let nonce = headers
-            .get(NONCE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                ApiError::invalid("X-Exk8s-Nonce", "the X-Exk8s-Nonce header is required")
-            })?;
-        bootstrap::issue(&state, &vm, nonce, &source).await
+        let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
+        Ok::<_, ApiError>(issuance::issue(&state, &vm, nonce, &source).await?)
     })
     .await
     .map_err(|_| {
@@ -117,9 +121,13 @@ pub async fn status(
 ) -> Result<StatusCode, ApiError> {
     limit_source(&state, peer.ip())?;
     let source = peer.ip().to_string();
-    let vm = match bootstrap::authenticate(&state, &headers, vm_id).await? {
+    let vm = match issuance::authenticate(&state, &headers, vm_id).await? {
         Ok(vm) => vm,
-        Err(refusal) => return Err(bootstrap::refuse(&state, vm_id, refusal, &source).await),
+        Err(refusal) => {
+            return Err(issuance::refuse(&state, vm_id, refusal, &source)
+                .await
+                .into());
+        }
     };
     limit_vm(&state, &vm)?;
     if report.message.chars().count() > MAX_REPORT_MESSAGE_CHARS {
@@ -128,10 +136,19 @@ pub async fn status(
             "message must be at most 1000 characters",
         ));
     }
+    let generation = report
+        .generation
+        .map(|g| {
+            i64::try_from(g)
+                .ok()
+                .filter(|g| *g >= 1)
+                .ok_or_else(|| ApiError::invalid("generation", "generation must be at least 1"))
+        })
+        .transpose()?;
     let now = db::now();
-    let node_phase = match report.state {
-        ReportState::Succeeded => report.phase.to_string(),
-        other => format!("{}:{other}", report.phase),
+    let node_phase = NodePhase::Reported {
+        phase: report.phase,
+        state: report.state,
     };
     let mut tx = state.db.begin().await?;
     db::issuances::insert_report(
@@ -143,7 +160,7 @@ pub async fn status(
         now,
     )
     .await?;
-    db::nodes::set_phase(&mut *tx, vm.node.id, &node_phase).await?;
+    db::nodes::record_report(&mut *tx, vm.node.id, node_phase, generation).await?;
     tx.commit().await?;
     tracing::info!(vm_id, phase = %report.phase, state = %report.state, "node reported");
     Ok(StatusCode::NO_CONTENT)

@@ -14,10 +14,11 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
-use crate::db::{self, idempotency::Claim};
+use crate::db::{self, idempotency::Claim, phase::ClusterPhase};
 use crate::founding::{self, request::CreateClusterRequest, trust};
 use crate::pki::ClientIdentity;
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
+use exk8s_common::contract::Role;
 
 /// A DNS record the operator may want.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -56,9 +57,20 @@ pub struct NodeView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_ipv4: Option<String>,
     pub is_initial: bool,
-    /// The last phase the node's agent reported (`pending` until it reports).
+    /// `control-plane` or `worker`.
+    #[schema(value_type = String, pattern = "^(control-plane|worker)$")]
+    pub role: Role,
+    /// The last phase the node's agent reported: `pending` until it reports, then the phase
+    /// (`etcd`, `complete`, `sync`, …) followed by `:started` or `:failed` unless it succeeded.
     pub phase: String,
+    /// The serial of the last bundle issued to the node.
     pub serial: i64,
+    /// The generation the node should run (bumped whenever its bundle would change).
+    pub desired_generation: i64,
+    /// The generation the node last reported healthy (0 before its first bundle is applied).
+    pub applied_generation: i64,
+    /// `applied_generation` has reached `desired_generation`.
+    pub up_to_date: bool,
 }
 
 /// A cluster's status (the fields of Cluster API's infrastructure contract, and per-node phases).
@@ -66,9 +78,8 @@ pub struct NodeView {
 pub struct ClusterView {
     pub id: i64,
     pub name: String,
-    /// `provisioning`, `founded`, `compensating`, `failed` or `deleting`.
-    pub phase: String,
-    /// True when every node reported `complete` (the initial one after its addons).
+    pub phase: ClusterPhase,
+    /// True when every node finished booting (the initial one after its addons).
     pub ready: bool,
     pub api_endpoints: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -209,6 +220,7 @@ pub async fn create_cluster(
                     .into_response())
             }
             Err(error) => {
+                let error = ApiError::from(error);
                 let status = error.status_code();
                 if status.is_server_error() {
                     // A retry may succeed: let it run.
@@ -234,8 +246,8 @@ pub async fn create_cluster(
 
 async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<ClusterView, ApiError> {
     let nodes = db::nodes::list(&state.db.pool, row.id).await?;
-    let founded = row.phase == "founded";
-    let ready = founded && !nodes.is_empty() && nodes.iter().all(|n| n.phase == "complete");
+    let founded = row.phase == ClusterPhase::Founded;
+    let ready = founded && !nodes.is_empty() && nodes.iter().all(|n| n.phase.completed());
     let api_endpoints = if !founded {
         Vec::new()
     } else if row.dns_configured {
@@ -268,14 +280,18 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         nodes: nodes
             .into_iter()
             .map(|n| NodeView {
+                up_to_date: n.up_to_date(),
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,
                 name: n.node_name,
                 private_ipv4: n.private_ipv4,
                 public_ipv4: n.public_ipv4,
                 is_initial: n.is_initial,
-                phase: n.phase,
+                role: n.role,
+                phase: n.phase.to_string(),
                 serial: n.serial,
+                desired_generation: n.desired_generation,
+                applied_generation: n.applied_generation,
             })
             .collect(),
         created_at: row.created_at,
@@ -325,7 +341,7 @@ pub async fn get_kubeconfig(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, ApiError> {
     let row = owned(&state, &operator, id).await?;
-    if row.phase != "founded" {
+    if row.phase != ClusterPhase::Founded {
         return Err(ApiError::Conflict(format!(
             "cluster {id} is {}, not founded",
             row.phase
@@ -368,12 +384,12 @@ pub async fn delete_cluster(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<StatusCode, ApiError> {
     let row = owned(&state, &operator, id).await?;
-    if row.phase == "provisioning" {
+    if row.phase == ClusterPhase::Provisioning {
         return Err(ApiError::Conflict(format!(
             "cluster {id} is still being founded"
         )));
     }
-    db::clusters::set_phase(&state.db.pool, id, "deleting", db::now()).await?;
+    db::clusters::set_phase(&state.db.pool, id, ClusterPhase::Deleting, db::now()).await?;
     founding::release::release_all(&state, id)
         .await
         .map_err(|e| match e {

@@ -129,6 +129,51 @@ impl From<DbError> for ApiError {
     }
 }
 
+impl From<crate::field::FieldError> for ApiError {
+    fn from(e: crate::field::FieldError) -> Self {
+        Self::Invalid {
+            field: Some(e.field),
+            message: e.message,
+        }
+    }
+}
+
+impl From<crate::founding::FoundingError> for ApiError {
+    fn from(e: crate::founding::FoundingError) -> Self {
+        use crate::founding::FoundingError as F;
+        match e {
+            F::Invalid(field) => field.into(),
+            F::Unprocessable { field, message } => Self::Unprocessable {
+                field: field.map(str::to_owned),
+                message,
+            },
+            F::Upstream(message) => Self::BadGateway(message),
+            F::Db(db) => db.into(),
+            F::Internal(source) => Self::Internal(source),
+        }
+    }
+}
+
+impl From<crate::issuance::IssuanceError> for ApiError {
+    fn from(e: crate::issuance::IssuanceError) -> Self {
+        use crate::issuance::{IssuanceError as I, Refused};
+        match e {
+            I::Refused(Refused::Unauthorized) => Self::Unauthorized,
+            I::Refused(Refused::Forbidden(message)) => Self::Forbidden(message),
+            I::Refused(Refused::Hidden) => Self::NotFound,
+            I::Refused(Refused::NotYet { retry_after_secs }) => {
+                Self::Unavailable { retry_after_secs }
+            }
+            I::InvalidHeader { header, message } => Self::invalid(header, message),
+            I::Sealed => Self::Gone(I::Sealed.to_string()),
+            e @ I::RoleNotServed(_) => Self::Conflict(e.to_string()),
+            I::Db(db) => db.into(),
+            e @ I::Corrupt { .. } => Self::internal(e),
+            I::Internal(source) => Self::Internal(source),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let Self::Internal(source) = &self {

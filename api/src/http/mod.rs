@@ -7,6 +7,7 @@ use common_responses::CommonResponses;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod server;
 
 use std::time::Instant;
 

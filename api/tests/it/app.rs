@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use exk8s_api::app::{ApiConfig, AppState, Application};
+use exk8s_api::app::{ApiConfig, AppState};
 use exk8s_api::crypto::{Kek, Keyring};
 use exk8s_api::db::{self, Db};
+use exk8s_api::http::server::Application;
 use exk8s_api::metrics::Metrics;
 use exk8s_api::sim::Simulators;
 use exk8s_api::tokens::{self, Scope};
@@ -271,35 +272,3 @@ macro_rules! both_backends {
     )*};
 }
 pub(crate) use both_backends;
-
-/// The two migration dialects must describe the same schema: identical but for the identity
-/// column syntax and the header comment.
-#[test]
-fn migrations_are_equivalent_in_both_dialects() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-    let normalise = |dialect: &str| -> Vec<String> {
-        let mut names: Vec<_> = std::fs::read_dir(root.join(dialect))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        names.sort();
-        names
-            .iter()
-            .flat_map(|name| {
-                std::fs::read_to_string(root.join(dialect).join(name))
-                    .unwrap()
-                    .lines()
-                    .filter(|l| !l.starts_with("-- exk8s schema"))
-                    .map(|l| {
-                        l.replace(
-                            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-                            "<identity>",
-                        )
-                        .replace("INTEGER PRIMARY KEY AUTOINCREMENT", "<identity>")
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    };
-    assert_eq!(normalise("postgres"), normalise("sqlite"));
-}

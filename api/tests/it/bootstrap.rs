@@ -371,6 +371,7 @@ async fn complete_nodes_get_410_until_rearmed(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(view["nodes"][0]["phase"], "addons");
+    assert_eq!(view["nodes"][0]["applied_generation"], 0);
     assert_eq!(view["ready"], false);
     assert_eq!(report(&app, node, "complete", "succeeded").await, 204);
     let view: Value = app
@@ -382,6 +383,8 @@ async fn complete_nodes_get_410_until_rearmed(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(view["nodes"][0]["phase"], "complete");
+    assert_eq!(view["nodes"][0]["applied_generation"], 1);
+    assert_eq!(view["nodes"][0]["up_to_date"], true);
     assert_eq!(view["ready"], true);
 
     assert_eq!(

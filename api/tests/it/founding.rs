@@ -82,10 +82,15 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
     );
     let nodes = view["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 3);
-    assert_eq!(nodes[0]["name"], format!("cp-1.cluster-{id}.internal"));
+    let vm = nodes[0]["vm_id"].as_i64().unwrap();
+    assert_eq!(nodes[0]["name"], format!("cp-{vm}.cluster-{id}.internal"));
     assert_eq!(nodes[0]["is_initial"], true);
     assert_eq!(nodes[1]["is_initial"], false);
-    assert!(nodes.iter().all(|n| n["phase"] == "pending"));
+    assert!(nodes.iter().all(|n| n["phase"] == "pending"
+        && n["role"] == "control-plane"
+        && n["desired_generation"] == 1
+        && n["applied_generation"] == 0
+        && n["up_to_date"] == false));
 
     let existing = groups[0].id;
     let response = app

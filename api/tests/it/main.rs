@@ -19,3 +19,4 @@ mod founding;
 mod helpers;
 mod pki;
 mod render;
+mod schema;

@@ -1,0 +1,171 @@
+//! The closed sets the database stores as text, each an enum here and a CHECK constraint there
+//! (migration 0003): a cluster's phase, and a node's phase with the state of its last report.
+//! A value outside the set is a decode error, never a string passed along.
+
+use std::fmt;
+use std::str::FromStr;
+
+use exk8s_common::contract::{BootPhase, ReportState, UnknownName};
+use serde::{Deserialize, Serialize};
+
+/// Where a cluster stands: `provisioning` → `founded` | (`compensating` →) `failed`;
+/// `deleting` while its resources are released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterPhase {
+    Provisioning,
+    Founded,
+    Compensating,
+    Failed,
+    Deleting,
+}
+
+impl ClusterPhase {
+    pub const ALL: [Self; 5] = [
+        Self::Provisioning,
+        Self::Founded,
+        Self::Compensating,
+        Self::Failed,
+        Self::Deleting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provisioning => "provisioning",
+            Self::Founded => "founded",
+            Self::Compensating => "compensating",
+            Self::Failed => "failed",
+            Self::Deleting => "deleting",
+        }
+    }
+}
+
+impl fmt::Display for ClusterPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ClusterPhase {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
+    }
+}
+
+/// What a node last said about itself: nothing yet, or a phase and where it stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodePhase {
+    Pending,
+    Reported {
+        phase: BootPhase,
+        state: ReportState,
+    },
+}
+
+impl NodePhase {
+    /// The node finished its boot: it completed, or it has synced since.
+    pub fn completed(self) -> bool {
+        matches!(
+            self,
+            Self::Reported {
+                phase: BootPhase::Complete | BootPhase::Sync,
+                ..
+            }
+        )
+    }
+
+    /// Healthy at what it applied: boot complete, or the last sync succeeded.
+    pub fn healthy(self) -> bool {
+        matches!(
+            self,
+            Self::Reported {
+                phase: BootPhase::Complete | BootPhase::Sync,
+                state: ReportState::Succeeded,
+            }
+        )
+    }
+
+    /// The two stored columns, `phase` and `phase_state`.
+    pub fn columns(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Pending => ("pending", ReportState::Succeeded.as_str()),
+            Self::Reported { phase, state } => (phase.as_str(), state.as_str()),
+        }
+    }
+
+    pub fn from_columns(phase: &str, state: &str) -> Result<Self, UnknownName> {
+        if phase == "pending" {
+            return Ok(Self::Pending);
+        }
+        Ok(Self::Reported {
+            phase: phase.parse()?,
+            state: state.parse()?,
+        })
+    }
+}
+
+/// `pending`, `etcd` (succeeded), or `etcd:failed`: the form the API has always shown.
+impl fmt::Display for NodePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pending => f.write_str("pending"),
+            Self::Reported {
+                phase,
+                state: ReportState::Succeeded,
+            } => write!(f, "{phase}"),
+            Self::Reported { phase, state } => write!(f, "{phase}:{state}"),
+        }
+    }
+}
+
+/// Decodes a text column through `FromStr`, naming the column when the value is outside its set.
+pub(crate) fn decode<T>(row: &sqlx::any::AnyRow, column: &str) -> Result<T, sqlx::Error>
+where
+    T: FromStr<Err = UnknownName>,
+{
+    use sqlx::Row as _;
+    let text: String = row.try_get(column)?;
+    text.parse()
+        .map_err(|e: UnknownName| sqlx::Error::ColumnDecode {
+            index: column.to_owned(),
+            source: Box::new(e),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+
+    use super::*;
+
+    #[test]
+    fn node_phases_round_trip_through_their_columns() {
+        let all = std::iter::once(NodePhase::Pending).chain(BootPhase::ALL.into_iter().flat_map(
+            |phase| {
+                ReportState::ALL
+                    .into_iter()
+                    .map(move |state| NodePhase::Reported { phase, state })
+            },
+        ));
+        for node in all {
+            let (phase, state) = node.columns();
+            assert_eq!(NodePhase::from_columns(phase, state).unwrap(), node);
+        }
+        assert!(NodePhase::from_columns("booting", "succeeded").is_err());
+        assert!(NodePhase::from_columns("etcd", "ok").is_err());
+        let failed = NodePhase::Reported {
+            phase: BootPhase::Etcd,
+            state: ReportState::Failed,
+        };
+        assert_eq!(failed.to_string(), "etcd:failed");
+        assert!(!failed.healthy());
+        for phase in ClusterPhase::ALL {
+            assert_eq!(phase.as_str().parse::<ClusterPhase>().unwrap(), phase);
+        }
+    }
+}

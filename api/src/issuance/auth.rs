@@ -1,0 +1,206 @@
+//! Who is asking (SECURITY.md 1–8): a VM's IMDS session token AND a bootstrap-scope principal
+//! token of the same org, for its own VM id. Checked in the order that never reveals more than
+//! the caller may know; each refusal has a class (its one answer) and a reason (the audit's).
+
+use exk8s_common::contract::IMDS_TOKEN_HEADER;
+
+use crate::app::AppState;
+use crate::db::phase::ClusterPhase;
+use crate::db::{self, DbError, clusters::ClusterRow, issuances::Audit, nodes::NodeRow};
+use crate::tokens::{self, Scope};
+
+use super::IssuanceError;
+
+/// A caller that passed every check.
+#[derive(Debug, Clone)]
+pub struct Vm {
+    pub node: NodeRow,
+    pub cluster: ClusterRow,
+}
+
+/// How a refused caller is answered. The caller never learns which check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Missing, malformed, unknown, expired or revoked credentials.
+    Unauthorized,
+    /// A valid token of the wrong scope.
+    Forbidden(&'static str),
+    /// Anything that would reveal another VM or org: answered as not found.
+    Hidden,
+    /// The VM's own cluster is still being founded: retry shortly.
+    NotYet { retry_after_secs: u64 },
+}
+
+/// Why a caller was refused: the class decides the answer, the reason goes to the audit.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    pub class: Refused,
+    pub reason: &'static str,
+}
+
+pub(crate) fn unauthorized(reason: &'static str) -> Refusal {
+    Refusal {
+        class: Refused::Unauthorized,
+        reason,
+    }
+}
+
+pub(crate) fn hidden(reason: &'static str) -> Refusal {
+    Refusal {
+        class: Refused::Hidden,
+        reason,
+    }
+}
+
+/// A request header's value: present, text, not blank, at most 256 bytes.
+pub fn header<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
+    (!value.is_empty() && value.len() <= 256).then_some(value)
+}
+
+/// A valid IMDS session: the VM it speaks for and its org.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Session {
+    pub vm_id: i64,
+    pub org_id: i64,
+}
+
+/// The session a valid IMDS token names.
+pub(crate) async fn imds_session(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+) -> Result<Result<Session, Refusal>, DbError> {
+    let Some(imds) = header(headers, IMDS_TOKEN_HEADER) else {
+        return Ok(Err(unauthorized("IMDS token missing or malformed")));
+    };
+    let Some(session) = db::tokens::find_imds_token(&state.db.pool, &tokens::hash(imds)).await?
+    else {
+        return Ok(Err(unauthorized("IMDS token unknown")));
+    };
+    if session.expires_at <= db::now() {
+        return Ok(Err(unauthorized("IMDS token expired")));
+    }
+    Ok(Ok(Session {
+        vm_id: session.vm_id,
+        org_id: session.org_id,
+    }))
+}
+
+/// The session is `path_vm`'s own: checked last, so a caller with good credentials learns
+/// nothing about other VMs.
+pub(crate) fn same_vm(session: Session, path_vm: i64) -> Result<(), Refusal> {
+    if session.vm_id == path_vm {
+        Ok(())
+    } else {
+        Err(hidden("the path names another VM than the IMDS token"))
+    }
+}
+
+/// The node `vm_id` is and its founded cluster of `org_id`.
+pub(crate) async fn member(
+    state: &AppState,
+    org_id: i64,
+    vm_id: i64,
+) -> Result<Result<Vm, Refusal>, DbError> {
+    let Some(node) = db::nodes::find_by_vm(&state.db.pool, vm_id).await? else {
+        return Ok(Err(hidden("the VM is no node of any cluster")));
+    };
+    let Some(cluster) = db::clusters::get(&state.db.pool, org_id, node.cluster_id).await? else {
+        return Ok(Err(hidden("the VM's cluster belongs to another org")));
+    };
+    match cluster.phase {
+        ClusterPhase::Founded => Ok(Ok(Vm { node, cluster })),
+        // The VM booted before founding finished: retryable, and it is the VM's own cluster.
+        ClusterPhase::Provisioning => Ok(Err(Refusal {
+            class: Refused::NotYet {
+                retry_after_secs: 5,
+            },
+            reason: "the VM's cluster is still being founded",
+        })),
+        _ => Ok(Err(hidden("the VM's cluster is not founded"))),
+    }
+}
+
+/// Checks both bootstrap credentials and the VM's membership.
+pub async fn authenticate(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    path_vm: i64,
+) -> Result<Result<Vm, Refusal>, DbError> {
+    if header(headers, IMDS_TOKEN_HEADER).is_none() {
+        return Ok(Err(unauthorized("IMDS token missing or malformed")));
+    }
+    let bearer = header(headers, "authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(bearer) = bearer.filter(|b| !b.is_empty()) else {
+        return Ok(Err(unauthorized("bearer token missing or malformed")));
+    };
+    let session = match imds_session(state, headers).await? {
+        Ok(session) => session,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    if let Err(refusal) = check_bearer(state, bearer, session.org_id).await? {
+        return Ok(Err(refusal));
+    }
+    if let Err(refusal) = same_vm(session, path_vm) {
+        return Ok(Err(refusal));
+    }
+    member(state, session.org_id, path_vm).await
+}
+
+/// A valid, unrevoked bootstrap-scope principal token of `org`.
+async fn check_bearer(
+    state: &AppState,
+    bearer: &str,
+    org: i64,
+) -> Result<Result<(), Refusal>, DbError> {
+    let Some(principal) = db::tokens::find_api_token(&state.db.pool, &tokens::hash(bearer)).await?
+    else {
+        return Ok(Err(unauthorized("bearer token unknown")));
+    };
+    if principal.revoked {
+        return Ok(Err(unauthorized("bearer token revoked")));
+    }
+    if principal.expires_at <= db::now() {
+        return Ok(Err(unauthorized("bearer token expired")));
+    }
+    if principal.scope != Scope::Bootstrap {
+        return Ok(Err(Refusal {
+            class: Refused::Forbidden("this token's scope does not allow bootstrap calls"),
+            reason: "bearer token is not bootstrap scope",
+        }));
+    }
+    if principal.org_id != org {
+        return Ok(Err(hidden(
+            "bearer and IMDS tokens belong to different orgs",
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// Writes a refusal's audit row and turns it into its error.
+pub async fn refuse(
+    state: &AppState,
+    path_vm: i64,
+    refusal: Refusal,
+    source: &str,
+) -> IssuanceError {
+    tracing::info!(
+        vm_id = path_vm,
+        reason = refusal.reason,
+        source,
+        "node request refused"
+    );
+    let audit = Audit {
+        vm_id: path_vm,
+        outcome: "refused",
+        reason: Some(refusal.reason),
+        source_address: Some(source),
+        ..Audit::default()
+    };
+    if let Err(e) = db::issuances::insert(&state.db.pool, &audit, db::now()).await {
+        return IssuanceError::Db(e);
+    }
+    IssuanceError::Refused(refusal.class)
+}

@@ -1,0 +1,160 @@
+//! Issuance owns "node row → signed bundle": who is asking ([`auth`]), the typed loading of
+//! the node and its cluster ([`load`]), certificates minted fresh per bundle, rendering, the
+//! signature, and the serial and audit row taken in one transaction. Its failures are
+//! [`IssuanceError`]; `http/` decides how each is answered.
+//!
+//! Refusals fall into classes with one answer each ([`auth::Refused`]); the caller never learns
+//! which check failed, the audit row and the log say.
+
+pub mod auth;
+pub mod load;
+
+use exk8s_common::contract::Role;
+use exk8s_common::names::Nonce;
+use time::OffsetDateTime;
+
+use crate::app::AppState;
+use crate::db::{self, DbError, issuances::Audit};
+use crate::pki::BundleCerts;
+use crate::render::{self, Issuance, NodeCredentials, RenderInput};
+
+pub use auth::{Refusal, Refused, Vm, authenticate, refuse};
+pub use exk8s_common::contract::{IMDS_TOKEN_HEADER as IMDS_HEADER, NONCE_HEADER};
+
+/// Why a bundle was not issued.
+#[derive(Debug, thiserror::Error)]
+pub enum IssuanceError {
+    /// The caller failed authentication; the class decides the answer.
+    #[error("refused: {0:?}")]
+    Refused(Refused),
+    /// A request header is malformed.
+    #[error("{header}: {message}")]
+    InvalidHeader {
+        header: &'static str,
+        message: String,
+    },
+    /// The node finished bootstrapping and was not re-armed.
+    #[error("this node finished bootstrapping; an operator must re-arm it for another bundle")]
+    Sealed,
+    /// No renderer serves nodes of this role yet.
+    #[error("bundles for {0} nodes are not served by this API version")]
+    RoleNotServed(Role),
+    /// A stored record cannot be used (a defect, never the caller's fault).
+    #[error("node {vm_id} has an unusable stored {what}")]
+    Corrupt { vm_id: i64, what: &'static str },
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl IssuanceError {
+    pub(crate) fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Internal(Box::new(e))
+    }
+}
+
+/// Renders and signs `vm`'s bundle; returns the envelope bytes.
+pub async fn issue(
+    state: &AppState,
+    vm: &Vm,
+    nonce: Option<&str>,
+    source: &str,
+) -> Result<Vec<u8>, IssuanceError> {
+    let nonce = nonce.ok_or_else(|| IssuanceError::InvalidHeader {
+        header: NONCE_HEADER,
+        message: format!("the {NONCE_HEADER} header is required"),
+    })?;
+    let nonce = Nonce::new(nonce).map_err(|e| IssuanceError::InvalidHeader {
+        header: NONCE_HEADER,
+        message: e.to_string(),
+    })?;
+    let (cluster, node) = (&vm.cluster, &vm.node);
+    if !node.issuance_allowed {
+        let audit = Audit {
+            vm_id: node.vm_id,
+            cluster_id: Some(cluster.id),
+            outcome: "refused",
+            reason: Some("node is complete"),
+            source_address: Some(source),
+            ..Audit::default()
+        };
+        db::issuances::insert(&state.db.pool, &audit, db::now()).await?;
+        return Err(IssuanceError::Sealed);
+    }
+    if node.role != Role::ControlPlane {
+        return Err(IssuanceError::RoleNotServed(node.role));
+    }
+    let peers_rows = db::nodes::list(&state.db.pool, cluster.id).await?;
+    let serving = load::serving_certs(state, cluster.id, node).await?;
+    let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
+    let this = load::control_plane_node(node)?;
+    let peers = peers_rows
+        .iter()
+        .filter(|p| p.role == Role::ControlPlane)
+        .map(load::control_plane_node)
+        .collect::<Result<Vec<_>, _>>()?;
+    let minting_pki = pki.clone();
+    let minting_addresses = this.addresses.clone();
+    let minted = state
+        .cpu
+        .run(move || BundleCerts::mint(&minting_pki, &minting_addresses, OffsetDateTime::now_utc()))
+        .await
+        .map_err(IssuanceError::internal)?
+        .map_err(IssuanceError::internal)?;
+
+    let mut tx = state.db.begin().await?;
+    let Some(handed) = db::nodes::take_serial(&mut tx, node.id).await? else {
+        return Err(IssuanceError::Sealed);
+    };
+    let serial = handed.serial;
+    let now = db::now();
+    let ttl = i64::try_from(state.config.bundle_ttl.as_secs()).unwrap_or(900);
+    let issuance = Issuance {
+        bundle_id: uuid::Uuid::new_v4(),
+        issued_at: now,
+        expires_at: now + ttl,
+        serial: u64::try_from(serial).map_err(IssuanceError::internal)?,
+        nonce,
+    };
+    let payload = render::render_bundle(&RenderInput {
+        cluster: &spec,
+        node: &this,
+        peers: &peers,
+        credentials: NodeCredentials {
+            cluster_ca_pem: pki.cluster_ca.cert_pem(),
+            etcd_ca_pem: pki.etcd_ca.cert_pem(),
+            front_proxy_ca_pem: pki.front_proxy_ca.cert_pem(),
+            service_account: &pki.service_account,
+            serving: &serving,
+            minted: &minted,
+        },
+        issuance: &issuance,
+        artifacts: &state.config.artifacts,
+    })
+    .map_err(IssuanceError::internal)?;
+    let payload_bytes = serde_json::to_vec(&payload).map_err(IssuanceError::internal)?;
+    let envelope = state
+        .signer
+        .sign(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload_bytes);
+    let envelope = serde_json::to_vec(&envelope).map_err(IssuanceError::internal)?;
+    let bundle_id = issuance.bundle_id.to_string();
+    let digest = exk8s_common::names::Sha256Digest::of(&payload_bytes).to_hex();
+    let key_id = state.signer.key_id().to_string();
+    let audit = Audit {
+        vm_id: node.vm_id,
+        cluster_id: Some(cluster.id),
+        serial: Some(serial),
+        bundle_id: Some(&bundle_id),
+        bundle_sha256: Some(&digest),
+        key_id: Some(&key_id),
+        outcome: "issued",
+        reason: None,
+        source_address: Some(source),
+    };
+    db::issuances::insert(&mut *tx, &audit, now).await?;
+    tx.commit().await?;
+    state.metrics.bundles_issued.inc();
+    tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, bundle_id = %bundle_id, "bundle issued");
+    Ok(envelope)
+}

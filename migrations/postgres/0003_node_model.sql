@@ -1,0 +1,37 @@
+-- The node model of day 2 (PostgreSQL). Keep equivalent to migrations/sqlite/0003_node_model.sql.
+-- Phases become closed sets checked by the database; a node gains a role, the state of its
+-- last report, generations (desired by the API, handed out, applied by the agent) and the
+-- public half of the key it signs day-2 requests with.
+
+ALTER TABLE clusters ADD CONSTRAINT clusters_phase_check
+    CHECK (phase IN ('provisioning', 'founded', 'compensating', 'failed', 'deleting'));
+
+-- cluster_nodes.phase `etcd:failed` becomes phase `etcd` and phase_state `failed`.
+ALTER TABLE cluster_nodes ADD COLUMN phase_state TEXT NOT NULL DEFAULT 'succeeded'
+    CHECK (phase_state IN ('started', 'succeeded', 'failed'));
+UPDATE cluster_nodes SET phase_state = split_part(phase, ':', 2), phase = split_part(phase, ':', 1)
+    WHERE position(':' IN phase) > 0;
+ALTER TABLE cluster_nodes ADD CONSTRAINT cluster_nodes_phase_check
+    CHECK (phase IN ('pending', 'fetch', 'verify', 'files', 'prereqs', 'services', 'etcd',
+                     'apiserver', 'addons', 'complete', 'sync'));
+
+ALTER TABLE cluster_nodes ADD COLUMN role TEXT NOT NULL DEFAULT 'control-plane'
+    CHECK (role IN ('control-plane', 'worker'));
+ALTER TABLE cluster_nodes ADD COLUMN desired_generation BIGINT NOT NULL DEFAULT 1
+    CHECK (desired_generation >= 1);
+ALTER TABLE cluster_nodes ADD COLUMN handed_generation BIGINT NOT NULL DEFAULT 0
+    CHECK (handed_generation >= 0);
+ALTER TABLE cluster_nodes ADD COLUMN applied_generation BIGINT NOT NULL DEFAULT 0
+    CHECK (applied_generation >= 0);
+ALTER TABLE cluster_nodes ADD COLUMN node_key TEXT;
+-- Nodes that completed before generations existed applied their first (and only) bundle.
+UPDATE cluster_nodes SET handed_generation = 1, applied_generation = 1 WHERE phase = 'complete';
+
+-- Nonces of signed day-2 requests, kept until their timestamp can no longer be accepted.
+CREATE TABLE node_request_nonces (
+    node_id     BIGINT  NOT NULL REFERENCES cluster_nodes (id) ON DELETE CASCADE,
+    nonce       TEXT    NOT NULL,
+    expires_at  BIGINT  NOT NULL,
+    PRIMARY KEY (node_id, nonce)
+);
+CREATE INDEX node_request_nonces_expiry ON node_request_nonces (expires_at);
