@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use exk8s_common::binding::DEFAULT_CLOCK_SKEW_SECS;
-use exk8s_common::contract::BootPhase;
+use exk8s_common::contract::{BootPhase, BundleKind};
 use exk8s_common::limits::{MAX_ENVELOPE_BYTES, read_bounded};
 use exk8s_common::{Disposition, Expected, Keyring, VerifiedBundle, verify};
 
@@ -63,6 +63,7 @@ fn check_local(
         nonce: None,
         cluster_id: None,
         org_id: None,
+        kind: None,
         now: check.at.unwrap_or_else(now),
         clock_skew_secs: check.clock_skew_secs,
         applied_serial,
@@ -235,6 +236,7 @@ pub fn run(
             nonce: Some(&nonce),
             cluster_id: None,
             org_id: None,
+            kind: Some(BundleKind::Bootstrap),
             now: started_at,
             clock_skew_secs,
             applied_serial: state.applied_serial,

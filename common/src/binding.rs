@@ -1,5 +1,5 @@
 //! Binding a verified bundle to one machine and one request (SECURITY.md 10–12): the payload's
-//! vm, cluster and org must be the caller's, the nonce must be the one just sent, the bundle
+//! vm, cluster and org must be the caller's, its kind the one asked for, the nonce must be the one just sent, the bundle
 //! must be within its validity window, and its serial must not go backwards.
 //!
 //! # Clock skew
@@ -25,6 +25,8 @@ pub struct Expected<'a> {
     pub nonce: Option<&'a Nonce>,
     pub cluster_id: Option<u64>,
     pub org_id: Option<u64>,
+    /// The kind asked for (`None` for a local file, which may be either).
+    pub kind: Option<crate::contract::BundleKind>,
     /// Unix seconds, the agent's start time.
     pub now: i64,
     pub clock_skew_secs: i64,
@@ -62,6 +64,12 @@ impl VerifiedBundle {
             return Err(BundleError::WrongOrg {
                 expected: org_id,
                 found: identity.org_id,
+            });
+        }
+        if let Some(kind) = expected.kind.filter(|kind| *kind != identity.kind) {
+            return Err(BundleError::WrongKind {
+                expected: kind,
+                found: identity.kind,
             });
         }
         if expected

@@ -1,7 +1,7 @@
 //! The trust boundary: the DSSE envelope around a bundle payload.
 //!
 //! ```json
-//! { "payloadType": "application/vnd.exk8s.bundle.v1+json",
+//! { "payloadType": "application/vnd.exk8s.bundle.v2+json",
 //!   "payload": "<standard base64 of the exact payload bytes>",
 //!   "signatures": [ { "keyid": "<32 hex>", "sig": "<standard base64 ed25519 signature>" } ] }
 //! ```
@@ -24,7 +24,7 @@ use crate::payload::BundlePayload;
 use crate::serde_util::bounded_vec;
 
 /// The payload type of a v1 bundle.
-pub const BUNDLE_PAYLOAD_TYPE: &str = "application/vnd.exk8s.bundle.v1+json";
+pub const BUNDLE_PAYLOAD_TYPE: &str = "application/vnd.exk8s.bundle.v2+json";
 
 /// A DSSE envelope as it travels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -34,6 +34,8 @@ pub enum BundleError {
     DigestMismatch { path: String },
     #[error("bundle validity window is empty (expires_at is not after issued_at)")]
     EmptyValidity,
+    #[error("bundle generation is 0; generations start at 1")]
+    ZeroGeneration,
     // --- binding to this machine and request ---------------------------------------------
     #[error("bundle is for vm {found}, this machine is vm {expected}")]
     WrongVm { expected: u64, found: u64 },
@@ -41,6 +43,11 @@ pub enum BundleError {
     WrongCluster { expected: u64, found: u64 },
     #[error("bundle is for org {found}, expected org {expected}")]
     WrongOrg { expected: u64, found: u64 },
+    #[error("bundle is a {found} bundle where a {expected} bundle was asked for")]
+    WrongKind {
+        expected: crate::contract::BundleKind,
+        found: crate::contract::BundleKind,
+    },
     #[error("bundle does not echo this request's nonce")]
     NonceMismatch,
     #[error("bundle expired at {expires_at} (now {now}, skew allowance {skew_secs}s)")]
@@ -76,6 +83,8 @@ impl BundleError {
             Self::DuplicatePath { .. } => "duplicate-path",
             Self::DigestMismatch { .. } => "digest-mismatch",
             Self::EmptyValidity => "empty-validity",
+            Self::ZeroGeneration => "zero-generation",
+            Self::WrongKind { .. } => "wrong-kind",
             Self::WrongVm { .. } => "wrong-vm",
             Self::WrongCluster { .. } => "wrong-cluster",
             Self::WrongOrg { .. } => "wrong-org",

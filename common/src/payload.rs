@@ -1,4 +1,4 @@
-//! The v1 bundle payload: everything one control-plane VM needs, rendered by the API for
+//! The v2 bundle payload: everything one node needs, rendered by the API for
 //! exactly that VM. Every field is typed and validated on the way in; unknown fields are
 //! refused at every level so a newer, richer bundle is never half-understood by an older agent.
 //!
@@ -20,7 +20,7 @@ use crate::names::{
 };
 use crate::serde_util::bounded_vec;
 
-/// The v1 bundle payload.
+/// The v2 bundle payload (v2 added the bundle kind and the generation).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BundlePayload {
@@ -51,6 +51,10 @@ pub struct Identity {
     pub role: Role,
     /// Only the initial control-plane node runs the cluster-wide addon steps.
     pub is_initial_control_plane: bool,
+    /// The first bundle of the node's life, or a later update.
+    pub kind: BundleKind,
+    /// The node's generation this bundle carries (at least 1); the agent reports it applied.
+    pub generation: u64,
 }
 
 /// When and in answer to which request the bundle was issued.
@@ -249,6 +253,9 @@ impl BundlePayload {
     pub fn check_consistency(&self) -> Result<(), BundleError> {
         if self.freshness.expires_at <= self.freshness.issued_at {
             return Err(BundleError::EmptyValidity);
+        }
+        if self.identity.generation == 0 {
+            return Err(BundleError::ZeroGeneration);
         }
         let mut seen = std::collections::HashSet::with_capacity(self.files.len());
         for file in &self.files {

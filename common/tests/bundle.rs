@@ -11,6 +11,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use exk8s_common::binding::DEFAULT_CLOCK_SKEW_SECS;
+use exk8s_common::contract::BundleKind;
 use exk8s_common::envelope::{BUNDLE_PAYLOAD_TYPE, Envelope};
 use exk8s_common::limits::{MAX_ENVELOPE_BYTES, MAX_FILE_BYTES};
 use exk8s_common::names::{BundlePath, FileMode, Nonce};
@@ -38,6 +39,7 @@ fn expected(nonce: &Nonce) -> Expected<'_> {
         nonce: Some(nonce),
         cluster_id: Some(42),
         org_id: Some(7),
+        kind: Some(BundleKind::Bootstrap),
         now: FIXTURE_ISSUED_AT + 60,
         clock_skew_secs: DEFAULT_CLOCK_SKEW_SECS,
         applied_serial: None,
@@ -251,7 +253,7 @@ fn the_key_id_is_a_hint_and_the_signature_decides() {
 }
 
 #[test]
-fn binding_checks_identity_nonce_freshness_and_rollback() {
+fn binding_checks_identity_kind_nonce_freshness_and_rollback() {
     let envelope = std::fs::read(data_dir().join("valid/envelope.json")).unwrap();
     let bundle = verify(&envelope, &trusted()).unwrap();
     let good = nonce();
@@ -284,6 +286,20 @@ fn binding_checks_identity_nonce_freshness_and_rollback() {
             ..base.clone()
         }),
         "wrong-org"
+    );
+    assert_eq!(
+        kind(Expected {
+            kind: Some(BundleKind::Update),
+            ..base.clone()
+        }),
+        "wrong-kind"
+    );
+    assert_eq!(
+        kind(Expected {
+            kind: None,
+            ..base.clone()
+        }),
+        "Apply"
     );
     assert_eq!(
         kind(Expected {

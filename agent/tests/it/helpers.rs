@@ -82,6 +82,8 @@ pub fn payload(vm_id: u64, serial: u64, files: Vec<BundleFile>) -> BundlePayload
             node_name: "cp-1.cluster-42.internal".parse().unwrap(),
             role: Role::ControlPlane,
             is_initial_control_plane: true,
+            kind: exk8s_common::contract::BundleKind::Bootstrap,
+            generation: 1,
         },
         freshness: Freshness {
             issued_at: now - 10,

@@ -61,7 +61,7 @@ fn limit_vm(state: &AppState, vm: &issuance::Vm) -> Result<(), ApiError> {
     get, path = "/bootstrap/control-plane/{vm_id}",
     params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
     responses(
-        (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v1+json payload"),
+        (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v2+json payload"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
         (status = 503, body = ErrorBody),

@@ -9,7 +9,7 @@
 pub mod auth;
 pub mod load;
 
-use exk8s_common::contract::Role;
+use exk8s_common::contract::{BundleKind, Role};
 use exk8s_common::names::Nonce;
 use time::OffsetDateTime;
 
@@ -116,6 +116,8 @@ pub async fn issue(
         expires_at: now + ttl,
         serial: u64::try_from(serial).map_err(IssuanceError::internal)?,
         nonce,
+        kind: BundleKind::Bootstrap,
+        generation: u64::try_from(handed.generation).map_err(IssuanceError::internal)?,
     };
     let payload = render::render_bundle(&RenderInput {
         cluster: &spec,

@@ -127,6 +127,9 @@ pub struct Issuance {
     pub expires_at: i64,
     pub serial: u64,
     pub nonce: Nonce,
+    pub kind: exk8s_common::contract::BundleKind,
+    /// The node's generation this bundle carries.
+    pub generation: u64,
 }
 
 /// Everything one bundle is rendered from.

@@ -65,6 +65,8 @@ pub fn render_bundle(input: &RenderInput<'_>) -> Result<BundlePayload, RenderErr
             node_name: input.node.addresses.name.clone(),
             role: Role::ControlPlane,
             is_initial_control_plane: input.node.is_initial,
+            kind: issuance.kind,
+            generation: issuance.generation,
         },
         freshness: Freshness {
             issued_at: issuance.issued_at,

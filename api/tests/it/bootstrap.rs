@@ -260,6 +260,11 @@ async fn envelopes_verify_and_bind_and_serials_increase(backend: Backend) {
     );
     assert_eq!(p.freshness.nonce.as_str(), NONCE);
     assert!(!p.identity.is_initial_control_plane);
+    assert_eq!(
+        p.identity.kind,
+        exk8s_common::contract::BundleKind::Bootstrap
+    );
+    assert_eq!(p.identity.generation, 1);
     let nonce = NONCE.parse().unwrap();
     bundle
         .check_binding(&Expected {
@@ -267,6 +272,7 @@ async fn envelopes_verify_and_bind_and_serials_increase(backend: Backend) {
             nonce: Some(&nonce),
             cluster_id: Some(node.cluster as u64),
             org_id: Some(7),
+            kind: Some(exk8s_common::contract::BundleKind::Bootstrap),
             now: exk8s_api::db::now(),
             clock_skew_secs: 300,
             applied_serial: None,

@@ -90,6 +90,7 @@ async fn a_database_outage_answers_503_and_heals_without_a_restart() {
                             nonce: Some(&nonce),
                             cluster_id: None,
                             org_id: Some(7),
+                            kind: Some(exk8s_common::contract::BundleKind::Bootstrap),
                             now: exk8s_api::db::now(),
                             clock_skew_secs: 300,
                             applied_serial: None,

@@ -260,6 +260,8 @@ pub fn issuance(serial: u64) -> Issuance {
         expires_at: FIXED_ISSUED_AT + 900,
         serial,
         nonce: "fixture-nonce-0123456789".parse().unwrap(),
+        kind: exk8s_common::contract::BundleKind::Bootstrap,
+        generation: 1,
     }
 }
 

@@ -66,6 +66,8 @@ pub fn valid_payload() -> BundlePayload {
             node_name: parse("cp-1.cluster-42.internal"),
             role: Role::ControlPlane,
             is_initial_control_plane: true,
+            kind: exk8s_common::contract::BundleKind::Bootstrap,
+            generation: 1,
         },
         freshness: Freshness {
             issued_at: FIXTURE_ISSUED_AT,
@@ -188,6 +190,16 @@ pub fn all() -> Vec<Fixture> {
         payload.identity.vm_id = FIXTURE_VM_ID + 1;
         signed(&payload)
     };
+    let zero_generation = {
+        let mut payload = valid.clone();
+        payload.identity.generation = 0;
+        signed(&payload)
+    };
+    let update_kind = {
+        let mut payload = valid.clone();
+        payload.identity.kind = exk8s_common::contract::BundleKind::Update;
+        signed(&payload)
+    };
 
     vec![
         Fixture {
@@ -195,6 +207,18 @@ pub fn all() -> Vec<Fixture> {
             envelope: valid_env,
             expect: None,
             about: "a complete bundle signed by the test key",
+        },
+        Fixture {
+            name: "zero-generation",
+            envelope: zero_generation,
+            expect: Some("zero-generation"),
+            about: "a signed bundle carrying generation 0 (generations start at 1)",
+        },
+        Fixture {
+            name: "update-for-bootstrap",
+            envelope: update_kind,
+            expect: Some("wrong-kind"),
+            about: "a signed update bundle offered where the first (bootstrap) bundle was asked for",
         },
         Fixture {
             name: "bad-signature",
