@@ -6,7 +6,8 @@
 //! * [`http`] — routes, handlers, errors, extractors, and the server that wires router, state and
 //!   background workers; [`app`] — the state;
 //! * [`founding`] — `POST /clusters`, compensation, the reconciler;
-//! * [`issuance`] — who a VM is, and its node row → its signed bundle;
+//! * [`issuance`] — who a VM is, and its node row → its signed bundle; [`rollout`] — handing
+//!   out new generations one control-plane node at a time;
 //! * [`db`] — sqlx queries per table (SQLite and PostgreSQL); [`crypto`] — keys sealed at rest;
 //! * [`pki`] — every certificate, minted on the [`cpu`] pool; [`render`] — the bundle for one node;
 //! * [`compute`], [`dns`] — the services exk8s drives; [`sim`] — their SIMULATORS;
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod pki;
 pub mod ratelimit;
 pub mod render;
+pub mod rollout;
 pub mod sim;
 pub mod tokens;
 

@@ -1,12 +1,14 @@
 //! `exk8s-common` owns the one contract between `exk8s-api` and `exk8s-agent`: the signed
 //! bootstrap bundle.
 //!
-//! * [`payload`] — the v1 bundle payload (identity, freshness, files, artifacts, packages, plan).
+//! * [`payload`] — the v2 bundle payload (identity, freshness, files, artifacts, packages, plan).
 //! * [`envelope`] — the DSSE envelope: PAE, signing (feature `sign`) and verification that checks
 //!   the ed25519 signature over the exact payload bytes before any JSON parsing.
 //! * [`keyring`] — trusted public keys by key id, loaded from `.pub` files.
 //! * [`names`] — validated newtypes (paths under the allow-list, modes, digests, names) so that a
 //!   value which exists has already been checked.
+//! * [`contract`] — headers, roles, bundle kinds and report phases both programs share;
+//!   [`node_auth`] — a node's day-2 key and its signed requests.
 //! * [`binding`] — the agent-side checks that tie a verified bundle to one machine and one request.
 //! * [`error`] — [`BundleError`], whose variants say exactly why a bundle was refused.
 //!
@@ -20,6 +22,7 @@ pub mod error;
 pub mod keyring;
 pub mod limits;
 pub mod names;
+pub mod node_auth;
 pub mod payload;
 mod serde_util;
 

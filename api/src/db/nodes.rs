@@ -288,3 +288,98 @@ pub async fn rearm<'c>(
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Takes the next serial for an update bundle and hands the node its desired generation — only
+/// when the node is behind and, for a control-plane node, the rollout allows it: no other
+/// control-plane node in flight, every other one healthy (see `rollout::gate`). The cluster's
+/// row is written first, so concurrent decisions for one cluster are taken one at a time on
+/// both databases.
+pub async fn take_update(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    node_id: i64,
+) -> Result<Option<Handed>, DbError> {
+    sqlx::query("UPDATE clusters SET updated_at = updated_at WHERE id = $1")
+        .bind(cluster_id)
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query(
+        "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation \
+         WHERE id = $1 AND desired_generation > applied_generation \
+           AND (role <> 'control-plane' OR handed_generation >= desired_generation OR NOT EXISTS ( \
+               SELECT 1 FROM cluster_nodes o \
+               WHERE o.cluster_id = $2 AND o.id <> $1 AND o.role = 'control-plane' \
+                 AND (o.handed_generation > o.applied_generation \
+                      OR o.phase NOT IN ('complete', 'sync') OR o.phase_state <> 'succeeded'))) \
+         RETURNING serial, handed_generation",
+    )
+    .bind(node_id)
+    .bind(cluster_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(r) = row else { return Ok(None) };
+    Ok(Some(Handed {
+        serial: r.try_get("serial")?,
+        generation: r.try_get("handed_generation")?,
+    }))
+}
+
+/// Registers the node's day-2 public key (base64 ed25519).
+pub async fn register_key(
+    tx: &mut sqlx::AnyConnection,
+    node_id: i64,
+    key: &str,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE cluster_nodes SET node_key = $1 WHERE id = $2")
+        .bind(key)
+        .bind(node_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Gives every node of the cluster its next desired generation; `(vm_id, desired)` per node.
+pub async fn bump_generations(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+) -> Result<Vec<(i64, i64)>, DbError> {
+    let rows = sqlx::query(
+        "UPDATE cluster_nodes SET desired_generation = desired_generation + 1 \
+         WHERE cluster_id = $1 RETURNING vm_id, desired_generation",
+    )
+    .bind(cluster_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut nodes = rows
+        .iter()
+        .map(|r| Ok((r.try_get("vm_id")?, r.try_get("desired_generation")?)))
+        .collect::<Result<Vec<(i64, i64)>, sqlx::Error>>()?;
+    nodes.sort_unstable();
+    Ok(nodes)
+}
+
+/// Remembers a signed request's nonce until `expires_at`; false when the node used it before
+/// (a replay). Expired nonces of the node are dropped on the way.
+pub async fn remember_nonce(
+    tx: &mut sqlx::AnyConnection,
+    node_id: i64,
+    nonce: &str,
+    expires_at: i64,
+    now: i64,
+) -> Result<bool, DbError> {
+    sqlx::query("DELETE FROM node_request_nonces WHERE node_id = $1 AND expires_at < $2")
+        .bind(node_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO node_request_nonces (node_id, nonce, expires_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (node_id, nonce) DO NOTHING",
+    )
+    .bind(node_id)
+    .bind(nonce)
+    .bind(expires_at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}

@@ -13,9 +13,9 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db;
-use crate::db::phase::NodePhase;
 use crate::issuance::{self, NONCE_HEADER};
-use exk8s_common::contract::{BootPhase, MAX_REPORT_MESSAGE_CHARS, ReportState};
+use exk8s_common::contract::{BootPhase, ReportState};
+use exk8s_common::node_auth::NODE_KEY_HEADER;
 
 /// A phase report (`exk8s_common::contract::PhaseReport` on the wire).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -36,19 +36,30 @@ pub struct StatusReport {
     pub generation: Option<u64>,
 }
 
-fn rate_limited(wait: std::time::Duration) -> ApiError {
+impl StatusReport {
+    pub(super) fn as_report(&self) -> issuance::report::Report<'_> {
+        issuance::report::Report {
+            phase: self.phase,
+            state: self.state,
+            message: &self.message,
+            generation: self.generation,
+        }
+    }
+}
+
+pub(super) fn rate_limited(wait: std::time::Duration) -> ApiError {
     ApiError::RateLimited {
         retry_after_secs: wait.as_secs().max(1),
     }
 }
 
 /// Charged before anything is looked at: a flood costs its own address, nothing else.
-fn limit_source(state: &AppState, source: std::net::IpAddr) -> Result<(), ApiError> {
+pub(super) fn limit_source(state: &AppState, source: std::net::IpAddr) -> Result<(), ApiError> {
     state.limits.per_source.check(&source).map_err(rate_limited)
 }
 
 /// Charged only once the caller proved it is `vm`: nobody else can spend a VM's allowance.
-fn limit_vm(state: &AppState, vm: &issuance::Vm) -> Result<(), ApiError> {
+pub(super) fn limit_vm(state: &AppState, vm: &issuance::Vm) -> Result<(), ApiError> {
     state
         .limits
         .per_vm
@@ -89,7 +100,8 @@ pub async fn bundle(
         };
         limit_vm(&state, &vm)?;
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
-        Ok::<_, ApiError>(issuance::issue(&state, &vm, nonce, &source).await?)
+        let node_key = headers.get(NODE_KEY_HEADER).and_then(|v| v.to_str().ok());
+        Ok::<_, ApiError>(issuance::issue(&state, &vm, nonce, node_key, &source).await?)
     })
     .await
     .map_err(|_| {
@@ -130,39 +142,7 @@ pub async fn status(
         }
     };
     limit_vm(&state, &vm)?;
-    if report.message.chars().count() > MAX_REPORT_MESSAGE_CHARS {
-        return Err(ApiError::invalid(
-            "message",
-            "message must be at most 1000 characters",
-        ));
-    }
-    let generation = report
-        .generation
-        .map(|g| {
-            i64::try_from(g)
-                .ok()
-                .filter(|g| *g >= 1)
-                .ok_or_else(|| ApiError::invalid("generation", "generation must be at least 1"))
-        })
-        .transpose()?;
-    let now = db::now();
-    let node_phase = NodePhase::Reported {
-        phase: report.phase,
-        state: report.state,
-    };
-    let mut tx = state.db.begin().await?;
-    db::issuances::insert_report(
-        &mut *tx,
-        vm.node.id,
-        report.phase.as_str(),
-        report.state.as_str(),
-        &report.message,
-        now,
-    )
-    .await?;
-    db::nodes::record_report(&mut *tx, vm.node.id, node_phase, generation).await?;
-    tx.commit().await?;
-    tracing::info!(vm_id, phase = %report.phase, state = %report.state, "node reported");
+    issuance::report::record(&state, &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -47,6 +47,12 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     Gone(String),
+    /// The request is right but must wait for something else to finish (a rollout's turn).
+    #[error("{message}")]
+    Wait {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("the request body exceeds {0} bytes")]
     PayloadTooLarge(usize),
     #[error("the request body must be JSON (Content-Type: application/json)")]
@@ -82,6 +88,7 @@ impl ApiError {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Gone(_) => StatusCode::GONE,
+            Self::Wait { .. } => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -100,6 +107,7 @@ impl ApiError {
             Self::NotFound => "not_found",
             Self::Conflict(_) => "conflict",
             Self::Gone(_) => "gone",
+            Self::Wait { .. } => "wait",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited { .. } => "rate_limited",
@@ -164,6 +172,7 @@ impl From<crate::issuance::IssuanceError> for ApiError {
             I::Refused(Refused::NotYet { retry_after_secs }) => {
                 Self::Unavailable { retry_after_secs }
             }
+            I::Invalid(field) => field.into(),
             I::InvalidHeader { header, message } => Self::invalid(header, message),
             I::Sealed => Self::Gone(I::Sealed.to_string()),
             e @ I::RoleNotServed(_) => Self::Conflict(e.to_string()),
@@ -191,8 +200,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status_code(), axum::Json(body)).into_response();
-        if let Self::RateLimited { retry_after_secs } | Self::Unavailable { retry_after_secs } =
-            self
+        if let Self::RateLimited { retry_after_secs }
+        | Self::Unavailable { retry_after_secs }
+        | Self::Wait {
+            retry_after_secs, ..
+        } = self
         {
             if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);

@@ -7,6 +7,7 @@ use common_responses::CommonResponses;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod nodes;
 pub mod server;
 
 use std::time::Instant;
@@ -38,6 +39,10 @@ use crate::app::AppState;
         bootstrap::bundle,
         bootstrap::status,
         bootstrap::keys,
+        nodes::start_rollout,
+        nodes::generation,
+        nodes::bundle,
+        nodes::status,
         health::healthz,
         health::readyz,
         health::metrics,
@@ -73,6 +78,18 @@ impl utoipa::Modify for SecuritySchemes {
             ),
         );
         components.add_security_scheme(
+            "node_signature",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
+                utoipa::openapi::security::ApiKeyValue::with_description(
+                    exk8s_common::node_auth::SIGNATURE_HEADER,
+                    "ed25519 signature by the node key registered with the node's first bundle \
+                     fetch (X-Exk8s-Node-Key), over `exk8s-node-request-v1`, method, path, \
+                     X-Exk8s-Timestamp (±300 s), X-Exk8s-Nonce (never reused) and the body's \
+                     SHA-256, one per line",
+                ),
+            )),
+        );
+        components.add_security_scheme(
             "imds_token",
             SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
                 utoipa::openapi::security::ApiKeyValue::new(
@@ -94,6 +111,10 @@ pub fn router(state: AppState) -> Router {
         .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle))
         .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))
         .route("/bootstrap/keys", get(bootstrap::keys))
+        .route("/clusters/{id}/rollout", axum::routing::post(nodes::start_rollout))
+        .route("/nodes/{vm_id}/generation", get(nodes::generation))
+        .route("/nodes/{vm_id}/bundle", get(nodes::bundle))
+        .route("/nodes/{vm_id}/status", axum::routing::post(nodes::status))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

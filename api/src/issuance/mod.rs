@@ -8,15 +8,19 @@
 
 pub mod auth;
 pub mod load;
+pub mod report;
+pub mod signed;
 
 use exk8s_common::contract::{BundleKind, Role};
 use exk8s_common::names::Nonce;
+use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
 use time::OffsetDateTime;
 
 use crate::app::AppState;
 use crate::db::{self, DbError, issuances::Audit};
 use crate::pki::BundleCerts;
 use crate::render::{self, Issuance, NodeCredentials, RenderInput};
+use crate::rollout;
 
 pub use auth::{Refusal, Refused, Vm, authenticate, refuse};
 pub use exk8s_common::contract::{IMDS_TOKEN_HEADER as IMDS_HEADER, NONCE_HEADER};
@@ -27,6 +31,9 @@ pub enum IssuanceError {
     /// The caller failed authentication; the class decides the answer.
     #[error("refused: {0:?}")]
     Refused(Refused),
+    /// A request field is malformed.
+    #[error(transparent)]
+    Invalid(#[from] crate::field::FieldError),
     /// A request header is malformed.
     #[error("{header}: {message}")]
     InvalidHeader {
@@ -54,21 +61,40 @@ impl IssuanceError {
     }
 }
 
-/// Renders and signs `vm`'s bundle; returns the envelope bytes.
-pub async fn issue(
-    state: &AppState,
-    vm: &Vm,
-    nonce: Option<&str>,
-    source: &str,
-) -> Result<Vec<u8>, IssuanceError> {
+/// The request nonce: present and well formed.
+fn parse_nonce(nonce: Option<&str>) -> Result<Nonce, IssuanceError> {
     let nonce = nonce.ok_or_else(|| IssuanceError::InvalidHeader {
         header: NONCE_HEADER,
         message: format!("the {NONCE_HEADER} header is required"),
     })?;
-    let nonce = Nonce::new(nonce).map_err(|e| IssuanceError::InvalidHeader {
+    Nonce::new(nonce).map_err(|e| IssuanceError::InvalidHeader {
         header: NONCE_HEADER,
         message: e.to_string(),
-    })?;
+    })
+}
+
+/// The node key sent with a bootstrap fetch, when there is one.
+fn parse_node_key(key: Option<&str>) -> Result<Option<NodePublicKey>, IssuanceError> {
+    key.map(|text| {
+        NodePublicKey::parse(text).map_err(|e| IssuanceError::InvalidHeader {
+            header: NODE_KEY_HEADER,
+            message: e.to_string(),
+        })
+    })
+    .transpose()
+}
+
+/// The bootstrap bundle (the node's first, fetched with the bootstrap token). A node key sent
+/// with it is registered for the node's day-2 requests (the latest bootstrap fetch wins).
+pub async fn issue(
+    state: &AppState,
+    vm: &Vm,
+    nonce: Option<&str>,
+    node_key: Option<&str>,
+    source: &str,
+) -> Result<Vec<u8>, IssuanceError> {
+    let nonce = parse_nonce(nonce)?;
+    let node_key = parse_node_key(node_key)?;
     let (cluster, node) = (&vm.cluster, &vm.node);
     if !node.issuance_allowed {
         let audit = Audit {
@@ -82,6 +108,75 @@ pub async fn issue(
         db::issuances::insert(&state.db.pool, &audit, db::now()).await?;
         return Err(IssuanceError::Sealed);
     }
+    let request = Request {
+        vm,
+        nonce,
+        source,
+        kind: BundleKind::Bootstrap,
+        node_key,
+    };
+    sign_bundle(state, &request)
+        .await?
+        .ok_or(IssuanceError::Sealed)
+}
+
+/// What a node that asks for its update gets.
+#[derive(Debug)]
+pub enum Update {
+    /// The node already runs its desired generation.
+    Current,
+    /// A newer generation exists, but the rollout must not hand it to this node yet.
+    Wait(rollout::Hold),
+    /// The signed update bundle.
+    Bundle(Vec<u8>),
+}
+
+/// The update bundle for a node that is behind its desired generation, when the rollout lets
+/// it have one now (one control-plane node at a time, the others healthy).
+pub async fn issue_update(
+    state: &AppState,
+    vm: &Vm,
+    nonce: Option<&str>,
+    source: &str,
+) -> Result<Update, IssuanceError> {
+    let nonce = parse_nonce(nonce)?;
+    if vm.node.up_to_date() {
+        return Ok(Update::Current);
+    }
+    let nodes = db::nodes::list(&state.db.pool, vm.cluster.id).await?;
+    if let Err(hold) = rollout::gate(&vm.node, &nodes) {
+        return Ok(Update::Wait(hold));
+    }
+    let request = Request {
+        vm,
+        nonce,
+        source,
+        kind: BundleKind::Update,
+        node_key: None,
+    };
+    match sign_bundle(state, &request).await? {
+        Some(envelope) => Ok(Update::Bundle(envelope)),
+        // Another node took the rollout's one slot between the check and the commit.
+        None => Ok(Update::Wait(rollout::Hold::AnotherNodeUpdating)),
+    }
+}
+
+/// One issuance being made.
+struct Request<'a> {
+    vm: &'a Vm,
+    nonce: Nonce,
+    source: &'a str,
+    kind: BundleKind,
+    node_key: Option<NodePublicKey>,
+}
+
+/// Mints, renders and signs the bundle, taking its serial (and generation) and writing its
+/// audit row in one transaction. `None` when the node may not take one now.
+async fn sign_bundle(
+    state: &AppState,
+    request: &Request<'_>,
+) -> Result<Option<Vec<u8>>, IssuanceError> {
+    let (cluster, node) = (&request.vm.cluster, &request.vm.node);
     if node.role != Role::ControlPlane {
         return Err(IssuanceError::RoleNotServed(node.role));
     }
@@ -104,9 +199,16 @@ pub async fn issue(
         .map_err(IssuanceError::internal)?;
 
     let mut tx = state.db.begin().await?;
-    let Some(handed) = db::nodes::take_serial(&mut tx, node.id).await? else {
-        return Err(IssuanceError::Sealed);
+    let taken = match request.kind {
+        BundleKind::Bootstrap => db::nodes::take_serial(&mut tx, node.id).await?,
+        BundleKind::Update => db::nodes::take_update(&mut tx, node.cluster_id, node.id).await?,
     };
+    let Some(handed) = taken else {
+        return Ok(None);
+    };
+    if let Some(key) = &request.node_key {
+        db::nodes::register_key(&mut tx, node.id, &key.to_text()).await?;
+    }
     let serial = handed.serial;
     let now = db::now();
     let ttl = i64::try_from(state.config.bundle_ttl.as_secs()).unwrap_or(900);
@@ -115,8 +217,8 @@ pub async fn issue(
         issued_at: now,
         expires_at: now + ttl,
         serial: u64::try_from(serial).map_err(IssuanceError::internal)?,
-        nonce,
-        kind: BundleKind::Bootstrap,
+        nonce: request.nonce.clone(),
+        kind: request.kind,
         generation: u64::try_from(handed.generation).map_err(IssuanceError::internal)?,
     };
     let payload = render::render_bundle(&RenderInput {
@@ -152,11 +254,11 @@ pub async fn issue(
         key_id: Some(&key_id),
         outcome: "issued",
         reason: None,
-        source_address: Some(source),
+        source_address: Some(request.source),
     };
     db::issuances::insert(&mut *tx, &audit, now).await?;
     tx.commit().await?;
     state.metrics.bundles_issued.inc();
-    tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, bundle_id = %bundle_id, "bundle issued");
-    Ok(envelope)
+    tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, generation = handed.generation, kind = %request.kind, bundle_id = %bundle_id, "bundle issued");
+    Ok(Some(envelope))
 }

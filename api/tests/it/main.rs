@@ -20,3 +20,4 @@ mod helpers;
 mod pki;
 mod render;
 mod schema;
+mod sync;

@@ -1,0 +1,210 @@
+//! The day-2 routes a node's `exk8s-agent sync` calls, signed with the node key (IMDS token as
+//! second factor): its generations, its update bundle, its reports; and the operator's
+//! `POST /clusters/{id}/rollout`.
+
+use std::net::SocketAddr;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::bootstrap::{StatusReport, limit_source, limit_vm};
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiPath, Operator, decode_json};
+use crate::app::AppState;
+use crate::issuance::{self, NONCE_HEADER, Update, signed::SignedRequest};
+use crate::rollout::{self, RolloutError};
+
+/// How long a node told to wait should wait before asking again.
+const WAIT_SECS: u64 = 30;
+
+/// Authenticates a signed node request and charges its rate limits.
+async fn signed_vm(
+    state: &AppState,
+    peer: SocketAddr,
+    request: SignedRequest<'_>,
+    vm_id: i64,
+) -> Result<issuance::Vm, ApiError> {
+    limit_source(state, peer.ip())?;
+    let vm = match issuance::signed::authenticate(state, &request, vm_id).await? {
+        Ok(vm) => vm,
+        Err(refusal) => {
+            let source = peer.ip().to_string();
+            return Err(issuance::refuse(state, vm_id, refusal, &source)
+                .await
+                .into());
+        }
+    };
+    limit_vm(state, &vm)?;
+    Ok(vm)
+}
+
+/// A node's generations.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Generation {
+    pub desired_generation: i64,
+    pub applied_generation: i64,
+    pub up_to_date: bool,
+}
+
+/// The node's desired and applied generations.
+#[utoipa::path(
+    get, path = "/nodes/{vm_id}/generation", params(("vm_id" = i64, Path)),
+    responses((status = 200, body = Generation), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("imds_token" = [], "node_signature" = [])),
+)]
+pub async fn generation(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ApiPath(vm_id): ApiPath<i64>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<axum::Json<Generation>, ApiError> {
+    let request = SignedRequest {
+        method: method.as_str(),
+        path: uri.path(),
+        headers: &headers,
+        body: b"",
+    };
+    let vm = signed_vm(&state, peer, request, vm_id).await?;
+    Ok(axum::Json(Generation {
+        desired_generation: vm.node.desired_generation,
+        applied_generation: vm.node.applied_generation,
+        up_to_date: vm.node.up_to_date(),
+    }))
+}
+
+/// The node's update bundle: 200 with the envelope when its desired generation is newer and
+/// the rollout lets it update now; 204 when it is up to date; 409 with `Retry-After` while it
+/// must wait for another control-plane node.
+#[utoipa::path(
+    get, path = "/nodes/{vm_id}/bundle",
+    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, signed and echoed in the payload")),
+    responses(
+        (status = 200, description = "DSSE envelope around an application/vnd.exk8s.bundle.v2+json payload of kind `update`"),
+        (status = 204, description = "the node runs its desired generation"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "wait for the rollout (Retry-After)"),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("imds_token" = [], "node_signature" = [])),
+)]
+pub async fn bundle(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ApiPath(vm_id): ApiPath<i64>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let deadline = state.config.bootstrap_deadline;
+    let work = async {
+        let request = SignedRequest {
+            method: method.as_str(),
+            path: uri.path(),
+            headers: &headers,
+            body: b"",
+        };
+        let vm = signed_vm(&state, peer, request, vm_id).await?;
+        let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
+        let source = peer.ip().to_string();
+        Ok::<_, ApiError>(issuance::issue_update(&state, &vm, nonce, &source).await?)
+    };
+    // Dropping the work at the deadline rolls its transaction back: no serial is spent.
+    let update =
+        tokio::time::timeout(deadline, work)
+            .await
+            .map_err(|_| ApiError::Unavailable {
+                retry_after_secs: 5,
+            })??;
+    match update {
+        Update::Current => Ok(StatusCode::NO_CONTENT.into_response()),
+        Update::Wait(hold) => Err(ApiError::Wait {
+            message: format!("the rollout holds this node's update: {hold}"),
+            retry_after_secs: WAIT_SECS,
+        }),
+        Update::Bundle(envelope) => {
+            Ok(([(header::CONTENT_TYPE, "application/json")], envelope).into_response())
+        }
+    }
+}
+
+/// A phase report from the node's `sync`.
+#[utoipa::path(
+    post, path = "/nodes/{vm_id}/status", request_body = StatusReport, params(("vm_id" = i64, Path)),
+    responses((status = 204, description = "recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("imds_token" = [], "node_signature" = [])),
+)]
+pub async fn status(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ApiPath(vm_id): ApiPath<i64>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let request = SignedRequest {
+        method: method.as_str(),
+        path: uri.path(),
+        headers: &headers,
+        body: &body,
+    };
+    let vm = signed_vm(&state, peer, request, vm_id).await?;
+    let report: StatusReport = decode_json(&body)?;
+    issuance::report::record(&state, &vm, &report.as_report()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A started rollout: each node's new desired generation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RolloutStarted {
+    pub cluster_id: i64,
+    pub nodes: Vec<RolloutNode>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RolloutNode {
+    pub vm_id: i64,
+    pub desired_generation: i64,
+}
+
+/// Gives every node a new generation (re-minted per-bundle certificates, same CAs). Nodes
+/// fetch it with `exk8s-agent sync`, one control-plane node at a time.
+#[utoipa::path(
+    post, path = "/clusters/{id}/rollout", params(("id" = i64, Path)),
+    responses((status = 202, body = RolloutStarted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn start_rollout(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<(StatusCode, axum::Json<RolloutStarted>), ApiError> {
+    let started = rollout::start(&state, operator.org_id, id)
+        .await
+        .map_err(|e| match e {
+            RolloutError::NotFound => ApiError::NotFound,
+            e @ RolloutError::NotFounded { .. } => ApiError::Conflict(e.to_string()),
+            RolloutError::Db(db) => db.into(),
+        })?;
+    tracing::info!(cluster_id = id, principal = %operator.principal, "rollout requested");
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(RolloutStarted {
+            cluster_id: started.cluster_id,
+            nodes: started
+                .nodes
+                .into_iter()
+                .map(|(vm_id, desired_generation)| RolloutNode {
+                    vm_id,
+                    desired_generation,
+                })
+                .collect(),
+        }),
+    ))
+}

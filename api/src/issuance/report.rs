@@ -1,0 +1,59 @@
+//! A node's phase reports, from its first boot (bootstrap token) and from its syncs (node key):
+//! each is kept in `node_reports` and becomes the node's current phase; a succeeded `complete`
+//! or `sync` marks the reported generation applied.
+
+use exk8s_common::contract::{BootPhase, MAX_REPORT_MESSAGE_CHARS, ReportState};
+
+use crate::app::AppState;
+use crate::db::{self, phase::NodePhase};
+use crate::field::FieldError;
+
+use super::{IssuanceError, Vm};
+
+/// One report, as parsed from the request.
+#[derive(Debug, Clone)]
+pub struct Report<'a> {
+    pub phase: BootPhase,
+    pub state: ReportState,
+    pub message: &'a str,
+    pub generation: Option<u64>,
+}
+
+/// Checks and records `report` for `vm`.
+pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<(), IssuanceError> {
+    if report.message.chars().count() > MAX_REPORT_MESSAGE_CHARS {
+        return Err(FieldError::new(
+            "message",
+            format!("message must be at most {MAX_REPORT_MESSAGE_CHARS} characters"),
+        )
+        .into());
+    }
+    let generation = report
+        .generation
+        .map(|g| {
+            i64::try_from(g)
+                .ok()
+                .filter(|g| *g >= 1)
+                .ok_or_else(|| FieldError::new("generation", "generation must be at least 1"))
+        })
+        .transpose()?;
+    let now = db::now();
+    let mut tx = state.db.begin().await?;
+    db::issuances::insert_report(
+        &mut *tx,
+        vm.node.id,
+        report.phase.as_str(),
+        report.state.as_str(),
+        report.message,
+        now,
+    )
+    .await?;
+    let phase = NodePhase::Reported {
+        phase: report.phase,
+        state: report.state,
+    };
+    db::nodes::record_report(&mut *tx, vm.node.id, phase, generation).await?;
+    tx.commit().await?;
+    tracing::info!(vm_id = vm.node.vm_id, phase = %report.phase, state = %report.state, generation, "node reported");
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Who is asking on the day-2 routes: the VM's IMDS session token (second factor) and a request
+//! signed with the node key registered at its first fetch, over method, path, timestamp, nonce
+//! and body. A timestamp outside the window, a nonce seen before, a key the node does not have
+//! (deleted nodes have none) or a signature by any other key is refused like every other bad
+//! credential: one answer, the reason only in the audit row and the log.
+
+use axum::http::HeaderMap;
+use exk8s_common::contract::{IMDS_TOKEN_HEADER, NONCE_HEADER};
+use exk8s_common::names::Nonce;
+use exk8s_common::node_auth::{
+    MAX_REQUEST_SKEW_SECS, NodePublicKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message,
+};
+
+use crate::app::AppState;
+use crate::db::{self, DbError};
+
+use super::auth::{Refusal, Vm, header, imds_session, member, same_vm, unauthorized};
+
+/// The parts of a request its signature covers.
+#[derive(Debug, Clone, Copy)]
+pub struct SignedRequest<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
+}
+
+/// Checks the IMDS token, the signature, its freshness and its nonce, then the VM's membership.
+pub async fn authenticate(
+    state: &AppState,
+    request: &SignedRequest<'_>,
+    path_vm: i64,
+) -> Result<Result<Vm, Refusal>, DbError> {
+    let headers = request.headers;
+    if header(headers, IMDS_TOKEN_HEADER).is_none() {
+        return Ok(Err(unauthorized("IMDS token missing or malformed")));
+    }
+    let signature = header(headers, SIGNATURE_HEADER);
+    let timestamp = header(headers, TIMESTAMP_HEADER).and_then(|t| t.parse::<i64>().ok());
+    let nonce = header(headers, NONCE_HEADER).and_then(|n| Nonce::new(n).ok());
+    let (Some(signature), Some(timestamp), Some(nonce)) = (signature, timestamp, nonce) else {
+        return Ok(Err(unauthorized(
+            "request signature, timestamp or nonce missing or malformed",
+        )));
+    };
+    let session = match imds_session(state, headers).await? {
+        Ok(session) => session,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    if let Err(refusal) = same_vm(session, path_vm) {
+        return Ok(Err(refusal));
+    }
+    let Some(node) = db::nodes::find_by_vm(&state.db.pool, path_vm).await? else {
+        return Ok(Err(unauthorized(
+            "the VM has no node record (deleted or never founded)",
+        )));
+    };
+    let Some(key) = node.node_key.as_deref() else {
+        return Ok(Err(unauthorized("the node has registered no key")));
+    };
+    let Ok(key) = NodePublicKey::parse(key) else {
+        return Ok(Err(unauthorized("the node's stored key is unusable")));
+    };
+    let message = request_message(
+        request.method,
+        request.path,
+        timestamp,
+        nonce.as_str(),
+        request.body,
+    );
+    if key.verify(&message, signature).is_err() {
+        return Ok(Err(unauthorized("request signature does not verify")));
+    }
+    let now = db::now();
+    if (now - timestamp).abs() > MAX_REQUEST_SKEW_SECS {
+        return Ok(Err(unauthorized(
+            "request timestamp outside the allowed window",
+        )));
+    }
+    // Kept until no timestamp that could carry it is accepted any more.
+    let expires_at = timestamp + MAX_REQUEST_SKEW_SECS + 1;
+    let mut tx = state.db.begin().await?;
+    let fresh =
+        db::nodes::remember_nonce(&mut tx, node.id, nonce.as_str(), expires_at, now).await?;
+    tx.commit().await?;
+    if !fresh {
+        return Ok(Err(unauthorized("request nonce replayed")));
+    }
+    member(state, session.org_id, path_vm).await
+}
