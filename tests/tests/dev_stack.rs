@@ -39,10 +39,7 @@ fn a_restarted_dev_stack_continues_where_it_stopped() {
     // The VM made before the restart still has its instance metadata, so it can bootstrap.
     let envelope = stack.fetch_bundle(first_vm, "restart-test-nonce-0001");
     let envelope: Value = serde_json::from_slice(&envelope).unwrap();
-    assert_eq!(
-        envelope["payloadType"],
-        "application/vnd.exk8s.bundle.v1+json"
-    );
+    assert_eq!(envelope["payloadType"], exk8s_common::BUNDLE_PAYLOAD_TYPE);
     let clusters: Value = exk8s_tests::dev::http()
         .get(&format!("{}/clusters", stack.base))
         .set("Authorization", &format!("Bearer {}", stack.token))
