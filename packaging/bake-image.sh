@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs exk8s-agent into a VM image's root directory:
-#   the binary, its systemd unit (enabled), the trusted bundle-signing keys, an optional
+#   the binary, its systemd units (boot unit and sync timer, enabled), the trusted bundle-signing keys, an optional
 #   agent.toml, and optionally the node artifacts pre-installed from a signed bundle.
 #
 #   packaging/bake-image.sh ROOT --agent BIN --keys-dir DIR [--config agent.toml] [--prereqs-bundle FILE]
@@ -45,6 +45,9 @@ install -D -m 0755 "$agent" "$root/usr/local/bin/exk8s-agent"
 install -D -m 0644 "$here/exk8s-agent.service" "$root/etc/systemd/system/exk8s-agent.service"
 mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
 ln -sfn ../exk8s-agent.service "$root/etc/systemd/system/multi-user.target.wants/exk8s-agent.service"
+install -m 0644 "$here/exk8s-agent-sync.service" "$here/exk8s-agent-sync.timer" "$root/etc/systemd/system/"
+mkdir -p "$root/etc/systemd/system/timers.target.wants"
+ln -sfn ../exk8s-agent-sync.timer "$root/etc/systemd/system/timers.target.wants/exk8s-agent-sync.timer"
 install -d -m 0755 "$root/etc/exk8s/trusted-keys.d"
 for key in "${pubs[@]}"; do
   install -m 0644 "$key" "$root/etc/exk8s/trusted-keys.d/"

@@ -10,23 +10,29 @@ bash scripts/build-static-agent.sh
 agent=target/x86_64-unknown-linux-musl/release/exk8s-agent
 "$agent" --version
 "$agent" --help | grep -q "Exit codes:"
+"$agent" sync --help | grep -q -- "--api-url"
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 bash packaging/bake-image.sh "$root" --agent "$agent" --keys-dir common/tests/data/trusted-keys
 for path in usr/local/bin/exk8s-agent etc/systemd/system/exk8s-agent.service \
+  etc/systemd/system/exk8s-agent-sync.service etc/systemd/system/exk8s-agent-sync.timer \
   etc/exk8s/trusted-keys.d/test-key.pub; do
   [ -e "$root/$path" ] || { echo "bake-image.sh did not install $path" >&2; exit 1; }
 done
 [ "$(readlink "$root/etc/systemd/system/multi-user.target.wants/exk8s-agent.service")" = ../exk8s-agent.service ] \
   || { echo "the agent unit is not enabled" >&2; exit 1; }
+[ "$(readlink "$root/etc/systemd/system/timers.target.wants/exk8s-agent-sync.timer")" = ../exk8s-agent-sync.timer ] \
+  || { echo "the sync timer is not enabled" >&2; exit 1; }
 [ "$(stat -c %a "$root/usr/local/bin/exk8s-agent")" = 755 ] || { echo "agent mode" >&2; exit 1; }
 
 mkdir -p "$root/usr/lib/systemd"
 cp -r /usr/lib/systemd/system "$root/usr/lib/systemd/"
-said=$(systemd-analyze verify --root="$root" /etc/systemd/system/exk8s-agent.service 2>&1) \
-  || { echo "$said" >&2; exit 1; }
-[ -z "$said" ] || { echo "systemd-analyze verify warned: $said" >&2; exit 1; }
+for unit in exk8s-agent.service exk8s-agent-sync.service exk8s-agent-sync.timer; do
+  said=$(systemd-analyze verify --root="$root" "/etc/systemd/system/$unit" 2>&1) \
+    || { echo "$unit: $said" >&2; exit 1; }
+  [ -z "$said" ] || { echo "systemd-analyze verify warned on $unit: $said" >&2; exit 1; }
+done
 
 # The baked agent verifies a bundle with the baked keys.
 "$root/usr/local/bin/exk8s-agent" --keys-dir "$root/etc/exk8s/trusted-keys.d" \

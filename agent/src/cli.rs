@@ -41,6 +41,10 @@ enum Command {
     /// and a fresh nonce, verify, apply, start services, wait, install addons (initial node),
     /// reporting each phase to the API.
     Run(RunArgs),
+    /// Day 2 (run by exk8s-agent-sync.timer): ask the API for this node's desired generation;
+    /// when it is newer, fetch the signed update, write only changed files, restart what reads
+    /// them in a safe order with health waits, and put the previous files back on failure.
+    Sync(RunArgs),
     /// Apply a local bundle file (or show what would change with --dry-run).
     Apply(ApplyArgs),
     /// Verify a local bundle file: signature, payload type, contents, binding.
@@ -49,7 +53,7 @@ enum Command {
     Prereqs(PrereqsArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 struct RunArgs {
     /// Bootstrap API base URL.
     #[arg(long, env = "EXK8S_API_URL")]
@@ -119,6 +123,19 @@ fn required(value: Option<String>, name: &str) -> Result<String, AgentError> {
     })
 }
 
+/// The connection settings of `run` and `sync`: flags, then environment, then the file.
+fn net_config(args: RunArgs, file: &ConfigFile) -> Result<NetConfig, AgentError> {
+    Ok(NetConfig {
+        api_url: required(args.api_url.or(file.api_url.clone()), "api_url")?,
+        imds_url: required(args.imds_url.or(file.imds_url.clone()), "imds_url")?,
+        api_ca_file: args.api_ca_file.or(file.api_ca_file.clone()),
+        insecure_http: args.insecure_http || file.insecure_http.unwrap_or(false),
+        imds_timeout_secs: file.imds_timeout_secs.unwrap_or(600),
+        fetch_timeout_secs: file.fetch_timeout_secs.unwrap_or(900),
+        request_timeout_secs: file.request_timeout_secs.unwrap_or(30),
+    })
+}
+
 fn dispatch(cli: Cli) -> Result<String, AgentError> {
     // The configuration file is required for `run` only when it is the explicit choice.
     let file = ConfigFile::load(&cli.config, true)?;
@@ -134,16 +151,13 @@ fn dispatch(cli: Cli) -> Result<String, AgentError> {
     };
     match cli.command {
         Command::Run(args) => {
-            let net = NetConfig {
-                api_url: required(args.api_url.or(file.api_url), "api_url")?,
-                imds_url: required(args.imds_url.or(file.imds_url), "imds_url")?,
-                api_ca_file: args.api_ca_file.or(file.api_ca_file),
-                insecure_http: args.insecure_http || file.insecure_http.unwrap_or(false),
-                imds_timeout_secs: file.imds_timeout_secs.unwrap_or(600),
-                fetch_timeout_secs: file.fetch_timeout_secs.unwrap_or(900),
-                request_timeout_secs: file.request_timeout_secs.unwrap_or(30),
-            };
+            let net = net_config(args.clone(), &file)?;
             commands::run(&net, &keys, args.root.as_deref(), skew)?;
+            Ok(String::new())
+        }
+        Command::Sync(args) => {
+            let net = net_config(args.clone(), &file)?;
+            crate::sync::sync(&net, &keys, args.root.as_deref(), skew)?;
             Ok(String::new())
         }
         Command::Apply(args) => commands::apply_file(

@@ -13,9 +13,9 @@ use crate::apply::{self, Change, Options};
 use crate::config::NetConfig;
 use crate::error::AgentError;
 use crate::log::log_info;
-use crate::report::{Reporter, State as Phase};
+use crate::report::{Reporter, State as Phase, Target};
 use crate::state::{State, marker_path};
-use crate::{fetch, http, imds};
+use crate::{fetch, http, imds, nodekey};
 
 /// Unix seconds now.
 pub fn now() -> i64 {
@@ -116,9 +116,9 @@ pub fn apply_file(
         return Ok(String::new());
     }
     let options = Options {
-        root: root_dir.clone(),
         dry_run,
         strict_owner: root.is_none(),
+        ..Options::new(root_dir.clone(), BootPhase::Complete)
     };
     let outcome = if root.is_some() || dry_run {
         let mut host = RecordingHost::new(&root_dir, !dry_run);
@@ -148,9 +148,8 @@ pub fn prereqs(path: &Path, keys: &Path, root: Option<&Path>) -> Result<(), Agen
     let bundle = verify(&bytes, &load_keyring(keys)?)?;
     let root_dir = root.map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
     let options = Options {
-        root: root_dir.clone(),
-        dry_run: false,
         strict_owner: root.is_none(),
+        ..Options::new(root_dir.clone(), BootPhase::Complete)
     };
     let mut system = SystemHost {
         root: root_dir.clone(),
@@ -179,24 +178,8 @@ pub fn prereqs(path: &Path, keys: &Path, root: Option<&Path>) -> Result<(), Agen
     apply::prerequisites(bundle.payload(), &options, &mut system)
 }
 
-/// `run`: the boot path.
-pub fn run(
-    net: &NetConfig,
-    keys: &Path,
-    root: Option<&Path>,
-    clock_skew_secs: i64,
-) -> Result<(), AgentError> {
-    let started_at = now();
-    let root_dir = root.map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    if crate::state::is_done(&root_dir)? {
-        log_info!(
-            "{} exists: this node is bootstrapped; nothing to do",
-            marker_path(&root_dir).display()
-        );
-        return Ok(());
-    }
-    net.validate()?;
-    let keyring = load_keyring(keys)?;
+/// The API client (TLS pinned to `api_ca_file` when set) and the instance-metadata client.
+pub fn clients(net: &NetConfig) -> Result<(ureq::Agent, ureq::Agent), AgentError> {
     let pinned = match &net.api_ca_file {
         Some(path) => Some(std::fs::read(path).map_err(|source| AgentError::ReadInput {
             path: path.clone(),
@@ -205,25 +188,81 @@ pub fn run(
         None => None,
     };
     let request_timeout = Duration::from_secs(net.request_timeout_secs);
-    let api = http::agent(http::api_tls(pinned.as_deref())?, request_timeout);
-    let metadata = http::agent(http::api_tls(None)?, request_timeout);
+    Ok((
+        http::agent(http::api_tls(pinned.as_deref())?, request_timeout),
+        http::agent(http::api_tls(None)?, request_timeout),
+    ))
+}
 
+/// Applies a verified bundle on this machine, or under `--root` with host actions recorded.
+pub fn apply_verified(
+    bundle: &VerifiedBundle,
+    root: Option<&Path>,
+    options: Options,
+    request_timeout: Duration,
+    reporter: &Reporter<'_>,
+) -> Result<(), AgentError> {
+    let options = Options {
+        strict_owner: root.is_none(),
+        ..options
+    };
+    if root.is_some() {
+        let mut host = RecordingHost::new(&options.root, true);
+        apply::apply(bundle.payload(), &options, &mut host, reporter)?;
+    } else {
+        let mut host = SystemHost {
+            root: options.root.clone(),
+            request_timeout,
+        };
+        apply::apply(bundle.payload(), &options, &mut host, reporter)?;
+    }
+    Ok(())
+}
+
+/// `run`: the boot path. On a node that finished it, `run` looks for an update instead
+/// ([`crate::sync::sync`]).
+pub fn run(
+    net: &NetConfig,
+    keys: &Path,
+    root: Option<&Path>,
+    clock_skew_secs: i64,
+) -> Result<(), AgentError> {
+    let started_at = now();
+    let root_dir = root.map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+    net.validate()?;
+    if crate::state::is_done(&root_dir)? {
+        log_info!(
+            "{} exists: this node is bootstrapped; looking for an update instead",
+            marker_path(&root_dir).display()
+        );
+        return crate::sync::sync(net, keys, root, clock_skew_secs);
+    }
+    let _lock = crate::state::lock(&root_dir)?;
+    let keyring = load_keyring(keys)?;
+    let (api, metadata) = clients(net)?;
     let identity = imds::identity(
         &metadata,
         &net.imds_url,
         Duration::from_secs(net.imds_timeout_secs),
     )?;
     log_info!("this machine is vm {}", identity.vm_id);
-    let reporter = Reporter {
-        target: Some((&api, &net.api_url, &identity)),
-    };
+    // Made before the first fetch, which registers its public half for every later request.
+    let node_key = nodekey::load_or_create(&root_dir)?;
+    let reporter = Reporter::to(Target::Bootstrap {
+        agent: &api,
+        api_url: &net.api_url,
+        identity: &identity,
+    });
     let nonce = fetch::new_nonce()?;
     reporter.report(BootPhase::Fetch, Phase::Started, "");
     let bytes = fetch::bundle(
         &api,
         &net.api_url,
         &identity,
-        &nonce,
+        &fetch::Credentials {
+            nonce: &nonce,
+            node_key: &node_key.public(),
+        },
         Duration::from_secs(net.fetch_timeout_secs),
     )
     .inspect_err(|e| reporter.report(BootPhase::Fetch, Phase::Failed, &crate::error::chain(e)))?;
@@ -250,6 +289,7 @@ pub fn run(
             return Err(e.into());
         }
     };
+    let reporter = reporter.with_generation(bundle.payload().identity.generation);
     reporter.report(
         BootPhase::Verify,
         Phase::Succeeded,
@@ -266,26 +306,13 @@ pub fn run(
         );
         return Ok(());
     }
-    let options = Options {
-        root: root_dir.clone(),
-        dry_run: false,
-        strict_owner: root.is_none(),
-    };
-    if root.is_some() {
-        apply::apply(
-            bundle.payload(),
-            &options,
-            &mut RecordingHost::new(&root_dir, true),
-            &reporter,
-        )?;
-    } else {
-        let mut host = SystemHost {
-            root: root_dir.clone(),
-            request_timeout,
-        };
-        apply::apply(bundle.payload(), &options, &mut host, &reporter)?;
-    }
-    Ok(())
+    apply_verified(
+        &bundle,
+        root,
+        Options::new(root_dir, BootPhase::Complete),
+        Duration::from_secs(net.request_timeout_secs),
+        &reporter,
+    )
 }
 
 pub const DEFAULT_SKEW: i64 = DEFAULT_CLOCK_SKEW_SECS;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use exk8s_common::limits::MAX_ENVELOPE_BYTES;
 use exk8s_common::names::Nonce;
+use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
 
 use crate::error::AgentError;
 use crate::http::{Attempt, classify, read_capped, retry};
@@ -27,14 +28,24 @@ pub fn new_nonce() -> Result<Nonce, AgentError> {
     Nonce::new(text).map_err(|e| AgentError::Config(e.to_string()))
 }
 
+/// What the first fetch sends besides the VM's two credentials.
+pub struct Credentials<'a> {
+    /// Echoed in the bundle.
+    pub nonce: &'a Nonce,
+    /// Registered for the node's signed day-2 requests.
+    pub node_key: &'a NodePublicKey,
+}
+
 /// `GET /bootstrap/control-plane/{vm_id}`, retried under `deadline`.
 pub fn bundle(
     agent: &ureq::Agent,
     api_url: &str,
     identity: &Identity,
-    nonce: &Nonce,
+    credentials: &Credentials<'_>,
     deadline: Duration,
 ) -> Result<Vec<u8>, AgentError> {
+    let node_key = credentials.node_key.to_text();
+    let nonce = credentials.nonce;
     let url = format!(
         "{}/bootstrap/control-plane/{}",
         api_url.trim_end_matches('/'),
@@ -48,7 +59,8 @@ pub fn bundle(
                 "Authorization",
                 &format!("Bearer {}", identity.access_token.expose()),
             )
-            .set(NONCE_HEADER, nonce.as_str());
+            .set(NONCE_HEADER, nonce.as_str())
+            .set(NODE_KEY_HEADER, &node_key);
         let response = match classify("bundle", request.call()) {
             Ok(r) => r,
             Err(attempt) => return relay(attempt),

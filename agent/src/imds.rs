@@ -51,13 +51,17 @@ struct AccessToken {
     access_token: String,
 }
 
+/// This VM's id and an IMDS session token: all a node's signed day-2 requests need from
+/// instance metadata.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub vm_id: u64,
+    pub imds_token: Secret,
+}
+
 /// Fetches the session token (retrying until `deadline`, as a VM's metadata service may come
-/// up after the agent), then the identity and the access token.
-pub fn identity(
-    agent: &ureq::Agent,
-    base: &str,
-    deadline: Duration,
-) -> Result<Identity, AgentError> {
+/// up after the agent), then the VM's identity.
+pub fn session(agent: &ureq::Agent, base: &str, deadline: Duration) -> Result<Session, AgentError> {
     let base = base.trim_end_matches('/');
     let token = retry("fetching the IMDS session token", deadline, || {
         let response = match classify("IMDS token", agent.get(&format!("{base}/token")).call()) {
@@ -87,11 +91,24 @@ pub fn identity(
         &token,
         deadline,
     )?;
+    Ok(Session {
+        vm_id: node.node_id,
+        imds_token: token,
+    })
+}
+
+/// The session, then the bootstrap access token (the first fetch's second credential).
+pub fn identity(
+    agent: &ureq::Agent,
+    base: &str,
+    deadline: Duration,
+) -> Result<Identity, AgentError> {
+    let session = session(agent, base, deadline)?;
     let access: AccessToken = get_json(
         agent,
-        base,
+        base.trim_end_matches('/'),
         "latest/identity/access-token",
-        &token,
+        &session.imds_token,
         deadline,
     )?;
     if access.access_token.trim().is_empty() {
@@ -102,8 +119,8 @@ pub fn identity(
         });
     }
     Ok(Identity {
-        vm_id: node.node_id,
-        imds_token: token,
+        vm_id: session.vm_id,
+        imds_token: session.imds_token,
         access_token: Secret::new(access.access_token),
     })
 }

@@ -7,7 +7,9 @@
 //! * [`apply`] — files written atomically with exact modes, prerequisites, systemd, waits,
 //!   addons, each as a host action that `--root` records instead of performing;
 //! * [`report`] — phase reports back to the API, best effort;
-//! * [`state`] — the applied serial and file digests, saved only after success.
+//! * [`state`] — the applied serial and file digests, saved only after success;
+//! * [`nodekey`], [`node_api`], [`sync`] — day 2: the node's own key, its signed requests,
+//!   and `sync`, which applies each newer generation the API has for this node.
 
 pub mod apply;
 pub mod cli;
@@ -18,6 +20,9 @@ pub mod fetch;
 pub mod http;
 pub mod imds;
 mod log;
+pub mod node_api;
+pub mod nodekey;
 pub mod report;
 pub mod state;
 pub mod statedir;
+pub mod sync;

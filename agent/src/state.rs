@@ -7,7 +7,7 @@
 //! * `bootstrap.done` — the marker the unit's `ConditionPathExists=!` reads: a full success.
 //! * `recorded-actions.log` — host actions recorded instead of performed (`--root`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +31,13 @@ pub struct InstalledArtifact {
 pub struct State {
     /// Serial of the last bundle applied end to end (files, prerequisites, plan).
     pub applied_serial: Option<u64>,
+    /// The node generation of that bundle.
+    #[serde(default)]
+    pub applied_generation: Option<u64>,
+    /// Files an apply changed whose units have not been restarted since: an interrupted apply's
+    /// restarts are owed by the next one, even though its files are then already in place.
+    #[serde(default)]
+    pub pending: BTreeSet<String>,
     pub vm_id: Option<u64>,
     /// path → sha256 of what the agent last wrote there.
     pub files: BTreeMap<String, String>,
@@ -49,6 +56,16 @@ pub fn marker_path(root: &Path) -> PathBuf {
 /// Whether the done-marker exists (as a regular file: a planted symlink does not count).
 pub fn is_done(root: &Path) -> Result<bool, AgentError> {
     Ok(StateDir::open(root, false)?.is_some_and(|dir| dir.has_file(MARKER)))
+}
+
+/// Takes the node's agent lock (see [`StateDir::lock`]), creating the state directory.
+pub fn lock(root: &Path) -> Result<std::fs::File, AgentError> {
+    StateDir::open(root, true)?
+        .ok_or_else(|| AgentError::State {
+            path: state_dir(root),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?
+        .lock()
 }
 
 /// Writes the done-marker.

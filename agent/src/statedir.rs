@@ -156,6 +156,17 @@ impl StateDir {
         rustix::fs::fsync(&self.fd).map_err(|e| self.file_error(".", e.into()))
     }
 
+    /// Takes the node's agent lock (`agent.lock`, 0600), waiting while another `run` or `sync`
+    /// holds it; released when the returned file is dropped or the process ends, even by a
+    /// crash. Two agents never apply to one machine at once.
+    pub fn lock(&self) -> Result<std::fs::File, AgentError> {
+        const LOCK: &str = "agent.lock";
+        let file = self.open_file(LOCK, OFlags::RDWR | OFlags::CREATE, 0o600)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| self.file_error(LOCK, e.into()))?;
+        Ok(file)
+    }
+
     /// Appends one line to `name` (created 0600).
     pub fn append_line(&self, name: &str, line: &str) -> Result<(), AgentError> {
         let mut file = self.open_file(

@@ -20,6 +20,14 @@ pub struct Limit {
 }
 
 impl Limit {
+    /// `per_minute`, half of it allowed at once.
+    pub fn per_minute_half_burst(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            burst: per_minute.div_ceil(2).max(1),
+        }
+    }
+
     fn quota(self) -> Quota {
         let at_least_one = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
         Quota::per_minute(at_least_one(self.per_minute)).allow_burst(at_least_one(self.burst))

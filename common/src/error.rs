@@ -43,7 +43,7 @@ pub enum BundleError {
     WrongCluster { expected: u64, found: u64 },
     #[error("bundle is for org {found}, expected org {expected}")]
     WrongOrg { expected: u64, found: u64 },
-    #[error("bundle is a {found} bundle where a {expected} bundle was asked for")]
+    #[error("bundle is of kind {found} where kind {expected} was asked for")]
     WrongKind {
         expected: crate::contract::BundleKind,
         found: crate::contract::BundleKind,

@@ -72,6 +72,9 @@ fn start_postgres_serve(dir: &Path) -> Stack {
                 // Apart from the SQLite run's addresses: both runs start real etcd members.
                 "--sim-cidr",
                 "127.0.12.0/24",
+                // A boot, a failed sync and a retry, seconds apart: more than a real node sends.
+                "--bootstrap-rate-per-vm",
+                "600",
             ])
             .stdout(Stdio::null())
             .stderr(log)
@@ -104,11 +107,34 @@ fn start_postgres_serve(dir: &Path) -> Stack {
 }
 
 fn agent_run(stack: &Stack, keys: &Path, root: &Path, vm: i64) -> std::process::Output {
+    agent(stack, keys, root, vm, "run", None)
+}
+
+/// `exk8s-agent sync`; `fail` names a recorded action that fails once (a failed health check).
+fn agent_sync(
+    stack: &Stack,
+    keys: &Path,
+    root: &Path,
+    vm: i64,
+    fail: Option<&str>,
+) -> std::process::Output {
+    agent(stack, keys, root, vm, "sync", fail)
+}
+
+fn agent(
+    stack: &Stack,
+    keys: &Path,
+    root: &Path,
+    vm: i64,
+    command: &str,
+    fail: Option<&str>,
+) -> std::process::Output {
     Command::new(binary("exk8s-agent"))
         .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
+        .env("EXK8S_AGENT_TEST_FAIL_ACTION", fail.unwrap_or_default())
         .arg("--keys-dir")
         .arg(keys)
-        .args(["run", "--root"])
+        .args([command, "--root"])
         .arg(root)
         .args([
             "--api-url",
@@ -281,6 +307,26 @@ fn boot_path(stack: Stack, dir: &Path) {
     assert!(ok && out.trim() == "booted", "{out}");
     drop(etcd);
 
+    rollout(&stack, &keys, cluster, &vms, &roots);
+
+    // REAL etcd again, from the updated roots: still one cluster, with the data written before.
+    let mut etcd = EtcdCluster::start(&roots);
+    etcd.wait_healthy(
+        &endpoints,
+        "/etc/exk8s/pki/etcd-healthcheck-client.pem",
+        "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
+        Duration::from_secs(60),
+    );
+    let (ok, out) = etcdctl(
+        &roots[1],
+        &format!("https://{}:2379", ip_of[&vms[1]]),
+        cert,
+        key,
+        &["get", "/e2e", "--print-value-only"],
+    );
+    assert!(ok && out.trim() == "booted", "after the rollout: {out}");
+    drop(etcd);
+
     // A root's admin kubeconfig against an endpoint serving that root's apiserver certificate.
     let pki = roots[0].join("etc/exk8s/pki");
     let read = |p: &str| std::fs::read(pki.join(p)).unwrap();
@@ -352,6 +398,174 @@ fn boot_path(stack: Stack, dir: &Path) {
     assert!(!again.join("etc").exists(), "a deleted VM got files");
 }
 
+/// Every file the agent wrote under `root`: path → (inode, content).
+fn written(root: &Path) -> BTreeMap<String, (u64, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("var/lib/exk8s/state.json")).unwrap(),
+    )
+    .unwrap();
+    state["files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|path| {
+            let on_disk = root.join(path.trim_start_matches('/'));
+            let inode = std::fs::metadata(&on_disk).unwrap().ino();
+            (path.clone(), (inode, std::fs::read(&on_disk).unwrap()))
+        })
+        .collect()
+}
+
+fn recorded(root: &Path) -> String {
+    std::fs::read_to_string(root.join("var/lib/exk8s/recorded-actions.log")).unwrap()
+}
+
+/// The node's (desired, applied) generations and phase, from `GET /clusters/{id}`.
+fn generations(stack: &Stack, cluster: i64) -> BTreeMap<i64, (i64, i64, String)> {
+    let view: Value = http()
+        .get(&format!("{}/clusters/{cluster}", stack.base))
+        .set("Authorization", &format!("Bearer {}", stack.token))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["vm_id"].as_i64().unwrap(),
+                (
+                    n["desired_generation"].as_i64().unwrap(),
+                    n["applied_generation"].as_i64().unwrap(),
+                    n["phase"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// `POST /clusters/{id}/rollout`, then each node's `sync`: one node at a time (a node whose
+/// update failed holds the others), only changed files rewritten, restarts in the safe order.
+fn rollout(stack: &Stack, keys: &Path, cluster: i64, vms: &[i64], roots: &[std::path::PathBuf]) {
+    let started: Value = http()
+        .post(&format!("{}/clusters/{cluster}/rollout", stack.base))
+        .set("Authorization", &format!("Bearer {}", stack.token))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert!(
+        started["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["desired_generation"] == 2),
+        "{started}"
+    );
+    let before: Vec<_> = roots.iter().map(|r| written(r)).collect();
+
+    // The first node's update fails its health check: its previous files come back byte for
+    // byte, and the failure holds every other node.
+    let out = agent_sync(stack, keys, &roots[0], vms[0], Some("wait for etcd health"));
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restored = written(&roots[0]);
+    for (path, (_, content)) in &before[0] {
+        assert_eq!(&restored[path].1, content, "{path} was not restored");
+    }
+    assert_eq!(
+        generations(stack, cluster)[&vms[0]],
+        (2, 1, "sync:failed".into())
+    );
+    let out = agent_sync(stack, keys, &roots[1], vms[1], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the update waits"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(written(&roots[1]), before[1], "a held node changed files");
+
+    for (i, (vm, root)) in vms.iter().zip(roots).enumerate() {
+        let log_before = recorded(root).len();
+        let files_before = written(root);
+        let out = agent_sync(stack, keys, root, *vm, None);
+        assert!(
+            out.status.success(),
+            "sync of vm {vm}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let all = generations(stack, cluster);
+        assert_eq!(
+            all[vm],
+            (2, 2, "sync".into()),
+            "{all:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The nodes after this one have not moved yet: never two in flight.
+        for later in &vms[i + 1..] {
+            assert_eq!(all[later].1, 1, "{all:?}");
+        }
+        // Only files whose contents changed were replaced.
+        let after = written(root);
+        let mut changed = Vec::new();
+        for (path, (inode, content)) in &after {
+            let Some((old_inode, old_content)) = files_before.get(path) else {
+                changed.push(path.clone());
+                continue;
+            };
+            if content == old_content {
+                assert_eq!(inode, old_inode, "vm {vm}: unchanged {path} was rewritten");
+            } else {
+                assert_ne!(inode, old_inode, "{path}");
+                changed.push(path.clone());
+            }
+        }
+        assert!(
+            changed
+                .iter()
+                .any(|p| p.ends_with("apiserver-etcd-client.pem")),
+            "vm {vm}: re-minted certificates did not change: {changed:?}"
+        );
+        assert!(
+            !changed.iter().any(|p| p.ends_with("/ca.pem")),
+            "{changed:?}"
+        );
+        // Restarts and health waits in the safe order.
+        let log = recorded(root);
+        let actions: Vec<&str> = log[log_before..]
+            .lines()
+            .filter(|l| l.contains("restart") || l.contains("wait for"))
+            .collect();
+        eprintln!("vm {vm} changed {changed:?}\nactions {actions:?}");
+        let position = |what: &str| actions.iter().position(|a| a.contains(what));
+        let order: Vec<usize> = [
+            "wait for etcd health",
+            "kubelet.service",
+            "wait for apiserver",
+        ]
+        .iter()
+        .filter_map(|w| position(w))
+        .collect();
+        assert_eq!(order.len(), 3, "vm {vm}: {actions:?}");
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "vm {vm}: {actions:?}"
+        );
+    }
+}
+
 #[test]
 fn boot_path_on_the_sqlite_dev_stack() {
     let dir = tempfile::tempdir().unwrap();
@@ -359,7 +573,7 @@ fn boot_path_on_the_sqlite_dev_stack() {
         &dir.path().join("dev"),
         "127.0.11.0/24",
         &dir.path().join("api.log"),
-        &[],
+        &["--bootstrap-rate-per-vm", "600"],
     );
     boot_path(stack, dir.path());
 }

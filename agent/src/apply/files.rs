@@ -207,9 +207,13 @@ pub fn apply(
         for action in &changed {
             let relative_parent = Path::new(action.file.path.parent().trim_start_matches('/'));
             ensure_dirs(root, relative_parent, false)?;
-            let uid = id_of(root, action.file.owner.as_str(), "passwd")?;
-            let gid = id_of(root, action.file.group.as_str(), "group")?;
-            let tmp = stage(action, uid, gid, strict_owner, &mut owner_warned)?;
+            let content = Content {
+                bytes: action.file.content.as_bytes(),
+                mode: action.file.mode.bits(),
+                uid: id_of(root, action.file.owner.as_str(), "passwd")?,
+                gid: id_of(root, action.file.group.as_str(), "group")?,
+            };
+            let tmp = stage(&action.target, &content, strict_owner, &mut owner_warned)?;
             staged.push((tmp, &action.target));
         }
         Ok::<(), AgentError>(())
@@ -220,8 +224,13 @@ pub fn apply(
         }
         return Err(e);
     }
+    commit(&staged)
+}
+
+/// Renames every staged temp file over its target, then fsyncs each directory.
+pub(super) fn commit(staged: &[(PathBuf, &Path)]) -> Result<(), AgentError> {
     let mut dirs = BTreeSet::new();
-    for (tmp, target) in &staged {
+    for (tmp, target) in staged {
         std::fs::rename(tmp, target).map_err(|source| AgentError::Write {
             path: target.to_path_buf(),
             source,
@@ -257,16 +266,23 @@ fn remove_stale_temps(dir: &Path, name: &str) {
     }
 }
 
-fn stage(
-    action: &FileAction<'_>,
-    uid: u32,
-    gid: u32,
+/// What one staged file holds: its bytes, mode and owner.
+pub(super) struct Content<'a> {
+    pub bytes: &'a [u8],
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Writes `content` to a fresh temp file beside `target` (never renamed here).
+pub(super) fn stage(
+    target: &Path,
+    content: &Content<'_>,
     strict_owner: bool,
     owner_warned: &mut bool,
 ) -> Result<PathBuf, AgentError> {
-    let dir = action.target.parent().unwrap_or(Path::new("/"));
-    let name = action
-        .target
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -284,11 +300,10 @@ fn stage(
         .open(&tmp)
         .map_err(write_err)?;
     file_op();
-    file.write_all(action.file.content.as_bytes())
+    file.write_all(content.bytes).map_err(write_err)?;
+    file.set_permissions(std::fs::Permissions::from_mode(content.mode))
         .map_err(write_err)?;
-    file.set_permissions(std::fs::Permissions::from_mode(action.file.mode.bits()))
-        .map_err(write_err)?;
-    if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
+    if let Err(e) = std::os::unix::fs::fchown(&file, Some(content.uid), Some(content.gid)) {
         if strict_owner {
             let _ = std::fs::remove_file(&tmp);
             return Err(write_err(e));

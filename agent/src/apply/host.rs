@@ -130,9 +130,25 @@ impl RecordingHost {
     }
 }
 
+/// Test hook: the first recorded action whose text contains this variable's value fails, as
+/// a health check that fails once would (what follows, e.g. restoring, then succeeds). Read
+/// only by [`RecordingHost`] (`--root`); unset in production.
+const FAIL_ACTION_HOOK: &str = "EXK8S_AGENT_TEST_FAIL_ACTION";
+static FAILED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Host for RecordingHost {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
         let line = action.to_string();
+        if let Some(fail) = std::env::var(FAIL_ACTION_HOOK)
+            .ok()
+            .filter(|f| !f.is_empty() && line.contains(f.as_str()))
+            .filter(|_| !FAILED_ONCE.swap(true, std::sync::atomic::Ordering::SeqCst))
+        {
+            return Err(step_error(
+                action,
+                format!("failed on purpose ({FAIL_ACTION_HOOK}={fail})"),
+            ));
+        }
         log_info!("recorded (not performed): {line}");
         if let Some(root) = &self.root {
             let dir = StateDir::open(root, true)?.ok_or_else(|| AgentError::State {

@@ -1,10 +1,17 @@
 //! Applying a verified bundle: files first (all staged, then all renamed), then prerequisites
 //! (packages, artifacts), then the plan's steps in order, reporting each phase. State is saved
 //! after the files landed, and the serial is recorded only after everything succeeded.
+//!
+//! Only files whose content or mode differ are written, and a step restarts a unit only when a
+//! file it watches changed — in this apply or in an earlier one that was interrupted before its
+//! restarts ran (`State::pending`). An update (`Options::restore_on_failure`) that fails after
+//! its files landed puts the previous files back, runs the steps again so the units run them,
+//! and reports the failure; the next sync tries again.
 
 pub mod artifacts;
 pub mod files;
 pub mod host;
+pub mod restore;
 pub mod waits;
 
 use std::collections::BTreeSet;
@@ -16,11 +23,13 @@ use exk8s_common::payload::{BundlePayload, PlanStep};
 use crate::error::{AgentError, chain};
 use exk8s_common::contract::BootPhase;
 
+use crate::log::{log_error, log_info, log_warn};
 use crate::report::{Reporter, State as Phase};
 use crate::state::State;
 
 pub use files::Change;
 use host::{Host, HostAction};
+use restore::Snapshot;
 
 /// How to apply.
 #[derive(Debug, Clone)]
@@ -31,6 +40,23 @@ pub struct Options {
     pub dry_run: bool,
     /// A failed chown is an error (a real node) rather than a warning.
     pub strict_owner: bool,
+    /// The phase reported once everything succeeded: `complete` at first boot, `sync` after.
+    pub finish: BootPhase,
+    /// On a failure after the files landed, put the previous files back (updates).
+    pub restore_on_failure: bool,
+}
+
+impl Options {
+    /// Options for applying under `root` (`/` on a node), finishing with `finish`.
+    pub fn new(root: PathBuf, finish: BootPhase) -> Self {
+        Self {
+            root,
+            dry_run: false,
+            strict_owner: false,
+            finish,
+            restore_on_failure: false,
+        }
+    }
 }
 
 /// What an apply did (or, in a dry run, would do).
@@ -75,29 +101,66 @@ fn phase_of(step: &PlanStep) -> BootPhase {
 }
 
 /// Applies `bundle` under `options.root` with `host` performing (or recording) host actions.
+/// An update's failure is reported under `options.finish`, with what became of the previous
+/// files.
 pub fn apply(
     bundle: &BundlePayload,
     options: &Options,
     host: &mut dyn Host,
     reporter: &Reporter<'_>,
 ) -> Result<Outcome, AgentError> {
+    apply_steps(bundle, options, host, reporter).map_err(|(e, restored)| {
+        if options.restore_on_failure {
+            let mut message = chain(&e);
+            if let Some(restored) = restored {
+                message = format!("{message}; {restored}");
+            }
+            reporter.report(options.finish, Phase::Failed, &message);
+        }
+        e
+    })
+}
+
+/// The error, and for an update what happened to the previous files.
+type Failure = (AgentError, Option<String>);
+
+fn apply_steps(
+    bundle: &BundlePayload,
+    options: &Options,
+    host: &mut dyn Host,
+    reporter: &Reporter<'_>,
+) -> Result<Outcome, Failure> {
     let root = &options.root;
-    let actions = files::plan(root, &bundle.files)?;
+    let plain = |e| (e, None);
+    let actions = files::plan(root, &bundle.files).map_err(plain)?;
     let outcome = Outcome {
         files: actions
             .iter()
             .map(|a| (a.file.path.to_string(), a.change))
             .collect(),
     };
-    let changed: BTreeSet<&str> = actions
-        .iter()
-        .filter(|a| a.change != Change::Unchanged)
-        .map(|a| a.file.path.as_str())
-        .collect();
+    let mut state = State::load(root).map_err(plain)?;
+    let previous_files = state.files.clone();
+    let mut changed = state.pending.clone();
+    changed.extend(
+        actions
+            .iter()
+            .filter(|a| a.change != Change::Unchanged)
+            .map(|a| a.file.path.to_string()),
+    );
+    let restoring = options.restore_on_failure && !options.dry_run;
+    let snapshot = if restoring {
+        Snapshot::take(&actions).map_err(plain)?
+    } else {
+        Snapshot::default()
+    };
+    let mut ran = Ok(());
     if !options.dry_run {
-        phase(reporter, BootPhase::Files, || {
+        ran = phase(reporter, BootPhase::Files, || {
+            // Owed restarts are recorded before any file lands.
+            state.pending = changed.clone();
+            state.save(root)?;
             files::apply(root, &actions, options.strict_owner)?;
-            let mut state = State::load(root)?;
             state.vm_id = Some(bundle.identity.vm_id);
             state.files = bundle
                 .files
@@ -105,13 +168,54 @@ pub fn apply(
                 .map(|f| (f.path.to_string(), f.sha256.to_hex()))
                 .collect();
             state.save(root)
-        })?;
+        });
     }
-    phase(reporter, BootPhase::Prereqs, || {
-        prerequisites(bundle, options, host)
-    })?;
+    let ran = ran
+        .and_then(|()| {
+            phase(reporter, BootPhase::Prereqs, || {
+                prerequisites(bundle, options, host)
+            })
+        })
+        .and_then(|()| run_plan(bundle, options, &changed, host, reporter));
+    if let Err(e) = ran {
+        if !restoring {
+            return Err((e, None));
+        }
+        let restored = put_back(
+            bundle,
+            options,
+            &snapshot,
+            previous_files,
+            &changed,
+            host,
+            &e,
+        );
+        return Err((e, Some(restored)));
+    }
+    if options.dry_run {
+        return Ok(outcome);
+    }
+    let finished = State::load(root).and_then(|mut state| {
+        state.applied_serial = Some(bundle.freshness.serial);
+        state.applied_generation = Some(bundle.identity.generation);
+        state.pending.clear();
+        state.save(root)?;
+        crate::state::mark_done(root, bundle.freshness.serial)
+    });
+    finished.map_err(plain)?;
+    reporter.report(options.finish, Phase::Succeeded, "");
+    Ok(outcome)
+}
+
+/// The plan's steps in order, reporting the phase each belongs to.
+fn run_plan(
+    bundle: &BundlePayload,
+    options: &Options,
+    changed: &BTreeSet<String>,
+    host: &mut dyn Host,
+    reporter: &Reporter<'_>,
+) -> Result<(), AgentError> {
     let mut current: Option<BootPhase> = None;
-    let mut started = false;
     for step in &bundle.plan {
         let name = phase_of(step);
         if current != Some(name) {
@@ -120,27 +224,67 @@ pub fn apply(
             }
             reporter.report(name, Phase::Started, "");
             current = Some(name);
-            started = true;
         }
-        if let Err(e) = run_step(step, bundle, options, &changed, host) {
+        if let Err(e) = run_step(step, bundle, options, changed, host) {
             reporter.report(name, Phase::Failed, &chain(&e));
             return Err(e);
         }
     }
-    if let (Some(done), true) = (current, started) {
+    if let Some(done) = current {
         reporter.report(done, Phase::Succeeded, "");
     }
-    if options.dry_run {
-        return Ok(outcome);
-    }
-    {
+    Ok(())
+}
+
+/// After a failed update: the previous files back, the steps again so the units run them.
+/// Returns what happened, for the failure report.
+fn put_back(
+    bundle: &BundlePayload,
+    options: &Options,
+    snapshot: &Snapshot,
+    previous_files: std::collections::BTreeMap<String, String>,
+    changed: &BTreeSet<String>,
+    host: &mut dyn Host,
+    cause: &AgentError,
+) -> String {
+    log_warn!(
+        "the update failed ({}); putting the previous files back",
+        chain(cause)
+    );
+    let root = &options.root;
+    let restored = snapshot.restore(options.strict_owner).and_then(|()| {
         let mut state = State::load(root)?;
-        state.applied_serial = Some(bundle.freshness.serial);
-        state.save(root)?;
-        crate::state::mark_done(root, bundle.freshness.serial)?;
+        state.files = previous_files;
+        state.save(root)
+    });
+    if let Err(e) = restored {
+        log_error!("restoring the previous files failed: {}", chain(&e));
+        return format!("restoring the previous files failed: {}", chain(&e));
     }
-    reporter.report(BootPhase::Complete, Phase::Succeeded, "");
-    Ok(outcome)
+    match run_plan(bundle, options, changed, host, &Reporter::none()) {
+        Ok(()) => {
+            // The units run what is on disk again: nothing is owed.
+            let cleared = State::load(root).and_then(|mut state| {
+                state.pending.clear();
+                state.save(root)
+            });
+            if let Err(e) = cleared {
+                log_warn!("recording the restored state failed: {}", chain(&e));
+            }
+            log_info!("the previous files are back and their units restarted");
+            "the previous files were put back and their units restarted".into()
+        }
+        Err(e) => {
+            log_error!(
+                "the previous files are back, but restarting their units failed: {}",
+                chain(&e)
+            );
+            format!(
+                "the previous files were put back, but restarting their units failed: {}",
+                chain(&e)
+            )
+        }
+    }
 }
 
 /// Packages first (the artifacts' tools may need them), then artifacts not already installed.
@@ -176,7 +320,7 @@ fn run_step(
     step: &PlanStep,
     bundle: &BundlePayload,
     options: &Options,
-    changed: &BTreeSet<&str>,
+    changed: &BTreeSet<String>,
     host: &mut dyn Host,
 ) -> Result<(), AgentError> {
     let root = &options.root;

@@ -171,3 +171,16 @@ pub fn tree(root: &Path) -> Tree {
     out.sort();
     out
 }
+
+/// Where the agent keeps its node key, relative to the root.
+pub const NODE_KEY: &str = "var/lib/exk8s/node.key";
+
+/// What a refused first boot leaves: only the node key it made before fetching (and the
+/// empty lock file it held).
+pub fn only_the_node_key(root: &Path) -> bool {
+    let files: Tree = tree(root)
+        .into_iter()
+        .filter(|(p, _, content)| !(p == "var/lib/exk8s/agent.lock" && content.is_empty()))
+        .collect();
+    files.len() == 1 && files[0].0 == NODE_KEY && files[0].1 == 0o600
+}

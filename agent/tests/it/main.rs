@@ -13,3 +13,4 @@ mod artifacts;
 mod helpers;
 mod run;
 mod server;
+mod sync;

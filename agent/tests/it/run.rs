@@ -6,14 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{VM_ID, agent, code, files, payload, sign, stderr, tree};
+use exk8s_common::node_auth::NODE_KEY_HEADER;
+
+use crate::helpers::{
+    NODE_KEY, VM_ID, agent, code, files, only_the_node_key, payload, sign, stderr, tree,
+};
 use crate::server::{Reply, Request, Server};
 
-const IMDS_TOKEN: &str = "imds-session-token-abcdef";
-const ACCESS_TOKEN: &str = "bootstrap-access-token-123456";
+pub const IMDS_TOKEN: &str = "imds-session-token-abcdef";
+pub const ACCESS_TOKEN: &str = "bootstrap-access-token-123456";
 
 /// Answers IMDS requests; everything else goes to `api`.
-fn imds_or(
+pub fn imds_or(
     api: impl Fn(&Request) -> Reply + Send + Sync + 'static,
 ) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
     move |r: &Request| match r.path.as_str() {
@@ -34,7 +38,10 @@ fn imds_or(
 }
 
 /// A bundle for this VM echoing the request's nonce (with `mutate` applied first).
-fn bundle_for(r: &Request, mutate: impl Fn(&mut exk8s_common::payload::BundlePayload)) -> Reply {
+pub fn bundle_for(
+    r: &Request,
+    mutate: impl Fn(&mut exk8s_common::payload::BundlePayload),
+) -> Reply {
     let authorized = r.header("X-exc-imds-token") == Some(IMDS_TOKEN)
         && r.header("Authorization") == Some(&format!("Bearer {ACCESS_TOKEN}"));
     if !authorized {
@@ -46,7 +53,7 @@ fn bundle_for(r: &Request, mutate: impl Fn(&mut exk8s_common::payload::BundlePay
     Reply::ok(sign(&p))
 }
 
-fn config(dir: &Path, server: &Server, extra: &str) -> std::path::PathBuf {
+pub fn config(dir: &Path, server: &Server, extra: &str) -> std::path::PathBuf {
     let path = dir.join("agent.toml");
     std::fs::write(
         &path,
@@ -115,11 +122,49 @@ fn boots_from_imds_and_api_and_reports_every_phase() {
         "{log}"
     );
 
-    // The marker makes the next run a no-op that contacts nobody.
-    let before = server.requests.lock().unwrap().len();
+    // The fetch registered the node key the agent keeps, privately.
+    let registered = server
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.path == "/bootstrap/control-plane/101")
+        .and_then(|r| r.header(NODE_KEY_HEADER).map(str::to_owned))
+        .expect("the first fetch sends the node key");
+    // Reports after verification name the bundle's generation.
+    let complete = reports.iter().find(|r| r["phase"] == "complete").unwrap();
+    assert_eq!(complete["generation"], 1, "{complete}");
+    let key = std::fs::read_to_string(root.join(NODE_KEY)).unwrap();
+    let key = exk8s_common::node_auth::NodeKey::from_secret_text(&key).unwrap();
+    assert_eq!(key.public().to_text(), registered);
+    assert!(!log.contains(key.to_secret_text().as_str()));
+}
+
+#[test]
+fn run_on_a_bootstrapped_node_looks_for_an_update_instead_of_exiting() {
+    let scratch = tempfile::tempdir().unwrap();
+    let server = Server::start(imds_or(|r| match (r.method.as_str(), r.path.as_str()) {
+        ("GET", "/bootstrap/control-plane/101") => bundle_for(r, |_| {}),
+        ("GET", "/nodes/101/generation") => {
+            Reply::ok(r#"{"desired_generation":1,"applied_generation":1,"up_to_date":true}"#)
+        }
+        _ => Reply::ok("{}"),
+    }));
     let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
-    assert_eq!(code(&out), 0);
-    assert_eq!(server.requests.lock().unwrap().len(), before);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("looking for an update"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(server.count("/nodes/101/generation"), 1);
+    assert_eq!(
+        server.count("/bootstrap/control-plane/101"),
+        1,
+        "a bootstrapped node fetched its bootstrap bundle again"
+    );
 }
 
 #[test]
@@ -144,7 +189,11 @@ fn a_bundle_for_another_vm_or_request_is_refused_and_writes_nothing() {
         let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
         assert_eq!(code(&out), 4, "{expect}: {}", stderr(&out));
         assert!(stderr(&out).contains(expect), "{}", stderr(&out));
-        assert!(tree(&root).is_empty(), "{expect}: wrote {:?}", tree(&root));
+        assert!(
+            only_the_node_key(&root),
+            "{expect}: wrote {:?}",
+            tree(&root)
+        );
         let failed = server.requests.lock().unwrap().iter().any(|r| {
             r.path.ends_with("/status") && String::from_utf8_lossy(&r.body).contains("\"failed\"")
         });
@@ -194,7 +243,7 @@ fn a_client_error_is_final() {
         1,
         "a 404 was retried"
     );
-    assert!(tree(&root).is_empty());
+    assert!(only_the_node_key(&root), "wrote {:?}", tree(&root));
 }
 
 #[test]
@@ -209,7 +258,7 @@ fn an_endless_body_is_cut_at_the_envelope_limit() {
     assert_eq!(code(&out), 4, "{}", stderr(&out));
     assert!(stderr(&out).contains("limit"), "{}", stderr(&out));
     assert!(start.elapsed() < Duration::from_secs(20));
-    assert!(tree(&root).is_empty());
+    assert!(only_the_node_key(&root), "wrote {:?}", tree(&root));
 }
 
 #[test]

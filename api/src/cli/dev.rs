@@ -36,6 +36,10 @@ pub(super) struct DevArgs {
     /// Pinned downloads of node binaries (TOML; see `serve --help`).
     #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
     artifact_catalog: Option<PathBuf>,
+    /// Node requests (bundle fetches, syncs and reports) allowed per VM per minute; half of it
+    /// at once.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_VM", default_value_t = 60)]
+    bootstrap_rate_per_vm: u32,
 }
 
 /// Creates a key file with `make` the first time; later starts reuse it.
@@ -87,6 +91,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         imds_url: format!("{listener_hint}/sim/imds"),
         agent_insecure_http: true,
         artifacts,
+        rate_per_vm: crate::ratelimit::Limit::per_minute_half_burst(args.bootstrap_rate_per_vm),
         ..ApiConfig::default()
     };
     let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());

@@ -1,7 +1,9 @@
 //! What the node installs and does: artifacts (binaries with digests), OS packages, and the
-//! ordered plan. The API decides all of it — including that only the initial node runs the
-//! cluster-wide addon steps — so the agent never branches on cluster facts.
+//! ordered plan. The API decides all of it — including that only the initial node's bootstrap
+//! bundle runs the cluster-wide addon steps (an update restarts what changed, nothing more) —
+//! so the agent never branches on cluster facts.
 
+use exk8s_common::contract::BundleKind;
 use exk8s_common::names::{ArchiveMember, ArtifactDest, ArtifactName, HttpUrl, PackageName};
 use exk8s_common::names::{BundlePath, FileMode, K8sName, UnitName, Version};
 use exk8s_common::payload::{Artifact, Package, PlanStep, RolloutKind};
@@ -55,6 +57,11 @@ struct Source<'a> {
     dest: &'a str,
 }
 
+/// Only the initial node's first bundle installs the cluster's addons.
+fn installs_addons(input: &RenderInput<'_>) -> bool {
+    input.node.is_initial && input.issuance.kind == BundleKind::Bootstrap
+}
+
 pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, RenderError> {
     let versions = &input.cluster.versions;
     let (k8s, etcd, helm) = (&versions.kubernetes, &versions.etcd, &versions.helm);
@@ -91,7 +98,7 @@ pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, Render
             dest: PATHS.kubectl_binary,
         },
     ];
-    if input.node.is_initial {
+    if installs_addons(input) {
         sources.push(Source {
             name: "helm",
             version: helm,
@@ -179,7 +186,7 @@ pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderErro
             timeout_secs: WAIT_APISERVER_SECS,
         },
     ];
-    if input.node.is_initial {
+    if installs_addons(input) {
         let versions = &input.cluster.versions;
         steps.extend([
             // The binding that makes the admin group cluster-admin needs system:masters.

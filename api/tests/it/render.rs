@@ -13,7 +13,8 @@ use exk8s_api::pki::{
 };
 use exk8s_api::render::paths::PATHS;
 use exk8s_api::render::{
-    ArtifactCatalog, NodeCredentials, RenderError, RenderInput, render_bundle, render_userdata,
+    ArtifactCatalog, Issuance, NodeCredentials, RenderError, RenderInput, render_bundle,
+    render_userdata,
 };
 use exk8s_common::payload::{BundlePayload, PlanStep};
 
@@ -37,6 +38,10 @@ fn fake(name: &str) -> IssuedCert {
 
 /// Renders with fixed, fake credentials so output is stable byte for byte.
 fn golden(ips: &[Ipv4Addr], node_index: usize) -> BundlePayload {
+    golden_as(ips, node_index, &issuance(7))
+}
+
+fn golden_as(ips: &[Ipv4Addr], node_index: usize, issued: &Issuance) -> BundlePayload {
     let spec = cluster_spec(network());
     let nodes = control_plane(ips);
     let serving = NodeServingCerts {
@@ -75,7 +80,7 @@ fn golden(ips: &[Ipv4Addr], node_index: usize) -> BundlePayload {
             serving: &serving,
             minted: &minted,
         },
-        issuance: &issuance(7),
+        issuance: issued,
         artifacts: &ArtifactCatalog::default(),
     })
     .unwrap()
@@ -420,6 +425,41 @@ fn only_the_initial_node_runs_addon_steps() {
         }
         assert!(matches!(bundle.plan[0], PlanStep::DaemonReload {}));
     }
+}
+
+#[test]
+fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
+    let ips = ips(3);
+    let initial = golden(&ips, 0);
+    let update = golden_as(
+        &ips,
+        0,
+        &Issuance {
+            kind: exk8s_common::contract::BundleKind::Update,
+            generation: 2,
+            serial: 8,
+            ..issuance(7)
+        },
+    );
+    assert!(initial.identity.is_initial_control_plane);
+    assert_eq!(
+        update.identity.kind,
+        exk8s_common::contract::BundleKind::Update
+    );
+    assert_eq!(update.identity.generation, 2);
+    assert!(
+        !update.plan.iter().any(|s| matches!(
+            s,
+            PlanStep::KubectlApply { .. }
+                | PlanStep::HelmInstall { .. }
+                | PlanStep::WaitRollout { .. }
+        )),
+        "{:?}",
+        update.plan
+    );
+    assert!(!update.artifacts.iter().any(|a| a.name.as_str() == "helm"));
+    // Same credentials, same files: an update with nothing new changes no file.
+    assert_eq!(initial.files, update.files);
 }
 
 #[test]

@@ -1,0 +1,178 @@
+//! The node's signed channel to the API after its first bundle (`/nodes/{vm_id}/…`): every
+//! request carries the IMDS session token and an ed25519 signature by the node key over its
+//! method, path, a timestamp, a fresh nonce and the body's digest. A retried attempt is signed
+//! anew (the API refuses a nonce it has seen), so the nonce a bundle must echo is the one of
+//! the attempt that got it.
+
+use std::time::Duration;
+
+use exk8s_common::contract::{IMDS_TOKEN_HEADER, NONCE_HEADER, PhaseReport};
+use exk8s_common::limits::MAX_ENVELOPE_BYTES;
+use exk8s_common::names::Nonce;
+use exk8s_common::node_auth::{NodeKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message};
+use serde::Deserialize;
+
+use crate::error::AgentError;
+use crate::http::{Attempt, classify, read_capped, retry};
+use crate::imds::{Session, relay};
+
+/// What the API says about this node's generations.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Generations {
+    pub desired_generation: u64,
+    pub applied_generation: u64,
+}
+
+/// The API's answer to "my update, please".
+#[derive(Debug)]
+pub enum Update {
+    /// The node runs its desired generation (204).
+    Current,
+    /// The rollout holds this node's update for now (409); the reason is the API's.
+    Wait(String),
+    /// The signed update bundle, and the nonce its payload must echo.
+    Bundle { envelope: Vec<u8>, nonce: Nonce },
+}
+
+/// A signed request maker for one node.
+pub struct NodeApi<'a> {
+    pub agent: &'a ureq::Agent,
+    pub api_url: &'a str,
+    pub session: &'a Session,
+    pub key: &'a NodeKey,
+}
+
+/// The path part of `url` (`https://host:8443/prefix/` → `/prefix`), which the API sees and
+/// the signature therefore covers.
+fn path_prefix(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.find('/')
+        .map_or("", |i| &rest[i..])
+        .trim_end_matches('/')
+}
+
+impl NodeApi<'_> {
+    fn base(&self) -> &str {
+        self.api_url.trim_end_matches('/')
+    }
+
+    /// A request for `/nodes/{vm_id}/{tail}` signed over `body`, with its nonce.
+    fn signed(
+        &self,
+        method: &str,
+        tail: &str,
+        body: &[u8],
+    ) -> Result<(ureq::Request, Nonce), AgentError> {
+        let path = format!(
+            "{}/nodes/{}/{tail}",
+            path_prefix(self.api_url),
+            self.session.vm_id
+        );
+        let nonce = crate::fetch::new_nonce()?;
+        let timestamp = crate::commands::now();
+        let signature = self.key.sign(&request_message(
+            method,
+            &path,
+            timestamp,
+            nonce.as_str(),
+            body,
+        ));
+        let url = format!("{}/nodes/{}/{tail}", self.base(), self.session.vm_id);
+        let request = self
+            .agent
+            .request(method, &url)
+            .set(IMDS_TOKEN_HEADER, self.session.imds_token.expose())
+            .set(TIMESTAMP_HEADER, &timestamp.to_string())
+            .set(NONCE_HEADER, nonce.as_str())
+            .set(SIGNATURE_HEADER, &signature);
+        Ok((request, nonce))
+    }
+
+    /// `GET /nodes/{vm_id}/generation`, retried under `deadline`.
+    pub fn generations(&self, deadline: Duration) -> Result<Generations, AgentError> {
+        retry("asking for the node's generation", deadline, || {
+            let request = match self.signed("GET", "generation", b"") {
+                Ok((request, _)) => request,
+                Err(e) => return Attempt::Fatal(e),
+            };
+            let response = match classify("generation", request.call()) {
+                Ok(r) => r,
+                Err(attempt) => return relay(attempt),
+            };
+            match read_capped(response, 4096).map(|b| serde_json::from_slice(&b)) {
+                Ok(Ok(generations)) => Attempt::Done(generations),
+                Ok(Err(e)) => Attempt::Fatal(AgentError::Rejected {
+                    what: "generation",
+                    status: 200,
+                    body: format!("unexpected JSON: {e}"),
+                }),
+                Err(reason) => Attempt::Retry {
+                    reason,
+                    after: None,
+                },
+            }
+        })
+    }
+
+    /// `GET /nodes/{vm_id}/bundle`, retried under `deadline`.
+    pub fn update(&self, deadline: Duration) -> Result<Update, AgentError> {
+        retry("fetching the update bundle", deadline, || {
+            let (request, nonce) = match self.signed("GET", "bundle", b"") {
+                Ok(signed) => signed,
+                Err(e) => return Attempt::Fatal(e),
+            };
+            let response = match request.call() {
+                Err(ureq::Error::Status(409, response)) => {
+                    let said = read_capped(response, 4096).unwrap_or_default();
+                    let reason = serde_json::from_slice::<serde_json::Value>(&said)
+                        .ok()
+                        .and_then(|v| v["message"].as_str().map(str::to_owned))
+                        .unwrap_or_else(|| "the rollout holds this node's update".into());
+                    return Attempt::Done(Update::Wait(reason));
+                }
+                other => match classify("update bundle", other) {
+                    Ok(r) => r,
+                    Err(attempt) => return relay(attempt),
+                },
+            };
+            if response.status() == 204 {
+                return Attempt::Done(Update::Current);
+            }
+            match read_capped(response, MAX_ENVELOPE_BYTES) {
+                Ok(envelope) => Attempt::Done(Update::Bundle { envelope, nonce }),
+                Err(reason) if reason.contains("limit") => {
+                    Attempt::Fatal(AgentError::RefusedOnDisk(reason))
+                }
+                Err(reason) => Attempt::Retry {
+                    reason,
+                    after: None,
+                },
+            }
+        })
+    }
+
+    /// `POST /nodes/{vm_id}/status`, once (reports are best effort).
+    pub fn report(&self, report: &PhaseReport) -> Result<(), String> {
+        let body = serde_json::to_vec(report).map_err(|e| e.to_string())?;
+        let (request, _) = self
+            .signed("POST", "status", &body)
+            .map_err(|e| e.to_string())?;
+        request
+            .set("Content-Type", "application/json")
+            .send_bytes(&body)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_prefix;
+
+    #[test]
+    fn the_signed_path_keeps_the_api_urls_prefix() {
+        assert_eq!(path_prefix("https://api.example.com"), "");
+        assert_eq!(path_prefix("https://api.example.com/"), "");
+        assert_eq!(path_prefix("http://127.0.0.1:8080/exk8s/"), "/exk8s");
+    }
+}

@@ -1,0 +1,164 @@
+//! `exk8s-agent sync`: keeps a bootstrapped node at the generation the API wants for it. Run by
+//! `exk8s-agent-sync.timer` every few minutes (and by `run` on a node that finished booting):
+//!
+//! 1. instance metadata gives the VM id and a session token (no bootstrap token: after the
+//!    first bundle the node proves itself with its own key, [`crate::nodekey`]);
+//! 2. `GET /nodes/{vm}/generation`; nothing to do when the applied generation is current;
+//! 3. `GET /nodes/{vm}/bundle`: the update bundle, or "wait" while the rollout updates another
+//!    control-plane node (the next sync asks again);
+//! 4. every check `verify` makes, plus: kind `update`, the echoed nonce, a serial above the
+//!    applied one and a generation above the applied one;
+//! 5. apply: only changed files, then the plan's restarts in order with their health waits;
+//!    a failure puts the previous files back ([`crate::apply::restore`]) and reports why.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use exk8s_common::contract::{BootPhase, BundleKind};
+use exk8s_common::{Disposition, Expected, verify};
+
+use crate::apply::Options;
+use crate::commands::{apply_verified, clients, load_keyring, now};
+use crate::config::NetConfig;
+use crate::error::{AgentError, chain};
+use crate::log::{log_info, log_warn};
+use crate::node_api::{NodeApi, Update};
+use crate::report::{Reporter, State as Phase, Target};
+use crate::state::{State, is_done, marker_path};
+use crate::{imds, nodekey};
+
+/// One sync: look for a newer generation and apply it.
+pub fn sync(
+    net: &NetConfig,
+    keys: &Path,
+    root: Option<&Path>,
+    clock_skew_secs: i64,
+) -> Result<(), AgentError> {
+    let started_at = now();
+    let root_dir = root.map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+    net.validate()?;
+    if !is_done(&root_dir)? {
+        log_info!(
+            "{} does not exist: this node has not finished bootstrapping (`run` does that); nothing to sync",
+            marker_path(&root_dir).display()
+        );
+        return Ok(());
+    }
+    let _lock = crate::state::lock(&root_dir)?;
+    let Some(key) = nodekey::load(&root_dir)? else {
+        return Err(AgentError::Config(format!(
+            "this node has no node key in {}: it was bootstrapped by an agent without day-2 \
+             support; an operator must re-arm it, then remove {} and run `exk8s-agent run`",
+            crate::state::state_dir(&root_dir).display(),
+            marker_path(&root_dir).display()
+        )));
+    };
+    let keyring = load_keyring(keys)?;
+    let (api, metadata) = clients(net)?;
+    let session = imds::session(
+        &metadata,
+        &net.imds_url,
+        Duration::from_secs(net.imds_timeout_secs),
+    )?;
+    let node = NodeApi {
+        agent: &api,
+        api_url: &net.api_url,
+        session: &session,
+        key: &key,
+    };
+    let deadline = Duration::from_secs(net.fetch_timeout_secs);
+    let state = State::load(&root_dir)?;
+    let applied = state.applied_generation.unwrap_or(0);
+    let generations = node.generations(deadline)?;
+    if generations.desired_generation <= applied {
+        if generations.applied_generation < applied {
+            // The report of the last apply did not arrive: say it again.
+            Reporter::to(Target::Node(&node))
+                .with_generation(applied)
+                .report(
+                    BootPhase::Sync,
+                    Phase::Succeeded,
+                    "generation already applied",
+                );
+        }
+        log_info!("generation {applied} is applied and current; nothing to do");
+        return Ok(());
+    }
+    log_info!(
+        "generation {} is wanted (applied: {applied}); asking for it",
+        generations.desired_generation
+    );
+    let (envelope, nonce) = match node.update(deadline)? {
+        Update::Current => {
+            log_warn!(
+                "the API has no update for this node although generation {} is wanted; the next sync asks again",
+                generations.desired_generation
+            );
+            return Ok(());
+        }
+        Update::Wait(reason) => {
+            log_info!("the update waits: {reason}; the next sync asks again");
+            return Ok(());
+        }
+        Update::Bundle { envelope, nonce } => (envelope, nonce),
+    };
+    let reporter = Reporter::to(Target::Node(&node));
+    let checked = verify(&envelope, &keyring).and_then(|bundle| {
+        let disposition = bundle.check_binding(&Expected {
+            vm_id: session.vm_id,
+            nonce: Some(&nonce),
+            cluster_id: None,
+            org_id: None,
+            kind: Some(BundleKind::Update),
+            now: started_at,
+            clock_skew_secs,
+            applied_serial: state.applied_serial,
+        })?;
+        Ok((bundle, disposition))
+    });
+    let bundle = match checked {
+        Ok((bundle, Disposition::Apply)) => bundle,
+        Ok((bundle, Disposition::AlreadyApplied)) => {
+            let e = AgentError::RefusedOnDisk(format!(
+                "the update repeats the applied serial {}",
+                bundle.payload().freshness.serial
+            ));
+            reporter.report(BootPhase::Sync, Phase::Failed, &chain(&e));
+            return Err(e);
+        }
+        Err(e) => {
+            reporter.report(BootPhase::Sync, Phase::Failed, &e.to_string());
+            return Err(e.into());
+        }
+    };
+    let generation = bundle.payload().identity.generation;
+    let reporter = reporter.with_generation(generation);
+    if generation <= applied {
+        let e = AgentError::RefusedOnDisk(format!(
+            "the update's generation {generation} is not above the applied generation {applied}"
+        ));
+        reporter.report(BootPhase::Sync, Phase::Failed, &chain(&e));
+        return Err(e);
+    }
+    reporter.report(
+        BootPhase::Sync,
+        Phase::Started,
+        &format!(
+            "generation {generation}, serial {}, signed by {}",
+            bundle.payload().freshness.serial,
+            bundle.key_id()
+        ),
+    );
+    let options = Options {
+        restore_on_failure: true,
+        ..Options::new(root_dir, BootPhase::Sync)
+    };
+    // A failure is reported by the apply, with what became of the previous files.
+    apply_verified(
+        &bundle,
+        root,
+        options,
+        Duration::from_secs(net.request_timeout_secs),
+        &reporter,
+    )
+}
