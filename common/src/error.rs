@@ -26,12 +26,14 @@ pub enum BundleError {
         found: String,
         expected: &'static str,
     },
-    #[error("payload is not a valid v1 bundle (at `{at}`: {reason})")]
+    #[error("payload is not a valid v2 bundle (at `{at}`: {reason})")]
     MalformedPayload { at: String, reason: String },
     #[error("path `{path}` appears more than once")]
     DuplicatePath { path: String },
     #[error("content of `{path}` does not match its sha256")]
     DigestMismatch { path: String },
+    #[error("a plan step names `{path}`, which is not one of the bundle's files")]
+    PlanFileMissing { path: String },
     #[error("bundle validity window is empty (expires_at is not after issued_at)")]
     EmptyValidity,
     #[error("bundle generation is 0; generations start at 1")]
@@ -82,6 +84,7 @@ impl BundleError {
             Self::MalformedPayload { .. } => "malformed-payload",
             Self::DuplicatePath { .. } => "duplicate-path",
             Self::DigestMismatch { .. } => "digest-mismatch",
+            Self::PlanFileMissing { .. } => "plan-file-missing",
             Self::EmptyValidity => "empty-validity",
             Self::ZeroGeneration => "zero-generation",
             Self::WrongKind { .. } => "wrong-kind",

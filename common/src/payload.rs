@@ -211,6 +211,21 @@ pub enum PlanStep {
         kubeconfig: BundlePath,
         timeout_secs: u32,
     },
+    /// Installs a static pod's manifest — one of the bundle's files — here instead of with the
+    /// other files, so the kubelet (re)starts the pod only after the steps before it (etcd
+    /// healthy). An unchanged manifest is left alone.
+    InstallStaticPod { manifest: BundlePath },
+    /// Only when `manifest` changed in this apply: waits until the kubelet runs the new pod —
+    /// its mirror pod `mirror_pod` in `kube-system`, read through `kubeconfig`'s apiserver, is
+    /// Ready and carries `inputs_sha256` in its `exk8s.io/inputs-sha256` annotation (the old
+    /// pod, still answering, does not count).
+    WaitStaticPod {
+        kubeconfig: BundlePath,
+        manifest: BundlePath,
+        mirror_pod: K8sName,
+        inputs_sha256: Sha256Digest,
+        timeout_secs: u32,
+    },
     /// `kubectl apply -f <file>`.
     KubectlApply {
         kubeconfig: BundlePath,
@@ -267,6 +282,18 @@ impl BundlePayload {
             if Sha256Digest::of(file.content.as_bytes()) != file.sha256 {
                 return Err(BundleError::DigestMismatch {
                     path: crate::names::shown_at_most(file.path.as_str(), 160),
+                });
+            }
+        }
+        for step in &self.plan {
+            let manifest = match step {
+                PlanStep::InstallStaticPod { manifest }
+                | PlanStep::WaitStaticPod { manifest, .. } => manifest,
+                _ => continue,
+            };
+            if !seen.contains(manifest.as_str()) {
+                return Err(BundleError::PlanFileMissing {
+                    path: crate::names::shown_at_most(manifest.as_str(), 160),
                 });
             }
         }

@@ -548,17 +548,17 @@ fn rollout(stack: &Stack, keys: &Path, cluster: i64, vms: &[i64], roots: &[std::
             .lines()
             .filter(|l| l.contains("restart") || l.contains("wait for"))
             .collect();
-        eprintln!("vm {vm} changed {changed:?}\nactions {actions:?}");
         let position = |what: &str| actions.iter().position(|a| a.contains(what));
-        let order: Vec<usize> = [
+        let steps = [
             "wait for etcd health",
-            "kubelet.service",
+            "wait for static pod kube-apiserver-",
+            "wait for static pod kube-controller-manager-",
+            "wait for static pod kube-scheduler-",
+            "restart --no-block kubelet.service",
             "wait for apiserver",
-        ]
-        .iter()
-        .filter_map(|w| position(w))
-        .collect();
-        assert_eq!(order.len(), 3, "vm {vm}: {actions:?}");
+        ];
+        let order: Vec<usize> = steps.iter().filter_map(|w| position(w)).collect();
+        assert_eq!(order.len(), steps.len(), "vm {vm}: {actions:?}");
         assert!(
             order.windows(2).all(|w| w[0] < w[1]),
             "vm {vm}: {actions:?}"

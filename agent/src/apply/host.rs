@@ -29,6 +29,7 @@ pub enum HostAction<'a> {
     InstallArtifact(&'a Artifact),
     WaitEtcd(waits::EtcdProbe),
     WaitApiserver(waits::ApiserverProbe),
+    WaitStaticPod(waits::StaticPodProbe),
     /// A helm or kubectl invocation with `KUBECONFIG` set.
     Command {
         program: PathBuf,
@@ -66,6 +67,16 @@ impl fmt::Display for HostAction<'_> {
                 f,
                 "wait for apiserver /readyz via {} (up to {}s)",
                 probe.kubeconfig.display(),
+                probe.timeout.as_secs()
+            ),
+            Self::WaitStaticPod(probe) => write!(
+                f,
+                "wait for static pod {} to run inputs {} (up to {}s)",
+                probe.mirror_pod,
+                probe
+                    .inputs_sha256
+                    .get(..12)
+                    .unwrap_or(&probe.inputs_sha256),
                 probe.timeout.as_secs()
             ),
             Self::Command {
@@ -256,6 +267,7 @@ impl Host for SystemHost {
             }
             HostAction::WaitEtcd(probe) => waits::etcd(&self.root, probe),
             HostAction::WaitApiserver(probe) => waits::apiserver(&self.root, probe),
+            HostAction::WaitStaticPod(probe) => waits::static_pod(&self.root, probe),
             HostAction::Command {
                 program,
                 args,

@@ -12,11 +12,11 @@ pub mod artifacts;
 pub mod files;
 pub mod host;
 pub mod restore;
+mod steps;
 pub mod waits;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use exk8s_common::payload::{BundlePayload, PlanStep};
 
@@ -30,6 +30,7 @@ use crate::state::State;
 pub use files::Change;
 use host::{Host, HostAction};
 use restore::Snapshot;
+use steps::{Run, run_plan};
 
 /// How to apply.
 #[derive(Debug, Clone)]
@@ -65,10 +66,6 @@ pub struct Outcome {
     pub files: Vec<(String, Change)>,
 }
 
-fn in_root(root: &Path, path: &str) -> PathBuf {
-    root.join(path.trim_start_matches('/'))
-}
-
 /// Runs one phase: reports started, then succeeded or failed with the error chain.
 fn phase<T>(
     reporter: &Reporter<'_>,
@@ -85,18 +82,6 @@ fn phase<T>(
             reporter.report(name, Phase::Failed, &chain(&e));
             Err(e)
         }
-    }
-}
-
-/// The phase a plan step belongs to (for reports).
-fn phase_of(step: &PlanStep) -> BootPhase {
-    match step {
-        PlanStep::DaemonReload {} | PlanStep::EnableStart { .. } => BootPhase::Services,
-        PlanStep::WaitEtcdHealthy { .. } => BootPhase::Etcd,
-        PlanStep::WaitApiserverReady { .. } => BootPhase::Apiserver,
-        PlanStep::KubectlApply { .. }
-        | PlanStep::HelmInstall { .. }
-        | PlanStep::WaitRollout { .. } => BootPhase::Addons,
     }
 }
 
@@ -154,13 +139,25 @@ fn apply_steps(
     } else {
         Snapshot::default()
     };
+    // Static pod manifests land at their plan step, once what runs before them is healthy.
+    let manifests: BTreeSet<&str> = bundle
+        .plan
+        .iter()
+        .filter_map(|step| match step {
+            PlanStep::InstallStaticPod { manifest } => Some(manifest.as_str()),
+            _ => None,
+        })
+        .collect();
+    let (deferred, now): (Vec<_>, Vec<_>) = actions
+        .into_iter()
+        .partition(|a| manifests.contains(a.file.path.as_str()));
     let mut ran = Ok(());
     if !options.dry_run {
         ran = phase(reporter, BootPhase::Files, || {
             // Owed restarts are recorded before any file lands.
             state.pending = changed.clone();
             state.save(root)?;
-            files::apply(root, &actions, options.strict_owner)?;
+            files::apply(root, &now, options.strict_owner)?;
             state.vm_id = Some(bundle.identity.vm_id);
             state.files = bundle
                 .files
@@ -176,7 +173,15 @@ fn apply_steps(
                 prerequisites(bundle, options, host)
             })
         })
-        .and_then(|()| run_plan(bundle, options, &changed, host, reporter));
+        .and_then(|()| {
+            let run = Run {
+                bundle,
+                options,
+                changed: &changed,
+                deferred: Some(&deferred),
+            };
+            run_plan(&run, host, reporter)
+        });
     if let Err(e) = ran {
         if !restoring {
             return Err((e, None));
@@ -207,35 +212,6 @@ fn apply_steps(
     Ok(outcome)
 }
 
-/// The plan's steps in order, reporting the phase each belongs to.
-fn run_plan(
-    bundle: &BundlePayload,
-    options: &Options,
-    changed: &BTreeSet<String>,
-    host: &mut dyn Host,
-    reporter: &Reporter<'_>,
-) -> Result<(), AgentError> {
-    let mut current: Option<BootPhase> = None;
-    for step in &bundle.plan {
-        let name = phase_of(step);
-        if current != Some(name) {
-            if let Some(done) = current {
-                reporter.report(done, Phase::Succeeded, "");
-            }
-            reporter.report(name, Phase::Started, "");
-            current = Some(name);
-        }
-        if let Err(e) = run_step(step, bundle, options, changed, host) {
-            reporter.report(name, Phase::Failed, &chain(&e));
-            return Err(e);
-        }
-    }
-    if let Some(done) = current {
-        reporter.report(done, Phase::Succeeded, "");
-    }
-    Ok(())
-}
-
 /// After a failed update: the previous files back, the steps again so the units run them.
 /// Returns what happened, for the failure report.
 fn put_back(
@@ -261,7 +237,13 @@ fn put_back(
         log_error!("restoring the previous files failed: {}", chain(&e));
         return format!("restoring the previous files failed: {}", chain(&e));
     }
-    match run_plan(bundle, options, changed, host, &Reporter::none()) {
+    let run = Run {
+        bundle,
+        options,
+        changed,
+        deferred: None,
+    };
+    match run_plan(&run, host, &Reporter::none()) {
         Ok(()) => {
             // The units run what is on disk again: nothing is owed.
             let cleared = State::load(root).and_then(|mut state| {
@@ -302,137 +284,6 @@ pub fn prerequisites(
     for artifact in &bundle.artifacts {
         if !artifacts::is_installed(&options.root, &state, artifact) {
             host.perform(&HostAction::InstallArtifact(artifact))?;
-        }
-    }
-    Ok(())
-}
-
-fn tool(bundle: &BundlePayload, root: &Path, name: &str) -> PathBuf {
-    bundle
-        .artifacts
-        .iter()
-        .find(|a| a.name.as_str() == name)
-        .map(|a| in_root(root, a.dest.as_str()))
-        .unwrap_or_else(|| PathBuf::from(name))
-}
-
-fn run_step(
-    step: &PlanStep,
-    bundle: &BundlePayload,
-    options: &Options,
-    changed: &BTreeSet<String>,
-    host: &mut dyn Host,
-) -> Result<(), AgentError> {
-    let root = &options.root;
-    let secs = |s: &u32| Duration::from_secs(u64::from(*s));
-    match step {
-        PlanStep::DaemonReload {} => {
-            if changed
-                .iter()
-                .any(|p| p.starts_with("/etc/systemd/system/"))
-            {
-                host.perform(&HostAction::DaemonReload)?;
-            }
-        }
-        PlanStep::EnableStart { unit, watch } => {
-            host.perform(&HostAction::Enable(unit))?;
-            if !host.is_active(unit)? {
-                host.perform(&HostAction::Start(unit))?;
-            } else if watch.iter().any(|p| changed.contains(p.as_str())) {
-                host.perform(&HostAction::Restart(unit))?;
-            }
-        }
-        PlanStep::WaitEtcdHealthy {
-            endpoint,
-            ca_file,
-            cert_file,
-            key_file,
-            timeout_secs,
-        } => {
-            host.perform(&HostAction::WaitEtcd(waits::EtcdProbe {
-                endpoint: endpoint.to_string(),
-                ca_file: ca_file.as_str().into(),
-                cert_file: cert_file.as_str().into(),
-                key_file: key_file.as_str().into(),
-                timeout: secs(timeout_secs),
-            }))?;
-        }
-        PlanStep::WaitApiserverReady {
-            kubeconfig,
-            timeout_secs,
-        } => {
-            host.perform(&HostAction::WaitApiserver(waits::ApiserverProbe {
-                kubeconfig: kubeconfig.as_str().into(),
-                timeout: secs(timeout_secs),
-            }))?;
-        }
-        PlanStep::KubectlApply { kubeconfig, file } => {
-            host.perform(&HostAction::Command {
-                program: tool(bundle, root, "kubectl"),
-                args: vec![
-                    "apply".into(),
-                    "-f".into(),
-                    in_root(root, file.as_str()).display().to_string(),
-                ],
-                kubeconfig: in_root(root, kubeconfig.as_str()),
-                timeout: Duration::from_secs(300),
-            })?;
-        }
-        PlanStep::HelmInstall {
-            kubeconfig,
-            release,
-            chart,
-            version,
-            namespace,
-            values_file,
-            timeout_secs,
-        } => {
-            host.perform(&HostAction::Command {
-                program: tool(bundle, root, "helm"),
-                args: vec![
-                    "upgrade".into(),
-                    "--install".into(),
-                    release.to_string(),
-                    chart.to_string(),
-                    "--version".into(),
-                    version.to_string(),
-                    "--namespace".into(),
-                    namespace.to_string(),
-                    "--create-namespace".into(),
-                    "--values".into(),
-                    in_root(root, values_file.as_str()).display().to_string(),
-                    "--wait".into(),
-                    "--timeout".into(),
-                    format!("{timeout_secs}s"),
-                ],
-                kubeconfig: in_root(root, kubeconfig.as_str()),
-                timeout: secs(timeout_secs),
-            })?;
-        }
-        PlanStep::WaitRollout {
-            kubeconfig,
-            kind,
-            name,
-            namespace,
-            timeout_secs,
-        } => {
-            let kind = match kind {
-                exk8s_common::payload::RolloutKind::Deployment => "deployment",
-                exk8s_common::payload::RolloutKind::DaemonSet => "daemonset",
-            };
-            host.perform(&HostAction::Command {
-                program: tool(bundle, root, "kubectl"),
-                args: vec![
-                    "rollout".into(),
-                    "status".into(),
-                    format!("{kind}/{name}"),
-                    "--namespace".into(),
-                    namespace.to_string(),
-                    format!("--timeout={timeout_secs}s"),
-                ],
-                kubeconfig: in_root(root, kubeconfig.as_str()),
-                timeout: secs(timeout_secs),
-            })?;
         }
     }
     Ok(())

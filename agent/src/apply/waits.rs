@@ -1,6 +1,8 @@
 //! Waiting for the control plane: etcd's `/health` over mutual TLS with the healthcheck client
-//! certificate, and the apiserver's `/readyz` with the identity and CA of a kubeconfig. Each
-//! polls every two seconds until healthy or its deadline (from the plan) passes.
+//! certificate, the apiserver's `/readyz` with the identity and CA of a kubeconfig, and a
+//! static pod's mirror pod running the inputs its new manifest names (what kubeadm's upgrade
+//! waits for with `kubernetes.io/config.hash`). Each polls every two seconds until healthy or
+//! its deadline (from the plan) passes.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,6 +26,19 @@ pub struct EtcdProbe {
 #[derive(Debug, Clone)]
 pub struct ApiserverProbe {
     pub kubeconfig: PathBuf,
+    pub timeout: Duration,
+}
+
+/// The annotation static pod manifests carry: a digest of the files the pod mounts.
+pub const INPUTS_ANNOTATION: &str = "exk8s.io/inputs-sha256";
+
+#[derive(Debug, Clone)]
+pub struct StaticPodProbe {
+    pub kubeconfig: PathBuf,
+    /// `<pod name>-<node name>` in `kube-system`.
+    pub mirror_pod: String,
+    /// Hex digest the new manifest's annotation carries.
+    pub inputs_sha256: String,
     pub timeout: Duration,
 }
 
@@ -119,4 +134,48 @@ pub fn apiserver(root: &Path, probe: &ApiserverProbe) -> Result<(), String> {
     poll(&agent, &url, probe.timeout, |body| {
         body.trim_ascii() == b"ok"
     })
+}
+
+/// Whether a mirror pod (JSON) runs `inputs` and is Ready.
+pub fn runs_inputs(pod: &serde_json::Value, inputs: &str) -> bool {
+    let annotated = pod["metadata"]["annotations"][INPUTS_ANNOTATION] == inputs;
+    let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    });
+    annotated && ready
+}
+
+pub fn static_pod(root: &Path, probe: &StaticPodProbe) -> Result<(), String> {
+    let id = identity(&read(root, &probe.kubeconfig)?)?;
+    let tls = http::mutual_tls(&id.ca, &id.cert, &id.key).map_err(|e| e.to_string())?;
+    let agent = http::agent(tls, Duration::from_secs(5));
+    let url = format!(
+        "{}/api/v1/namespaces/kube-system/pods/{}",
+        id.server.trim_end_matches('/'),
+        probe.mirror_pod
+    );
+    poll(&agent, &url, probe.timeout, |body| {
+        serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|pod| runs_inputs(&pod, &probe.inputs_sha256))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_inputs;
+
+    #[test]
+    fn only_a_ready_pod_with_the_new_inputs_counts() {
+        let pod = |inputs: &str, ready: &str| {
+            serde_json::json!({
+                "metadata": {"annotations": {"exk8s.io/inputs-sha256": inputs}},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]},
+            })
+        };
+        assert!(runs_inputs(&pod("new", "True"), "new"));
+        assert!(!runs_inputs(&pod("old", "True"), "new"), "the old pod");
+        assert!(!runs_inputs(&pod("new", "False"), "new"), "not ready yet");
+        assert!(!runs_inputs(&serde_json::json!({}), "new"));
+    }
 }

@@ -40,8 +40,28 @@ struct Fake {
     seen: Arc<Mutex<Seen>>,
 }
 
+const MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+const MIRROR_POD: &str = "kube-apiserver-cp-1.cluster-42.internal";
+
+fn manifest(version: &str) -> BundleFile {
+    BundleFile::new(
+        MANIFEST.parse().unwrap(),
+        FileMode::SECRET,
+        format!("kind: Pod\nmetadata:\n  annotations:\n    exk8s.io/inputs-sha256: {version}\n"),
+    )
+}
+
+/// The bootstrap bundle the fake serves: the helpers' files plus a static pod manifest.
+fn with_static_pod(p: &mut BundlePayload) {
+    p.files.push(manifest("a"));
+    p.plan.push(PlanStep::InstallStaticPod {
+        manifest: MANIFEST.parse().unwrap(),
+    });
+}
+
 fn update_files() -> Vec<BundleFile> {
     let mut list = files("a");
+    list.push(manifest("b"));
     for file in &mut list {
         if file.path.as_str().starts_with("/etc/exk8s/pki/etcd-server") {
             *file = BundleFile::new(
@@ -71,6 +91,16 @@ fn update_payload(nonce: &str) -> BundlePayload {
             ca_file: path("/etc/exk8s/pki/etcd-server.pem"),
             cert_file: path("/etc/exk8s/pki/etcd-server.pem"),
             key_file: path("/etc/exk8s/pki/etcd-server-key.pem"),
+            timeout_secs: 60,
+        },
+        PlanStep::InstallStaticPod {
+            manifest: path(MANIFEST),
+        },
+        PlanStep::WaitStaticPod {
+            kubeconfig: path("/etc/exk8s/kubeconfig/admin.kubeconfig"),
+            manifest: path(MANIFEST),
+            mirror_pod: MIRROR_POD.parse().unwrap(),
+            inputs_sha256: exk8s_common::names::Sha256Digest::of(b"b"),
             timeout_secs: 60,
         },
         PlanStep::EnableStart {
@@ -116,7 +146,7 @@ fn fake(answer: Answer) -> Fake {
                     .header(NODE_KEY_HEADER)
                     .map(|k| NodePublicKey::parse(k).unwrap());
                 state.lock().unwrap().key = key;
-                bundle_for(r, |_| {})
+                bundle_for(r, with_static_pod)
             }
             ("GET", "/nodes/101/generation") => {
                 Reply::ok(r#"{"desired_generation":2,"applied_generation":1,"up_to_date":false}"#)
@@ -242,9 +272,20 @@ fn a_newer_generation_is_applied_with_only_changed_files_and_their_units_restart
         [
             "systemctl restart --no-block etcd.service",
             "wait for etcd health at https://127.0.0.1:2379 (up to 60s)",
+            &format!(
+                "wait for static pod {MIRROR_POD} to run inputs {} (up to 60s)",
+                &exk8s_common::names::Sha256Digest::of(b"b").to_hex()[..12]
+            ),
         ],
-        "only etcd reads a changed file: {new_actions}"
+        "etcd and the apiserver's pod read changed files, in that order: {new_actions}"
     );
+    // The manifest landed only once etcd was healthy again.
+    let log = stderr(&out);
+    let etcd_healthy = log.find("wait for etcd health").unwrap();
+    let installed = log
+        .find(&format!("installing static pod manifest {MANIFEST}"))
+        .unwrap();
+    assert!(etcd_healthy < installed, "{log}");
     let saved = state(&root);
     assert_eq!(saved["applied_serial"], 4);
     assert_eq!(saved["applied_generation"], 2);
@@ -354,7 +395,7 @@ fn a_failed_health_check_puts_every_previous_file_back_and_reports_why() {
     let root = booted(scratch.path(), &fake, "root");
     let files_before = node_files(&root);
     let out = agent_cmd(scratch.path(), &fake, "sync", &root)
-        .env("EXK8S_AGENT_TEST_FAIL_ACTION", "wait for etcd health")
+        .env("EXK8S_AGENT_TEST_FAIL_ACTION", "wait for static pod")
         .output()
         .unwrap();
     assert_eq!(code(&out), 6, "{}", stderr(&out));
@@ -443,10 +484,11 @@ fn a_crash_at_any_file_operation_of_a_sync_leaves_old_or_new_and_the_next_sync_c
                 "after {ops} ops"
             );
         }
-        // The restart the crashed sync owed happened, even if its files were already new.
-        assert_eq!(
-            actions(&root).matches("restart --no-block etcd").count(),
-            restarts_before + 1,
+        // The restart the crashed sync owed happened, even if its files were already new (at
+        // least once: a crash after the restart repeats it).
+        let restarts = actions(&root).matches("restart --no-block etcd").count();
+        assert!(
+            restarts > restarts_before,
             "after {ops} ops: {}",
             actions(&root)
         );
@@ -460,10 +502,10 @@ fn a_crash_at_any_file_operation_of_a_sync_leaves_old_or_new_and_the_next_sync_c
             break;
         }
     }
-    // 3 changed files (two certificates and a new one): two operations each to stage, one
-    // each to rename.
+    // 4 changed files (two certificates, a new one, and the manifest installed at its step):
+    // two operations each to stage, one each to rename.
     assert_eq!(
-        crashed, 9,
-        "expected a crash at each of the 9 file operations"
+        crashed, 12,
+        "expected a crash at each of the 12 file operations"
     );
 }

@@ -40,7 +40,7 @@ impl FileSet {
     }
 
     /// SHA-256 over the paths and contents of `mounts` (files only).
-    fn digest_of(&self, mounts: &[Mount]) -> String {
+    fn digest_of(&self, mounts: &[Mount]) -> Sha256Digest {
         let mut all = Vec::new();
         for mount in mounts.iter().filter(|m| m.kind == "File") {
             all.extend_from_slice(mount.path.as_bytes());
@@ -49,7 +49,7 @@ impl FileSet {
                 all.extend_from_slice(&Sha256Digest::of(content).as_bytes()[..]);
             }
         }
-        Sha256Digest::of(&all).to_hex()
+        Sha256Digest::of(&all)
     }
 
     fn into_bundle_files(self) -> Result<Vec<BundleFile>, RenderError> {
@@ -125,7 +125,23 @@ fn scheduler_mounts(p: &NodePaths) -> Vec<Mount> {
     vec![file_mount(p.scheduler_kubeconfig)]
 }
 
-pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Vec<BundleFile>, RenderError> {
+/// A static pod the node runs: its manifest and the digest of the files it mounts (the
+/// manifest's `exk8s.io/inputs-sha256`), which the plan's wait looks for on the mirror pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct StaticPod {
+    /// The pod's `metadata.name` (`kube-apiserver`).
+    pub name: &'static str,
+    pub manifest: &'static str,
+    pub inputs_sha256: Sha256Digest,
+}
+
+/// The rendered files, and the static pods among them in start order.
+pub(super) struct Rendered {
+    pub files: Vec<BundleFile>,
+    pub static_pods: Vec<StaticPod>,
+}
+
+pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
     let p = &PATHS;
     let cluster = input.cluster;
     let network = &cluster.network;
@@ -355,11 +371,21 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Vec<BundleFile>, R
     );
 
     // Static pods last: their annotations digest the files they mount.
+    let mut static_pods = Vec::with_capacity(3);
+    let mut static_pod = |name, manifest, inputs_sha256: &Sha256Digest| {
+        static_pods.push(StaticPod {
+            name,
+            manifest,
+            inputs_sha256: *inputs_sha256,
+        });
+    };
     let mounts = apiserver_mounts(p);
+    let inputs = files.digest_of(&mounts);
+    static_pod("kube-apiserver", p.apiserver_manifest, &inputs);
     let manifest = render(&contexts::Apiserver {
         paths: p,
         image: image("kube-apiserver"),
-        inputs_sha256: files.digest_of(&mounts),
+        inputs_sha256: inputs.to_hex(),
         node_ip: node_ip.clone(),
         etcd_servers: &etcd_servers,
         service_cidr: network.service_cidr.to_string(),
@@ -371,10 +397,16 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Vec<BundleFile>, R
     })?;
     files.private(p.apiserver_manifest, manifest);
     let mounts = controller_manager_mounts(p);
+    let inputs = files.digest_of(&mounts);
+    static_pod(
+        "kube-controller-manager",
+        p.controller_manager_manifest,
+        &inputs,
+    );
     let manifest = render(&contexts::ControllerManager {
         paths: p,
         image: image("kube-controller-manager"),
-        inputs_sha256: files.digest_of(&mounts),
+        inputs_sha256: inputs.to_hex(),
         cluster_name,
         pod_cidr: cluster.pod_cidr.to_string(),
         service_cidr: network.service_cidr.to_string(),
@@ -382,13 +414,18 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Vec<BundleFile>, R
     })?;
     files.private(p.controller_manager_manifest, manifest);
     let mounts = scheduler_mounts(p);
+    let inputs = files.digest_of(&mounts);
+    static_pod("kube-scheduler", p.scheduler_manifest, &inputs);
     let manifest = render(&contexts::Scheduler {
         paths: p,
         image: image("kube-scheduler"),
-        inputs_sha256: files.digest_of(&mounts),
+        inputs_sha256: inputs.to_hex(),
         mounts: &mounts,
     })?;
     files.private(p.scheduler_manifest, manifest);
 
-    files.into_bundle_files()
+    Ok(Rendered {
+        files: files.into_bundle_files()?,
+        static_pods,
+    })
 }

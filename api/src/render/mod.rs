@@ -1,5 +1,5 @@
 //! Rendering: durable cluster facts + one node + its peers + freshly minted certificates →
-//! the v1 bundle payload for exactly that node (files with paths and modes, artifacts, packages,
+//! the v2 bundle payload for exactly that node (files with paths and modes, artifacts, packages,
 //! and the typed plan). A pure function: no I/O, no clock, no randomness.
 //!
 //! Templates live in `templates/`, are embedded at build time ([`engine`]) and each has one
@@ -55,6 +55,7 @@ pub fn render_bundle(input: &RenderInput<'_>) -> Result<BundlePayload, RenderErr
     }
     let cluster = input.cluster;
     let issuance = input.issuance;
+    let rendered = files::render_files(input)?;
     Ok(BundlePayload {
         identity: Identity {
             bundle_id: issuance.bundle_id,
@@ -74,10 +75,10 @@ pub fn render_bundle(input: &RenderInput<'_>) -> Result<BundlePayload, RenderErr
             serial: issuance.serial,
             nonce: issuance.nonce.clone(),
         },
-        files: files::render_files(input)?,
         artifacts: plan::artifacts(input)?,
         packages: plan::packages(),
-        plan: plan::steps(input)?,
+        plan: plan::steps(input, &rendered.static_pods)?,
+        files: rendered.files,
     })
 }
 

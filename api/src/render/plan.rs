@@ -8,6 +8,7 @@ use exk8s_common::names::{ArchiveMember, ArtifactDest, ArtifactName, HttpUrl, Pa
 use exk8s_common::names::{BundlePath, FileMode, K8sName, UnitName, Version};
 use exk8s_common::payload::{Artifact, Package, PlanStep, RolloutKind};
 
+use super::files::StaticPod;
 use super::paths::PATHS;
 use super::{RenderError, RenderInput};
 
@@ -140,7 +141,15 @@ pub(super) fn packages() -> Vec<Package> {
         .collect()
 }
 
-pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderError> {
+/// The plan. Both kinds bring etcd up (or restart it when its files changed) and wait for it
+/// first. A bootstrap bundle then places the static pod manifests and starts the kubelet, which
+/// starts every pod. An update restarts one component at a time while the kubelet runs: each
+/// manifest lands after the one before it runs its new inputs (apiserver, controller-manager,
+/// scheduler), and the kubelet itself restarts last.
+pub(super) fn steps(
+    input: &RenderInput<'_>,
+    static_pods: &[StaticPod],
+) -> Result<Vec<PlanStep>, RenderError> {
     let p = &PATHS;
     let admin = path(p.admin_kubeconfig)?;
     let kube_system = name("kube-system")?;
@@ -168,7 +177,22 @@ pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderErro
             key_file: path(p.etcd_healthcheck_client_key)?,
             timeout_secs: WAIT_ETCD_SECS,
         },
-        // Static pods need no entry: the kubelet watches its manifest directory itself.
+    ];
+    for pod in static_pods {
+        steps.push(PlanStep::InstallStaticPod {
+            manifest: path(pod.manifest)?,
+        });
+        if input.issuance.kind == BundleKind::Update {
+            steps.push(PlanStep::WaitStaticPod {
+                kubeconfig: admin.clone(),
+                manifest: path(pod.manifest)?,
+                mirror_pod: name(&format!("{}-{}", pod.name, input.node.addresses.name))?,
+                inputs_sha256: pod.inputs_sha256,
+                timeout_secs: WAIT_APISERVER_SECS,
+            });
+        }
+    }
+    steps.extend([
         PlanStep::EnableStart {
             unit: unit("kubelet.service")?,
             watch: paths(&[
@@ -185,7 +209,7 @@ pub(super) fn steps(input: &RenderInput<'_>) -> Result<Vec<PlanStep>, RenderErro
             kubeconfig: admin.clone(),
             timeout_secs: WAIT_APISERVER_SECS,
         },
-    ];
+    ]);
     if installs_addons(input) {
         let versions = &input.cluster.versions;
         steps.extend([

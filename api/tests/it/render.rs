@@ -460,6 +460,66 @@ fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
     assert!(!update.artifacts.iter().any(|a| a.name.as_str() == "helm"));
     // Same credentials, same files: an update with nothing new changes no file.
     assert_eq!(initial.files, update.files);
+
+    // One component at a time: etcd healthy, then each control-plane pod's manifest lands
+    // only after the one before it runs its new inputs, then the kubelet.
+    let order: Vec<String> = update
+        .plan
+        .iter()
+        .map(|step| match step {
+            PlanStep::DaemonReload {} => "daemon-reload".to_owned(),
+            PlanStep::EnableStart { unit, .. } => format!("start {unit}"),
+            PlanStep::WaitEtcdHealthy { .. } => "wait etcd".to_owned(),
+            PlanStep::InstallStaticPod { manifest } => format!("install {manifest}"),
+            PlanStep::WaitStaticPod { mirror_pod, .. } => format!("wait {mirror_pod}"),
+            PlanStep::WaitApiserverReady { .. } => "wait readyz".to_owned(),
+            other => panic!("an update runs no {other:?}"),
+        })
+        .collect();
+    let node = &update.identity.node_name;
+    let m = "/etc/kubernetes/manifests";
+    assert_eq!(
+        order,
+        [
+            "daemon-reload".to_owned(),
+            "start containerd.service".to_owned(),
+            "start etcd.service".to_owned(),
+            "wait etcd".to_owned(),
+            format!("install {m}/kube-apiserver.yaml"),
+            format!("wait kube-apiserver-{node}"),
+            format!("install {m}/kube-controller-manager.yaml"),
+            format!("wait kube-controller-manager-{node}"),
+            format!("install {m}/kube-scheduler.yaml"),
+            format!("wait kube-scheduler-{node}"),
+            "start kubelet.service".to_owned(),
+            "wait readyz".to_owned(),
+        ]
+    );
+    // Each wait looks for exactly the digest its manifest's annotation carries.
+    for step in &update.plan {
+        if let PlanStep::WaitStaticPod {
+            manifest,
+            inputs_sha256,
+            ..
+        } = step
+        {
+            let text = String::from_utf8(
+                update
+                    .file(manifest.as_str())
+                    .unwrap()
+                    .content
+                    .as_bytes()
+                    .to_vec(),
+            )
+            .unwrap();
+            let pod: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(
+                pod["metadata"]["annotations"]["exk8s.io/inputs-sha256"].as_str(),
+                Some(inputs_sha256.to_hex().as_str()),
+                "{manifest}"
+            );
+        }
+    }
 }
 
 #[test]

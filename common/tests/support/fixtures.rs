@@ -195,6 +195,15 @@ pub fn all() -> Vec<Fixture> {
         payload.identity.generation = 0;
         signed(&payload)
     };
+    let plan_file_missing = {
+        let mut payload = valid.clone();
+        payload.plan.push(PlanStep::InstallStaticPod {
+            manifest: "/etc/kubernetes/manifests/not-in-the-bundle.yaml"
+                .parse()
+                .unwrap(),
+        });
+        signed(&payload)
+    };
     let update_kind = {
         let mut payload = valid.clone();
         payload.identity.kind = exk8s_common::contract::BundleKind::Update;
@@ -213,6 +222,12 @@ pub fn all() -> Vec<Fixture> {
             envelope: zero_generation,
             expect: Some("zero-generation"),
             about: "a signed bundle carrying generation 0 (generations start at 1)",
+        },
+        Fixture {
+            name: "plan-file-missing",
+            envelope: plan_file_missing,
+            expect: Some("plan-file-missing"),
+            about: "a plan that installs a static pod manifest the bundle does not carry",
         },
         Fixture {
             name: "update-for-bootstrap",
