@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark setup")]
 
+use exk8s_common::contract::Role;
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
@@ -55,7 +56,7 @@ fn bench(c: &mut Criterion) {
         });
         let pki = ClusterPki::generate(alg, now).unwrap();
         group.bench_function("mint_node_bundle_certs", |b| {
-            b.iter(|| BundleCerts::mint(&pki, &nodes[0], now).unwrap())
+            b.iter(|| BundleCerts::mint(&pki, &nodes[0], Role::ControlPlane, now).unwrap())
         });
         group.finish();
     }

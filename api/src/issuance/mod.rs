@@ -191,9 +191,17 @@ async fn sign_bundle(
         .collect::<Result<Vec<_>, _>>()?;
     let minting_pki = pki.clone();
     let minting_addresses = this.addresses.clone();
+    let role = node.role;
     let minted = state
         .cpu
-        .run(move || BundleCerts::mint(&minting_pki, &minting_addresses, OffsetDateTime::now_utc()))
+        .run(move || {
+            BundleCerts::mint(
+                &minting_pki,
+                &minting_addresses,
+                role,
+                OffsetDateTime::now_utc(),
+            )
+        })
         .await
         .map_err(IssuanceError::internal)?
         .map_err(IssuanceError::internal)?;

@@ -1,11 +1,14 @@
-//! Every certificate a control-plane node holds, as data: who signs it, its subject, its usage
-//! and its SANs (PKI.md "Per node" and "Kubeconfigs").
+//! Every certificate a node holds, as data: who signs it, its subject, its usage and its SANs
+//! (PKI.md "Per node" and "Kubeconfigs").
 //!
 //! Serving certificates for etcd and the apiserver are made once at founding and stored
-//! ([`NodeServingCerts`]); everything else is minted fresh for each bundle ([`BundleCerts`]).
+//! ([`NodeServingCerts`]); everything else is minted fresh for each bundle ([`BundleCerts`]):
+//! what every node carries ([`NodeCerts`]) and what only a control-plane node does
+//! ([`ControlPlaneCerts`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use exk8s_common::contract::Role;
 use exk8s_common::names::NodeName;
 use time::OffsetDateTime;
 
@@ -146,41 +149,101 @@ impl NodeServingCerts {
     }
 }
 
-/// Certificates minted fresh for one bundle.
+/// Certificates every node's bundle carries, whatever its role, minted fresh: the kubelet's
+/// serving and client certificates and kube-proxy's client.
 #[derive(Debug, Clone)]
-pub struct BundleCerts {
+pub struct NodeCerts {
     pub kubelet_serving: IssuedCert,
     pub kubelet_client: IssuedCert,
+    pub kube_proxy: IssuedCert,
+}
+
+impl NodeCerts {
+    pub fn mint(
+        pki: &ClusterPki,
+        node: &NodeAddresses,
+        now: OffsetDateTime,
+    ) -> Result<Self, PkiError> {
+        Ok(Self {
+            kubelet_serving: pki.cluster_ca.issue(&kubelet_serving_spec(node), now)?,
+            kubelet_client: ClientIdentity::KubeletClient(node.name.clone()).issue(pki, now)?,
+            kube_proxy: ClientIdentity::KubeProxy.issue(pki, now)?,
+        })
+    }
+}
+
+/// Certificates only a control-plane node holds, minted fresh for each of its bundles: the
+/// apiserver's clients of etcd, the kubelets and aggregated APIs, etcd's health probe, the
+/// controller-manager's and scheduler's identities, and the node-local admin kubeconfigs.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneCerts {
     pub apiserver_kubelet_client: IssuedCert,
     pub apiserver_etcd_client: IssuedCert,
     pub front_proxy_client: IssuedCert,
     pub etcd_healthcheck_client: IssuedCert,
-    pub kube_proxy: IssuedCert,
     pub controller_manager: IssuedCert,
     pub scheduler: IssuedCert,
     pub admin: IssuedCert,
     pub super_admin: IssuedCert,
 }
 
-impl BundleCerts {
-    pub fn mint(
-        pki: &ClusterPki,
-        node: &NodeAddresses,
-        now: OffsetDateTime,
-    ) -> Result<Self, PkiError> {
+impl ControlPlaneCerts {
+    pub fn mint(pki: &ClusterPki, now: OffsetDateTime) -> Result<Self, PkiError> {
         let client = |identity: ClientIdentity| identity.issue(pki, now);
         Ok(Self {
-            kubelet_serving: pki.cluster_ca.issue(&kubelet_serving_spec(node), now)?,
-            kubelet_client: client(ClientIdentity::KubeletClient(node.name.clone()))?,
             apiserver_kubelet_client: client(ClientIdentity::ApiserverKubeletClient)?,
             apiserver_etcd_client: client(ClientIdentity::ApiserverEtcdClient)?,
             front_proxy_client: client(ClientIdentity::FrontProxyClient)?,
             etcd_healthcheck_client: client(ClientIdentity::EtcdHealthcheckClient)?,
-            kube_proxy: client(ClientIdentity::KubeProxy)?,
             controller_manager: client(ClientIdentity::ControllerManager)?,
             scheduler: client(ClientIdentity::Scheduler)?,
             admin: client(ClientIdentity::Admin)?,
             super_admin: client(ClientIdentity::SuperAdmin)?,
         })
+    }
+}
+
+/// Everything one bundle's minting makes, by the node's role.
+#[derive(Debug, Clone)]
+pub enum BundleCerts {
+    ControlPlane {
+        node: NodeCerts,
+        control_plane: Box<ControlPlaneCerts>,
+    },
+    Worker {
+        node: NodeCerts,
+    },
+}
+
+impl BundleCerts {
+    pub fn mint(
+        pki: &ClusterPki,
+        node: &NodeAddresses,
+        role: Role,
+        now: OffsetDateTime,
+    ) -> Result<Self, PkiError> {
+        let node_certs = NodeCerts::mint(pki, node, now)?;
+        Ok(match role {
+            Role::ControlPlane => Self::ControlPlane {
+                node: node_certs,
+                control_plane: Box::new(ControlPlaneCerts::mint(pki, now)?),
+            },
+            Role::Worker => Self::Worker { node: node_certs },
+        })
+    }
+
+    /// What every node carries.
+    pub fn node(&self) -> &NodeCerts {
+        match self {
+            Self::ControlPlane { node, .. } | Self::Worker { node } => node,
+        }
+    }
+
+    /// What only a control-plane node carries.
+    pub fn control_plane(&self) -> Option<&ControlPlaneCerts> {
+        match self {
+            Self::ControlPlane { control_plane, .. } => Some(control_plane),
+            Self::Worker { .. } => None,
+        }
     }
 }

@@ -24,8 +24,8 @@ mod secret;
 pub use algorithm::KeyAlgorithm;
 pub use ca::{CaRole, CertAuthority, ServiceAccountKey};
 pub use identities::{
-    BundleCerts, ClientIdentity, NodeServingCerts, apiserver_spec, etcd_member_spec,
-    kubelet_serving_spec,
+    BundleCerts, ClientIdentity, ControlPlaneCerts, NodeCerts, NodeServingCerts, apiserver_spec,
+    etcd_member_spec, kubelet_serving_spec,
 };
 pub use leaf::{IssuedCert, LeafSpec, Usage};
 pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};

@@ -42,6 +42,8 @@ pub enum RenderError {
     InvalidValue(String),
     #[error("the operating system's random source failed")]
     Random,
+    #[error("the node's credentials lack its {0}")]
+    MissingCredentials(&'static str),
 }
 
 /// Renders the bundle payload for `input.node`.

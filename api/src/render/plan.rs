@@ -141,7 +141,32 @@ pub(super) fn packages() -> Vec<Package> {
         .collect()
 }
 
-/// The plan. Both kinds bring etcd up (or restart it when its files changed) and wait for it
+/// containerd, which every node runs: restarted when its configuration changed.
+fn containerd_step() -> Result<PlanStep, RenderError> {
+    Ok(PlanStep::EnableStart {
+        unit: unit("containerd.service")?,
+        watch: paths(&[PATHS.containerd_config])?,
+    })
+}
+
+/// The kubelet, which every node runs: restarted when a file it reads changed.
+fn kubelet_step() -> Result<PlanStep, RenderError> {
+    let p = &PATHS;
+    Ok(PlanStep::EnableStart {
+        unit: unit("kubelet.service")?,
+        watch: paths(&[
+            p.kubelet_unit,
+            p.kubelet_config,
+            p.kubelet_kubeconfig,
+            p.kubelet_cert,
+            p.kubelet_key,
+            p.ca_cert,
+            p.cni_conflist,
+        ])?,
+    })
+}
+
+/// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files changed) and wait for it
 /// first. A bootstrap bundle then places the static pod manifests and starts the kubelet, which
 /// starts every pod. An update restarts one component at a time while the kubelet runs: each
 /// manifest lands after the one before it runs its new inputs (apiserver, controller-manager,
@@ -155,10 +180,7 @@ pub(super) fn steps(
     let kube_system = name("kube-system")?;
     let mut steps = vec![
         PlanStep::DaemonReload {},
-        PlanStep::EnableStart {
-            unit: unit("containerd.service")?,
-            watch: paths(&[p.containerd_config])?,
-        },
+        containerd_step()?,
         PlanStep::EnableStart {
             unit: unit("etcd.service")?,
             watch: paths(&[
@@ -193,18 +215,7 @@ pub(super) fn steps(
         }
     }
     steps.extend([
-        PlanStep::EnableStart {
-            unit: unit("kubelet.service")?,
-            watch: paths(&[
-                p.kubelet_unit,
-                p.kubelet_config,
-                p.kubelet_kubeconfig,
-                p.kubelet_cert,
-                p.kubelet_key,
-                p.ca_cert,
-                p.cni_conflist,
-            ])?,
-        },
+        kubelet_step()?,
         PlanStep::WaitApiserverReady {
             kubeconfig: admin.clone(),
             timeout_secs: WAIT_APISERVER_SECS,

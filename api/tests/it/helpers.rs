@@ -1,6 +1,7 @@
 //! Shared test helpers: a fixture cluster PKI per algorithm (built once, shared by tests),
 //! certificate inspection through x509-parser, and openssl as an independent verifier.
 
+use exk8s_common::contract::Role;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -56,7 +57,7 @@ fn build(algorithm: KeyAlgorithm) -> ClusterFixture {
         .collect();
     let bundles = nodes[..2]
         .iter()
-        .map(|n| BundleCerts::mint(&pki, n, now).unwrap())
+        .map(|n| BundleCerts::mint(&pki, n, Role::ControlPlane, now).unwrap())
         .collect();
     ClusterFixture {
         now,
@@ -283,7 +284,7 @@ pub fn render_cluster(ips: &[Ipv4Addr], algorithm: KeyAlgorithm) -> RenderedClus
         .map(|node| {
             let serving =
                 NodeServingCerts::generate(&pki, &node.addresses, &spec.network, now).unwrap();
-            let minted = BundleCerts::mint(&pki, &node.addresses, now).unwrap();
+            let minted = BundleCerts::mint(&pki, &node.addresses, Role::ControlPlane, now).unwrap();
             render_bundle(&RenderInput {
                 cluster: &spec,
                 node,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use exk8s_api::pki::kubeconfig::{self, KubeconfigSpec};
 use exk8s_api::pki::{
-    CaRole, CertAuthority, ClusterPki, IssuedCert, KeyAlgorithm, PkiError, ServiceCidr,
+    BundleCerts, CaRole, CertAuthority, ClusterPki, IssuedCert, KeyAlgorithm, PkiError, ServiceCidr,
 };
 use exk8s_common::names::NodeName;
 use time::Duration;
@@ -121,7 +121,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "kubelet serving",
-            &b.kubelet_serving,
+            &b.node().kubelet_serving,
             Cluster,
             "system:node:cp-1.cluster-42.internal",
             &["system:nodes"],
@@ -132,7 +132,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "kubelet client",
-            &b.kubelet_client,
+            &b.node().kubelet_client,
             Cluster,
             "system:node:cp-1.cluster-42.internal",
             &["system:nodes"],
@@ -143,7 +143,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "apiserver-kubelet-client",
-            &b.apiserver_kubelet_client,
+            &b.control_plane().unwrap().apiserver_kubelet_client,
             Cluster,
             "kube-apiserver-kubelet-client",
             &[],
@@ -154,7 +154,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "apiserver-etcd-client",
-            &b.apiserver_etcd_client,
+            &b.control_plane().unwrap().apiserver_etcd_client,
             Etcd,
             "kube-apiserver-etcd-client",
             &[],
@@ -165,7 +165,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "front-proxy-client",
-            &b.front_proxy_client,
+            &b.control_plane().unwrap().front_proxy_client,
             FrontProxy,
             "front-proxy-client",
             &[],
@@ -176,7 +176,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "etcd-healthcheck-client",
-            &b.etcd_healthcheck_client,
+            &b.control_plane().unwrap().etcd_healthcheck_client,
             Etcd,
             "kube-etcd-healthcheck-client",
             &[],
@@ -187,7 +187,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "kube-proxy",
-            &b.kube_proxy,
+            &b.node().kube_proxy,
             Cluster,
             "system:kube-proxy",
             &[],
@@ -198,7 +198,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "controller-manager",
-            &b.controller_manager,
+            &b.control_plane().unwrap().controller_manager,
             Cluster,
             "system:kube-controller-manager",
             &[],
@@ -209,7 +209,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "scheduler",
-            &b.scheduler,
+            &b.control_plane().unwrap().scheduler,
             Cluster,
             "system:kube-scheduler",
             &[],
@@ -220,7 +220,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "admin",
-            &b.admin,
+            &b.control_plane().unwrap().admin,
             Cluster,
             "exk8s-admin",
             &["exk8s:cluster-admins"],
@@ -231,7 +231,7 @@ fn rows(f: &ClusterFixture) -> Vec<Row<'_>> {
         ),
         row(
             "super-admin",
-            &b.super_admin,
+            &b.control_plane().unwrap().super_admin,
             Cluster,
             "exk8s-super-admin",
             &["system:masters"],
@@ -341,17 +341,17 @@ fn check_serials(alg: KeyAlgorithm) {
     }
     for b in &f.bundles {
         for c in [
-            &b.kubelet_serving,
-            &b.kubelet_client,
-            &b.apiserver_kubelet_client,
-            &b.apiserver_etcd_client,
-            &b.front_proxy_client,
-            &b.etcd_healthcheck_client,
-            &b.kube_proxy,
-            &b.controller_manager,
-            &b.scheduler,
-            &b.admin,
-            &b.super_admin,
+            &b.node().kubelet_serving,
+            &b.node().kubelet_client,
+            &b.control_plane().unwrap().apiserver_kubelet_client,
+            &b.control_plane().unwrap().apiserver_etcd_client,
+            &b.control_plane().unwrap().front_proxy_client,
+            &b.control_plane().unwrap().etcd_healthcheck_client,
+            &b.node().kube_proxy,
+            &b.control_plane().unwrap().controller_manager,
+            &b.control_plane().unwrap().scheduler,
+            &b.control_plane().unwrap().admin,
+            &b.control_plane().unwrap().super_admin,
         ] {
             pems.push(&c.cert_pem);
         }
@@ -563,7 +563,7 @@ fn bad_inputs_are_refused_with_a_reason() {
 #[test]
 fn kubeconfigs_carry_the_identity_and_survive_odd_names() {
     let f = cluster(KeyAlgorithm::EcdsaP256);
-    let admin = &f.bundles[0].admin;
+    let admin = &f.bundles[0].control_plane().unwrap().admin;
     let rendered = kubeconfig::render(&KubeconfigSpec {
         cluster_name: "odd: name # not a comment",
         server: "https://127.0.0.1:6443",
@@ -625,4 +625,27 @@ fn the_service_account_key_follows_the_cluster_algorithm() {
                 .contains("PRIVATE KEY")
         );
     }
+}
+
+#[test]
+fn a_worker_bundle_mints_only_what_every_node_carries() {
+    let f = cluster(KeyAlgorithm::EcdsaP256);
+    let now = f.now;
+    let worker = BundleCerts::mint(
+        &f.pki,
+        &f.nodes[0],
+        exk8s_common::contract::Role::Worker,
+        now,
+    )
+    .unwrap();
+    assert!(worker.control_plane().is_none());
+    assert!(matches!(worker, BundleCerts::Worker { .. }));
+    let control_plane = BundleCerts::mint(
+        &f.pki,
+        &f.nodes[0],
+        exk8s_common::contract::Role::ControlPlane,
+        now,
+    )
+    .unwrap();
+    assert!(control_plane.control_plane().is_some());
 }

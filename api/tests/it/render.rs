@@ -9,7 +9,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use exk8s_api::pki::{
-    BundleCerts, IssuedCert, KeyAlgorithm, NodeServingCerts, SecretPem, ServiceAccountKey,
+    BundleCerts, ControlPlaneCerts, IssuedCert, KeyAlgorithm, NodeCerts, NodeServingCerts,
+    SecretPem, ServiceAccountKey,
 };
 use exk8s_api::render::paths::PATHS;
 use exk8s_api::render::{
@@ -49,18 +50,22 @@ fn golden_as(ips: &[Ipv4Addr], node_index: usize, issued: &Issuance) -> BundlePa
         etcd_server: fake("etcd-server"),
         etcd_peer: fake("etcd-peer"),
     };
-    let minted = BundleCerts {
-        kubelet_serving: fake("kubelet"),
-        kubelet_client: fake("kubelet-client"),
-        apiserver_kubelet_client: fake("apiserver-kubelet-client"),
-        apiserver_etcd_client: fake("apiserver-etcd-client"),
-        front_proxy_client: fake("front-proxy-client"),
-        etcd_healthcheck_client: fake("etcd-healthcheck-client"),
-        kube_proxy: fake("kube-proxy"),
-        controller_manager: fake("controller-manager"),
-        scheduler: fake("scheduler"),
-        admin: fake("admin"),
-        super_admin: fake("super-admin"),
+    let minted = BundleCerts::ControlPlane {
+        node: NodeCerts {
+            kubelet_serving: fake("kubelet"),
+            kubelet_client: fake("kubelet-client"),
+            kube_proxy: fake("kube-proxy"),
+        },
+        control_plane: Box::new(ControlPlaneCerts {
+            apiserver_kubelet_client: fake("apiserver-kubelet-client"),
+            apiserver_etcd_client: fake("apiserver-etcd-client"),
+            front_proxy_client: fake("front-proxy-client"),
+            etcd_healthcheck_client: fake("etcd-healthcheck-client"),
+            controller_manager: fake("controller-manager"),
+            scheduler: fake("scheduler"),
+            admin: fake("admin"),
+            super_admin: fake("super-admin"),
+        }),
     };
     let sa = ServiceAccountKey {
         public_pem: "-----BEGIN PUBLIC KEY-----\nFIXTURE sa\n-----END PUBLIC KEY-----\n".into(),
@@ -558,18 +563,22 @@ fn rendering_refuses_inconsistent_inputs() {
 }
 
 fn golden_minted() -> BundleCerts {
-    BundleCerts {
-        kubelet_serving: fake("1"),
-        kubelet_client: fake("2"),
-        apiserver_kubelet_client: fake("3"),
-        apiserver_etcd_client: fake("4"),
-        front_proxy_client: fake("5"),
-        etcd_healthcheck_client: fake("6"),
-        kube_proxy: fake("7"),
-        controller_manager: fake("8"),
-        scheduler: fake("9"),
-        admin: fake("10"),
-        super_admin: fake("11"),
+    BundleCerts::ControlPlane {
+        node: NodeCerts {
+            kubelet_serving: fake("1"),
+            kubelet_client: fake("2"),
+            kube_proxy: fake("7"),
+        },
+        control_plane: Box::new(ControlPlaneCerts {
+            apiserver_kubelet_client: fake("3"),
+            apiserver_etcd_client: fake("4"),
+            front_proxy_client: fake("5"),
+            etcd_healthcheck_client: fake("6"),
+            controller_manager: fake("8"),
+            scheduler: fake("9"),
+            admin: fake("10"),
+            super_admin: fake("11"),
+        }),
     }
 }
 

@@ -1,68 +1,19 @@
-//! The files of a bundle: every certificate and key the node holds, its kubeconfigs, and every
-//! rendered configuration, unit and manifest, each with its path and mode.
-
-use std::collections::BTreeMap;
+//! What only a control-plane node's bundle carries: the etcd and front-proxy CA certificates,
+//! the service-account key pair, the stored serving certificates, the control plane's client
+//! certificates and kubeconfigs, etcd's unit, the cluster environment, encryption and audit
+//! configuration, the addon assets, and the static pods — last, so each pod's
+//! `exk8s.io/inputs-sha256` digests exactly the files it mounts.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use exk8s_common::names::{BundlePath, FileMode, Sha256Digest};
-use exk8s_common::payload::BundleFile;
 use zeroize::Zeroizing;
 
-use super::contexts::{self, Mount};
-use super::paths::{NodePaths, PATHS};
-use super::{RenderError, RenderInput, render};
-use crate::pki::kubeconfig::{self, KubeconfigSpec};
-use crate::pki::{ClientIdentity, IssuedCert};
-
-/// The server every node-local component talks to.
-const LOCAL_API: &str = "https://127.0.0.1:6443";
-
-/// Files being assembled: path → (mode, content). `private` files are 0600 (keys,
-/// kubeconfigs, static pod manifests as kubeadm writes them); contents are wiped when dropped.
-#[derive(Default)]
-struct FileSet(BTreeMap<&'static str, (FileMode, Zeroizing<Vec<u8>>)>);
-
-impl FileSet {
-    fn public(&mut self, path: &'static str, content: impl Into<Vec<u8>>) {
-        self.0
-            .insert(path, (FileMode::PUBLIC, Zeroizing::new(content.into())));
-    }
-
-    fn private(&mut self, path: &'static str, content: impl Into<Vec<u8>>) {
-        self.0
-            .insert(path, (FileMode::SECRET, Zeroizing::new(content.into())));
-    }
-
-    fn cert(&mut self, cert_path: &'static str, key_path: &'static str, cert: &IssuedCert) {
-        self.public(cert_path, cert.cert_pem.as_bytes());
-        self.private(key_path, cert.key_pem.expose().as_bytes());
-    }
-
-    /// SHA-256 over the paths and contents of `mounts` (files only).
-    fn digest_of(&self, mounts: &[Mount]) -> Sha256Digest {
-        let mut all = Vec::new();
-        for mount in mounts.iter().filter(|m| m.kind == "File") {
-            all.extend_from_slice(mount.path.as_bytes());
-            all.push(0);
-            if let Some((_, content)) = self.0.get(mount.path) {
-                all.extend_from_slice(&Sha256Digest::of(content).as_bytes()[..]);
-            }
-        }
-        Sha256Digest::of(&all)
-    }
-
-    fn into_bundle_files(self) -> Result<Vec<BundleFile>, RenderError> {
-        self.0
-            .into_iter()
-            .map(|(path, (mode, content))| {
-                let path =
-                    BundlePath::new(path).map_err(|e| RenderError::InvalidValue(e.to_string()))?;
-                Ok(BundleFile::new(path, mode, content.as_slice()))
-            })
-            .collect()
-    }
-}
+use super::super::contexts::{self, Mount};
+use super::super::paths::{NodePaths, PATHS};
+use super::super::{RenderError, RenderInput, render};
+use super::{FileSet, LOCAL_API, StaticPod};
+use crate::pki::{ClientIdentity, ControlPlaneCerts, IssuedCert};
+use exk8s_common::names::Sha256Digest;
 
 /// A read-only hostPath file mount named after the file.
 fn file_mount(path: &'static str) -> Mount {
@@ -125,29 +76,16 @@ fn scheduler_mounts(p: &NodePaths) -> Vec<Mount> {
     vec![file_mount(p.scheduler_kubeconfig)]
 }
 
-/// A static pod the node runs: its manifest and the digest of the files it mounts (the
-/// manifest's `exk8s.io/inputs-sha256`), which the plan's wait looks for on the mirror pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct StaticPod {
-    /// The pod's `metadata.name` (`kube-apiserver`).
-    pub name: &'static str,
-    pub manifest: &'static str,
-    pub inputs_sha256: Sha256Digest,
-}
-
-/// The rendered files, and the static pods among them in start order.
-pub(super) struct Rendered {
-    pub files: Vec<BundleFile>,
-    pub static_pods: Vec<StaticPod>,
-}
-
-pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
+pub(super) fn files(
+    input: &RenderInput<'_>,
+    minted: &ControlPlaneCerts,
+    files: &mut FileSet,
+) -> Result<Vec<StaticPod>, RenderError> {
     let p = &PATHS;
     let cluster = input.cluster;
     let network = &cluster.network;
     let node = &input.node.addresses;
     let creds = &input.credentials;
-    let minted = creds.minted;
     let versions = &cluster.versions;
     let node_ip = node.private_ipv4.to_string();
     let cluster_name = cluster.name.as_str();
@@ -176,10 +114,7 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
         .find(|peer| peer.is_initial)
         .ok_or(RenderError::InitialNodes(0))?;
 
-    let mut files = FileSet::default();
-
     // Trust: CA certificates only (never their keys), the service-account pair, node certs.
-    files.public(p.ca_cert, creds.cluster_ca_pem.as_bytes());
     files.public(p.etcd_ca_cert, creds.etcd_ca_pem.as_bytes());
     files.public(p.front_proxy_ca_cert, creds.front_proxy_ca_pem.as_bytes());
     files.public(
@@ -197,7 +132,6 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
         &creds.serving.etcd_server,
     );
     files.cert(p.etcd_peer_cert, p.etcd_peer_key, &creds.serving.etcd_peer);
-    files.cert(p.kubelet_cert, p.kubelet_key, &minted.kubelet_serving);
     files.cert(
         p.apiserver_kubelet_client_cert,
         p.apiserver_kubelet_client_key,
@@ -220,22 +154,12 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
     );
 
     // Kubeconfigs: every node-local identity talks to its own apiserver.
-    let kubeconfigs: [(&'static str, ClientIdentity, &IssuedCert); 6] = [
+    let kubeconfigs: [(&'static str, ClientIdentity, &IssuedCert); 4] = [
         (p.admin_kubeconfig, ClientIdentity::Admin, &minted.admin),
         (
             p.super_admin_kubeconfig,
             ClientIdentity::SuperAdmin,
             &minted.super_admin,
-        ),
-        (
-            p.kubelet_kubeconfig,
-            ClientIdentity::KubeletClient(node.name.clone()),
-            &minted.kubelet_client,
-        ),
-        (
-            p.kube_proxy_kubeconfig,
-            ClientIdentity::KubeProxy,
-            &minted.kube_proxy,
         ),
         (
             p.controller_manager_kubeconfig,
@@ -249,15 +173,7 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
         ),
     ];
     for (path, identity, credentials) in kubeconfigs {
-        let (user, _) = identity.subject();
-        let text = kubeconfig::render(&KubeconfigSpec {
-            cluster_name,
-            server: LOCAL_API,
-            ca_pem: creds.cluster_ca_pem,
-            user: &user,
-            credentials,
-        });
-        files.private(path, text.expose().as_bytes());
+        files.kubeconfig(path, input, LOCAL_API, &identity, credentials);
     }
 
     // Host configuration and units.
@@ -291,37 +207,6 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
             node_ip: node_ip.clone(),
             initial_cluster: &initial_cluster,
             cluster_token: format!("exk8s-{}", cluster.cluster_id),
-        })?,
-    );
-    files.public(
-        p.kubelet_unit,
-        render(&contexts::KubeletUnit {
-            paths: p,
-            node_name: node.name.as_str(),
-            node_ip: node_ip.clone(),
-        })?,
-    );
-    files.public(
-        p.kubelet_config,
-        render(&contexts::KubeletConfig {
-            paths: p,
-            node_ip: node_ip.clone(),
-            dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
-            cluster_domain: &network.cluster_domain,
-        })?,
-    );
-    files.public(
-        p.containerd_config,
-        render(&contexts::Containerd {
-            pause_image: format!("registry.k8s.io/pause:{}", versions.pause),
-            cni_bin_dir: p.cni_bin_dir,
-            cni_conf_dir: "/etc/cni/net.d",
-        })?,
-    );
-    files.public(
-        p.cni_conflist,
-        render(&contexts::BridgeCni {
-            pod_cidr: cluster.pod_cidr.to_string(),
         })?,
     );
     let key_base64 = Zeroizing::new(BASE64.encode(cluster.encryption_key.expose()));
@@ -424,8 +309,5 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
     })?;
     files.private(p.scheduler_manifest, manifest);
 
-    Ok(Rendered {
-        files: files.into_bundle_files()?,
-        static_pods,
-    })
+    Ok(static_pods)
 }
