@@ -21,13 +21,20 @@ use crate::rollout::{self, RolloutError};
 /// How long a node told to wait should wait before asking again.
 const WAIT_SECS: u64 = 30;
 
-/// Authenticates a signed node request and charges its rate limits.
+/// Authenticates a signed node request (its method, path, headers and body) and charges its
+/// rate limits.
 async fn signed_vm(
     state: &AppState,
     peer: SocketAddr,
-    request: SignedRequest<'_>,
+    (method, uri, headers, body): (&Method, &Uri, &HeaderMap, &[u8]),
     vm_id: i64,
 ) -> Result<issuance::Vm, ApiError> {
+    let request = SignedRequest {
+        method: method.as_str(),
+        path: uri.path(),
+        headers,
+        body,
+    };
     limit_source(state, peer.ip())?;
     let vm = match issuance::signed::authenticate(state, &request, vm_id).await? {
         Ok(vm) => vm,
@@ -64,13 +71,7 @@ pub async fn generation(
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<axum::Json<Generation>, ApiError> {
-    let request = SignedRequest {
-        method: method.as_str(),
-        path: uri.path(),
-        headers: &headers,
-        body: b"",
-    };
-    let vm = signed_vm(&state, peer, request, vm_id).await?;
+    let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
     Ok(axum::Json(Generation {
         desired_generation: vm.node.desired_generation,
         applied_generation: vm.node.applied_generation,
@@ -103,13 +104,7 @@ pub async fn bundle(
 ) -> Result<Response, ApiError> {
     let deadline = state.config.bootstrap_deadline;
     let work = async {
-        let request = SignedRequest {
-            method: method.as_str(),
-            path: uri.path(),
-            headers: &headers,
-            body: b"",
-        };
-        let vm = signed_vm(&state, peer, request, vm_id).await?;
+        let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let source = peer.ip().to_string();
         Ok::<_, ApiError>(issuance::issue_update(&state, &vm, nonce, &source).await?)
@@ -148,13 +143,7 @@ pub async fn status(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    let request = SignedRequest {
-        method: method.as_str(),
-        path: uri.path(),
-        headers: &headers,
-        body: &body,
-    };
-    let vm = signed_vm(&state, peer, request, vm_id).await?;
+    let vm = signed_vm(&state, peer, (&method, &uri, &headers, &body), vm_id).await?;
     let report: StatusReport = decode_json(&body)?;
     issuance::report::record(&state, &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
