@@ -97,6 +97,8 @@ pub struct AppState {
     pub limits: Arc<BootstrapLimits>,
     /// Where key generation and signing run (never on the async workers).
     pub cpu: crate::cpu::CpuPool,
+    /// What certificate lifetimes are made and judged by (a manual clock in tests).
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 /// The bootstrap routes' rate limiters: every request is charged to its source address; only

@@ -14,7 +14,9 @@
 //! * [`keyfiles`] — the KEK and signing-key files; [`cli`] — the `exk8s-api` command.
 
 pub mod app;
+pub mod certificates;
 pub mod cli;
+pub mod clock;
 pub mod compute;
 pub mod cpu;
 pub mod crypto;

@@ -1,5 +1,6 @@
-//! Prometheus metrics, kept by hand (a few counters and one histogram need no framework):
-//! requests by route and status with latency, clusters founded and failed, compensations.
+//! Prometheus metrics, kept by hand (a few counters, one histogram and one gauge need no
+//! framework): requests by route and status with latency, clusters founded and failed,
+//! compensations, and each cluster's soonest certificate expiry.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,6 +37,8 @@ pub struct Metrics {
     pub clusters_failed: Counter,
     pub compensations: Counter,
     pub bundles_issued: Counter,
+    /// cluster id → the soonest `notAfter` (unix seconds) among its certificates.
+    soonest_expiry: Mutex<BTreeMap<i64, i64>>,
 }
 
 impl Metrics {
@@ -54,6 +57,14 @@ impl Metrics {
                 *bucket += 1;
             }
         }
+    }
+
+    /// Records a cluster's soonest certificate expiry (the inventory and the renewal pass do).
+    pub fn set_soonest_expiry(&self, cluster_id: i64, not_after: i64) {
+        self.soonest_expiry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(cluster_id, not_after);
     }
 
     /// The Prometheus text exposition.
@@ -132,6 +143,19 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
                 counter.get()
             );
+        }
+        let soonest = self
+            .soonest_expiry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let name = "exk8s_cluster_certificate_soonest_expiry_timestamp_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} The soonest notAfter among a cluster's certificates (unix seconds).\n# TYPE {name} gauge"
+        );
+        for (cluster_id, not_after) in soonest {
+            let _ = writeln!(out, "{name}{{cluster_id=\"{cluster_id}\"}} {not_after}");
         }
         out
     }

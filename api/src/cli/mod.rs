@@ -219,6 +219,7 @@ fn build_state(
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
         cpu: crate::cpu::CpuPool::per_core(),
+        clock: Arc::new(crate::clock::SystemClock),
     }
 }
 

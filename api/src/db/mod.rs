@@ -3,6 +3,7 @@
 //! and booleans. Each table's queries live in their own module and take an executor, so a
 //! handler can run several in one transaction.
 
+pub mod certificates;
 pub mod clusters;
 pub mod idempotency;
 pub mod issuances;

@@ -20,8 +20,6 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use time::OffsetDateTime;
-
 use crate::app::AppState;
 use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Subnet, Vm};
 use crate::db::{
@@ -142,16 +140,23 @@ pub async fn found(
     let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(FoundingError::internal)?;
     let subnet = check_placement(state, spec).await?;
     let algorithm = spec.key_algorithm;
+    let now = state.clock.now();
+    let leaf_lifetime = time::Duration::days(spec.leaf_lifetime_days);
     let pki = state
         .cpu
-        .run(move || ClusterPki::generate(algorithm, OffsetDateTime::now_utc()))
+        .run(move || {
+            let mut pki = ClusterPki::generate(algorithm, now)?;
+            pki.set_leaf_lifetime(leaf_lifetime);
+            Ok::<_, crate::pki::PkiError>(pki)
+        })
         .await
         .map_err(FoundingError::internal)?
         .map_err(FoundingError::internal)?;
     let pki = Arc::new(pki);
     let encryption = EncryptionKey::generate().map_err(FoundingError::internal)?;
 
-    let now = db::now();
+    // The cluster's age (and its service-account key's) is judged by the same clock.
+    let now = state.clock.unix();
     let spec_json = serde_json::to_string(spec).map_err(FoundingError::internal)?;
     let mut tx = state.db.begin().await?;
     let new = NewCluster {
@@ -423,10 +428,10 @@ async fn provision(
     let pki_for_certs = Arc::clone(pki);
     let network_for_certs = network.clone();
     let addresses: Vec<NodeAddresses> = nodes.iter().map(|(_, _, a)| a.clone()).collect();
+    let now = state.clock.now();
     let (serving, admin) = state
         .cpu
         .run(move || {
-            let now = OffsetDateTime::now_utc();
             let serving = addresses
                 .iter()
                 .map(|a| NodeServingCerts::generate(&pki_for_certs, a, &network_for_certs, now))
@@ -511,6 +516,11 @@ async fn provision(
         .await
         .map_err(Failure::db)?;
     }
+    let mut issued = crate::certificates::cas(pki).to_vec();
+    issued.push(crate::certificates::operator_kubeconfig_cert(&admin));
+    crate::certificates::record(&mut tx, cluster_id, None, &issued, now)
+        .await
+        .map_err(|e| Failure::internal("recording certificates", e))?;
     db::clusters::set_phase(&mut *tx, cluster_id, ClusterPhase::Founded, now)
         .await
         .map_err(Failure::db)?;

@@ -45,6 +45,10 @@ pub struct CreateClusterRequest {
     pub key_algorithm: Option<String>,
     /// One of the configured versions; default the first.
     pub kubernetes_version: Option<String>,
+    /// Days every leaf certificate lasts (default 365, at least 1, at most 3650); leaves are
+    /// renewed automatically before they expire.
+    #[schema(minimum = 1, maximum = 3650)]
+    pub leaf_lifetime_days: Option<i64>,
 }
 
 /// A request that passed every check, with defaults applied.
@@ -61,6 +65,31 @@ pub struct ClusterSpecRequest {
     pub root_volume_size_gib: i64,
     pub key_algorithm: KeyAlgorithm,
     pub kubernetes_version: String,
+    /// Stored clusters made before the setting existed have the default.
+    #[serde(default = "default_leaf_lifetime_days")]
+    pub leaf_lifetime_days: i64,
+}
+
+/// Leaf certificates last a year unless the cluster says otherwise.
+pub const DEFAULT_LEAF_LIFETIME_DAYS: i64 = 365;
+const LEAF_LIFETIME_DAYS: std::ops::RangeInclusive<i64> = 1..=3650;
+
+fn default_leaf_lifetime_days() -> i64 {
+    DEFAULT_LEAF_LIFETIME_DAYS
+}
+
+/// The leaf lifetime a stored cluster spec asks for (the default when the spec predates it
+/// or cannot be read).
+pub fn leaf_lifetime(spec_json: &str) -> time::Duration {
+    #[derive(Deserialize)]
+    struct Lifetime {
+        #[serde(default = "default_leaf_lifetime_days")]
+        leaf_lifetime_days: i64,
+    }
+    let days = serde_json::from_str::<Lifetime>(spec_json)
+        .map(|l| l.leaf_lifetime_days)
+        .unwrap_or(DEFAULT_LEAF_LIFETIME_DAYS);
+    time::Duration::days(days.clamp(*LEAF_LIFETIME_DAYS.start(), *LEAF_LIFETIME_DAYS.end()))
 }
 
 const MAX_SECURITY_GROUPS: usize = 5;
@@ -228,7 +257,21 @@ impl CreateClusterRequest {
                 ));
             }
         };
+        let leaf_days = self
+            .leaf_lifetime_days
+            .unwrap_or(DEFAULT_LEAF_LIFETIME_DAYS);
+        if !LEAF_LIFETIME_DAYS.contains(&leaf_days) {
+            return Err(FieldError::new(
+                "leaf_lifetime_days",
+                format!(
+                    "leaf_lifetime_days must be between {} and {}, got {leaf_days}",
+                    LEAF_LIFETIME_DAYS.start(),
+                    LEAF_LIFETIME_DAYS.end()
+                ),
+            ));
+        }
         Ok(ClusterSpecRequest {
+            leaf_lifetime_days: leaf_days,
             control_plane_count: count,
             control_plane_image_id: image,
             control_plane_instance_type: instance_type,

@@ -84,7 +84,7 @@ pub fn open(keks: &Keyring, row: &ClusterRow) -> Result<Arc<ClusterPki>, TrustEr
         row.sa_key_sealed.as_deref().ok_or_else(missing)?,
     )?;
     let algorithm: KeyAlgorithm = row.key_algorithm.parse()?;
-    Ok(Arc::new(ClusterPki {
+    let mut pki = ClusterPki {
         algorithm,
         cluster_ca: ca(CaRole::Cluster, &row.ca_cert, &row.ca_key_sealed, "ca_key")?,
         etcd_ca: ca(
@@ -103,7 +103,9 @@ pub fn open(keks: &Keyring, row: &ClusterRow) -> Result<Arc<ClusterPki>, TrustEr
             public_pem: row.sa_public.clone().ok_or_else(missing)?,
             private_pem: SecretPem::new(sa_key.to_string()),
         },
-    }))
+    };
+    pki.set_leaf_lifetime(super::request::leaf_lifetime(&row.spec_json));
+    Ok(Arc::new(pki))
 }
 
 /// Opens the secrets-encryption key.

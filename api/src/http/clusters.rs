@@ -1,23 +1,18 @@
 //! Operator routes: found, list, show, kubeconfig, delete. Thin: extract, call
 //! `founding`/`db`/`pki`, respond.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::{self, idempotency::Claim, phase::ClusterPhase};
-use crate::founding::{self, request::CreateClusterRequest, trust};
-use crate::pki::ClientIdentity;
-use crate::pki::kubeconfig::{self, KubeconfigSpec};
+use crate::founding::{self, request::CreateClusterRequest};
 use exk8s_common::contract::Role;
 
 /// A DNS record the operator may want.
@@ -347,27 +342,9 @@ pub async fn get_kubeconfig(
             row.phase
         )));
     }
-    let keks = Arc::clone(&state.keks);
-    // Opening the CA and minting the client key is CPU work (seconds for RSA-4096): the pool.
-    let text = state
-        .cpu
-        .run(move || {
-            let pki = trust::open(&keks, &row).map_err(ApiError::internal)?;
-            let admin = ClientIdentity::Admin
-                .issue(&pki, OffsetDateTime::now_utc())
-                .map_err(ApiError::internal)?;
-            let (user, _) = ClientIdentity::Admin.subject();
-            let server = format!("https://{}:6443", row.control_plane_dns_name);
-            Ok::<_, ApiError>(kubeconfig::render(&KubeconfigSpec {
-                cluster_name: &row.name,
-                server: &server,
-                ca_pem: pki.cluster_ca.cert_pem(),
-                user: &user,
-                credentials: &admin,
-            }))
-        })
+    let text = crate::certificates::operator_kubeconfig(&state, row)
         .await
-        .map_err(ApiError::internal)??;
+        .map_err(super::certificates::certificates_error)?;
     Ok((
         [(header::CONTENT_TYPE, "application/yaml")],
         text.expose().to_owned(),

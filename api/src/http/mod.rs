@@ -1,6 +1,7 @@
 //! The HTTP surface: the route table ([`router`]), thin handlers, errors and extractors.
 
 pub mod bootstrap;
+pub mod certificates;
 pub mod clusters;
 mod common_responses;
 use common_responses::CommonResponses;
@@ -34,6 +35,7 @@ use crate::app::AppState;
         clusters::list_clusters,
         clusters::get_cluster,
         clusters::get_kubeconfig,
+        certificates::inventory,
         clusters::delete_cluster,
         bootstrap::rearm,
         bootstrap::bundle,
@@ -112,6 +114,7 @@ pub fn router(state: AppState) -> Router {
         .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))
         .route("/bootstrap/keys", get(bootstrap::keys))
         .route("/clusters/{id}/rollout", axum::routing::post(nodes::start_rollout))
+        .route("/clusters/{id}/certificates", get(certificates::inventory))
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))
         .route("/nodes/{vm_id}/status", axum::routing::post(nodes::status))

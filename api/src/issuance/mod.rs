@@ -14,7 +14,6 @@ pub mod signed;
 use exk8s_common::contract::{BundleKind, Role};
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
-use time::OffsetDateTime;
 
 use crate::app::AppState;
 use crate::db::{self, DbError, issuances::Audit};
@@ -192,16 +191,10 @@ async fn sign_bundle(
     let minting_pki = pki.clone();
     let minting_addresses = this.addresses.clone();
     let role = node.role;
+    let minting_at = state.clock.now();
     let minted = state
         .cpu
-        .run(move || {
-            BundleCerts::mint(
-                &minting_pki,
-                &minting_addresses,
-                role,
-                OffsetDateTime::now_utc(),
-            )
-        })
+        .run(move || BundleCerts::mint(&minting_pki, &minting_addresses, role, minting_at))
         .await
         .map_err(IssuanceError::internal)?
         .map_err(IssuanceError::internal)?;
@@ -265,6 +258,18 @@ async fn sign_bundle(
         source_address: Some(request.source),
     };
     db::issuances::insert(&mut *tx, &audit, now).await?;
+    // What this bundle carries becomes the node's inventory at this generation; generations
+    // before the one it runs are gone from the node.
+    crate::certificates::record(
+        &mut tx,
+        cluster.id,
+        Some((node.id, handed.generation)),
+        &crate::certificates::bundle(&serving, &minted),
+        now,
+    )
+    .await
+    .map_err(IssuanceError::internal)?;
+    db::certificates::prune(&mut *tx, node.id, node.applied_generation).await?;
     tx.commit().await?;
     state.metrics.bundles_issued.inc();
     tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, generation = handed.generation, kind = %request.kind, bundle_id = %bundle_id, "bundle issued");

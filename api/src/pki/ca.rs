@@ -6,10 +6,10 @@ use std::fmt;
 use rcgen::{
     BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData,
 };
-use time::OffsetDateTime;
+use time::{Duration, OffsetDateTime};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::leaf::{BACKDATE, CA_LIFETIME, leaf_params, random_serial, subject};
+use super::leaf::{BACKDATE, CA_LIFETIME, LEAF_LIFETIME, leaf_params, random_serial, subject};
 use super::{IssuedCert, KeyAlgorithm, LeafSpec, PkiError, SecretPem};
 
 /// The three trust domains of a cluster.
@@ -50,6 +50,8 @@ pub struct CertAuthority {
     cert_pem: String,
     key_pem: SecretPem,
     not_after: OffsetDateTime,
+    /// How long the leaves it issues last (capped at its own expiry).
+    leaf_lifetime: Duration,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -124,8 +126,14 @@ impl CertAuthority {
             cert_pem: cert_pem.to_owned(),
             key_pem,
             not_after,
+            leaf_lifetime: LEAF_LIFETIME,
             issuer,
         })
+    }
+
+    /// Leaves issued from now on last `lifetime` (the cluster's setting).
+    pub fn set_leaf_lifetime(&mut self, lifetime: Duration) {
+        self.leaf_lifetime = lifetime;
     }
 
     pub fn role(&self) -> CaRole {
@@ -158,7 +166,13 @@ impl CertAuthority {
             });
         }
         let key = self.algorithm.generate()?;
-        let params = leaf_params(spec, self.algorithm, now, self.not_after)?;
+        let params = leaf_params(
+            spec,
+            self.algorithm,
+            now,
+            self.leaf_lifetime,
+            self.not_after,
+        )?;
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(|source| PkiError::Signing {

@@ -1,7 +1,7 @@
 //! The certificate policy every leaf follows, set explicitly because rcgen's defaults are unsafe:
 //!
-//! * validity: NotBefore = now − 5 min (clock skew between API and nodes), NotAfter = now + 1 year,
-//!   never past the issuing CA's NotAfter;
+//! * validity: NotBefore = now − 5 min (clock skew between API and nodes), NotAfter = now +
+//!   the cluster's leaf lifetime (1 year by default), never past the issuing CA's NotAfter;
 //! * a random 128-bit positive serial (rcgen otherwise derives it from the key);
 //! * basicConstraints critical CA:FALSE, subject key id, authority key id;
 //! * keyUsage critical digitalSignature, plus keyEncipherment only for RSA keys (RSA key
@@ -21,6 +21,7 @@ use super::{KeyAlgorithm, PkiError, SecretPem};
 /// How far NotBefore is backdated, for clock skew.
 pub(crate) const BACKDATE: Duration = Duration::minutes(5);
 /// Leaf lifetime (kubeadm's default).
+/// The default leaf lifetime (a cluster may choose another).
 pub(crate) const LEAF_LIFETIME: Duration = Duration::days(365);
 /// CA lifetime (kubeadm's default).
 pub(crate) const CA_LIFETIME: Duration = Duration::days(3650);
@@ -90,12 +91,13 @@ pub(crate) fn leaf_params(
     spec: &LeafSpec,
     algorithm: KeyAlgorithm,
     now: OffsetDateTime,
+    lifetime: Duration,
     ca_not_after: OffsetDateTime,
 ) -> Result<CertificateParams, PkiError> {
     let mut params = CertificateParams::default();
     params.distinguished_name = subject(&spec.common_name, spec.organization.as_deref());
     params.not_before = now - BACKDATE;
-    params.not_after = (now + LEAF_LIFETIME).min(ca_not_after);
+    params.not_after = (now + lifetime).min(ca_not_after);
     params.serial_number = Some(random_serial()?);
     params.is_ca = IsCa::ExplicitNoCa;
     params.use_authority_key_identifier_extension = true;

@@ -15,6 +15,7 @@
 
 mod algorithm;
 mod ca;
+mod facts;
 mod identities;
 pub mod kubeconfig;
 mod leaf;
@@ -23,6 +24,7 @@ mod secret;
 
 pub use algorithm::KeyAlgorithm;
 pub use ca::{CaRole, CertAuthority, ServiceAccountKey};
+pub use facts::{CertFacts, facts};
 pub use identities::{
     BundleCerts, ClientIdentity, ControlPlaneCerts, NodeCerts, NodeServingCerts, apiserver_spec,
     etcd_member_spec, kubelet_serving_spec,
@@ -65,6 +67,8 @@ pub enum PkiError {
     BadDnsName { what: &'static str, value: String },
     #[error("the operating system's random source failed")]
     Random,
+    #[error("a certificate the API made cannot be read back: {0}")]
+    Unreadable(String),
 }
 
 /// A cluster's long-lived trust, made once at founding and stored sealed by the API.
@@ -91,6 +95,17 @@ impl ClusterPki {
             front_proxy_ca: CertAuthority::generate(CaRole::FrontProxy, algorithm, now)?,
             service_account: ServiceAccountKey::generate(algorithm)?,
         })
+    }
+
+    /// Every leaf issued from now on lasts `lifetime` (capped at its CA's expiry).
+    pub fn set_leaf_lifetime(&mut self, lifetime: time::Duration) {
+        for ca in [
+            &mut self.cluster_ca,
+            &mut self.etcd_ca,
+            &mut self.front_proxy_ca,
+        ] {
+            ca.set_leaf_lifetime(lifetime);
+        }
     }
 
     /// The CA that signs `role`'s certificates.

@@ -121,6 +121,22 @@ pub async fn spawn_with(
     config: ApiConfig,
     shared: Option<(&str, Arc<tempfile::TempDir>)>,
 ) -> TestApp {
+    spawn_clocked(
+        backend,
+        config,
+        shared,
+        Arc::new(exk8s_api::clock::SystemClock),
+    )
+    .await
+}
+
+/// Spawns a server whose certificate lifetimes follow `clock`.
+pub async fn spawn_clocked(
+    backend: Backend,
+    config: ApiConfig,
+    shared: Option<(&str, Arc<tempfile::TempDir>)>,
+    clock: Arc<dyn exk8s_api::clock::Clock>,
+) -> TestApp {
     capture_logs();
     let (db_url, dir) = match shared {
         Some((url, dir)) => (url.to_owned(), dir),
@@ -142,6 +158,7 @@ pub async fn spawn_with(
         draining: Arc::new(AtomicBool::new(false)),
         cpu: exk8s_api::cpu::CpuPool::per_core(),
         limits: Arc::new(exk8s_api::app::BootstrapLimits::new(&config)),
+        clock,
     };
     let app = Application::build(state.clone(), "127.0.0.1:0")
         .await

@@ -43,6 +43,11 @@ pub(crate) async fn cluster_with_credentials(app: &TestApp, org: i64, count: i64
         .unwrap();
     assert_eq!(response.status(), 201);
     let created: Value = response.json().await.unwrap();
+    credentials_for(app, org, &created).await
+}
+
+/// Each VM of a `POST /clusters` answer with its two credentials.
+pub(crate) async fn credentials_for(app: &TestApp, org: i64, created: &Value) -> Vec<Node> {
     let cluster = created["cluster_id"].as_i64().unwrap();
     let bootstrap = operator_token(&app.state, org, Scope::Bootstrap, 3600).await;
     let mut nodes = Vec::new();

@@ -11,6 +11,7 @@ mod adversarial;
 mod app;
 mod bad_input;
 mod bootstrap;
+mod certificates;
 mod crash;
 mod db_faults;
 mod disk_full;

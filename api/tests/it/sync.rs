@@ -11,12 +11,16 @@ use crate::app::{Backend, TestApp, both_backends, json_of, spawn_app};
 use crate::bootstrap::{Node, cluster_with_credentials, report};
 
 /// A fresh nonce per request (16–64 URL-safe characters).
-fn nonce() -> String {
+pub(crate) fn nonce() -> String {
     format!("sync-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The node's first fetch, registering `key`.
-async fn register(app: &TestApp, node: &Node, key: &NodeKey) {
+/// The node's first fetch, registering `key`; its bundle's payload.
+pub(crate) async fn register(
+    app: &TestApp,
+    node: &Node,
+    key: &NodeKey,
+) -> exk8s_common::BundlePayload {
     let response = app
         .http
         .get(format!("{}/bootstrap/control-plane/{}", app.url, node.vm))
@@ -27,7 +31,7 @@ async fn register(app: &TestApp, node: &Node, key: &NodeKey) {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200);
+    update_payload(app, response).await
 }
 
 /// How a test request is signed.
@@ -218,7 +222,7 @@ async fn booted_cluster(app: &TestApp) -> Vec<(Node, NodeKey)> {
     booted
 }
 
-async fn fetch_update(app: &TestApp, node: &Node, key: &NodeKey) -> reqwest::Response {
+pub(crate) async fn fetch_update(app: &TestApp, node: &Node, key: &NodeKey) -> reqwest::Response {
     send(
         app,
         "GET",
@@ -229,7 +233,13 @@ async fn fetch_update(app: &TestApp, node: &Node, key: &NodeKey) -> reqwest::Res
     .await
 }
 
-async fn sync_report(app: &TestApp, node: &Node, key: &NodeKey, state: &str, generation: u64) {
+pub(crate) async fn sync_report(
+    app: &TestApp,
+    node: &Node,
+    key: &NodeKey,
+    state: &str,
+    generation: u64,
+) {
     let body =
         serde_json::to_vec(&json!({"phase": "sync", "state": state, "generation": generation}))
             .unwrap();
@@ -238,7 +248,10 @@ async fn sync_report(app: &TestApp, node: &Node, key: &NodeKey, state: &str, gen
     assert_eq!(response.status(), 204, "{}", response.text().await.unwrap());
 }
 
-async fn update_payload(app: &TestApp, response: reqwest::Response) -> exk8s_common::BundlePayload {
+pub(crate) async fn update_payload(
+    app: &TestApp,
+    response: reqwest::Response,
+) -> exk8s_common::BundlePayload {
     assert_eq!(response.status(), 200);
     let mut ring = Keyring::new();
     ring.insert(app.state.signer.verifying_key());

@@ -1,0 +1,276 @@
+//! The certificate inventory: every certificate of a cluster, as recorded when the API made it
+//! (its CAs and operator kubeconfig at founding or on request, each node's leaves with the
+//! bundle generation that carried them). The API never reads a node's disk; what a node runs
+//! is what its applied generation's bundle held.
+
+use std::collections::BTreeMap;
+
+use crate::app::AppState;
+use crate::db::{self, DbError, certificates::CertKind, certificates::CertRow};
+use crate::pki::{BundleCerts, ClusterPki, IssuedCert, NodeServingCerts, PkiError};
+
+/// Why the inventory could not be read or a certificate not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificatesError {
+    #[error("cluster not found")]
+    NotFound,
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Trust(#[from] crate::founding::trust::TrustError),
+    #[error(transparent)]
+    Cpu(#[from] crate::cpu::CpuError),
+}
+
+/// A certificate to record: its name in the inventory, its kind and its PEM.
+#[derive(Debug, Clone, Copy)]
+pub struct Issued<'a> {
+    pub name: &'static str,
+    pub kind: CertKind,
+    pub pem: &'a str,
+}
+
+/// The cluster's CAs.
+pub fn cas(pki: &ClusterPki) -> [Issued<'_>; 3] {
+    let ca = |name, pem| Issued {
+        name,
+        kind: CertKind::Ca,
+        pem,
+    };
+    [
+        ca("cluster-ca", pki.cluster_ca.cert_pem()),
+        ca("etcd-ca", pki.etcd_ca.cert_pem()),
+        ca("front-proxy-ca", pki.front_proxy_ca.cert_pem()),
+    ]
+}
+
+/// The operator's admin kubeconfig (cluster-level; the latest one minted).
+pub fn operator_kubeconfig_cert(cert: &IssuedCert) -> Issued<'_> {
+    Issued {
+        name: "operator.kubeconfig",
+        kind: CertKind::Client,
+        pem: &cert.cert_pem,
+    }
+}
+
+/// Every certificate a control-plane node's bundle carries, by the file it lands in.
+pub fn bundle<'a>(serving: &'a NodeServingCerts, minted: &'a BundleCerts) -> Vec<Issued<'a>> {
+    let item = |name, kind, cert: &'a IssuedCert| Issued {
+        name,
+        kind,
+        pem: &cert.cert_pem,
+    };
+    let node = minted.node();
+    let mut all = vec![
+        item("apiserver", CertKind::Serving, &serving.apiserver),
+        item("etcd-server", CertKind::Serving, &serving.etcd_server),
+        item("etcd-peer", CertKind::Serving, &serving.etcd_peer),
+        item("kubelet", CertKind::Serving, &node.kubelet_serving),
+        item("kubelet.kubeconfig", CertKind::Client, &node.kubelet_client),
+        item("kube-proxy.kubeconfig", CertKind::Client, &node.kube_proxy),
+    ];
+    if let Some(cp) = minted.control_plane() {
+        all.extend([
+            item(
+                "apiserver-kubelet-client",
+                CertKind::Client,
+                &cp.apiserver_kubelet_client,
+            ),
+            item(
+                "apiserver-etcd-client",
+                CertKind::Client,
+                &cp.apiserver_etcd_client,
+            ),
+            item(
+                "front-proxy-client",
+                CertKind::Client,
+                &cp.front_proxy_client,
+            ),
+            item(
+                "etcd-healthcheck-client",
+                CertKind::Client,
+                &cp.etcd_healthcheck_client,
+            ),
+            item(
+                "controller-manager.kubeconfig",
+                CertKind::Client,
+                &cp.controller_manager,
+            ),
+            item("scheduler.kubeconfig", CertKind::Client, &cp.scheduler),
+            item("admin.kubeconfig", CertKind::Client, &cp.admin),
+            item("super-admin.kubeconfig", CertKind::Client, &cp.super_admin),
+        ]);
+    }
+    all
+}
+
+/// Records `certs` for `cluster_id` (and `node_id` at `generation`), inside `tx`.
+pub async fn record(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    node: Option<(i64, i64)>,
+    certs: &[Issued<'_>],
+    now: i64,
+) -> Result<(), CertificatesError> {
+    for cert in certs {
+        let facts = crate::pki::facts(cert.pem)?;
+        db::certificates::insert(
+            &mut *tx,
+            &db::certificates::NewCert {
+                cluster_id,
+                node_id: node.map(|(id, _)| id),
+                generation: node.map_or(0, |(_, generation)| generation),
+                name: cert.name,
+                kind: cert.kind,
+                facts: &facts,
+            },
+            now,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// One certificate of the inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The node's VM, or `None` for the cluster's own certificates.
+    pub vm_id: Option<i64>,
+    /// The generation whose bundle carried it (0 for the cluster's own).
+    pub generation: i64,
+    pub row: CertRow,
+    /// Whole days until `not_after` (negative once expired).
+    pub days_left: i64,
+}
+
+/// A cluster's certificates, soonest expiry first.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub cluster_id: i64,
+    /// Days since the service-account key was made (at founding; never rotated automatically).
+    pub service_account_key_age_days: i64,
+    pub certificates: Vec<Entry>,
+}
+
+impl Inventory {
+    /// The soonest `not_after` of all, when there is any certificate.
+    pub fn soonest_not_after(&self) -> Option<i64> {
+        self.certificates.first().map(|e| e.row.not_after)
+    }
+}
+
+/// What each node runs: the rows of its applied generation (or, before its first apply, of
+/// the latest generation issued), the latest row per name; and the cluster's own rows.
+pub fn current(rows: Vec<CertRow>, applied: &BTreeMap<i64, i64>) -> Vec<CertRow> {
+    let mut latest_generation: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut has_applied: BTreeMap<i64, bool> = BTreeMap::new();
+    for row in &rows {
+        if let Some(node) = row.node_id {
+            let top = latest_generation.entry(node).or_insert(row.generation);
+            *top = (*top).max(row.generation);
+            if applied.get(&node) == Some(&row.generation) {
+                has_applied.insert(node, true);
+            }
+        }
+    }
+    let mut by_name: BTreeMap<(Option<i64>, String), CertRow> = BTreeMap::new();
+    for row in rows {
+        if let Some(node) = row.node_id {
+            let wanted = if has_applied.get(&node).copied().unwrap_or(false) {
+                applied.get(&node).copied()
+            } else {
+                latest_generation.get(&node).copied()
+            };
+            if Some(row.generation) != wanted {
+                continue;
+            }
+        }
+        // Rows come in id order: a later one of the same name replaces an earlier one.
+        by_name.insert((row.node_id, row.name.clone()), row);
+    }
+    by_name.into_values().collect()
+}
+
+/// The inventory of `org_id`'s cluster `cluster_id`, with days left judged at the API's clock.
+pub async fn inventory(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+) -> Result<Inventory, CertificatesError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(CertificatesError::NotFound)?;
+    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let applied: BTreeMap<i64, i64> = nodes.iter().map(|n| (n.id, n.applied_generation)).collect();
+    let vm_of: BTreeMap<i64, i64> = nodes.iter().map(|n| (n.id, n.vm_id)).collect();
+    let rows = db::certificates::list(&state.db.pool, cluster_id).await?;
+    let now = state.clock.unix();
+    let mut certificates: Vec<Entry> = current(rows, &applied)
+        .into_iter()
+        .map(|row| Entry {
+            vm_id: row.node_id.and_then(|n| vm_of.get(&n).copied()),
+            generation: row.generation,
+            days_left: (row.not_after - now).div_euclid(86_400),
+            row,
+        })
+        .collect();
+    certificates.sort_by(|a, b| {
+        (a.row.not_after, a.vm_id, &a.row.name).cmp(&(b.row.not_after, b.vm_id, &b.row.name))
+    });
+    let inventory = Inventory {
+        cluster_id,
+        service_account_key_age_days: (now - cluster.created_at).div_euclid(86_400),
+        certificates,
+    };
+    if let Some(soonest) = inventory.soonest_not_after() {
+        state.metrics.set_soonest_expiry(cluster_id, soonest);
+    }
+    Ok(inventory)
+}
+
+/// Mints the operator's admin kubeconfig for founded cluster `row` (server: the shared DNS
+/// name; the cluster's leaf lifetime), recording its certificate. A new client certificate
+/// each call.
+pub async fn operator_kubeconfig(
+    state: &AppState,
+    row: db::clusters::ClusterRow,
+) -> Result<crate::pki::SecretPem, CertificatesError> {
+    use crate::founding::trust;
+    use crate::pki::ClientIdentity;
+    use crate::pki::kubeconfig::{self, KubeconfigSpec};
+
+    let keks = std::sync::Arc::clone(&state.keks);
+    let now = state.clock.now();
+    let cluster_id = row.id;
+    // Opening the CA and minting the client key is CPU work (seconds for RSA-4096): the pool.
+    let (text, admin) = state
+        .cpu
+        .run(move || {
+            let pki = trust::open(&keks, &row)?;
+            let admin = ClientIdentity::Admin.issue(&pki, now)?;
+            let (user, _) = ClientIdentity::Admin.subject();
+            let server = format!("https://{}:6443", row.control_plane_dns_name);
+            let text = kubeconfig::render(&KubeconfigSpec {
+                cluster_name: &row.name,
+                server: &server,
+                ca_pem: pki.cluster_ca.cert_pem(),
+                user: &user,
+                credentials: &admin,
+            });
+            Ok::<_, CertificatesError>((text, admin))
+        })
+        .await??;
+    let mut tx = state.db.begin().await?;
+    record(
+        &mut tx,
+        cluster_id,
+        None,
+        &[operator_kubeconfig_cert(&admin)],
+        now.unix_timestamp(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(text)
+}

@@ -1,0 +1,149 @@
+//! `issued_certificates`: every certificate the API made, recorded when it made it (subject,
+//! issuer, serial, validity), per node and generation — what the inventory shows and the
+//! renewal policy judges. A cluster's own certificates (its CAs, the operator kubeconfig) have
+//! no node and keep only their latest row per name.
+
+use sqlx::{Any, Executor, Row};
+
+use super::DbError;
+
+/// What a certificate is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CertKind {
+    Ca,
+    Serving,
+    Client,
+}
+
+impl CertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ca => "ca",
+            Self::Serving => "serving",
+            Self::Client => "client",
+        }
+    }
+}
+
+impl std::str::FromStr for CertKind {
+    type Err = exk8s_common::contract::UnknownName;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "ca" => Ok(Self::Ca),
+            "serving" => Ok(Self::Serving),
+            "client" => Ok(Self::Client),
+            other => Err(exk8s_common::contract::UnknownName::new(
+                other,
+                &["ca", "serving", "client"],
+            )),
+        }
+    }
+}
+
+/// One recorded certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertRow {
+    pub id: i64,
+    pub node_id: Option<i64>,
+    pub generation: i64,
+    pub name: String,
+    pub kind: CertKind,
+    pub subject: String,
+    pub issuer: String,
+    pub serial: String,
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+/// A certificate to record.
+#[derive(Debug, Clone)]
+pub struct NewCert<'a> {
+    pub cluster_id: i64,
+    pub node_id: Option<i64>,
+    pub generation: i64,
+    pub name: &'a str,
+    pub kind: CertKind,
+    pub facts: &'a crate::pki::CertFacts,
+}
+
+/// Records `cert`; a cluster-level certificate replaces the previous one of its name.
+pub async fn insert(
+    tx: &mut sqlx::AnyConnection,
+    cert: &NewCert<'_>,
+    now: i64,
+) -> Result<(), DbError> {
+    if cert.node_id.is_none() {
+        sqlx::query(
+            "DELETE FROM issued_certificates \
+             WHERE cluster_id = $1 AND node_id IS NULL AND name = $2",
+        )
+        .bind(cert.cluster_id)
+        .bind(cert.name)
+        .execute(&mut *tx)
+        .await?;
+    }
+    sqlx::query(
+        "INSERT INTO issued_certificates (cluster_id, node_id, generation, name, kind, subject, \
+         issuer, serial, not_before, not_after, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(cert.cluster_id)
+    .bind(cert.node_id)
+    .bind(cert.generation)
+    .bind(cert.name)
+    .bind(cert.kind.as_str())
+    .bind(&cert.facts.subject)
+    .bind(&cert.facts.issuer)
+    .bind(&cert.facts.serial)
+    .bind(cert.facts.not_before)
+    .bind(cert.facts.not_after)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Forgets a node's certificates of generations before `keep_from` (no longer on the node).
+pub async fn prune<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    keep_from: i64,
+) -> Result<(), DbError> {
+    sqlx::query("DELETE FROM issued_certificates WHERE node_id = $1 AND generation < $2")
+        .bind(node_id)
+        .bind(keep_from)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Every recorded certificate of a cluster.
+pub async fn list<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Vec<CertRow>, DbError> {
+    let rows = sqlx::query(
+        "SELECT id, node_id, generation, name, kind, subject, issuer, serial, not_before, \
+         not_after FROM issued_certificates WHERE cluster_id = $1 ORDER BY id",
+    )
+    .bind(cluster_id)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| -> Result<CertRow, DbError> {
+            Ok(CertRow {
+                id: r.try_get("id")?,
+                node_id: r.try_get("node_id")?,
+                generation: r.try_get("generation")?,
+                name: r.try_get("name")?,
+                kind: super::phase::decode(r, "kind")?,
+                subject: r.try_get("subject")?,
+                issuer: r.try_get("issuer")?,
+                serial: r.try_get("serial")?,
+                not_before: r.try_get("not_before")?,
+                not_after: r.try_get("not_after")?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,251 @@
+//! The certificate inventory on SQLite and PostgreSQL, under an injected clock: what founding
+//! and every bundle issued is recorded (checked against openssl reading the bundle's own
+//! files), soonest expiry first, with the cluster's leaf lifetime; days left follow the clock;
+//! a node's entries follow the generation it applied; the gauge reports the soonest expiry.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use exk8s_api::clock::ManualClock;
+use exk8s_common::node_auth::NodeKey;
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+
+use crate::app::{Backend, TestApp, both_backends, spawn_clocked, test_config};
+use crate::bootstrap::report;
+use crate::helpers::openssl;
+use crate::sync::{fetch_update, register, sync_report, update_payload};
+
+async fn inventory(app: &TestApp, cluster: i64) -> Value {
+    let response = app
+        .http
+        .get(format!("{}/clusters/{cluster}/certificates", app.url))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// Every certificate in a bundle — PEM files and kubeconfigs' client certificates — as
+/// openssl reports its serial (normalised to lowercase hex with colons), CA files apart.
+fn bundle_serials(payload: &exk8s_common::BundlePayload) -> (BTreeSet<String>, BTreeSet<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let serial_of = |pem: &[u8]| {
+        std::fs::write(dir.path().join("c.pem"), pem).unwrap();
+        let (ok, out) = openssl(&["x509", "-noout", "-serial", "-in", "c.pem"], dir.path());
+        assert!(ok, "{out}");
+        let hex = out.trim().trim_start_matches("serial=").to_lowercase();
+        let hex = if hex.len() % 2 == 1 {
+            format!("0{hex}")
+        } else {
+            hex
+        };
+        hex.as_bytes()
+            .chunks(2)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let (mut cas, mut leaves) = (BTreeSet::new(), BTreeSet::new());
+    for file in &payload.files {
+        let path = file.path.as_str();
+        let content = file.content.as_bytes();
+        if path.ends_with(".kubeconfig") {
+            let doc: serde_yaml::Value = serde_yaml::from_slice(content).unwrap();
+            let data = doc["users"][0]["user"]["client-certificate-data"]
+                .as_str()
+                .unwrap();
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap();
+            leaves.insert(serial_of(&pem));
+        } else if path.ends_with(".pem") && content.starts_with(b"-----BEGIN CERTIFICATE") {
+            if path.ends_with("ca.pem") {
+                cas.insert(serial_of(content));
+            } else {
+                leaves.insert(serial_of(content));
+            }
+        }
+    }
+    (cas, leaves)
+}
+
+fn serials(entries: &[&Value]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .map(|e| e["serial"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn of_vm(inventory: &Value, vm: Option<i64>) -> Vec<&Value> {
+    inventory["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["vm_id"].as_i64() == vm)
+        .collect()
+}
+
+async fn inventory_records_what_was_issued(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let mut body = crate::app::valid_body(3);
+    body["leaf_lifetime_days"] = json!(3);
+    let created: Value = app
+        .http
+        .post(format!("{}/clusters", app.url))
+        .bearer_auth(&app.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cluster = created["cluster_id"].as_i64().unwrap();
+
+    // Founding: the three CAs and the operator kubeconfig, nothing on a node yet.
+    let founded = inventory(&app, cluster).await;
+    let own = of_vm(&founded, None);
+    let names: BTreeSet<&str> = own.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "cluster-ca",
+            "etcd-ca",
+            "front-proxy-ca",
+            "operator.kubeconfig"
+        ])
+    );
+    assert_eq!(founded["certificates"].as_array().unwrap().len(), 4);
+    let operator = own
+        .iter()
+        .find(|e| e["name"] == "operator.kubeconfig")
+        .unwrap();
+    assert_eq!(
+        operator["days_left"], 3,
+        "the clock stands still: {operator}"
+    );
+    assert_eq!(founded["service_account_key_age_days"], 0);
+
+    // Each node's first bundle: 14 leaves, exactly the certificates its files hold.
+    let nodes = crate::bootstrap::credentials_for(&app, 7, &created).await;
+    let mut keys = Vec::new();
+    for node in &nodes {
+        let key = NodeKey::generate().unwrap();
+        let payload = register(&app, node, &key).await;
+        let now = inventory(&app, cluster).await;
+        let (cas, leaves) = bundle_serials(&payload);
+        let entries = of_vm(&now, Some(node.vm));
+        assert_eq!(entries.len(), 14, "{now}");
+        assert_eq!(serials(&entries), leaves, "vm {}", node.vm);
+        let own = of_vm(&now, None);
+        let ca_entries: Vec<&Value> = own.iter().copied().filter(|e| e["kind"] == "ca").collect();
+        assert_eq!(serials(&ca_entries), cas);
+        assert!(
+            entries
+                .iter()
+                .all(|e| e["generation"] == 1 && e["days_left"] == 3)
+        );
+        assert_eq!(report(&app, node, "complete", "succeeded").await, 204);
+        keys.push(key);
+    }
+    let all = inventory(&app, cluster).await;
+    let not_after: Vec<i64> = all["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["not_after"].as_i64().unwrap())
+        .collect();
+    assert!(
+        not_after.windows(2).all(|w| w[0] <= w[1]),
+        "not sorted soonest first"
+    );
+    assert_eq!(not_after.len(), 4 + 3 * 14);
+    let metrics = app
+        .http
+        .get(format!("{}/metrics", app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = format!(
+        "exk8s_cluster_certificate_soonest_expiry_timestamp_seconds{{cluster_id=\"{cluster}\"}} {}",
+        not_after[0]
+    );
+    assert!(metrics.contains(&gauge), "{metrics}");
+
+    // Days left follow the clock.
+    clock.advance(Duration::days(1));
+    let later = inventory(&app, cluster).await;
+    assert!(
+        of_vm(&later, Some(nodes[0].vm))
+            .iter()
+            .all(|e| e["days_left"] == 2)
+    );
+
+    // A re-minted operator kubeconfig replaces the recorded one.
+    let kubeconfig = app
+        .http
+        .get(format!("{}/clusters/{cluster}/kubeconfig", app.url))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kubeconfig.status(), 200);
+    let reminted = inventory(&app, cluster).await;
+    let operators: Vec<&Value> = of_vm(&reminted, None)
+        .into_iter()
+        .filter(|e| e["name"] == "operator.kubeconfig")
+        .collect();
+    assert_eq!(operators.len(), 1);
+    assert_ne!(operators[0]["serial"], operator["serial"]);
+    assert_eq!(
+        operators[0]["days_left"], 3,
+        "the same lifetime from the clock's now"
+    );
+
+    // A rollout: the node's entries follow the generation it applied.
+    let started = app
+        .http
+        .post(format!("{}/clusters/{cluster}/rollout", app.url))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let (node, key) = (&nodes[0], &keys[0]);
+    let payload = update_payload(&app, fetch_update(&app, node, key).await).await;
+    let handed = inventory(&app, cluster).await;
+    assert!(
+        of_vm(&handed, Some(node.vm))
+            .iter()
+            .all(|e| e["generation"] == 1),
+        "the node still runs generation 1"
+    );
+    sync_report(&app, node, key, "succeeded", 2).await;
+    let applied = inventory(&app, cluster).await;
+    let entries = of_vm(&applied, Some(node.vm));
+    assert_eq!(entries.len(), 14);
+    assert!(entries.iter().all(|e| e["generation"] == 2));
+    assert_eq!(serials(&entries), bundle_serials(&payload).1);
+}
+
+both_backends!(inventory_records_what_was_issued);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_lifetime_out_of_range_is_refused_naming_the_field() {
+    let app = crate::app::spawn_app(Backend::Sqlite).await;
+    for days in [0, -1, 3651] {
+        let response = app.found(1, json!({"leaf_lifetime_days": days})).await;
+        let status = response.status();
+        let said: Value = response.json().await.unwrap();
+        assert_eq!(status, 400, "{days}: {said}");
+        assert_eq!(said["error"]["field"], "leaf_lifetime_days", "{said}");
+    }
+}
