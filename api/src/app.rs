@@ -48,6 +48,8 @@ pub struct ApiConfig {
     pub rate_per_vm: crate::ratelimit::Limit,
     /// Bootstrap requests allowed per source address.
     pub rate_per_source: crate::ratelimit::Limit,
+    /// Leaves are renewed when less than this share of their validity remains.
+    pub renew_at: crate::renewal::RenewAt,
 }
 
 impl Default for ApiConfig {
@@ -76,6 +78,7 @@ impl Default for ApiConfig {
                 per_minute: 600,
                 burst: 120,
             },
+            renew_at: crate::renewal::RenewAt::THIRD,
         }
     }
 }

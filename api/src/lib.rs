@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod pki;
 pub mod ratelimit;
 pub mod render;
+pub mod renewal;
 pub mod rollout;
 pub mod sim;
 pub mod tokens;

@@ -13,6 +13,7 @@ pub mod tokens;
 
 pub mod phase;
 mod probe;
+pub mod renewal;
 mod tx;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! The reconciler: at start and on a timer, finishes compensation for clusters left in
 //! `provisioning` (or `compensating`) past the deadline — a process that crashed mid-founding,
-//! or a compensation the compute API interrupted. Claims are atomic in the database, so several
+//! or a compensation the compute API interrupted — and runs certificate renewal
+//! ([`crate::renewal::pass`]). Claims are atomic in the database, so several
 //! API replicas never compensate the same cluster at once.
 
 use crate::app::AppState;
@@ -64,11 +65,15 @@ pub async fn pass(state: &AppState) -> usize {
     }
 }
 
-/// Runs [`pass`] now and then every `reconcile_interval`, until the process stops.
+/// Runs [`pass`] and the certificate renewal pass now and then every `reconcile_interval`,
+/// until the process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             pass(&state).await;
+            if let Err(e) = crate::renewal::pass(&state).await {
+                tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
+            }
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

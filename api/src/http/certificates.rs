@@ -1,14 +1,18 @@
-//! `GET /clusters/{id}/certificates`: the cluster's certificate inventory, soonest expiry first.
+//! `GET /clusters/{id}/certificates` (the cluster's certificate inventory, soonest expiry first)
+//! and `POST /clusters/{id}/certificates/renew` (every leaf now).
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiPath, Operator};
+use super::nodes::RolloutStarted;
 use crate::app::AppState;
 use crate::certificates::{self, CertificatesError};
+use crate::renewal::RenewalError;
 
 /// One certificate, as the API issued it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -87,4 +91,29 @@ pub async fn inventory(
             })
             .collect(),
     }))
+}
+
+/// Renews every leaf now (e.g. after a suspected key leak): serving certificates are re-minted
+/// with their SANs, every node gets a new generation whose bundle carries fresh leaves, and the
+/// rollout delivers them one control-plane node at a time. Answers with that rollout.
+#[utoipa::path(
+    post, path = "/clusters/{id}/certificates/renew", params(("id" = i64, Path)),
+    responses((status = 202, body = RolloutStarted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn renew(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<(StatusCode, Json<RolloutStarted>), ApiError> {
+    let started = crate::renewal::force(&state, operator.org_id, id)
+        .await
+        .map_err(|e| match e {
+            RenewalError::NotFound => ApiError::NotFound,
+            e @ RenewalError::NotFounded { .. } => ApiError::Conflict(e.to_string()),
+            RenewalError::Db(db) => db.into(),
+            e => ApiError::internal(e),
+        })?;
+    tracing::info!(cluster_id = id, principal = %operator.principal, "certificate renewal requested");
+    Ok((StatusCode::ACCEPTED, Json(RolloutStarted::from(started))))
 }

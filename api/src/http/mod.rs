@@ -36,6 +36,7 @@ use crate::app::AppState;
         clusters::get_cluster,
         clusters::get_kubeconfig,
         certificates::inventory,
+        certificates::renew,
         clusters::delete_cluster,
         bootstrap::rearm,
         bootstrap::bundle,
@@ -115,6 +116,10 @@ pub fn router(state: AppState) -> Router {
         .route("/bootstrap/keys", get(bootstrap::keys))
         .route("/clusters/{id}/rollout", axum::routing::post(nodes::start_rollout))
         .route("/clusters/{id}/certificates", get(certificates::inventory))
+        .route(
+            "/clusters/{id}/certificates/renew",
+            axum::routing::post(certificates::renew),
+        )
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))
         .route("/nodes/{vm_id}/status", axum::routing::post(nodes::status))

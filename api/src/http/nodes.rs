@@ -162,6 +162,22 @@ pub struct RolloutNode {
     pub desired_generation: i64,
 }
 
+impl From<rollout::Started> for RolloutStarted {
+    fn from(started: rollout::Started) -> Self {
+        Self {
+            cluster_id: started.cluster_id,
+            nodes: started
+                .nodes
+                .into_iter()
+                .map(|(vm_id, desired_generation)| RolloutNode {
+                    vm_id,
+                    desired_generation,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Gives every node a new generation (re-minted per-bundle certificates, same CAs). Nodes
 /// fetch it with `exk8s-agent sync`, one control-plane node at a time.
 #[utoipa::path(
@@ -184,16 +200,6 @@ pub async fn start_rollout(
     tracing::info!(cluster_id = id, principal = %operator.principal, "rollout requested");
     Ok((
         StatusCode::ACCEPTED,
-        axum::Json(RolloutStarted {
-            cluster_id: started.cluster_id,
-            nodes: started
-                .nodes
-                .into_iter()
-                .map(|(vm_id, desired_generation)| RolloutNode {
-                    vm_id,
-                    desired_generation,
-                })
-                .collect(),
-        }),
+        axum::Json(RolloutStarted::from(started)),
     ))
 }

@@ -20,5 +20,6 @@ mod founding;
 mod helpers;
 mod pki;
 mod render;
+mod renewal;
 mod schema;
 mod sync;

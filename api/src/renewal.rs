@@ -1,0 +1,325 @@
+//! Certificates renew themselves. A pass (the reconciler runs one every interval) looks at what
+//! every node of every founded cluster runs — the certificates its applied generation's bundle
+//! carried, as recorded at issuance — and when any of them has less than the server's share of
+//! its validity left ([`RenewAt`], a third by default), gives that node its next generation. The
+//! rollout then hands the node a bundle with freshly minted leaves, one control-plane node at a
+//! time. Serving certificates made at founding (apiserver, etcd server and peer) are re-minted
+//! here when they are due, keeping their SANs, and stored for the bundle to carry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use exk8s_common::contract::Role;
+use time::OffsetDateTime;
+
+use crate::app::AppState;
+use crate::certificates;
+use crate::db::phase::ClusterPhase;
+use crate::db::{self, DbError, certificates::CertRow, clusters::ClusterRow, nodes::NodeRow};
+use crate::founding::trust::{self, NodeKeyColumn};
+use crate::pki::{ClusterNetwork, ClusterPki, NodeServingCerts, PkiError, ServiceCidr};
+
+/// "Renew when less than `numerator`/`denominator` of the validity remains."
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenewAt {
+    numerator: u32,
+    denominator: u32,
+}
+
+impl RenewAt {
+    /// A third: a one-year leaf renews with four months left, a 3-day one after two days.
+    pub const THIRD: Self = Self {
+        numerator: 1,
+        denominator: 3,
+    };
+
+    /// `N/D` with 0 < N < D.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (n, d) = text
+            .split_once('/')
+            .ok_or_else(|| format!("`{text}` is not a fraction like 1/3"))?;
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("`{text}` is not a fraction like 1/3"))
+        };
+        let (numerator, denominator) = (parse(n)?, parse(d)?);
+        if numerator == 0 || numerator >= denominator {
+            return Err(format!(
+                "`{text}` must be a fraction between 0 and 1, like 1/3"
+            ));
+        }
+        Ok(Self {
+            numerator,
+            denominator,
+        })
+    }
+
+    /// Whether a certificate valid from `not_before` to `not_after` is due at `now`.
+    pub fn due(self, not_before: i64, not_after: i64, now: i64) -> bool {
+        let lifetime = i128::from(not_after - not_before);
+        let remaining = i128::from(not_after - now);
+        remaining * i128::from(self.denominator) < lifetime * i128::from(self.numerator)
+    }
+}
+
+impl Default for RenewAt {
+    fn default() -> Self {
+        Self::THIRD
+    }
+}
+
+impl std::fmt::Display for RenewAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.numerator, self.denominator)
+    }
+}
+
+/// Why a renewal pass stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewalError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Trust(#[from] trust::TrustError),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(transparent)]
+    Cpu(#[from] crate::cpu::CpuError),
+    #[error("sealing a re-minted key")]
+    Seal(#[from] crate::crypto::SealError),
+    #[error("node {vm_id} has an unusable stored {what}")]
+    Corrupt { vm_id: i64, what: &'static str },
+    #[error("cluster not found")]
+    NotFound,
+    #[error("cluster {id} is {phase}; only a founded cluster's certificates can be renewed")]
+    NotFounded { id: i64, phase: ClusterPhase },
+}
+
+/// A node given its next generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewed {
+    pub cluster_id: i64,
+    pub vm_id: i64,
+    pub desired_generation: i64,
+    /// Its serving certificates were re-minted too.
+    pub serving: bool,
+}
+
+/// One pass over every founded cluster.
+pub async fn pass(state: &AppState) -> Result<Vec<Renewed>, RenewalError> {
+    let mut renewed = Vec::new();
+    for cluster_id in db::renewal::founded_clusters(&state.db.pool).await? {
+        let Some(cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id).await? else {
+            continue;
+        };
+        renewed.extend(renew_due(state, &cluster).await?);
+    }
+    Ok(renewed)
+}
+
+/// Names of the serving certificates stored per node (re-minted here, not per bundle).
+const SERVING: [&str; 3] = ["apiserver", "etcd-server", "etcd-peer"];
+
+/// Gives every idle node of `cluster` whose running certificates are due its next generation.
+pub async fn renew_due(
+    state: &AppState,
+    cluster: &ClusterRow,
+) -> Result<Vec<Renewed>, RenewalError> {
+    let nodes = db::nodes::list(&state.db.pool, cluster.id).await?;
+    let applied: BTreeMap<i64, i64> = nodes.iter().map(|n| (n.id, n.applied_generation)).collect();
+    let current = certificates::current(
+        db::certificates::list(&state.db.pool, cluster.id).await?,
+        &applied,
+    );
+    if let Some(soonest) = current.iter().map(|c| c.not_after).min() {
+        state.metrics.set_soonest_expiry(cluster.id, soonest);
+    }
+    let now = state.clock.now();
+    let rule = state.config.renew_at;
+    let due = |c: &CertRow| rule.due(c.not_before, c.not_after, now.unix_timestamp());
+    let mut pki: Option<Arc<ClusterPki>> = None;
+    let mut renewed = Vec::new();
+    for node in nodes
+        .iter()
+        .filter(|n| n.up_to_date() && n.role == Role::ControlPlane)
+    {
+        let running: Vec<&CertRow> = current
+            .iter()
+            .filter(|c| c.node_id == Some(node.id))
+            .collect();
+        if !running.iter().any(|c| due(c)) {
+            continue;
+        }
+        let serving = running
+            .iter()
+            .any(|c| SERVING.contains(&c.name.as_str()) && due(c));
+        let opened = match &pki {
+            Some(p) => Arc::clone(p),
+            None => {
+                let opened = trust::open(&state.keks, cluster)?;
+                pki = Some(Arc::clone(&opened));
+                opened
+            }
+        };
+        if let Some(done) = renew_node(state, cluster, node, &opened, serving, now).await? {
+            tracing::info!(
+                cluster_id = cluster.id,
+                vm_id = node.vm_id,
+                generation = done.desired_generation,
+                serving = done.serving,
+                "certificates due: node renews"
+            );
+            renewed.push(done);
+        }
+    }
+    Ok(renewed)
+}
+
+/// Bumps `node`'s generation (when it is idle) and, with `serving`, stores re-minted serving
+/// certificates, in one transaction.
+async fn renew_node(
+    state: &AppState,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+    pki: &Arc<ClusterPki>,
+    serving: bool,
+    now: OffsetDateTime,
+) -> Result<Option<Renewed>, RenewalError> {
+    let minted = if serving {
+        Some(mint_serving(state, cluster, node, pki, now).await?)
+    } else {
+        None
+    };
+    let mut tx = state.db.begin().await?;
+    let Some(desired_generation) = db::renewal::bump_idle_node(&mut tx, node.id).await? else {
+        // It started moving since we looked: its next bundle is fresh anyway.
+        return Ok(None);
+    };
+    if let Some(certs) = &minted {
+        store_serving(state, &mut tx, cluster, node, certs).await?;
+    }
+    tx.commit().await?;
+    Ok(Some(Renewed {
+        cluster_id: cluster.id,
+        vm_id: node.vm_id,
+        desired_generation,
+        serving,
+    }))
+}
+
+/// New serving certificates for `node`, with the SANs its addresses and the cluster's network
+/// give (the same as at founding).
+async fn mint_serving(
+    state: &AppState,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+    pki: &Arc<ClusterPki>,
+    now: OffsetDateTime,
+) -> Result<NodeServingCerts, RenewalError> {
+    let network = ClusterNetwork::new(
+        ServiceCidr::parse(&cluster.service_cidr)?,
+        &cluster.cluster_domain,
+        &cluster.control_plane_dns_name,
+    )?;
+    let addresses = crate::issuance::load::addresses(node).map_err(|_| RenewalError::Corrupt {
+        vm_id: node.vm_id,
+        what: "addresses",
+    })?;
+    let pki = Arc::clone(pki);
+    Ok(state
+        .cpu
+        .run(move || NodeServingCerts::generate(&pki, &addresses, &network, now))
+        .await??)
+}
+
+/// Seals and stores `certs` as `node`'s serving certificates.
+async fn store_serving(
+    state: &AppState,
+    tx: &mut sqlx::AnyConnection,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+    certs: &NodeServingCerts,
+) -> Result<(), RenewalError> {
+    let seal =
+        |column, cert| trust::seal_node_key(&state.keks, cluster.id, node.vm_id, column, cert);
+    let (apiserver, etcd_server, etcd_peer) = (
+        seal(NodeKeyColumn::Apiserver, &certs.apiserver)?,
+        seal(NodeKeyColumn::EtcdServer, &certs.etcd_server)?,
+        seal(NodeKeyColumn::EtcdPeer, &certs.etcd_peer)?,
+    );
+    db::renewal::replace_serving(
+        tx,
+        node.id,
+        &db::renewal::ServingRows {
+            apiserver: (&certs.apiserver.cert_pem, &apiserver),
+            etcd_server: (&certs.etcd_server.cert_pem, &etcd_server),
+            etcd_peer: (&certs.etcd_peer.cert_pem, &etcd_peer),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// `POST /clusters/{id}/certificates/renew`: every leaf now (after a suspected key leak).
+/// Each control-plane node's serving certificates are re-minted and stored, and every node
+/// gets its next generation, whose bundle carries freshly minted leaves; the rollout delivers
+/// them one control-plane node at a time.
+pub async fn force(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+) -> Result<crate::rollout::Started, RenewalError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(RenewalError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(RenewalError::NotFounded {
+            id: cluster_id,
+            phase: cluster.phase,
+        });
+    }
+    let pki = trust::open(&state.keks, &cluster)?;
+    let now = state.clock.now();
+    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let mut minted = Vec::new();
+    for node in nodes.iter().filter(|n| n.role == Role::ControlPlane) {
+        minted.push((node, mint_serving(state, &cluster, node, &pki, now).await?));
+    }
+    let mut tx = state.db.begin().await?;
+    for (node, certs) in &minted {
+        store_serving(state, &mut tx, &cluster, node, certs).await?;
+    }
+    let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id,
+        nodes = nodes.len(),
+        "forced renewal of every leaf started"
+    );
+    Ok(crate::rollout::Started { cluster_id, nodes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RenewAt;
+
+    #[test]
+    fn due_when_less_than_the_share_remains() {
+        let day = 86_400;
+        let third = RenewAt::THIRD;
+        // A 3-day leaf (backdated five minutes) is due after two days, not before.
+        let (from, to) = (-300, 3 * day);
+        assert!(!third.due(from, to, day));
+        assert!(third.due(from, to, 2 * day));
+        assert!(third.due(from, to, 4 * day), "expired is due");
+        assert_eq!(RenewAt::parse("1/3"), Ok(third));
+        assert_eq!(
+            RenewAt::parse(" 1 / 4 ").map(|r| r.to_string()),
+            Ok("1/4".into())
+        );
+        for bad in ["0/3", "3/3", "4/3", "a/b", "1", "1/0"] {
+            assert!(RenewAt::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
