@@ -57,16 +57,8 @@ impl EtcdCluster {
         let mut members = Vec::new();
         let mut local_ports = Vec::new();
         for root in roots {
-            let unit = std::fs::read_to_string(root.join(ETCD_UNIT)).unwrap();
             let port = free_port();
-            let log = std::fs::File::create(root.join("etcd.log")).unwrap();
-            let child = Command::new("etcd")
-                .args(member_args(&unit, root, port))
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("etcd must be installed (scripts/test.sh installs etcd-server)");
-            members.push(Proc(child));
+            members.push(spawn_member(root, port));
             local_ports.push(port);
         }
         Self {
@@ -74,6 +66,15 @@ impl EtcdCluster {
             roots: roots.to_vec(),
             local_ports,
         }
+    }
+
+    /// Stops member `i` and starts it again from its root, on the same ports — what the
+    /// agent's `systemctl restart etcd.service` does on a node after its files changed.
+    pub fn restart(&mut self, i: usize) {
+        let member = &mut self.members[i].0;
+        let _ = member.kill();
+        let _ = member.wait();
+        self.members[i] = spawn_member(&self.roots[i], self.local_ports[i]);
     }
 
     /// Polls `endpoint health --cluster` until every member is healthy; panics with the
@@ -111,6 +112,23 @@ impl EtcdCluster {
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+}
+
+/// One member from `root`'s unit, its log appended to `root/etcd.log`.
+fn spawn_member(root: &Path, local_port: u16) -> Proc {
+    let unit = std::fs::read_to_string(root.join(ETCD_UNIT)).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join("etcd.log"))
+        .unwrap();
+    let child = Command::new("etcd")
+        .args(member_args(&unit, root, local_port))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("etcd must be installed (scripts/test.sh installs etcd-server)");
+    Proc(child)
 }
 
 /// etcdctl with TLS files from `root` (paths given as absolute node paths).

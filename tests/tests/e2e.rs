@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use exk8s_common::names::Sha256Digest;
+use exk8s_tests::cluster::{agent, found, view};
 use exk8s_tests::dev::{Stack, http, start_dev};
 use exk8s_tests::etcd::{EtcdCluster, etcdctl};
 use exk8s_tests::procs::{Proc, binary, free_port, wait_until};
@@ -110,7 +111,6 @@ fn agent_run(stack: &Stack, keys: &Path, root: &Path, vm: i64) -> std::process::
     agent(stack, keys, root, vm, "run", None)
 }
 
-/// `exk8s-agent sync`; `fail` names a recorded action that fails once (a failed health check).
 fn agent_sync(
     stack: &Stack,
     keys: &Path,
@@ -121,82 +121,26 @@ fn agent_sync(
     agent(stack, keys, root, vm, "sync", fail)
 }
 
-fn agent(
-    stack: &Stack,
-    keys: &Path,
-    root: &Path,
-    vm: i64,
-    command: &str,
-    fail: Option<&str>,
-) -> std::process::Output {
-    Command::new(binary("exk8s-agent"))
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
-        .env("EXK8S_AGENT_TEST_FAIL_ACTION", fail.unwrap_or_default())
-        .arg("--keys-dir")
-        .arg(keys)
-        .args([command, "--root"])
-        .arg(root)
-        .args([
-            "--api-url",
-            &stack.base,
-            "--imds-url",
-            &format!("{}/sim/imds/{vm}", stack.base),
-            "--insecure-http",
-        ])
-        .output()
-        .unwrap()
-}
-
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
 }
 
 fn boot_path(stack: Stack, dir: &Path) {
     let http = http();
-    let created: Value = http
-        .post(&format!("{}/clusters", stack.base))
-        .set("Authorization", &format!("Bearer {}", stack.token))
-        .send_json(json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}))
-        .unwrap()
-        .into_json()
-        .unwrap();
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let vms: Vec<i64> = created["control_plane_vm_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
+    let founded = found(
+        &stack,
+        dir,
+        &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
+    );
+    let (cluster, vms, keys, ip_of, created) = (
+        founded.cluster,
+        founded.vms.clone(),
+        founded.keys.clone(),
+        founded.ip_of.clone(),
+        founded.created.clone(),
+    );
     assert_eq!(vms.len(), 3);
-
-    let keys = dir.join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    let published = http
-        .get(&format!("{}/bootstrap/keys", stack.base))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    std::fs::write(keys.join("api.pub"), published).unwrap();
-
-    let view = |http: &ureq::Agent| -> Value {
-        http.get(&format!("{}/clusters/{cluster}", stack.base))
-            .set("Authorization", &format!("Bearer {}", stack.token))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap()
-    };
-    let nodes = view(&http)["nodes"].as_array().unwrap().clone();
-    let ip_of: BTreeMap<i64, String> = nodes
-        .iter()
-        .map(|n| {
-            (
-                n["vm_id"].as_i64().unwrap(),
-                n["private_ipv4"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let view = |_: &ureq::Agent| -> Value { view(&stack, cluster) };
 
     let mut roots = Vec::new();
     for vm in &vms {

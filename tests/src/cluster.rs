@@ -1,0 +1,122 @@
+//! A cluster founded over HTTP on a running stack, and its VMs driven by the real agent: the
+//! founding answer, the API's published bundle-signing keys written where the agent trusts
+//! them, each node's private address, and `exk8s-agent run`/`sync` against the stack's
+//! simulated instance metadata with host actions recorded under a root.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::dev::{Stack, http};
+use crate::procs::binary;
+
+/// A founded cluster as the tests see it.
+pub struct Founded {
+    pub cluster: i64,
+    pub vms: Vec<i64>,
+    /// VM id → private IPv4.
+    pub ip_of: BTreeMap<i64, String>,
+    /// The directory of trusted bundle-signing keys for the agents.
+    pub keys: PathBuf,
+    /// The `POST /clusters` answer (operator kubeconfig included).
+    pub created: Value,
+}
+
+/// An operator request with the stack's token.
+pub fn operator(stack: &Stack, method: &str, path: &str) -> ureq::Request {
+    http()
+        .request(method, &format!("{}{path}", stack.base))
+        .set("Authorization", &format!("Bearer {}", stack.token))
+}
+
+/// `GET /clusters/{id}` as JSON.
+pub fn view(stack: &Stack, cluster: i64) -> Value {
+    operator(stack, "GET", &format!("/clusters/{cluster}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+}
+
+/// Founds a cluster with `body`; publishes the API's keys under `dir/keys`.
+pub fn found(stack: &Stack, dir: &Path, body: &Value) -> Founded {
+    let created: Value = operator(stack, "POST", "/clusters")
+        .send_json(body)
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let vms: Vec<i64> = created["control_plane_vm_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let published = http()
+        .get(&format!("{}/bootstrap/keys", stack.base))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    std::fs::write(keys.join("api.pub"), published).unwrap();
+    let ip_of = view(stack, cluster)["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["vm_id"].as_i64().unwrap(),
+                n["private_ipv4"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    Founded {
+        cluster,
+        vms,
+        ip_of,
+        keys,
+        created,
+    }
+}
+
+/// `exk8s-agent <command> --root ROOT` for `vm`; `fail` names a recorded action that fails
+/// once (a failed health check).
+pub fn agent(
+    stack: &Stack,
+    keys: &Path,
+    root: &Path,
+    vm: i64,
+    command: &str,
+    fail: Option<&str>,
+) -> Output {
+    Command::new(binary("exk8s-agent"))
+        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
+        .env("EXK8S_AGENT_TEST_FAIL_ACTION", fail.unwrap_or_default())
+        .arg("--keys-dir")
+        .arg(keys)
+        .args([command, "--root"])
+        .arg(root)
+        .args([
+            "--api-url",
+            &stack.base,
+            "--imds-url",
+            &format!("{}/sim/imds/{vm}", stack.base),
+            "--insecure-http",
+        ])
+        .output()
+        .unwrap()
+}
+
+/// Runs `command` for `vm` and panics with its log unless it succeeds.
+pub fn agent_ok(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command: &str) {
+    let out = agent(stack, &founded.keys, root, vm, command, None);
+    assert!(
+        out.status.success(),
+        "exk8s-agent {command} for vm {vm}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,183 @@
+//! Renewal reaches real etcd one member at a time: a 3-node cluster booted by the real agent,
+//! three real etcd members from its roots holding data; `POST /certificates/renew`; each node
+//! then syncs (new etcd serving, peer and client certificates) and its member restarts from the
+//! updated root. After every step a client with the NEW healthcheck certificate and one still
+//! holding the OLD one both find every member healthy, and the data is intact. The re-minted
+//! operator kubeconfig verifies against the renewed apiserver certificate.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use exk8s_tests::cluster::{agent_ok, found, operator};
+use exk8s_tests::dev::start_dev;
+use exk8s_tests::etcd::{EtcdCluster, etcdctl};
+use exk8s_tests::tls::{self, KubeconfigIdentity};
+use serde_json::{Value, json};
+
+const PKI: &str = "etc/exk8s/pki";
+const HEALTH_CERT: &str = "/etc/exk8s/pki/etcd-healthcheck-client.pem";
+const HEALTH_KEY: &str = "/etc/exk8s/pki/etcd-healthcheck-client-key.pem";
+
+/// Every member healthy for a client holding `root`'s healthcheck identity (retried while a
+/// restarted member comes back).
+fn all_healthy(root: &Path, endpoints: &str, members: usize, who: &str) {
+    let start = Instant::now();
+    loop {
+        let (ok, said) = etcdctl(
+            root,
+            endpoints,
+            HEALTH_CERT,
+            HEALTH_KEY,
+            &["endpoint", "health", "--cluster"],
+        );
+        if ok && said.matches("is healthy").count() == members {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{who}: not every member is healthy: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn file(root: &Path, name: &str) -> Vec<u8> {
+    std::fs::read(root.join(PKI).join(name)).unwrap()
+}
+
+#[test]
+fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = start_dev(
+        &dir.path().join("dev"),
+        "127.0.15.0/24",
+        &dir.path().join("api.log"),
+        &["--bootstrap-rate-per-vm", "600"],
+    );
+    let founded = found(
+        &stack,
+        dir.path(),
+        &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
+    );
+    let roots: Vec<PathBuf> = founded
+        .vms
+        .iter()
+        .map(|vm| {
+            let root = dir.path().join(format!("vm-{vm}"));
+            agent_ok(&stack, &founded, &root, *vm, "run");
+            root
+        })
+        .collect();
+    let endpoints: String = founded
+        .vms
+        .iter()
+        .map(|vm| format!("https://{}:2379", founded.ip_of[vm]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut etcd = EtcdCluster::start(&roots);
+    all_healthy(&roots[0], &endpoints, 3, "before renewal");
+    let (client_cert, client_key) = (
+        "/etc/exk8s/pki/apiserver-etcd-client.pem",
+        "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
+    );
+    let (ok, out) = etcdctl(
+        &roots[0],
+        &endpoints,
+        client_cert,
+        client_key,
+        &["put", "/renewal", "kept"],
+    );
+    assert!(ok, "{out}");
+
+    // A client that keeps the OLD healthcheck identity (and the etcd CA, which does not change).
+    let old = dir.path().join("old-client");
+    std::fs::create_dir_all(old.join(PKI)).unwrap();
+    for name in [
+        "etcd-ca.pem",
+        "etcd-healthcheck-client.pem",
+        "etcd-healthcheck-client-key.pem",
+    ] {
+        std::fs::write(old.join(PKI).join(name), file(&roots[0], name)).unwrap();
+    }
+
+    let started: Value = operator(
+        &stack,
+        "POST",
+        &format!("/clusters/{}/certificates/renew", founded.cluster),
+    )
+    .call()
+    .unwrap()
+    .into_json()
+    .unwrap();
+    assert_eq!(started["nodes"].as_array().unwrap().len(), 3, "{started}");
+
+    for (i, vm) in founded.vms.iter().enumerate() {
+        let before = (
+            file(&roots[i], "etcd-server.pem"),
+            file(&roots[i], "etcd-peer.pem"),
+        );
+        agent_ok(&stack, &founded, &roots[i], *vm, "sync");
+        assert_ne!(
+            file(&roots[i], "etcd-server.pem"),
+            before.0,
+            "vm {vm}: serving kept"
+        );
+        assert_ne!(
+            file(&roots[i], "etcd-peer.pem"),
+            before.1,
+            "vm {vm}: peer kept"
+        );
+        etcd.restart(i);
+        all_healthy(
+            &roots[i],
+            &endpoints,
+            3,
+            &format!("NEW identity after vm {vm}"),
+        );
+        all_healthy(&old, &endpoints, 3, &format!("OLD identity after vm {vm}"));
+        let (ok, out) = etcdctl(
+            &roots[i],
+            &endpoints,
+            client_cert,
+            client_key,
+            &["get", "/renewal", "--print-value-only"],
+        );
+        assert!(ok && out.trim() == "kept", "after vm {vm}: {out}");
+    }
+    assert_ne!(
+        file(&roots[0], "etcd-healthcheck-client.pem"),
+        file(&old, "etcd-healthcheck-client.pem"),
+        "the healthcheck identity was not renewed"
+    );
+    drop(etcd);
+
+    // The operator's re-minted kubeconfig verifies against the renewed apiserver certificate.
+    let text = operator(
+        &stack,
+        "GET",
+        &format!("/clusters/{}/kubeconfig", founded.cluster),
+    )
+    .call()
+    .unwrap()
+    .into_string()
+    .unwrap();
+    let kubeconfig = KubeconfigIdentity::parse(&text);
+    let port = tls::serve(
+        &file(&roots[0], "apiserver.pem"),
+        &file(&roots[0], "apiserver-key.pem"),
+        &file(&roots[0], "ca.pem"),
+    );
+    tls::handshake(
+        port,
+        &kubeconfig.server_host(),
+        &kubeconfig.ca_pem,
+        Some((&kubeconfig.cert_pem, &kubeconfig.key_pem)),
+    )
+    .expect("the re-minted operator kubeconfig against the renewed apiserver certificate");
+}
