@@ -89,6 +89,44 @@ pub struct ClusterView {
     pub pod_cidr: String,
     pub nodes: Vec<NodeView>,
     pub created_at: i64,
+    /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`.
+    pub conditions: Vec<Condition>,
+}
+
+/// One condition, as Cluster API v1beta2 writes it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    /// RFC 3339.
+    #[serde(rename = "lastTransitionTime")]
+    pub last_transition_time: String,
+}
+
+fn certificates_condition(a: &crate::certificates::Availability) -> Condition {
+    let status = match a.available {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    };
+    let since = time::OffsetDateTime::from_unix_timestamp(a.since)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    Condition {
+        type_: "CertificatesAvailable".into(),
+        status: status.into(),
+        reason: a.reason.into(),
+        message: a.message.clone(),
+        last_transition_time: since,
+    }
 }
 
 fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
@@ -241,6 +279,11 @@ pub async fn create_cluster(
 
 async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<ClusterView, ApiError> {
     let nodes = db::nodes::list(&state.db.pool, row.id).await?;
+    let inventory = crate::certificates::inventory(state, row.org_id, row.id)
+        .await
+        .map_err(super::certificates::certificates_error)?;
+    let certificates =
+        crate::certificates::availability(&inventory, row.created_at, state.clock.unix());
     let founded = row.phase == ClusterPhase::Founded;
     let ready = founded && !nodes.is_empty() && nodes.iter().all(|n| n.phase.completed());
     let api_endpoints = if !founded {
@@ -272,6 +315,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         kubernetes_version: row.kubernetes_version,
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
+        conditions: vec![certificates_condition(&certificates)],
         nodes: nodes
             .into_iter()
             .map(|n| NodeView {

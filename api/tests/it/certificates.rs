@@ -12,7 +12,7 @@ use exk8s_common::node_auth::NodeKey;
 use serde_json::{Value, json};
 use time::{Duration, OffsetDateTime};
 
-use crate::app::{Backend, TestApp, both_backends, spawn_clocked, test_config};
+use crate::app::{Backend, TestApp, both_backends, json_of, spawn_clocked, test_config};
 use crate::bootstrap::report;
 use crate::helpers::openssl;
 use crate::sync::{fetch_update, register, sync_report, update_payload};
@@ -210,6 +210,30 @@ async fn inventory_records_what_was_issued(backend: Backend) {
         "the same lifetime from the clock's now"
     );
 
+    // The cluster says its certificates are available, and that they expire soon.
+    let condition = |view: &Value| {
+        view["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "CertificatesAvailable")
+            .cloned()
+            .unwrap()
+    };
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let available = condition(&view);
+    assert_eq!(available["status"], "True", "{available}");
+    assert_eq!(
+        available["reason"], "CertificatesExpiringSoon",
+        "{available}"
+    );
+
     // A rollout: the node's entries follow the generation it applied.
     let started = app
         .http
@@ -234,6 +258,19 @@ async fn inventory_records_what_was_issued(backend: Backend) {
     assert_eq!(entries.len(), 14);
     assert!(entries.iter().all(|e| e["generation"] == 2));
     assert_eq!(serials(&entries), bundle_serials(&payload).1);
+
+    // Nothing renews them here (no reconciler runs): three days on, they have expired.
+    clock.advance(Duration::days(3));
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let expired = condition(&view);
+    assert_eq!(expired["status"], "False", "{expired}");
+    assert_eq!(expired["reason"], "CertificatesExpired", "{expired}");
 }
 
 both_backends!(inventory_records_what_was_issued);
