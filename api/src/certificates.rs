@@ -244,6 +244,7 @@ pub async fn operator_kubeconfig(
     let keks = std::sync::Arc::clone(&state.keks);
     let now = state.clock.now();
     let cluster_id = row.id;
+    let rotation = db::rotations::get(&state.db.pool, cluster_id).await?;
     // Opening the CA and minting the client key is CPU work (seconds for RSA-4096): the pool.
     let (text, admin) = state
         .cpu
@@ -255,7 +256,7 @@ pub async fn operator_kubeconfig(
             let text = kubeconfig::render(&KubeconfigSpec {
                 cluster_name: &row.name,
                 server: &server,
-                ca_pem: pki.cluster_ca.cert_pem(),
+                ca_pem: &crate::rotation::Trusted::of(&pki, rotation.as_ref()).cluster,
                 user: &user,
                 credentials: &admin,
             });

@@ -33,6 +33,7 @@ pub mod ratelimit;
 pub mod render;
 pub mod renewal;
 pub mod rollout;
+pub mod rotation;
 pub mod sim;
 pub mod tokens;
 

@@ -210,7 +210,7 @@ async fn renew_node(
 
 /// New serving certificates for `node`, with the SANs its addresses and the cluster's network
 /// give (the same as at founding).
-async fn mint_serving(
+pub(crate) async fn mint_serving(
     state: &AppState,
     cluster: &ClusterRow,
     node: &NodeRow,
@@ -234,7 +234,7 @@ async fn mint_serving(
 }
 
 /// Seals and stores `certs` as `node`'s serving certificates.
-async fn store_serving(
+pub(crate) async fn store_serving(
     state: &AppState,
     tx: &mut sqlx::AnyConnection,
     cluster: &ClusterRow,

@@ -160,3 +160,26 @@ pub fn etcdctl(
     );
     (out.status.success(), said)
 }
+
+/// Waits until a client holding `root`'s etcd healthcheck identity (and trusting its etcd CA
+/// file) finds every one of `members` healthy; panics naming `who` after a minute.
+pub fn wait_all_healthy(root: &Path, endpoints: &str, members: usize, who: &str) {
+    let start = Instant::now();
+    loop {
+        let (ok, said) = etcdctl(
+            root,
+            endpoints,
+            "/etc/exk8s/pki/etcd-healthcheck-client.pem",
+            "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
+            &["endpoint", "health", "--cluster"],
+        );
+        if ok && said.matches("is healthy").count() == members {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{who}: not every member is healthy: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -76,6 +76,8 @@ fn start_postgres_serve(dir: &Path) -> Stack {
                 // A boot, a failed sync and a retry, seconds apart: more than a real node sends.
                 "--bootstrap-rate-per-vm",
                 "600",
+                "--bootstrap-rate-per-source",
+                "6000",
             ])
             .stdout(Stdio::null())
             .stderr(log)
@@ -517,7 +519,12 @@ fn boot_path_on_the_sqlite_dev_stack() {
         &dir.path().join("dev"),
         "127.0.11.0/24",
         &dir.path().join("api.log"),
-        &["--bootstrap-rate-per-vm", "600"],
+        &[
+            "--bootstrap-rate-per-vm",
+            "600",
+            "--bootstrap-rate-per-source",
+            "6000",
+        ],
     );
     boot_path(stack, dir.path());
 }

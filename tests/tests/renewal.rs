@@ -12,40 +12,14 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use exk8s_tests::cluster::{agent_ok, found, operator};
 use exk8s_tests::dev::start_dev;
-use exk8s_tests::etcd::{EtcdCluster, etcdctl};
+use exk8s_tests::etcd::{EtcdCluster, etcdctl, wait_all_healthy};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
 
 const PKI: &str = "etc/exk8s/pki";
-const HEALTH_CERT: &str = "/etc/exk8s/pki/etcd-healthcheck-client.pem";
-const HEALTH_KEY: &str = "/etc/exk8s/pki/etcd-healthcheck-client-key.pem";
-
-/// Every member healthy for a client holding `root`'s healthcheck identity (retried while a
-/// restarted member comes back).
-fn all_healthy(root: &Path, endpoints: &str, members: usize, who: &str) {
-    let start = Instant::now();
-    loop {
-        let (ok, said) = etcdctl(
-            root,
-            endpoints,
-            HEALTH_CERT,
-            HEALTH_KEY,
-            &["endpoint", "health", "--cluster"],
-        );
-        if ok && said.matches("is healthy").count() == members {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{who}: not every member is healthy: {said}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 fn file(root: &Path, name: &str) -> Vec<u8> {
     std::fs::read(root.join(PKI).join(name)).unwrap()
@@ -58,7 +32,12 @@ fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
         &dir.path().join("dev"),
         "127.0.15.0/24",
         &dir.path().join("api.log"),
-        &["--bootstrap-rate-per-vm", "600"],
+        &[
+            "--bootstrap-rate-per-vm",
+            "600",
+            "--bootstrap-rate-per-source",
+            "6000",
+        ],
     );
     let founded = found(
         &stack,
@@ -81,7 +60,7 @@ fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
         .collect::<Vec<_>>()
         .join(",");
     let mut etcd = EtcdCluster::start(&roots);
-    all_healthy(&roots[0], &endpoints, 3, "before renewal");
+    wait_all_healthy(&roots[0], &endpoints, 3, "before renewal");
     let (client_cert, client_key) = (
         "/etc/exk8s/pki/apiserver-etcd-client.pem",
         "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
@@ -134,13 +113,13 @@ fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
             "vm {vm}: peer kept"
         );
         etcd.restart(i);
-        all_healthy(
+        wait_all_healthy(
             &roots[i],
             &endpoints,
             3,
             &format!("NEW identity after vm {vm}"),
         );
-        all_healthy(&old, &endpoints, 3, &format!("OLD identity after vm {vm}"));
+        wait_all_healthy(&old, &endpoints, 3, &format!("OLD identity after vm {vm}"));
         let (ok, out) = etcdctl(
             &roots[i],
             &endpoints,

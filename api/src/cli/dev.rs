@@ -36,10 +36,8 @@ pub(super) struct DevArgs {
     /// Pinned downloads of node binaries (TOML; see `serve --help`).
     #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
     artifact_catalog: Option<PathBuf>,
-    /// Node requests (bundle fetches, syncs and reports) allowed per VM per minute; half of it
-    /// at once.
-    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_VM", default_value_t = 60)]
-    bootstrap_rate_per_vm: u32,
+    #[command(flatten)]
+    rates: super::limits::NodeRateArgs,
 }
 
 /// Creates a key file with `make` the first time; later starts reuse it.
@@ -91,7 +89,8 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         imds_url: format!("{listener_hint}/sim/imds"),
         agent_insecure_http: true,
         artifacts,
-        rate_per_vm: crate::ratelimit::Limit::per_minute_half_burst(args.bootstrap_rate_per_vm),
+        rate_per_vm: args.rates.limits().0,
+        rate_per_source: args.rates.limits().1,
         ..ApiConfig::default()
     };
     let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());

@@ -12,6 +12,7 @@ use exk8s_common::BundleSigner;
 
 mod admin;
 mod dev;
+mod limits;
 mod serve;
 
 use admin::{KeysCommand, TokensCommand, keys_command, tokens_command};

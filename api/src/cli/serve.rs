@@ -102,13 +102,8 @@ pub(super) struct ServeArgs {
     /// Milliseconds a bundle request may take before it answers 503 with Retry-After.
     #[arg(long, env = "EXK8S_BOOTSTRAP_DEADLINE_MS", default_value_t = 10_000)]
     bootstrap_deadline_ms: u64,
-    /// Node requests (bundle fetches, syncs and reports) allowed per VM per minute; half of it
-    /// at once.
-    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_VM", default_value_t = 60)]
-    bootstrap_rate_per_vm: u32,
-    /// Bootstrap requests allowed per source address per minute.
-    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_SOURCE", default_value_t = 600)]
-    bootstrap_rate_per_source: u32,
+    #[command(flatten)]
+    rates: super::limits::NodeRateArgs,
     /// Pinned downloads of node binaries: a TOML file of `[[artifact]]` entries with `name`
     /// (etcd, etcdctl, kubelet, kubectl, helm), `version`, `url` and `sha256` (of the file at
     /// url). Checked at start. Without an entry nodes use the upstream URL and its published
@@ -156,11 +151,8 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
         bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),
-        rate_per_vm: crate::ratelimit::Limit::per_minute_half_burst(args.bootstrap_rate_per_vm),
-        rate_per_source: crate::ratelimit::Limit {
-            per_minute: args.bootstrap_rate_per_source,
-            burst: args.bootstrap_rate_per_source.div_ceil(5).max(1),
-        },
+        rate_per_vm: args.rates.limits().0,
+        rate_per_source: args.rates.limits().1,
         artifacts,
         ..ApiConfig::default()
     };

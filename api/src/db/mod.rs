@@ -14,6 +14,7 @@ pub mod tokens;
 pub mod phase;
 mod probe;
 pub mod renewal;
+pub mod rotations;
 mod tx;
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The reconciler: at start and on a timer, finishes compensation for clusters left in
 //! `provisioning` (or `compensating`) past the deadline — a process that crashed mid-founding,
-//! or a compensation the compute API interrupted — and runs certificate renewal
-//! ([`crate::renewal::pass`]). Claims are atomic in the database, so several
+//! or a compensation the compute API interrupted — runs certificate renewal
+//! ([`crate::renewal::pass`]) and moves CA rotations on ([`crate::rotation::advance`]). Claims are atomic in the database, so several
 //! API replicas never compensate the same cluster at once.
 
 use crate::app::AppState;
@@ -65,7 +65,23 @@ pub async fn pass(state: &AppState) -> usize {
     }
 }
 
-/// Runs [`pass`] and the certificate renewal pass now and then every `reconcile_interval`,
+/// Moves on every CA rotation whose phase reached every node (a missed report's work).
+async fn rotations(state: &AppState) {
+    let clusters = match db::rotations::in_progress(&state.db.pool).await {
+        Ok(clusters) => clusters,
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list CA rotations");
+            return;
+        }
+    };
+    for cluster_id in clusters {
+        if let Err(e) = crate::rotation::advance(state, cluster_id).await {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: CA rotation could not move on");
+        }
+    }
+}
+
+/// Runs [`pass`], the certificate renewal pass and CA rotations now and then every `reconcile_interval`,
 /// until the process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -74,6 +90,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             if let Err(e) = crate::renewal::pass(&state).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
             }
+            rotations(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

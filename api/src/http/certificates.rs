@@ -1,18 +1,21 @@
-//! `GET /clusters/{id}/certificates` (the cluster's certificate inventory, soonest expiry first)
-//! and `POST /clusters/{id}/certificates/renew` (every leaf now).
+//! `GET /clusters/{id}/certificates` (the cluster's certificate inventory, soonest expiry
+//! first), `POST /clusters/{id}/certificates/renew` (every leaf now) and
+//! `POST /clusters/{id}/certificates/rotate-ca` (a CA, in phases).
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{ApiPath, Operator};
-use super::nodes::RolloutStarted;
+use super::extract::{ApiJson, ApiPath, Operator};
+use super::nodes::{RolloutNode, RolloutStarted};
 use crate::app::AppState;
 use crate::certificates::{self, CertificatesError};
+use crate::field::FieldError;
 use crate::renewal::RenewalError;
+use crate::rotation::RotationError;
 
 /// One certificate, as the API issued it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -116,4 +119,74 @@ pub async fn renew(
         })?;
     tracing::info!(cluster_id = id, principal = %operator.principal, "certificate renewal requested");
     Ok((StatusCode::ACCEPTED, Json(RolloutStarted::from(started))))
+}
+
+/// Which CA to rotate.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateCaRequest {
+    /// `cluster`, `etcd` or `front-proxy`.
+    #[schema(pattern = "^(cluster|etcd|front-proxy)$")]
+    pub ca: Option<String>,
+}
+
+/// A CA rotation started: its first phase, and each node's new desired generation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RotationStarted {
+    pub cluster_id: i64,
+    pub ca: String,
+    /// `trust-both`, then (by itself) `sign-new` and `drop-old`; `GET /clusters/{id}` shows it.
+    pub phase: String,
+    pub nodes: Vec<RolloutNode>,
+}
+
+/// Rotates one of the cluster's CAs in phases, each delivered to every node before the next:
+/// trust files carry old and new CA; the new CA signs and every leaf is re-minted under it; the
+/// old CA is dropped. No client is cut off on the way.
+#[utoipa::path(
+    post, path = "/clusters/{id}/certificates/rotate-ca", params(("id" = i64, Path)),
+    request_body = RotateCaRequest,
+    responses((status = 202, body = RotationStarted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn rotate_ca(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<RotateCaRequest>,
+) -> Result<(StatusCode, Json<RotationStarted>), ApiError> {
+    let ca = body
+        .ca
+        .as_deref()
+        .ok_or_else(|| FieldError::new("ca", "ca is required: cluster, etcd or front-proxy"))?;
+    let ca = crate::db::rotations::ca_named(ca).ok_or_else(|| {
+        FieldError::new(
+            "ca",
+            format!(
+                "ca must be cluster, etcd or front-proxy, got `{}`",
+                ca.chars().take(40).collect::<String>()
+            ),
+        )
+    })?;
+    let started = crate::rotation::start(&state, operator.org_id, id, ca)
+        .await
+        .map_err(|e| match e {
+            RotationError::NotFound => ApiError::NotFound,
+            e @ (RotationError::NotFounded { .. } | RotationError::InProgress { .. }) => {
+                ApiError::Conflict(e.to_string())
+            }
+            RotationError::Db(db) => db.into(),
+            e => ApiError::internal(e),
+        })?;
+    tracing::info!(cluster_id = id, ca = crate::db::rotations::ca_name(ca), principal = %operator.principal, "CA rotation requested");
+    let rollout = RolloutStarted::from(started.rollout);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RotationStarted {
+            cluster_id: rollout.cluster_id,
+            ca: crate::db::rotations::ca_name(started.ca).to_owned(),
+            phase: started.phase.to_string(),
+            nodes: rollout.nodes,
+        }),
+    ))
 }

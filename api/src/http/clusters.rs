@@ -91,6 +91,20 @@ pub struct ClusterView {
     pub created_at: i64,
     /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`.
     pub conditions: Vec<Condition>,
+    /// A CA rotation in progress.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_rotation: Option<CaRotationView>,
+}
+
+/// Where a CA rotation stands.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CaRotationView {
+    /// `cluster`, `etcd` or `front-proxy`.
+    pub ca: String,
+    /// `trust-both`, `sign-new` or `drop-old`.
+    pub phase: String,
+    pub started_at: i64,
+    pub updated_at: i64,
 }
 
 /// One condition, as Cluster API v1beta2 writes it.
@@ -284,6 +298,14 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         .map_err(super::certificates::certificates_error)?;
     let certificates =
         crate::certificates::availability(&inventory, row.created_at, state.clock.unix());
+    let ca_rotation = db::rotations::get(&state.db.pool, row.id)
+        .await?
+        .map(|r| CaRotationView {
+            ca: db::rotations::ca_name(r.ca).to_owned(),
+            phase: r.phase.to_string(),
+            started_at: r.started_at,
+            updated_at: r.updated_at,
+        });
     let founded = row.phase == ClusterPhase::Founded;
     let ready = founded && !nodes.is_empty() && nodes.iter().all(|n| n.phase.completed());
     let api_endpoints = if !founded {
@@ -316,6 +338,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
         conditions: vec![certificates_condition(&certificates)],
+        ca_rotation,
         nodes: nodes
             .into_iter()
             .map(|n| NodeView {

@@ -37,6 +37,7 @@ use crate::app::AppState;
         clusters::get_kubeconfig,
         certificates::inventory,
         certificates::renew,
+        certificates::rotate_ca,
         clusters::delete_cluster,
         bootstrap::rearm,
         bootstrap::bundle,
@@ -119,6 +120,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}/certificates/renew",
             axum::routing::post(certificates::renew),
+        )
+        .route(
+            "/clusters/{id}/certificates/rotate-ca",
+            axum::routing::post(certificates::rotate_ca),
         )
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))

@@ -182,6 +182,9 @@ async fn sign_bundle(
     let peers_rows = db::nodes::list(&state.db.pool, cluster.id).await?;
     let serving = load::serving_certs(state, cluster.id, node).await?;
     let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
+    // During a CA rotation trust files carry the CA trusted beside the signing one.
+    let rotation = db::rotations::get(&state.db.pool, cluster.id).await?;
+    let trusted = crate::rotation::Trusted::of(&pki, rotation.as_ref());
     let this = load::control_plane_node(node)?;
     let peers = peers_rows
         .iter()
@@ -227,9 +230,9 @@ async fn sign_bundle(
         node: &this,
         peers: &peers,
         credentials: NodeCredentials {
-            cluster_ca_pem: pki.cluster_ca.cert_pem(),
-            etcd_ca_pem: pki.etcd_ca.cert_pem(),
-            front_proxy_ca_pem: pki.front_proxy_ca.cert_pem(),
+            cluster_ca_pem: &trusted.cluster,
+            etcd_ca_pem: &trusted.etcd,
+            front_proxy_ca_pem: &trusted.front_proxy,
             service_account: &pki.service_account,
             serving: &serving,
             minted: &minted,

@@ -54,6 +54,12 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
     };
     db::nodes::record_report(&mut *tx, vm.node.id, phase, generation).await?;
     tx.commit().await?;
+    if phase.healthy() {
+        // The last node to apply a rotation phase moves the rotation on.
+        if let Err(e) = crate::rotation::advance(state, vm.cluster.id).await {
+            tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "CA rotation could not move on (the reconciler retries)");
+        }
+    }
     tracing::info!(vm_id = vm.node.vm_id, phase = %report.phase, state = %report.state, generation, "node reported");
     Ok(())
 }

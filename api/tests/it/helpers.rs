@@ -338,3 +338,17 @@ pub fn tool(name: &str, env_var: &str) -> std::path::PathBuf {
     });
     found.unwrap_or_else(|| panic!("{name} is required; run scripts/test.sh, which installs it"))
 }
+
+/// `openssl verify` of `leaf_pem` against `ca_pem` alone (at `at`, unix seconds, when given).
+pub fn openssl_verify(ca_pem: &[u8], leaf_pem: &[u8], at: Option<i64>) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca_pem).unwrap();
+    std::fs::write(dir.path().join("leaf.pem"), leaf_pem).unwrap();
+    let at = at.map(|t| t.to_string());
+    let mut args = vec!["verify"];
+    if let Some(at) = &at {
+        args.extend(["-attime", at.as_str()]);
+    }
+    args.extend(["-CAfile", "ca.pem", "leaf.pem"]);
+    openssl(&args, dir.path())
+}

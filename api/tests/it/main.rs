@@ -21,5 +21,6 @@ mod helpers;
 mod pki;
 mod render;
 mod renewal;
+mod rotation;
 mod schema;
 mod sync;

@@ -15,7 +15,7 @@ use time::{Duration, OffsetDateTime};
 
 use crate::app::{Backend, TestApp, both_backends, spawn_clocked, test_config};
 use crate::bootstrap::{credentials_for, report};
-use crate::helpers::openssl;
+use crate::helpers::{openssl, openssl_verify};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
 async fn in_flight(app: &TestApp, cluster: i64) -> i64 {
@@ -32,16 +32,8 @@ async fn in_flight(app: &TestApp, cluster: i64) -> i64 {
 
 /// `openssl verify` of a bundle's certificate file against its CA file at unix time `at`.
 fn verifies(payload: &exk8s_common::BundlePayload, ca: &str, leaf: &str, at: i64) {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, path) in [("ca.pem", ca), ("leaf.pem", leaf)] {
-        let file = payload.file(path).unwrap();
-        std::fs::write(dir.path().join(name), file.content.as_bytes()).unwrap();
-    }
-    let at = at.to_string();
-    let (ok, out) = openssl(
-        &["verify", "-attime", &at, "-CAfile", "ca.pem", "leaf.pem"],
-        dir.path(),
-    );
+    let file = |path: &str| payload.file(path).unwrap().content.as_bytes().to_vec();
+    let (ok, out) = openssl_verify(&file(ca), &file(leaf), Some(at));
     assert!(ok, "{leaf} at {at}: {out}");
 }
 

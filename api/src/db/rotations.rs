@@ -1,0 +1,199 @@
+//! `ca_rotations`: a cluster's CA rotation in progress, and the swap of a cluster's CA columns
+//! when the new CA starts signing. Phase changes are guarded by the phase they leave, so two
+//! replicas never both advance one rotation.
+
+use sqlx::{Any, Executor, Row};
+
+use super::DbError;
+use crate::pki::CaRole;
+
+/// Where a rotation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotationPhase {
+    /// Trust files carry the old and the new CA; the old one still signs.
+    TrustBoth,
+    /// The new CA signs; the old one is still trusted.
+    SignNew,
+    /// Only the new CA is trusted.
+    DropOld,
+}
+
+impl RotationPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TrustBoth => "trust-both",
+            Self::SignNew => "sign-new",
+            Self::DropOld => "drop-old",
+        }
+    }
+}
+
+impl std::fmt::Display for RotationPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RotationPhase {
+    type Err = exk8s_common::contract::UnknownName;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "trust-both" => Ok(Self::TrustBoth),
+            "sign-new" => Ok(Self::SignNew),
+            "drop-old" => Ok(Self::DropOld),
+            other => Err(exk8s_common::contract::UnknownName::new(
+                other,
+                &["trust-both", "sign-new", "drop-old"],
+            )),
+        }
+    }
+}
+
+/// The CA a rotation replaces, as stored and as the API names it.
+pub fn ca_name(role: CaRole) -> &'static str {
+    match role {
+        CaRole::Cluster => "cluster",
+        CaRole::Etcd => "etcd",
+        CaRole::FrontProxy => "front-proxy",
+    }
+}
+
+/// The CA called `name`, if it is one.
+pub fn ca_named(name: &str) -> Option<CaRole> {
+    CaRole::ALL.into_iter().find(|role| ca_name(*role) == name)
+}
+
+/// One rotation in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotation {
+    pub cluster_id: i64,
+    pub ca: CaRole,
+    pub phase: RotationPhase,
+    /// The CA certificate trusted beside the current one (new in trust-both, old in sign-new).
+    pub other_cert: Option<String>,
+    /// The new CA's sealed key, until it signs.
+    pub new_key_sealed: Option<String>,
+    pub started_at: i64,
+    pub updated_at: i64,
+}
+
+pub async fn get<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Option<Rotation>, DbError> {
+    let row = sqlx::query(
+        "SELECT cluster_id, ca, phase, other_cert, new_key_sealed, started_at, updated_at \
+         FROM ca_rotations WHERE cluster_id = $1",
+    )
+    .bind(cluster_id)
+    .fetch_optional(db)
+    .await?;
+    let Some(r) = row else { return Ok(None) };
+    let ca: String = r.try_get("ca")?;
+    Ok(Some(Rotation {
+        cluster_id: r.try_get("cluster_id")?,
+        ca: ca_named(&ca).ok_or_else(|| {
+            DbError::Query(sqlx::Error::ColumnDecode {
+                index: "ca".into(),
+                source: format!("unknown CA `{ca}`").into(),
+            })
+        })?,
+        phase: super::phase::decode(&r, "phase")?,
+        other_cert: r.try_get("other_cert")?,
+        new_key_sealed: r.try_get("new_key_sealed")?,
+        started_at: r.try_get("started_at")?,
+        updated_at: r.try_get("updated_at")?,
+    }))
+}
+
+/// Clusters with a rotation in progress.
+pub async fn in_progress<'c>(db: impl Executor<'c, Database = Any>) -> Result<Vec<i64>, DbError> {
+    let rows = sqlx::query("SELECT cluster_id FROM ca_rotations ORDER BY cluster_id")
+        .fetch_all(db)
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get("cluster_id"))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Starts a rotation in phase trust-both; false when one is already in progress.
+pub async fn insert(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    ca: CaRole,
+    new_cert: &str,
+    new_key_sealed: &str,
+    now: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "INSERT INTO ca_rotations (cluster_id, ca, phase, other_cert, new_key_sealed, started_at, updated_at) \
+         VALUES ($1, $2, 'trust-both', $3, $4, $5, $5) ON CONFLICT (cluster_id) DO NOTHING",
+    )
+    .bind(cluster_id)
+    .bind(ca_name(ca))
+    .bind(new_cert)
+    .bind(new_key_sealed)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Moves the rotation from `from` to `to` with the new trusted-beside certificate; false when
+/// it was no longer in `from` (another replica advanced it).
+pub async fn advance(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    from: RotationPhase,
+    to: RotationPhase,
+    other_cert: Option<&str>,
+    now: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE ca_rotations SET phase = $1, other_cert = $2, new_key_sealed = NULL, updated_at = $3 \
+         WHERE cluster_id = $4 AND phase = $5",
+    )
+    .bind(to.as_str())
+    .bind(other_cert)
+    .bind(now)
+    .bind(cluster_id)
+    .bind(from.as_str())
+    .execute(&mut *tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Ends the rotation (from drop-old); false when it had already ended.
+pub async fn finish(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Result<bool, DbError> {
+    let done = sqlx::query("DELETE FROM ca_rotations WHERE cluster_id = $1 AND phase = 'drop-old'")
+        .bind(cluster_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Replaces one of a cluster's CAs (certificate and sealed key).
+pub async fn set_ca(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    ca: CaRole,
+    cert: &str,
+    key_sealed: &str,
+) -> Result<(), DbError> {
+    let (cert_column, key_column) = match ca {
+        CaRole::Cluster => ("ca_cert", "ca_key_sealed"),
+        CaRole::Etcd => ("etcd_ca_cert", "etcd_ca_key_sealed"),
+        CaRole::FrontProxy => ("front_proxy_ca_cert", "front_proxy_ca_key_sealed"),
+    };
+    sqlx::query(&format!(
+        "UPDATE clusters SET {cert_column} = $1, {key_column} = $2 WHERE id = $3"
+    ))
+    .bind(cert)
+    .bind(key_sealed)
+    .bind(cluster_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! CA rotation in phases, each delivered to every node as its own generation, so no client is
+//! ever cut off (`POST /clusters/{id}/certificates/rotate-ca`):
+//!
+//! 1. **trust-both** — a new CA is made (its key sealed, waiting); every trust file carries the
+//!    old and the new CA; the old one still signs.
+//! 2. **sign-new** — once every node applied that: the new CA becomes the cluster's, serving
+//!    certificates are re-minted under it, and every bundle's leaves are minted by it; the old
+//!    CA is still trusted, so nodes not yet updated keep talking to updated ones.
+//! 3. **drop-old** — once every node applied that: trust files carry only the new CA.
+//!
+//! Then the rotation ends. [`advance`] moves a rotation on when every node of the cluster runs
+//! its desired generation; a node's successful report and the reconciler both call it.
+
+use std::sync::Arc;
+
+use exk8s_common::contract::Role;
+
+use crate::app::AppState;
+use crate::db::phase::ClusterPhase;
+use crate::db::rotations::{Rotation, RotationPhase};
+use crate::db::{self, DbError};
+use crate::founding::trust::{self, cluster_aad};
+use crate::pki::{CaRole, CertAuthority, ClusterPki, PkiError, SecretPem};
+use crate::renewal::{RenewalError, mint_serving, store_serving};
+
+/// Why a rotation could not start or move on.
+#[derive(Debug, thiserror::Error)]
+pub enum RotationError {
+    #[error("cluster not found")]
+    NotFound,
+    #[error("cluster {id} is {phase}; only a founded cluster's CAs can be rotated")]
+    NotFounded { id: i64, phase: ClusterPhase },
+    #[error("the {ca} CA of this cluster is being rotated (phase {phase}); one rotation at a time")]
+    InProgress {
+        ca: &'static str,
+        phase: RotationPhase,
+    },
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Trust(#[from] trust::TrustError),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(transparent)]
+    Cpu(#[from] crate::cpu::CpuError),
+    #[error("sealing the new CA key")]
+    Seal(#[from] crate::crypto::SealError),
+    #[error(transparent)]
+    Renewal(#[from] RenewalError),
+    #[error(transparent)]
+    Certificates(#[from] crate::certificates::CertificatesError),
+}
+
+/// The column a waiting new CA key is sealed under.
+const NEW_KEY: &str = "rotation_key";
+
+/// The CA certificates every trust file carries, per CA (PEM, one or two certificates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trusted {
+    pub cluster: String,
+    pub etcd: String,
+    pub front_proxy: String,
+}
+
+impl Trusted {
+    /// The cluster's CAs, plus the one trusted beside the rotating CA while a rotation is in
+    /// trust-both or sign-new.
+    pub fn of(pki: &ClusterPki, rotation: Option<&Rotation>) -> Self {
+        let bundle = |role: CaRole| {
+            let mut pem = pki.ca(role).cert_pem().to_owned();
+            if let Some(Rotation {
+                ca,
+                other_cert: Some(other),
+                phase: RotationPhase::TrustBoth | RotationPhase::SignNew,
+                ..
+            }) = rotation
+            {
+                if *ca == role {
+                    if !pem.ends_with('\n') {
+                        pem.push('\n');
+                    }
+                    pem.push_str(other);
+                }
+            }
+            pem
+        };
+        Self {
+            cluster: bundle(CaRole::Cluster),
+            etcd: bundle(CaRole::Etcd),
+            front_proxy: bundle(CaRole::FrontProxy),
+        }
+    }
+}
+
+/// A rotation started: its CA and phase, and each node's new desired generation.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub ca: CaRole,
+    pub phase: RotationPhase,
+    pub rollout: crate::rollout::Started,
+}
+
+/// Starts rotating `ca` of `org_id`'s cluster `cluster_id`.
+pub async fn start(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    ca: CaRole,
+) -> Result<Started, RotationError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(RotationError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(RotationError::NotFounded {
+            id: cluster_id,
+            phase: cluster.phase,
+        });
+    }
+    if let Some(current) = db::rotations::get(&state.db.pool, cluster_id).await? {
+        return Err(in_progress(&current));
+    }
+    let algorithm = trust::open(&state.keks, &cluster)?.algorithm;
+    let now = state.clock.now();
+    let new = state
+        .cpu
+        .run(move || CertAuthority::generate(ca, algorithm, now))
+        .await??;
+    let sealed = state.keks.seal(
+        &cluster_aad(cluster_id, NEW_KEY),
+        new.key_pem().expose().as_bytes(),
+    )?;
+    let mut tx = state.db.begin().await?;
+    if !db::rotations::insert(
+        &mut tx,
+        cluster_id,
+        ca,
+        new.cert_pem(),
+        &sealed,
+        now.unix_timestamp(),
+    )
+    .await?
+    {
+        drop(tx);
+        let current = db::rotations::get(&state.db.pool, cluster_id).await?;
+        return Err(current.map_or(RotationError::NotFound, |c| in_progress(&c)));
+    }
+    let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id,
+        ca = db::rotations::ca_name(ca),
+        "CA rotation started: trust-both"
+    );
+    Ok(Started {
+        ca,
+        phase: RotationPhase::TrustBoth,
+        rollout: crate::rollout::Started { cluster_id, nodes },
+    })
+}
+
+fn in_progress(rotation: &Rotation) -> RotationError {
+    RotationError::InProgress {
+        ca: db::rotations::ca_name(rotation.ca),
+        phase: rotation.phase,
+    }
+}
+
+/// Where a rotation went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advanced {
+    To(RotationPhase),
+    Finished,
+}
+
+/// Moves `cluster_id`'s rotation to its next phase when every node runs its desired
+/// generation (the phase was delivered everywhere). `None`: nothing to do yet.
+pub async fn advance(state: &AppState, cluster_id: i64) -> Result<Option<Advanced>, RotationError> {
+    let Some(rotation) = db::rotations::get(&state.db.pool, cluster_id).await? else {
+        return Ok(None);
+    };
+    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    if nodes.is_empty() || !nodes.iter().all(|n| n.up_to_date()) {
+        return Ok(None);
+    }
+    let now = state.clock.unix();
+    let advanced = match rotation.phase {
+        RotationPhase::TrustBoth => sign_with_new(state, &rotation, &nodes).await?,
+        RotationPhase::SignNew => {
+            let mut tx = state.db.begin().await?;
+            if !db::rotations::advance(
+                &mut tx,
+                cluster_id,
+                rotation.phase,
+                RotationPhase::DropOld,
+                None,
+                now,
+            )
+            .await?
+            {
+                return Ok(None);
+            }
+            db::nodes::bump_generations(&mut tx, cluster_id).await?;
+            tx.commit().await?;
+            Some(Advanced::To(RotationPhase::DropOld))
+        }
+        RotationPhase::DropOld => {
+            let mut tx = state.db.begin().await?;
+            let done = db::rotations::finish(&mut tx, cluster_id).await?;
+            tx.commit().await?;
+            done.then_some(Advanced::Finished)
+        }
+    };
+    if let Some(step) = advanced {
+        tracing::info!(cluster_id, ca = db::rotations::ca_name(rotation.ca), step = ?step, "CA rotation moved on");
+    }
+    Ok(advanced)
+}
+
+/// trust-both → sign-new: the waiting CA becomes the cluster's, serving certificates are
+/// re-minted under the new CAs, every node gets its next generation.
+async fn sign_with_new(
+    state: &AppState,
+    rotation: &Rotation,
+    nodes: &[db::nodes::NodeRow],
+) -> Result<Option<Advanced>, RotationError> {
+    let cluster_id = rotation.cluster_id;
+    let Some(mut cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id).await? else {
+        return Ok(None);
+    };
+    let (Some(new_cert), Some(sealed)) = (&rotation.other_cert, &rotation.new_key_sealed) else {
+        return Err(RotationError::Trust(trust::TrustError::Missing(cluster_id)));
+    };
+    let key = state
+        .keks
+        .open_text(&cluster_aad(cluster_id, NEW_KEY), sealed)?;
+    // Checks the pair before anything is written.
+    CertAuthority::from_pem(rotation.ca, new_cert, SecretPem::new(key.to_string()))?;
+    let (cert_column, key_column) = match rotation.ca {
+        CaRole::Cluster => (&mut cluster.ca_cert, &mut cluster.ca_key_sealed),
+        CaRole::Etcd => (&mut cluster.etcd_ca_cert, &mut cluster.etcd_ca_key_sealed),
+        CaRole::FrontProxy => (
+            &mut cluster.front_proxy_ca_cert,
+            &mut cluster.front_proxy_ca_key_sealed,
+        ),
+    };
+    let column = match rotation.ca {
+        CaRole::Cluster => "ca_key",
+        CaRole::Etcd => "etcd_ca_key",
+        CaRole::FrontProxy => "front_proxy_ca_key",
+    };
+    let resealed = state
+        .keks
+        .seal(&cluster_aad(cluster_id, column), key.as_bytes())?;
+    let old_cert = cert_column.replace(new_cert.clone()).unwrap_or_default();
+    *key_column = Some(resealed.clone());
+    let pki: Arc<ClusterPki> = trust::open(&state.keks, &cluster)?;
+    let now = state.clock.now();
+    let mut serving = Vec::new();
+    for node in nodes.iter().filter(|n| n.role == Role::ControlPlane) {
+        serving.push((node, mint_serving(state, &cluster, node, &pki, now).await?));
+    }
+    let mut tx = state.db.begin().await?;
+    if !db::rotations::advance(
+        &mut tx,
+        cluster_id,
+        RotationPhase::TrustBoth,
+        RotationPhase::SignNew,
+        Some(&old_cert),
+        now.unix_timestamp(),
+    )
+    .await?
+    {
+        return Ok(None);
+    }
+    db::rotations::set_ca(&mut tx, cluster_id, rotation.ca, new_cert, &resealed).await?;
+    for (node, certs) in &serving {
+        store_serving(state, &mut tx, &cluster, node, certs).await?;
+    }
+    crate::certificates::record(
+        &mut tx,
+        cluster_id,
+        None,
+        &crate::certificates::cas(&pki),
+        now.unix_timestamp(),
+    )
+    .await?;
+    db::nodes::bump_generations(&mut tx, cluster_id).await?;
+    tx.commit().await?;
+    Ok(Some(Advanced::To(RotationPhase::SignNew)))
+}
