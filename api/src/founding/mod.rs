@@ -10,6 +10,7 @@
 //! database outage leaves no machine running. A crash mid-way leaves the cluster
 //! `provisioning`; [`reconcile`] finishes the compensation once it is stale.
 
+mod dns;
 pub mod reconcile;
 pub mod release;
 pub mod request;
@@ -188,7 +189,7 @@ pub async fn found(
         Ok(mut founded) => {
             state.metrics.clusters_founded.inc();
             founded.dns_name = dns_name;
-            configure_dns(state, &mut founded).await;
+            dns::configure(state, &mut founded).await;
             Ok(founded)
         }
         Err(failure) => {
@@ -567,51 +568,4 @@ async fn wait_for_address(state: &AppState, vm_id: i64) -> Result<Vm, Failure> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Creates the shared A record; a failure is reported, never fatal.
-async fn configure_dns(state: &AppState, founded: &mut Founded) {
-    let Some(dns) = &state.dns else {
-        founded.dns_error = Some("DNS management is disabled (--dns none)".into());
-        return;
-    };
-    let token = format!("cluster-{}-dns", founded.id);
-    let recorded = async {
-        let journal_id = db::resources::journal_intent(
-            &state.db.pool,
-            founded.id,
-            Kind::DnsRecord,
-            &token,
-            None,
-            db::now(),
-        )
-        .await?;
-        Ok::<i64, DbError>(journal_id)
-    }
-    .await;
-    let result = match recorded {
-        Err(e) => Err(format!("journaling the DNS record failed: {e}")),
-        Ok(journal_id) => match dns.upsert_a(&founded.dns_name, &founded.node_ips).await {
-            Ok(()) => db::resources::set_state(
-                &state.db.pool,
-                journal_id,
-                "created",
-                Some(&founded.dns_name),
-                db::now(),
-            )
-            .await
-            .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-    };
-    let (configured, error) = match result {
-        Ok(()) => (true, None),
-        Err(e) => {
-            tracing::warn!(cluster_id = founded.id, error = %e, "DNS record not configured (the cluster stands)");
-            (false, Some(e))
-        }
-    };
-    founded.dns_configured = configured;
-    founded.dns_error = error.clone();
-    let _ = db::clusters::set_dns(&state.db.pool, founded.id, configured, error.as_deref()).await;
 }

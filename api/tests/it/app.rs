@@ -289,3 +289,54 @@ macro_rules! both_backends {
     )*};
 }
 pub(crate) use both_backends;
+
+/// A VM of a founded test cluster with its two credentials.
+pub(crate) struct Node {
+    pub vm: i64,
+    pub cluster: i64,
+    pub imds: String,
+    pub bootstrap: String,
+}
+
+/// Founds an `count`-node cluster for `org` and gives each VM its two credentials.
+pub(crate) async fn cluster_with_credentials(app: &TestApp, org: i64, count: i64) -> Vec<Node> {
+    let operator = if org == 7 {
+        app.token.clone()
+    } else {
+        operator_token(&app.state, org, Scope::Operator, 3600).await
+    };
+    let mut body = crate::app::valid_body(count);
+    body["control_plane_image_id"] = serde_json::json!(42);
+    let response = app
+        .http
+        .post(format!("{}/clusters", app.url))
+        .bearer_auth(&operator)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let created: serde_json::Value = response.json().await.unwrap();
+    credentials_for(app, org, &created).await
+}
+
+/// Each VM of a `POST /clusters` answer with its two credentials.
+pub(crate) async fn credentials_for(
+    app: &TestApp,
+    org: i64,
+    created: &serde_json::Value,
+) -> Vec<Node> {
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let bootstrap = operator_token(&app.state, org, Scope::Bootstrap, 3600).await;
+    let mut nodes = Vec::new();
+    for vm in created["control_plane_vm_ids"].as_array().unwrap() {
+        let vm = vm.as_i64().unwrap();
+        nodes.push(Node {
+            vm,
+            cluster,
+            imds: imds_token(&app.state, vm, org, 600).await,
+            bootstrap: bootstrap.clone(),
+        });
+    }
+    nodes
+}

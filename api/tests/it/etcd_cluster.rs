@@ -15,7 +15,7 @@ use exk8s_common::payload::PlanStep;
 use exk8s_tests::etcd::{EtcdCluster, etcdctl};
 
 use crate::helpers::render_cluster;
-use crate::render::write_root;
+use crate::render_validators::write_root;
 
 #[test]
 fn three_real_etcd_members_run_from_rendered_units_and_certificates() {
