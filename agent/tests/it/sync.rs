@@ -310,7 +310,7 @@ fn a_newer_generation_is_applied_with_only_changed_files_and_their_units_restart
 
     // Applied and current: the next sync asks, and fetches nothing.
     let fetches = fake.server.count("/nodes/101/bundle");
-    let fake_current = fake_at(&fake, 2);
+    let fake_current = fake_at(&fake, 2, 2);
     let out = agent_cmd(scratch.path(), &fake_current, "sync", &root)
         .output()
         .unwrap();
@@ -318,10 +318,22 @@ fn a_newer_generation_is_applied_with_only_changed_files_and_their_units_restart
     assert!(stderr(&out).contains("nothing to do"), "{}", stderr(&out));
     assert_eq!(fake.server.count("/nodes/101/bundle"), fetches);
     assert_eq!(fake_current.server.count("/nodes/101/bundle"), 0);
+    assert!(phases(&fake_current).is_empty(), "nothing to report");
+
+    // The API missed the success report: the next sync says it again, and fetches nothing.
+    let missed = fake_at(&fake, 2, 1);
+    let out = agent_cmd(scratch.path(), &missed, "sync", &root)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(phases(&missed), ["sync:succeeded"]);
+    assert_eq!(missed.seen.lock().unwrap().reports[0]["generation"], 2);
+    assert_eq!(missed.server.count("/nodes/101/bundle"), 0);
 }
 
-/// A fake at `generation` for a node whose key `from` registered.
-fn fake_at(from: &Fake, generation: u64) -> Fake {
+/// A fake wanting `generation` and believing the node applied `api_applied`, for a node whose
+/// key `from` registered; it records reports.
+fn fake_at(from: &Fake, generation: u64, api_applied: u64) -> Fake {
     let key = from.seen.lock().unwrap().key;
     let seen = Arc::new(Mutex::new(Seen {
         key,
@@ -334,8 +346,14 @@ fn fake_at(from: &Fake, generation: u64) -> Fake {
         }
         match r.path.as_str() {
             "/nodes/101/generation" => Reply::ok(format!(
-                r#"{{"desired_generation":{generation},"applied_generation":{generation},"up_to_date":true}}"#
+                r#"{{"desired_generation":{generation},"applied_generation":{api_applied},"up_to_date":{}}}"#,
+                generation == api_applied
             )),
+            "/nodes/101/status" => {
+                let report = serde_json::from_slice(&r.body).unwrap();
+                state.lock().unwrap().reports.push(report);
+                Reply::status(204)
+            }
             _ => Reply::status(404),
         }
     }));
