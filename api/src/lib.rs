@@ -27,6 +27,7 @@ pub mod founding;
 pub mod http;
 pub mod issuance;
 pub mod keyfiles;
+pub mod labels;
 pub mod metrics;
 pub mod pki;
 pub mod ratelimit;

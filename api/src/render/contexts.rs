@@ -46,8 +46,12 @@ template!(EtcdUnit => "etcd.service");
 #[derive(Serialize)]
 pub(crate) struct KubeletUnit<'a> {
     pub paths: &'a NodePaths,
+    /// `control-plane` or `worker` (the unit's description).
+    pub role: &'a str,
     pub node_name: &'a str,
     pub node_ip: String,
+    /// `key=value,…` for `--node-labels`; empty for none.
+    pub node_labels: String,
 }
 template!(KubeletUnit => "kubelet.service");
 
@@ -57,6 +61,15 @@ pub(crate) struct KubeletConfig<'a> {
     pub node_ip: String,
     pub dns_service_ip: String,
     pub cluster_domain: &'a str,
+    pub register_with_taints: Vec<TaintContext<'a>>,
+}
+
+/// One taint the kubelet registers its node with.
+#[derive(Serialize)]
+pub(crate) struct TaintContext<'a> {
+    pub key: &'a str,
+    pub value: &'a str,
+    pub effect: &'a str,
 }
 template!(KubeletConfig => "kubelet-config.yaml");
 

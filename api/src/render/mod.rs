@@ -13,12 +13,14 @@ mod files;
 mod input;
 pub mod paths;
 mod plan;
+mod worker;
 
 pub use catalog::{ArtifactCatalog, CatalogError};
 pub use input::{
     ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, NodeCredentials, PodCidr, RenderInput,
     Versions,
 };
+pub use worker::{WorkerInput, WorkerNode, render_worker_bundle};
 
 use exk8s_common::payload::{BundlePayload, Freshness, Identity, Role};
 

@@ -64,12 +64,33 @@ fn installs_addons(input: &RenderInput<'_>) -> bool {
 }
 
 pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, RenderError> {
-    let versions = &input.cluster.versions;
+    let mut names = vec!["etcd", "etcdctl", "kubelet", "kubectl"];
+    if installs_addons(input) {
+        names.push("helm");
+    }
+    pinned(input.cluster, input.artifacts, &names)
+}
+
+/// A worker installs the kubelet only.
+pub(super) fn worker_artifacts(
+    cluster: &super::ClusterSpec,
+    catalog: &super::ArtifactCatalog,
+) -> Result<Vec<Artifact>, RenderError> {
+    pinned(cluster, catalog, &["kubelet"])
+}
+
+/// Where each artifact of `names` comes from: the catalog's pinned download, or upstream.
+fn pinned(
+    cluster: &super::ClusterSpec,
+    catalog: &super::ArtifactCatalog,
+    names: &[&str],
+) -> Result<Vec<Artifact>, RenderError> {
+    let versions = &cluster.versions;
     let (k8s, etcd, helm) = (&versions.kubernetes, &versions.etcd, &versions.helm);
     let etcd_tarball = format!(
         "https://github.com/etcd-io/etcd/releases/download/{etcd}/etcd-{etcd}-linux-amd64.tar.gz"
     );
-    let mut sources = vec![
+    let all = [
         Source {
             name: "etcd",
             version: etcd,
@@ -98,21 +119,23 @@ pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, Render
             archive_member: None,
             dest: PATHS.kubectl_binary,
         },
-    ];
-    if installs_addons(input) {
-        sources.push(Source {
+        Source {
             name: "helm",
             version: helm,
             url: format!("https://get.helm.sh/helm-{helm}-linux-amd64.tar.gz"),
             archive_member: Some("linux-amd64/helm".into()),
             dest: PATHS.helm_binary,
-        });
-    }
+        },
+    ];
+    let sources: Vec<Source<'_>> = all
+        .into_iter()
+        .filter(|s| names.contains(&s.name))
+        .collect();
     sources
         .into_iter()
         .map(|s| {
             let name = ArtifactName::new(s.name).map_err(invalid)?;
-            let (url, sha256) = match input.artifacts.get(&name, s.version) {
+            let (url, sha256) = match catalog.get(&name, s.version) {
                 Some(pinned) => (pinned.url.clone(), Some(pinned.sha256)),
                 None => (HttpUrl::new(s.url).map_err(invalid)?, None),
             };
@@ -164,6 +187,15 @@ fn kubelet_step() -> Result<PlanStep, RenderError> {
             p.cni_conflist,
         ])?,
     })
+}
+
+/// A worker's plan: containerd, then the kubelet, restarted when what they read changed.
+pub(super) fn worker_steps() -> Result<Vec<PlanStep>, RenderError> {
+    Ok(vec![
+        PlanStep::DaemonReload {},
+        containerd_step()?,
+        kubelet_step()?,
+    ])
 }
 
 /// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files changed) and wait for it

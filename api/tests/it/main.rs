@@ -22,6 +22,7 @@ mod pki;
 mod pki_cases;
 mod render;
 mod render_validators;
+mod render_worker;
 mod renewal;
 mod rotation;
 mod schema;

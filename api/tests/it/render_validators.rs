@@ -64,7 +64,7 @@ fn systemd_analyze_verify_accepts_every_unit_without_a_warning() {
     }
 }
 
-fn write_root_executable(root: &Path, path: &str) {
+pub(crate) fn write_root_executable(root: &Path, path: &str) {
     use std::os::unix::fs::PermissionsExt;
     let target = root.join(path.trim_start_matches('/'));
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();

@@ -11,7 +11,7 @@ use zeroize::Zeroizing;
 use super::super::contexts::{self, Mount};
 use super::super::paths::{NodePaths, PATHS};
 use super::super::{RenderError, RenderInput, render};
-use super::{FileSet, LOCAL_API, StaticPod};
+use super::{FileSet, LOCAL_API, StaticPod, Trust};
 use crate::pki::{ClientIdentity, ControlPlaneCerts, IssuedCert};
 use exk8s_common::names::Sha256Digest;
 
@@ -172,8 +172,13 @@ pub(super) fn files(
             &minted.scheduler,
         ),
     ];
+    let trust = Trust {
+        cluster_name,
+        server: LOCAL_API,
+        ca_pem: creds.cluster_ca_pem,
+    };
     for (path, identity, credentials) in kubeconfigs {
-        files.kubeconfig(path, input, LOCAL_API, &identity, credentials);
+        files.kubeconfig(path, &trust, &identity, credentials);
     }
 
     // Host configuration and units.

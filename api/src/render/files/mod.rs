@@ -4,7 +4,7 @@
 //! last so their annotations can digest the files they mount.
 
 mod control_plane;
-mod node;
+pub(super) mod node;
 
 use std::collections::BTreeMap;
 
@@ -16,6 +16,7 @@ use super::contexts::Mount;
 use super::{RenderError, RenderInput};
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
 use crate::pki::{ClientIdentity, IssuedCert};
+use exk8s_common::contract::Role;
 
 /// The server every node-local component talks to.
 const LOCAL_API: &str = "https://127.0.0.1:6443";
@@ -63,23 +64,22 @@ impl FileSet {
     pub(super) fn kubeconfig(
         &mut self,
         path: &'static str,
-        input: &RenderInput<'_>,
-        server: &str,
+        trust: &Trust<'_>,
         identity: &ClientIdentity,
         credentials: &IssuedCert,
     ) {
         let (user, _) = identity.subject();
         let text = kubeconfig::render(&KubeconfigSpec {
-            cluster_name: input.cluster.name.as_str(),
-            server,
-            ca_pem: input.credentials.cluster_ca_pem,
+            cluster_name: trust.cluster_name,
+            server: trust.server,
+            ca_pem: trust.ca_pem,
             user: &user,
             credentials,
         });
         self.private(path, text.expose().as_bytes());
     }
 
-    fn into_bundle_files(self) -> Result<Vec<BundleFile>, RenderError> {
+    pub(super) fn into_bundle_files(self) -> Result<Vec<BundleFile>, RenderError> {
         self.0
             .into_iter()
             .map(|(path, (mode, content))| {
@@ -89,6 +89,15 @@ impl FileSet {
             })
             .collect()
     }
+}
+
+/// What a kubeconfig trusts and where it points.
+pub(super) struct Trust<'a> {
+    pub cluster_name: &'a str,
+    /// The apiserver URL.
+    pub server: &'a str,
+    /// The cluster CA certificate(s), PEM.
+    pub ca_pem: &'a str,
 }
 
 /// A static pod the node runs: its manifest and the digest of the files it mounts (the
@@ -118,7 +127,19 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
             ))?;
     let mut files = FileSet::default();
     // Every node-local component of a control-plane node talks to its own apiserver.
-    node::files(input, LOCAL_API, &mut files)?;
+    node::files(
+        &node::NodeSide {
+            cluster: input.cluster,
+            addresses: &input.node.addresses,
+            cluster_ca_pem: input.credentials.cluster_ca_pem,
+            certs: input.credentials.minted.node(),
+            server: LOCAL_API,
+            role: Role::ControlPlane,
+            labels: &[],
+            taints: &[],
+        },
+        &mut files,
+    )?;
     let static_pods = control_plane::files(input, control_plane, &mut files)?;
     Ok(Rendered {
         files: files.into_bundle_files()?,

@@ -1,38 +1,58 @@
 //! What every node's bundle carries, whatever its role: the cluster CA certificate, the
-//! kubelet's serving certificate, the kubelet's and kube-proxy's kubeconfigs (pointing at
-//! `server`), the kubelet's unit and configuration, containerd's configuration and the CNI
-//! configuration.
+//! kubelet's serving certificate, the kubelet's and kube-proxy's kubeconfigs (pointing at the
+//! node's apiserver endpoint), the kubelet's unit and configuration — with the labels and taints
+//! it registers its node with — containerd's configuration and the CNI configuration.
+
+use exk8s_common::contract::Role;
 
 use super::super::paths::PATHS;
-use super::super::{RenderError, RenderInput, contexts, render};
-use super::FileSet;
-use crate::pki::ClientIdentity;
+use super::super::{ClusterSpec, RenderError, contexts, render};
+use super::{FileSet, Trust};
+use crate::labels::{NodeLabel, Taint};
+use crate::pki::{ClientIdentity, NodeAddresses, NodeCerts};
 
-pub(super) fn files(
-    input: &RenderInput<'_>,
-    server: &str,
+/// What a node's own files are made from.
+pub(in crate::render) struct NodeSide<'a> {
+    pub cluster: &'a ClusterSpec,
+    pub addresses: &'a NodeAddresses,
+    /// The cluster CA certificate(s), PEM.
+    pub cluster_ca_pem: &'a str,
+    pub certs: &'a NodeCerts,
+    /// Where the kubelet and kube-proxy reach the apiserver.
+    pub server: &'a str,
+    pub role: Role,
+    /// Set by the kubelet when it registers its node.
+    pub labels: &'a [NodeLabel],
+    pub taints: &'a [Taint],
+}
+
+pub(in crate::render) fn files(
+    side: &NodeSide<'_>,
     files: &mut FileSet,
 ) -> Result<(), RenderError> {
     let p = &PATHS;
-    let cluster = input.cluster;
+    let cluster = side.cluster;
     let network = &cluster.network;
-    let node = &input.node.addresses;
-    let minted = input.credentials.minted.node();
+    let node = side.addresses;
+    let minted = side.certs;
     let node_ip = node.private_ipv4.to_string();
+    let trust = Trust {
+        cluster_name: cluster.name.as_str(),
+        server: side.server,
+        ca_pem: side.cluster_ca_pem,
+    };
 
-    files.public(p.ca_cert, input.credentials.cluster_ca_pem.as_bytes());
+    files.public(p.ca_cert, side.cluster_ca_pem.as_bytes());
     files.cert(p.kubelet_cert, p.kubelet_key, &minted.kubelet_serving);
     files.kubeconfig(
         p.kubelet_kubeconfig,
-        input,
-        server,
+        &trust,
         &ClientIdentity::KubeletClient(node.name.clone()),
         &minted.kubelet_client,
     );
     files.kubeconfig(
         p.kube_proxy_kubeconfig,
-        input,
-        server,
+        &trust,
         &ClientIdentity::KubeProxy,
         &minted.kube_proxy,
     );
@@ -40,8 +60,15 @@ pub(super) fn files(
         p.kubelet_unit,
         render(&contexts::KubeletUnit {
             paths: p,
+            role: side.role.as_str(),
             node_name: node.name.as_str(),
             node_ip: node_ip.clone(),
+            node_labels: side
+                .labels
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
         })?,
     );
     files.public(
@@ -51,6 +78,15 @@ pub(super) fn files(
             node_ip,
             dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
             cluster_domain: &network.cluster_domain,
+            register_with_taints: side
+                .taints
+                .iter()
+                .map(|t| contexts::TaintContext {
+                    key: t.key(),
+                    value: t.value(),
+                    effect: t.effect().as_str(),
+                })
+                .collect(),
         })?,
     );
     files.public(
