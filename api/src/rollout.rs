@@ -125,6 +125,7 @@ mod tests {
             handed_generation: handed,
             applied_generation: applied,
             node_key: None,
+            pod_range: Some(id - 1),
         }
     }
 

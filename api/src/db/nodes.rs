@@ -32,6 +32,8 @@ pub struct NodeRow {
     pub applied_generation: i64,
     /// The node's day-2 public key (base64 ed25519), registered with its first bundle fetch.
     pub node_key: Option<String>,
+    /// The node's block of the cluster's pod CIDR (by index).
+    pub pod_range: Option<i64>,
 }
 
 impl NodeRow {
@@ -47,7 +49,7 @@ impl NodeRow {
 
 const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
-    handed_generation, applied_generation, node_key";
+    handed_generation, applied_generation, node_key, pod_range";
 
 fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -75,6 +77,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         handed_generation: r.try_get("handed_generation")?,
         applied_generation: r.try_get("applied_generation")?,
         node_key: r.try_get("node_key")?,
+        pod_range: r.try_get("pod_range")?,
     })
 }
 
@@ -90,6 +93,8 @@ pub struct NewNode<'a> {
     pub public_ipv4: Option<&'a str>,
     pub is_initial: bool,
     pub role: Role,
+    /// The node's block of the cluster's pod CIDR.
+    pub pod_range: i64,
 }
 
 pub async fn insert(
@@ -99,8 +104,8 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO cluster_nodes (cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, \
-         public_ipv4, is_initial, serial, issuance_allowed, role, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10) RETURNING id",
+         public_ipv4, is_initial, serial, issuance_allowed, role, pod_range, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11) RETURNING id",
     )
     .bind(node.cluster_id)
     .bind(node.ordinal)
@@ -111,6 +116,7 @@ pub async fn insert(
     .bind(node.public_ipv4)
     .bind(i64::from(node.is_initial))
     .bind(node.role.as_str())
+    .bind(node.pod_range)
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;

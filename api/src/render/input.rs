@@ -43,7 +43,28 @@ impl Default for Versions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PodCidr(IpNet);
 
+/// The prefix of one node's block: a /24 of an IPv4 pod CIDR, a /64 of an IPv6 one (the
+/// controller-manager's defaults for `--node-cidr-mask-size`).
+const NODE_PREFIX_V4: u8 = 24;
+const NODE_PREFIX_V6: u8 = 64;
+
 impl PodCidr {
+    /// Block `index` of this range, the part one node gives out; `None` past the last block.
+    pub fn node_range(&self, index: u32) -> Option<Self> {
+        let prefix = match self.0 {
+            IpNet::V4(_) => NODE_PREFIX_V4,
+            IpNet::V6(_) => NODE_PREFIX_V6,
+        };
+        if self.0.prefix_len() > prefix {
+            return (index == 0).then_some(*self);
+        }
+        self.0
+            .subnets(prefix)
+            .ok()?
+            .nth(usize::try_from(index).ok()?)
+            .map(Self)
+    }
+
     pub fn parse(text: &str) -> Result<Self, RenderError> {
         let bad = |reason| RenderError::BadPodCidr(text.chars().take(64).collect(), reason);
         let net: IpNet = text.parse().map_err(|_| bad("not an address/prefix"))?;
@@ -106,6 +127,8 @@ pub struct ControlPlaneNode {
     pub addresses: NodeAddresses,
     /// The one node that installs cluster-wide addons.
     pub is_initial: bool,
+    /// Which block of the cluster's pod CIDR the node gives out.
+    pub pod_range: u32,
 }
 
 /// The certificates and keys this node receives. No CA private key is here, by design.
@@ -142,4 +165,29 @@ pub struct RenderInput<'a> {
     pub credentials: NodeCredentials<'a>,
     pub issuance: &'a Issuance,
     pub artifacts: &'a ArtifactCatalog,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+
+    use super::PodCidr;
+
+    #[test]
+    fn each_node_gets_its_own_block_of_the_pod_cidr() {
+        let v4 = PodCidr::parse("172.16.0.0/12").unwrap();
+        assert_eq!(v4.node_range(0).unwrap().to_string(), "172.16.0.0/24");
+        assert_eq!(v4.node_range(257).unwrap().to_string(), "172.17.1.0/24");
+        assert_eq!(v4.node_range(4095).unwrap().to_string(), "172.31.255.0/24");
+        assert!(v4.node_range(4096).is_none(), "a /12 has 4096 blocks");
+        let v6 = PodCidr::parse("fd00:10::/48").unwrap();
+        assert_eq!(v6.node_range(2).unwrap().to_string(), "fd00:10:0:2::/64");
+        let small = PodCidr::parse("10.1.2.0/26").unwrap();
+        assert_eq!(
+            small.node_range(0),
+            Some(small),
+            "smaller than a block: one node"
+        );
+        assert!(small.node_range(1).is_none());
+    }
 }

@@ -44,6 +44,8 @@ pub enum RenderError {
     InvalidValue(String),
     #[error("the operating system's random source failed")]
     Random,
+    #[error("the pod CIDR has no block {index} for this node")]
+    PodRangeExhausted { index: u32 },
     #[error("the node's credentials lack its {0}")]
     MissingCredentials(&'static str),
 }

@@ -107,6 +107,7 @@ fn kubernetes_validate_strict_accepts_every_manifest_for_1_35() {
 
 #[test]
 fn every_config_file_parses_in_its_format() {
+    let mut ranges = std::collections::BTreeSet::new();
     for bundle in &real().bundles {
         for file in &bundle.files {
             let path = file.path.as_str();
@@ -115,10 +116,16 @@ fn every_config_file_parses_in_its_format() {
                 assert!(!yaml_docs(body).is_empty(), "{path} is empty YAML");
             } else if path.ends_with(".conflist") {
                 let v: serde_json::Value = serde_json::from_str(body).unwrap();
-                assert_eq!(
-                    v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
-                    "172.16.0.0/12"
+                let subnet = v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                // A /24 of the cluster's 172.16.0.0/12, one per node.
+                assert!(
+                    subnet.starts_with("172.16.") && subnet.ends_with(".0/24"),
+                    "{subnet}"
                 );
+                assert!(ranges.insert(subnet), "two nodes share a pod range");
             } else if path.ends_with(".toml") {
                 let v: toml::Value = toml::from_str(body).unwrap();
                 let cri = &v["plugins"]["io.containerd.grpc.v1.cri"];

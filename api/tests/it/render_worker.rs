@@ -38,6 +38,7 @@ fn worker() -> (ClusterPki, BundlePayload) {
             NodeLabel::new("example.com/tier", "batch").unwrap(),
         ],
         taints: vec![Taint::new("dedicated", "batch", "NoSchedule").unwrap()],
+        pod_range: 7,
     };
     let minted = NodeCerts::mint(&pki, &node.addresses, now).unwrap();
     let spec = cluster_spec(network());
@@ -110,6 +111,12 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
     assert_eq!(config["registerWithTaints"][0]["key"], "dedicated");
     assert_eq!(config["registerWithTaints"][0]["value"], "batch");
     assert_eq!(config["registerWithTaints"][0]["effect"], "NoSchedule");
+    // Its own block of the pod CIDR.
+    let cni: serde_json::Value = serde_json::from_str(text(&bundle, PATHS.cni_conflist)).unwrap();
+    assert_eq!(
+        cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+        "172.16.7.0/24"
+    );
 }
 
 #[test]

@@ -137,6 +137,7 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
             role: Role::ControlPlane,
             labels: &[],
             taints: &[],
+            pod_range: input.node.pod_range,
         },
         &mut files,
     )?;

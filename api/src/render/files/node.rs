@@ -24,6 +24,8 @@ pub(in crate::render) struct NodeSide<'a> {
     /// Set by the kubelet when it registers its node.
     pub labels: &'a [NodeLabel],
     pub taints: &'a [Taint],
+    /// The block of the pod CIDR this node gives out (bridge CNI until Cilium takes over).
+    pub pod_range: u32,
 }
 
 pub(in crate::render) fn files(
@@ -97,10 +99,17 @@ pub(in crate::render) fn files(
             cni_conf_dir: "/etc/cni/net.d",
         })?,
     );
+    let pod_range =
+        cluster
+            .pod_cidr
+            .node_range(side.pod_range)
+            .ok_or(RenderError::PodRangeExhausted {
+                index: side.pod_range,
+            })?;
     files.public(
         p.cni_conflist,
         render(&contexts::BridgeCni {
-            pod_cidr: cluster.pod_cidr.to_string(),
+            pod_cidr: pod_range.to_string(),
         })?,
     );
     Ok(())
