@@ -151,17 +151,23 @@ impl NodeApi<'_> {
         })
     }
 
-    /// `POST /nodes/{vm_id}/status`, once (reports are best effort).
-    pub fn report(&self, report: &PhaseReport) -> Result<(), String> {
-        let body = serde_json::to_vec(report).map_err(|e| e.to_string())?;
-        let (request, _) = self
-            .signed("POST", "status", &body)
-            .map_err(|e| e.to_string())?;
-        request
+    /// One `POST /nodes/{vm_id}/status` (signed anew: a retry never reuses a nonce).
+    pub fn report(&self, report: &PhaseReport) -> Attempt<()> {
+        let body = match serde_json::to_vec(report) {
+            Ok(body) => body,
+            Err(e) => return Attempt::Fatal(AgentError::Config(e.to_string())),
+        };
+        let request = match self.signed("POST", "status", &body) {
+            Ok((request, _)) => request,
+            Err(e) => return Attempt::Fatal(e),
+        };
+        let sent = request
             .set("Content-Type", "application/json")
-            .send_bytes(&body)
-            .map(drop)
-            .map_err(|e| e.to_string())
+            .send_bytes(&body);
+        match classify("status report", sent) {
+            Ok(_) => Attempt::Done(()),
+            Err(attempt) => relay(attempt),
+        }
     }
 }
 

@@ -1,13 +1,22 @@
 //! Phase reports to the API: during the first boot to `POST /bootstrap/control-plane/{vm_id}/status`
 //! (bootstrap token), afterwards to `POST /nodes/{vm_id}/status` (signed with the node key).
-//! Best effort: a report that fails is logged and forgotten; it never aborts the work.
+//! Progress reports are best effort: one attempt, a failure logged and forgotten. The outcome
+//! (`complete` or `sync`, succeeded or failed) is what the API's rollout waits for, so it is
+//! retried on rate limits, server errors and network faults for up to a minute; it still never
+//! aborts the work (the next sync says it again).
 
 pub use exk8s_common::contract::ReportState as State;
 use exk8s_common::contract::{BootPhase, IMDS_TOKEN_HEADER, MAX_REPORT_MESSAGE_CHARS, PhaseReport};
 
-use crate::imds::Identity;
+use std::time::Duration;
+
+use crate::http::{Attempt, classify, retry};
+use crate::imds::{Identity, relay};
 use crate::log::{log_info, log_warn};
 use crate::node_api::NodeApi;
+
+/// How long the outcome report is retried.
+const OUTCOME_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Where reports go.
 pub enum Target<'a> {
@@ -52,19 +61,32 @@ impl<'a> Reporter<'a> {
         }
     }
 
+    /// A progress report: one attempt.
     pub fn report(&self, phase: BootPhase, state: State, message: &str) {
+        self.send(phase, state, message, false);
+    }
+
+    /// The outcome: retried for up to a minute.
+    pub fn outcome(&self, phase: BootPhase, state: State, message: &str) {
+        self.send(phase, state, message, true);
+    }
+
+    fn send(&self, phase: BootPhase, state: State, message: &str, persist: bool) {
         log_info!(
             "phase {phase}: {state}{}{message}",
             if message.is_empty() { "" } else { ": " }
         );
+        if matches!(self.target, Target::None) {
+            return;
+        }
         let body = PhaseReport {
             phase,
             state,
             message: message.chars().take(MAX_REPORT_MESSAGE_CHARS).collect(),
             generation: self.generation,
         };
-        let result = match &self.target {
-            Target::None => return,
+        let attempt = || match &self.target {
+            Target::None => Attempt::Done(()),
             Target::Node(api) => api.report(&body),
             Target::Bootstrap {
                 agent,
@@ -76,7 +98,7 @@ impl<'a> Reporter<'a> {
                     api_url.trim_end_matches('/'),
                     identity.vm_id
                 );
-                agent
+                let sent = agent
                     .post(&url)
                     .set(IMDS_TOKEN_HEADER, identity.imds_token.expose())
                     .set(
@@ -84,13 +106,25 @@ impl<'a> Reporter<'a> {
                         &format!("Bearer {}", identity.access_token.expose()),
                     )
                     .set("Content-Type", "application/json")
-                    .send_string(&serde_json::to_string(&body).unwrap_or_default())
-                    .map(drop)
-                    .map_err(|e| e.to_string())
+                    .send_string(&serde_json::to_string(&body).unwrap_or_default());
+                match classify("status report", sent) {
+                    Ok(_) => Attempt::Done(()),
+                    Err(attempt) => relay(attempt),
+                }
             }
         };
-        if let Err(e) = result {
-            log_warn!("could not report phase {phase} to the API (continuing): {e}");
+        let result = if persist {
+            retry("reporting the outcome", OUTCOME_DEADLINE, attempt)
+                .map_err(|e| crate::error::chain(&e))
+        } else {
+            match attempt() {
+                Attempt::Done(()) => Ok(()),
+                Attempt::Fatal(e) => Err(crate::error::chain(&e)),
+                Attempt::Retry { reason, .. } => Err(reason),
+            }
+        };
+        if let Err(reason) = result {
+            log_warn!("could not report phase {phase} to the API (continuing): {reason}");
         }
     }
 }

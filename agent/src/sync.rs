@@ -75,7 +75,7 @@ pub fn sync(
             // The report of the last apply did not arrive: say it again.
             Reporter::to(Target::Node(&node))
                 .with_generation(applied)
-                .report(
+                .outcome(
                     BootPhase::Sync,
                     Phase::Succeeded,
                     "generation already applied",
@@ -123,11 +123,11 @@ pub fn sync(
                 "the update repeats the applied serial {}",
                 bundle.payload().freshness.serial
             ));
-            reporter.report(BootPhase::Sync, Phase::Failed, &chain(&e));
+            reporter.outcome(BootPhase::Sync, Phase::Failed, &chain(&e));
             return Err(e);
         }
         Err(e) => {
-            reporter.report(BootPhase::Sync, Phase::Failed, &e.to_string());
+            reporter.outcome(BootPhase::Sync, Phase::Failed, &e.to_string());
             return Err(e.into());
         }
     };
@@ -137,7 +137,7 @@ pub fn sync(
         let e = AgentError::RefusedOnDisk(format!(
             "the update's generation {generation} is not above the applied generation {applied}"
         ));
-        reporter.report(BootPhase::Sync, Phase::Failed, &chain(&e));
+        reporter.outcome(BootPhase::Sync, Phase::Failed, &chain(&e));
         return Err(e);
     }
     reporter.report(

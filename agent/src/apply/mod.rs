@@ -100,7 +100,7 @@ pub fn apply(
             if let Some(restored) = restored {
                 message = format!("{message}; {restored}");
             }
-            reporter.report(options.finish, Phase::Failed, &message);
+            reporter.outcome(options.finish, Phase::Failed, &message);
         }
         e
     })
@@ -208,7 +208,7 @@ fn apply_steps(
         crate::state::mark_done(root, bundle.freshness.serial)
     });
     finished.map_err(plain)?;
-    reporter.report(options.finish, Phase::Succeeded, "");
+    reporter.outcome(options.finish, Phase::Succeeded, "");
     Ok(outcome)
 }
 

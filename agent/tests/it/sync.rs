@@ -33,6 +33,8 @@ struct Seen {
     /// Day-2 requests whose signature did not verify.
     bad_signatures: usize,
     reports: Vec<Value>,
+    /// Outcome reports (`sync`) still to refuse with 429 before accepting one.
+    refuse_outcomes: usize,
 }
 
 struct Fake {
@@ -168,8 +170,17 @@ fn fake(answer: Answer) -> Fake {
                 }
             }
             ("POST", "/nodes/101/status") => {
-                let report = serde_json::from_slice(&r.body).unwrap();
-                state.lock().unwrap().reports.push(report);
+                let report: Value = serde_json::from_slice(&r.body).unwrap();
+                let mut seen = state.lock().unwrap();
+                if report["phase"] == "sync" && seen.refuse_outcomes > 0 {
+                    seen.refuse_outcomes -= 1;
+                    return Reply::Full {
+                        status: 429,
+                        headers: vec![("Retry-After".into(), "1".into())],
+                        body: b"rate limited".to_vec(),
+                    };
+                }
+                seen.reports.push(report);
                 Reply::status(204)
             }
             ("POST", "/bootstrap/control-plane/101/status") => Reply::status(204),
@@ -526,4 +537,25 @@ fn a_crash_at_any_file_operation_of_a_sync_leaves_old_or_new_and_the_next_sync_c
         crashed, 12,
         "expected a crash at each of the 12 file operations"
     );
+}
+
+#[test]
+fn a_rate_limited_outcome_report_is_retried_until_it_lands() {
+    let scratch = tempfile::tempdir().unwrap();
+    let fake = fake(Answer::Update);
+    let root = booted(scratch.path(), &fake, "root");
+    // `sync: started` is refused (progress: dropped), then `sync: succeeded` once (retried).
+    fake.seen.lock().unwrap().refuse_outcomes = 2;
+    let out = agent_cmd(scratch.path(), &fake, "sync", &root)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let seen = phases(&fake);
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("sync:succeeded"),
+        "{seen:?}"
+    );
+    assert!(!seen.contains(&"sync:started".to_owned()), "{seen:?}");
+    assert!(stderr(&out).contains("retrying"), "{}", stderr(&out));
 }
