@@ -55,22 +55,31 @@ pub fn operator_kubeconfig_cert(cert: &IssuedCert) -> Issued<'_> {
     }
 }
 
-/// Every certificate a control-plane node's bundle carries, by the file it lands in.
-pub fn bundle<'a>(serving: &'a NodeServingCerts, minted: &'a BundleCerts) -> Vec<Issued<'a>> {
+/// Every certificate a node's bundle carries, by the file it lands in (serving certificates
+/// only on a control-plane node).
+pub fn bundle<'a>(
+    serving: Option<&'a NodeServingCerts>,
+    minted: &'a BundleCerts,
+) -> Vec<Issued<'a>> {
     let item = |name, kind, cert: &'a IssuedCert| Issued {
         name,
         kind,
         pem: &cert.cert_pem,
     };
     let node = minted.node();
-    let mut all = vec![
-        item("apiserver", CertKind::Serving, &serving.apiserver),
-        item("etcd-server", CertKind::Serving, &serving.etcd_server),
-        item("etcd-peer", CertKind::Serving, &serving.etcd_peer),
+    let mut all = Vec::new();
+    if let Some(serving) = serving {
+        all.extend([
+            item("apiserver", CertKind::Serving, &serving.apiserver),
+            item("etcd-server", CertKind::Serving, &serving.etcd_server),
+            item("etcd-peer", CertKind::Serving, &serving.etcd_peer),
+        ]);
+    }
+    all.extend([
         item("kubelet", CertKind::Serving, &node.kubelet_serving),
         item("kubelet.kubeconfig", CertKind::Client, &node.kubelet_client),
         item("kube-proxy.kubeconfig", CertKind::Client, &node.kube_proxy),
-    ];
+    ]);
     if let Some(cp) = minted.control_plane() {
         all.extend([
             item(

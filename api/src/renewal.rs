@@ -140,10 +140,8 @@ pub async fn renew_due(
     let due = |c: &CertRow| rule.due(c.not_before, c.not_after, now.unix_timestamp());
     let mut pki: Option<Arc<ClusterPki>> = None;
     let mut renewed = Vec::new();
-    for node in nodes
-        .iter()
-        .filter(|n| n.up_to_date() && n.role == Role::ControlPlane)
-    {
+    // Every role's leaves renew; only control-plane nodes have serving certificates stored.
+    for node in nodes.iter().filter(|n| n.up_to_date()) {
         let running: Vec<&CertRow> = current
             .iter()
             .filter(|c| c.node_id == Some(node.id))

@@ -126,6 +126,7 @@ mod tests {
             applied_generation: applied,
             node_key: None,
             pod_range: Some(id - 1),
+            pool_id: None,
         }
     }
 

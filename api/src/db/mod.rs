@@ -12,6 +12,7 @@ pub mod resources;
 pub mod tokens;
 
 pub mod phase;
+pub mod pools;
 mod probe;
 pub mod renewal;
 pub mod rotations;

@@ -34,6 +34,8 @@ pub struct NodeRow {
     pub node_key: Option<String>,
     /// The node's block of the cluster's pod CIDR (by index).
     pub pod_range: Option<i64>,
+    /// A worker's pool.
+    pub pool_id: Option<i64>,
 }
 
 impl NodeRow {
@@ -49,7 +51,7 @@ impl NodeRow {
 
 const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
-    handed_generation, applied_generation, node_key, pod_range";
+    handed_generation, applied_generation, node_key, pod_range, pool_id";
 
 fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -78,6 +80,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         applied_generation: r.try_get("applied_generation")?,
         node_key: r.try_get("node_key")?,
         pod_range: r.try_get("pod_range")?,
+        pool_id: r.try_get("pool_id")?,
     })
 }
 
@@ -95,6 +98,8 @@ pub struct NewNode<'a> {
     pub role: Role,
     /// The node's block of the cluster's pod CIDR.
     pub pod_range: i64,
+    /// A worker's pool.
+    pub pool_id: Option<i64>,
 }
 
 pub async fn insert(
@@ -104,8 +109,8 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO cluster_nodes (cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, \
-         public_ipv4, is_initial, serial, issuance_allowed, role, pod_range, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11) RETURNING id",
+         public_ipv4, is_initial, serial, issuance_allowed, role, pod_range, pool_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11, $12) RETURNING id",
     )
     .bind(node.cluster_id)
     .bind(node.ordinal)
@@ -117,6 +122,7 @@ pub async fn insert(
     .bind(i64::from(node.is_initial))
     .bind(node.role.as_str())
     .bind(node.pod_range)
+    .bind(node.pool_id)
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;

@@ -487,6 +487,7 @@ async fn provision(
                 role: Role::ControlPlane,
                 // The founding nodes take the first blocks of the pod CIDR.
                 pod_range: *ordinal - 1,
+                pool_id: None,
             },
             now,
         )

@@ -175,7 +175,6 @@ impl From<crate::issuance::IssuanceError> for ApiError {
             I::Invalid(field) => field.into(),
             I::InvalidHeader { header, message } => Self::invalid(header, message),
             I::Sealed => Self::Gone(I::Sealed.to_string()),
-            e @ I::RoleNotServed(_) => Self::Conflict(e.to_string()),
             I::Db(db) => db.into(),
             e @ I::Corrupt { .. } => Self::internal(e),
             I::Internal(source) => Self::Internal(source),

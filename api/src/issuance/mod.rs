@@ -10,15 +10,18 @@ pub mod auth;
 pub mod load;
 pub mod report;
 pub mod signed;
+mod subject;
 
-use exk8s_common::contract::{BundleKind, Role};
+use std::sync::Arc;
+
+use exk8s_common::contract::BundleKind;
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
 
 use crate::app::AppState;
 use crate::db::{self, DbError, issuances::Audit};
 use crate::pki::BundleCerts;
-use crate::render::{self, Issuance, NodeCredentials, RenderInput};
+use crate::render::Issuance;
 use crate::rollout;
 
 pub use auth::{Refusal, Refused, Vm, authenticate, refuse};
@@ -42,9 +45,6 @@ pub enum IssuanceError {
     /// The node finished bootstrapping and was not re-armed.
     #[error("this node finished bootstrapping; an operator must re-arm it for another bundle")]
     Sealed,
-    /// No renderer serves nodes of this role yet.
-    #[error("bundles for {0} nodes are not served by this API version")]
-    RoleNotServed(Role),
     /// A stored record cannot be used (a defect, never the caller's fault).
     #[error("node {vm_id} has an unusable stored {what}")]
     Corrupt { vm_id: i64, what: &'static str },
@@ -176,24 +176,10 @@ async fn sign_bundle(
     request: &Request<'_>,
 ) -> Result<Option<Vec<u8>>, IssuanceError> {
     let (cluster, node) = (&request.vm.cluster, &request.vm.node);
-    if node.role != Role::ControlPlane {
-        return Err(IssuanceError::RoleNotServed(node.role));
-    }
-    let peers_rows = db::nodes::list(&state.db.pool, cluster.id).await?;
-    let serving = load::serving_certs(state, cluster.id, node).await?;
-    let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
-    // During a CA rotation trust files carry the CA trusted beside the signing one.
-    let rotation = db::rotations::get(&state.db.pool, cluster.id).await?;
-    let trusted = crate::rotation::Trusted::of(&pki, rotation.as_ref());
-    let this = load::control_plane_node(node)?;
-    let peers = peers_rows
-        .iter()
-        .filter(|p| p.role == Role::ControlPlane)
-        .map(load::control_plane_node)
-        .collect::<Result<Vec<_>, _>>()?;
-    let minting_pki = pki.clone();
-    let minting_addresses = this.addresses.clone();
-    let role = node.role;
+    let loaded = subject::load(state, cluster, node).await?;
+    let minting_pki = Arc::clone(&loaded.pki);
+    let minting_addresses = loaded.addresses().clone();
+    let role = loaded.role();
     let minting_at = state.clock.now();
     let minted = state
         .cpu
@@ -225,22 +211,9 @@ async fn sign_bundle(
         kind: request.kind,
         generation: u64::try_from(handed.generation).map_err(IssuanceError::internal)?,
     };
-    let payload = render::render_bundle(&RenderInput {
-        cluster: &spec,
-        node: &this,
-        peers: &peers,
-        credentials: NodeCredentials {
-            cluster_ca_pem: &trusted.cluster,
-            etcd_ca_pem: &trusted.etcd,
-            front_proxy_ca_pem: &trusted.front_proxy,
-            service_account: &pki.service_account,
-            serving: &serving,
-            minted: &minted,
-        },
-        issuance: &issuance,
-        artifacts: &state.config.artifacts,
-    })
-    .map_err(IssuanceError::internal)?;
+    let payload = loaded
+        .render(&minted, &issuance, &state.config.artifacts)
+        .map_err(IssuanceError::internal)?;
     let payload_bytes = serde_json::to_vec(&payload).map_err(IssuanceError::internal)?;
     let envelope = state
         .signer
@@ -267,7 +240,7 @@ async fn sign_bundle(
         &mut tx,
         cluster.id,
         Some((node.id, handed.generation)),
-        &crate::certificates::bundle(&serving, &minted),
+        &loaded.certificates(&minted),
         now,
     )
     .await

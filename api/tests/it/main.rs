@@ -27,3 +27,4 @@ mod renewal;
 mod rotation;
 mod schema;
 mod sync;
+mod workers;

@@ -1,0 +1,182 @@
+//! Who a bundle is for, loaded by the role in the node's record (never from the request): a
+//! control-plane node — its peers, its stored serving certificates, every trust file — or a
+//! worker — its pool's labels and taints, the cluster CA only. Minting, rendering and the
+//! certificates recorded follow the role.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use exk8s_common::contract::Role;
+use exk8s_common::payload::BundlePayload;
+use serde::Deserialize;
+
+use crate::app::AppState;
+use crate::certificates::{self, Issued};
+use crate::db::{self, clusters::ClusterRow, nodes::NodeRow};
+use crate::labels::{NodeLabel, Taint};
+use crate::pki::{BundleCerts, ClusterPki, NodeAddresses, NodeServingCerts};
+use crate::render::{
+    self, ClusterSpec, ControlPlaneNode, Issuance, NodeCredentials, RenderError, RenderInput,
+    WorkerInput, WorkerNode,
+};
+use crate::rotation::Trusted;
+
+use super::{IssuanceError, load};
+
+enum Subject {
+    ControlPlane {
+        this: ControlPlaneNode,
+        peers: Vec<ControlPlaneNode>,
+        serving: NodeServingCerts,
+    },
+    Worker(WorkerNode),
+}
+
+/// A node and its cluster, ready to mint for and render.
+pub(super) struct Loaded {
+    pub(super) pki: Arc<ClusterPki>,
+    spec: ClusterSpec,
+    trusted: Trusted,
+    subject: Subject,
+}
+
+#[derive(Deserialize)]
+struct StoredTaint {
+    key: String,
+    #[serde(default)]
+    value: String,
+    effect: String,
+}
+
+fn unusable(node: &NodeRow, what: &'static str) -> IssuanceError {
+    IssuanceError::Corrupt {
+        vm_id: node.vm_id,
+        what,
+    }
+}
+
+/// A worker's record and its pool's registration.
+async fn worker(state: &AppState, node: &NodeRow) -> Result<WorkerNode, IssuanceError> {
+    let pool_id = node.pool_id.ok_or_else(|| unusable(node, "pool"))?;
+    let pool = db::pools::get(&state.db.pool, pool_id)
+        .await?
+        .ok_or_else(|| unusable(node, "pool"))?;
+    let labels: BTreeMap<String, String> =
+        serde_json::from_str(&pool.labels_json).map_err(|_| unusable(node, "pool labels"))?;
+    let taints: Vec<StoredTaint> =
+        serde_json::from_str(&pool.taints_json).map_err(|_| unusable(node, "pool taints"))?;
+    Ok(WorkerNode {
+        vm_id: u64::try_from(node.vm_id).map_err(|_| unusable(node, "VM id"))?,
+        addresses: load::addresses(node)?,
+        labels: labels
+            .iter()
+            .map(|(k, v)| NodeLabel::new(k, v))
+            .collect::<Result<_, _>>()
+            .map_err(|_| unusable(node, "pool labels"))?,
+        taints: taints
+            .iter()
+            .map(|t| Taint::new(&t.key, &t.value, &t.effect))
+            .collect::<Result<_, _>>()
+            .map_err(|_| unusable(node, "pool taints"))?,
+        pod_range: node
+            .pod_range
+            .and_then(|r| u32::try_from(r).ok())
+            .ok_or_else(|| unusable(node, "pod range"))?,
+    })
+}
+
+/// Loads what `node`'s bundle is made from.
+pub(super) async fn load(
+    state: &AppState,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+) -> Result<Loaded, IssuanceError> {
+    let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
+    // During a CA rotation trust files carry the CA trusted beside the signing one.
+    let rotation = db::rotations::get(&state.db.pool, cluster.id).await?;
+    let trusted = Trusted::of(&pki, rotation.as_ref());
+    let subject = match node.role {
+        Role::ControlPlane => {
+            let rows = db::nodes::list(&state.db.pool, cluster.id).await?;
+            Subject::ControlPlane {
+                this: load::control_plane_node(node)?,
+                peers: rows
+                    .iter()
+                    .filter(|p| p.role == Role::ControlPlane)
+                    .map(load::control_plane_node)
+                    .collect::<Result<Vec<_>, _>>()?,
+                serving: load::serving_certs(state, cluster.id, node).await?,
+            }
+        }
+        Role::Worker => Subject::Worker(worker(state, node).await?),
+    };
+    Ok(Loaded {
+        pki,
+        spec,
+        trusted,
+        subject,
+    })
+}
+
+impl Loaded {
+    pub(super) fn role(&self) -> Role {
+        match self.subject {
+            Subject::ControlPlane { .. } => Role::ControlPlane,
+            Subject::Worker(_) => Role::Worker,
+        }
+    }
+
+    pub(super) fn addresses(&self) -> &NodeAddresses {
+        match &self.subject {
+            Subject::ControlPlane { this, .. } => &this.addresses,
+            Subject::Worker(node) => &node.addresses,
+        }
+    }
+
+    /// The payload for `issuance`, carrying `minted`.
+    pub(super) fn render(
+        &self,
+        minted: &BundleCerts,
+        issuance: &Issuance,
+        artifacts: &render::ArtifactCatalog,
+    ) -> Result<BundlePayload, RenderError> {
+        match &self.subject {
+            Subject::ControlPlane {
+                this,
+                peers,
+                serving,
+            } => render::render_bundle(&RenderInput {
+                cluster: &self.spec,
+                node: this,
+                peers,
+                credentials: NodeCredentials {
+                    cluster_ca_pem: &self.trusted.cluster,
+                    etcd_ca_pem: &self.trusted.etcd,
+                    front_proxy_ca_pem: &self.trusted.front_proxy,
+                    service_account: &self.pki.service_account,
+                    serving,
+                    minted,
+                },
+                issuance,
+                artifacts,
+            }),
+            Subject::Worker(node) => render::render_worker_bundle(&WorkerInput {
+                cluster: &self.spec,
+                node,
+                cluster_ca_pem: &self.trusted.cluster,
+                minted: minted.node(),
+                issuance,
+                artifacts,
+            }),
+        }
+    }
+
+    /// The certificates the bundle carries, for the inventory.
+    pub(super) fn certificates<'a>(&'a self, minted: &'a BundleCerts) -> Vec<Issued<'a>> {
+        let serving = match &self.subject {
+            Subject::ControlPlane { serving, .. } => Some(serving),
+            Subject::Worker(_) => None,
+        };
+        certificates::bundle(serving, minted)
+    }
+}

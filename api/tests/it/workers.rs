@@ -1,0 +1,162 @@
+//! Workers served by the role in their node record, on SQLite and PostgreSQL: a worker of a
+//! pool (recorded directly here; the pool API builds on this) fetches its first bundle through
+//! the same bootstrap route with its own credentials and gets the worker bundle — its pool's
+//! labels and taints, its own pod range, the control-plane endpoint, no control-plane file —
+//! recorded in the inventory; later its updates are not held by the control-plane rollout.
+
+use std::collections::BTreeSet;
+
+use exk8s_api::db;
+use exk8s_api::tokens::Scope;
+use exk8s_common::contract::Role;
+use exk8s_common::node_auth::NodeKey;
+use serde_json::{Value, json};
+
+use crate::app::{
+    Backend, Node, TestApp, both_backends, credentials_for, imds_token, json_of, operator_token,
+    spawn_app,
+};
+use crate::bootstrap::report;
+use crate::sync::{fetch_update, register, update_payload};
+
+const WORKER_VM: i64 = 9001;
+
+/// Records pool `blue` and one worker VM of it in `cluster`.
+async fn record_worker(app: &TestApp, cluster: i64) -> Node {
+    let now = db::now();
+    let mut tx = app.state.db.begin().await.unwrap();
+    let pool = db::pools::insert(
+        &mut tx,
+        &db::pools::NewPool {
+            cluster_id: cluster,
+            name: "blue",
+            instance_type: "e2.medium",
+            image_id: 42,
+            subnet_id: 5,
+            labels_json: r#"{"node.kubernetes.io/pool":"blue"}"#,
+            taints_json: r#"[{"key":"dedicated","value":"blue","effect":"NoSchedule"}]"#,
+            desired_count: 1,
+        },
+        now,
+    )
+    .await
+    .unwrap();
+    let name = exk8s_api::founding::trust::node_name(cluster, "blue", WORKER_VM).unwrap();
+    db::nodes::insert(
+        &mut tx,
+        &db::nodes::NewNode {
+            cluster_id: cluster,
+            ordinal: 100,
+            vm_id: WORKER_VM,
+            node_name: name.as_str(),
+            private_ipv4: "10.0.1.31",
+            private_ipv6: None,
+            public_ipv4: None,
+            is_initial: false,
+            role: Role::Worker,
+            pod_range: 3,
+            pool_id: Some(pool),
+        },
+        now,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    Node {
+        vm: WORKER_VM,
+        cluster,
+        imds: imds_token(&app.state, WORKER_VM, 7, 600).await,
+        bootstrap: operator_token(&app.state, 7, Scope::Bootstrap, 3600).await,
+    }
+}
+
+async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut control_plane = Vec::new();
+    for node in credentials_for(&app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        control_plane.push((node, key));
+    }
+    let worker = record_worker(&app, cluster).await;
+    let key = NodeKey::generate().unwrap();
+    let bundle = register(&app, &worker, &key).await;
+    assert_eq!(bundle.identity.role, Role::Worker);
+    let paths: BTreeSet<&str> = bundle.files.iter().map(|f| f.path.as_str()).collect();
+    for forbidden in [
+        "/etc/exk8s/pki/etcd-ca.pem",
+        "/etc/exk8s/pki/service-account-key.pem",
+        "/etc/exk8s/kubeconfig/admin.kubeconfig",
+        "/etc/kubernetes/manifests/kube-apiserver.yaml",
+    ] {
+        assert!(!paths.contains(forbidden), "a worker got {forbidden}");
+    }
+    assert_eq!(paths.len(), 9, "{paths:?}");
+    let text = |path: &str| {
+        String::from_utf8(bundle.file(path).unwrap().content.as_bytes().to_vec()).unwrap()
+    };
+    let unit = text("/etc/systemd/system/kubelet.service");
+    assert!(
+        unit.contains("--node-labels=node.kubernetes.io/pool=blue"),
+        "{unit}"
+    );
+    assert!(
+        unit.contains(&format!(
+            "--hostname-override=blue-{WORKER_VM}.cluster-{cluster}.internal"
+        )),
+        "{unit}"
+    );
+    let config = text("/var/lib/kubelet/config.yaml");
+    assert!(config.contains("registerWithTaints"), "{config}");
+    let cni: Value = serde_json::from_str(&text("/etc/cni/net.d/10-exk8s.conflist")).unwrap();
+    assert_eq!(
+        cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+        "172.16.3.0/24"
+    );
+    let kubeconfig = text("/etc/exk8s/kubeconfig/kubelet.kubeconfig");
+    assert!(
+        kubeconfig.contains(":6443") && !kubeconfig.contains("127.0.0.1"),
+        "{kubeconfig}"
+    );
+
+    // The inventory records the worker's three certificates, no serving one of the control plane.
+    let inventory = json_of(
+        app.get(&format!("/clusters/{cluster}/certificates"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let names: BTreeSet<&str> = inventory["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["vm_id"] == WORKER_VM)
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["kubelet", "kubelet.kubeconfig", "kube-proxy.kubeconfig"])
+    );
+
+    // Updates: a control-plane node in flight holds the other control-plane nodes, not workers.
+    assert_eq!(report(&app, &worker, "complete", "succeeded").await, 204);
+    let rollout = app
+        .post(&format!("/clusters/{cluster}/rollout"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rollout.status(), 202);
+    let (first, first_key) = &control_plane[0];
+    assert_eq!(fetch_update(&app, first, first_key).await.status(), 200);
+    let (second, second_key) = &control_plane[1];
+    assert_eq!(fetch_update(&app, second, second_key).await.status(), 409);
+    let update = update_payload(&app, fetch_update(&app, &worker, &key).await).await;
+    assert_eq!(update.identity.role, Role::Worker);
+    assert_eq!(update.identity.generation, 2);
+}
+
+both_backends!(a_worker_gets_the_worker_bundle_by_its_record);
