@@ -129,6 +129,28 @@ pub async fn insert(
     Ok(row.try_get("id")?)
 }
 
+/// The lowest block of the cluster's pod CIDR no node of it holds (a released node's block is
+/// given out again). Taken for real by inserting the node: the unique index refuses a second
+/// taker, so callers allocate and insert in one transaction.
+pub async fn free_pod_range(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Result<i64, DbError> {
+    let rows = sqlx::query(
+        "SELECT pod_range FROM cluster_nodes WHERE cluster_id = $1 AND pod_range IS NOT NULL \
+         ORDER BY pod_range",
+    )
+    .bind(cluster_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut next = 0;
+    for row in &rows {
+        let taken: i64 = row.try_get("pod_range")?;
+        if taken > next {
+            break;
+        }
+        next = taken + 1;
+    }
+    Ok(next)
+}
+
 /// The stacked etcd facet.
 pub async fn insert_etcd_member(
     tx: &mut sqlx::AnyConnection,

@@ -42,6 +42,9 @@ async fn record_worker(app: &TestApp, cluster: i64) -> Node {
     .await
     .unwrap();
     let name = exk8s_api::founding::trust::node_name(cluster, "blue", WORKER_VM).unwrap();
+    // The founding nodes hold blocks 0–2.
+    let pod_range = db::nodes::free_pod_range(&mut tx, cluster).await.unwrap();
+    assert_eq!(pod_range, 3);
     db::nodes::insert(
         &mut tx,
         &db::nodes::NewNode {
@@ -54,7 +57,7 @@ async fn record_worker(app: &TestApp, cluster: i64) -> Node {
             public_ipv4: None,
             is_initial: false,
             role: Role::Worker,
-            pod_range: 3,
+            pod_range,
             pool_id: Some(pool),
         },
         now,
@@ -160,3 +163,22 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
 }
 
 both_backends!(a_worker_gets_the_worker_bundle_by_its_record);
+
+async fn a_released_pod_range_is_given_out_again(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let free = || async {
+        let mut tx = app.state.db.begin().await.unwrap();
+        db::nodes::free_pod_range(&mut tx, cluster).await.unwrap()
+    };
+    assert_eq!(free().await, 3);
+    sqlx::query("DELETE FROM cluster_nodes WHERE cluster_id = $1 AND pod_range = 1")
+        .bind(cluster)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(free().await, 1, "the lowest free block first");
+}
+
+both_backends!(a_released_pod_range_is_given_out_again);
