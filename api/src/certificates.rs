@@ -123,22 +123,23 @@ pub async fn record(
     certs: &[Issued<'_>],
     now: i64,
 ) -> Result<(), CertificatesError> {
-    for cert in certs {
-        let facts = crate::pki::facts(cert.pem)?;
-        db::certificates::insert(
-            &mut *tx,
-            &db::certificates::NewCert {
-                cluster_id,
-                node_id: node.map(|(id, _)| id),
-                generation: node.map_or(0, |(_, generation)| generation),
-                name: cert.name,
-                kind: cert.kind,
-                facts: &facts,
-            },
-            now,
-        )
-        .await?;
-    }
+    let facts = certs
+        .iter()
+        .map(|cert| crate::pki::facts(cert.pem))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows: Vec<db::certificates::NewCert<'_>> = certs
+        .iter()
+        .zip(&facts)
+        .map(|(cert, facts)| db::certificates::NewCert {
+            cluster_id,
+            node_id: node.map(|(id, _)| id),
+            generation: node.map_or(0, |(_, generation)| generation),
+            name: cert.name,
+            kind: cert.kind,
+            facts,
+        })
+        .collect();
+    db::certificates::insert(&mut *tx, &rows, now).await?;
     Ok(())
 }
 

@@ -67,13 +67,14 @@ pub struct NewCert<'a> {
     pub facts: &'a crate::pki::CertFacts,
 }
 
-/// Records `cert`; a cluster-level certificate replaces the previous one of its name.
+/// Records `certs` in one statement; a cluster-level certificate replaces the previous one of
+/// its name.
 pub async fn insert(
     tx: &mut sqlx::AnyConnection,
-    cert: &NewCert<'_>,
+    certs: &[NewCert<'_>],
     now: i64,
 ) -> Result<(), DbError> {
-    if cert.node_id.is_none() {
+    for cert in certs.iter().filter(|c| c.node_id.is_none()) {
         sqlx::query(
             "DELETE FROM issued_certificates \
              WHERE cluster_id = $1 AND node_id IS NULL AND name = $2",
@@ -83,24 +84,38 @@ pub async fn insert(
         .execute(&mut *tx)
         .await?;
     }
-    sqlx::query(
+    if certs.is_empty() {
+        return Ok(());
+    }
+    const COLUMNS: usize = 11;
+    let rows: Vec<String> = (0..certs.len())
+        .map(|i| {
+            let first = i * COLUMNS + 1;
+            let marks: Vec<String> = (first..first + COLUMNS).map(|n| format!("${n}")).collect();
+            format!("({})", marks.join(", "))
+        })
+        .collect();
+    let sql = format!(
         "INSERT INTO issued_certificates (cluster_id, node_id, generation, name, kind, subject, \
-         issuer, serial, not_before, not_after, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(cert.cluster_id)
-    .bind(cert.node_id)
-    .bind(cert.generation)
-    .bind(cert.name)
-    .bind(cert.kind.as_str())
-    .bind(&cert.facts.subject)
-    .bind(&cert.facts.issuer)
-    .bind(&cert.facts.serial)
-    .bind(cert.facts.not_before)
-    .bind(cert.facts.not_after)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
+         issuer, serial, not_before, not_after, created_at) VALUES {}",
+        rows.join(", ")
+    );
+    let mut query = sqlx::query(&sql);
+    for cert in certs {
+        query = query
+            .bind(cert.cluster_id)
+            .bind(cert.node_id)
+            .bind(cert.generation)
+            .bind(cert.name)
+            .bind(cert.kind.as_str())
+            .bind(&cert.facts.subject)
+            .bind(&cert.facts.issuer)
+            .bind(&cert.facts.serial)
+            .bind(cert.facts.not_before)
+            .bind(cert.facts.not_after)
+            .bind(now);
+    }
+    query.execute(&mut *tx).await?;
     Ok(())
 }
 
