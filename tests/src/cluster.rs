@@ -120,3 +120,75 @@ pub fn agent_ok(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command:
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The apiserver's etcd client identity (certificate, key): what reads and writes data.
+pub const ETCD_CLIENT: (&str, &str) = (
+    "/etc/exk8s/pki/apiserver-etcd-client.pem",
+    "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
+);
+
+/// Three control-plane nodes on a dev stack of their own (data and `api.log` under `dir`,
+/// addresses from `sim_cidr`), each booted by `exk8s-agent run` into `dir/vm-<id>`.
+pub struct Booted {
+    pub stack: Stack,
+    pub founded: Founded,
+    pub roots: Vec<PathBuf>,
+    /// The three members' etcd client URLs.
+    pub endpoints: String,
+}
+
+pub fn boot_three(dir: &Path, sim_cidr: &str) -> Booted {
+    // Three agents from one address, seconds apart: more than a real node sends.
+    let stack = crate::dev::start_dev(
+        &dir.join("dev"),
+        sim_cidr,
+        &dir.join("api.log"),
+        &[
+            "--bootstrap-rate-per-vm",
+            "600",
+            "--bootstrap-rate-per-source",
+            "6000",
+        ],
+    );
+    let founded = found(
+        &stack,
+        dir,
+        &serde_json::json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
+    );
+    let roots = founded
+        .vms
+        .iter()
+        .map(|vm| {
+            let root = dir.join(format!("vm-{vm}"));
+            agent_ok(&stack, &founded, &root, *vm, "run");
+            root
+        })
+        .collect();
+    let endpoints = founded
+        .vms
+        .iter()
+        .map(|vm| format!("https://{}:2379", founded.ip_of[vm]))
+        .collect::<Vec<_>>()
+        .join(",");
+    Booted {
+        stack,
+        founded,
+        roots,
+        endpoints,
+    }
+}
+
+/// A copy of `root`'s etcd CA and healthcheck identity under `dir`: a client that keeps the
+/// identity the node has now, whatever the node gets later.
+pub fn keep_etcd_identity(root: &Path, dir: &Path) -> PathBuf {
+    let pki = "etc/exk8s/pki";
+    std::fs::create_dir_all(dir.join(pki)).unwrap();
+    for name in [
+        "etcd-ca.pem",
+        "etcd-healthcheck-client.pem",
+        "etcd-healthcheck-client-key.pem",
+    ] {
+        std::fs::copy(root.join(pki).join(name), dir.join(pki).join(name)).unwrap();
+    }
+    dir.to_owned()
+}

@@ -11,13 +11,14 @@
     reason = "a test: failures should stop it loudly"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use exk8s_tests::cluster::{agent_ok, found, operator};
-use exk8s_tests::dev::start_dev;
+use exk8s_tests::cluster::{
+    Booted, ETCD_CLIENT, agent_ok, boot_three, keep_etcd_identity, operator,
+};
 use exk8s_tests::etcd::{EtcdCluster, etcdctl, wait_all_healthy};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const PKI: &str = "etc/exk8s/pki";
 
@@ -28,43 +29,15 @@ fn file(root: &Path, name: &str) -> Vec<u8> {
 #[test]
 fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_dev(
-        &dir.path().join("dev"),
-        "127.0.15.0/24",
-        &dir.path().join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-        ],
-    );
-    let founded = found(
-        &stack,
-        dir.path(),
-        &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
-    );
-    let roots: Vec<PathBuf> = founded
-        .vms
-        .iter()
-        .map(|vm| {
-            let root = dir.path().join(format!("vm-{vm}"));
-            agent_ok(&stack, &founded, &root, *vm, "run");
-            root
-        })
-        .collect();
-    let endpoints: String = founded
-        .vms
-        .iter()
-        .map(|vm| format!("https://{}:2379", founded.ip_of[vm]))
-        .collect::<Vec<_>>()
-        .join(",");
+    let Booted {
+        stack,
+        founded,
+        roots,
+        endpoints,
+    } = boot_three(dir.path(), "127.0.15.0/24");
     let mut etcd = EtcdCluster::start(&roots);
     wait_all_healthy(&roots[0], &endpoints, 3, "before renewal");
-    let (client_cert, client_key) = (
-        "/etc/exk8s/pki/apiserver-etcd-client.pem",
-        "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
-    );
+    let (client_cert, client_key) = ETCD_CLIENT;
     let (ok, out) = etcdctl(
         &roots[0],
         &endpoints,
@@ -75,15 +48,7 @@ fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
     assert!(ok, "{out}");
 
     // A client that keeps the OLD healthcheck identity (and the etcd CA, which does not change).
-    let old = dir.path().join("old-client");
-    std::fs::create_dir_all(old.join(PKI)).unwrap();
-    for name in [
-        "etcd-ca.pem",
-        "etcd-healthcheck-client.pem",
-        "etcd-healthcheck-client-key.pem",
-    ] {
-        std::fs::write(old.join(PKI).join(name), file(&roots[0], name)).unwrap();
-    }
+    let old = keep_etcd_identity(&roots[0], &dir.path().join("old-client"));
 
     let started: Value = operator(
         &stack,

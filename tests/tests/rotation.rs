@@ -12,10 +12,11 @@
     reason = "a test: failures should stop it loudly"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use exk8s_tests::cluster::{agent_ok, found, operator, view};
-use exk8s_tests::dev::start_dev;
+use exk8s_tests::cluster::{
+    Booted, ETCD_CLIENT, agent_ok, boot_three, keep_etcd_identity, operator, view,
+};
 use exk8s_tests::etcd::{EtcdCluster, etcdctl, wait_all_healthy};
 use serde_json::json;
 
@@ -32,43 +33,15 @@ fn etcd_files(root: &Path) -> Vec<Vec<u8>> {
 #[test]
 fn the_etcd_ca_rotates_without_a_member_ever_unhealthy() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_dev(
-        &dir.path().join("dev"),
-        "127.0.16.0/24",
-        &dir.path().join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-        ],
-    );
-    let founded = found(
-        &stack,
-        dir.path(),
-        &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
-    );
-    let roots: Vec<PathBuf> = founded
-        .vms
-        .iter()
-        .map(|vm| {
-            let root = dir.path().join(format!("vm-{vm}"));
-            agent_ok(&stack, &founded, &root, *vm, "run");
-            root
-        })
-        .collect();
-    let endpoints: String = founded
-        .vms
-        .iter()
-        .map(|vm| format!("https://{}:2379", founded.ip_of[vm]))
-        .collect::<Vec<_>>()
-        .join(",");
+    let Booted {
+        stack,
+        founded,
+        roots,
+        endpoints,
+    } = boot_three(dir.path(), "127.0.16.0/24");
     let mut etcd = EtcdCluster::start(&roots);
     wait_all_healthy(&roots[0], &endpoints, 3, "before the rotation");
-    let (client_cert, client_key) = (
-        "/etc/exk8s/pki/apiserver-etcd-client.pem",
-        "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
-    );
+    let (client_cert, client_key) = ETCD_CLIENT;
     let (ok, out) = etcdctl(
         &roots[0],
         &endpoints,
@@ -79,15 +52,7 @@ fn the_etcd_ca_rotates_without_a_member_ever_unhealthy() {
     assert!(ok, "{out}");
 
     // A client that keeps an identity signed by the OLD etcd CA.
-    let old = dir.path().join("old-client");
-    std::fs::create_dir_all(old.join(PKI)).unwrap();
-    for name in [
-        "etcd-ca.pem",
-        "etcd-healthcheck-client.pem",
-        "etcd-healthcheck-client-key.pem",
-    ] {
-        std::fs::copy(roots[0].join(PKI).join(name), old.join(PKI).join(name)).unwrap();
-    }
+    let old = keep_etcd_identity(&roots[0], &dir.path().join("old-client"));
 
     let started: serde_json::Value = operator(
         &stack,

@@ -320,16 +320,31 @@ async fn orgs_are_isolated_and_tokens_are_checked(backend: Backend) {
         app.http
             .request(method, format!("{}{path}", app.url))
             .bearer_auth(&other_org)
+            .json(&json!({"ca": "cluster"}))
             .send()
     };
     for (method, path) in [
         (reqwest::Method::GET, format!("/clusters/{id}")),
         (reqwest::Method::GET, format!("/clusters/{id}/kubeconfig")),
+        (reqwest::Method::GET, format!("/clusters/{id}/certificates")),
+        (reqwest::Method::POST, format!("/clusters/{id}/rollout")),
+        (
+            reqwest::Method::POST,
+            format!("/clusters/{id}/certificates/renew"),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/clusters/{id}/certificates/rotate-ca"),
+        ),
         (reqwest::Method::DELETE, format!("/clusters/{id}")),
     ] {
         let response = as_other(method.clone(), path.clone()).await.unwrap();
         assert_eq!(response.status(), 404, "{method} {path}");
     }
+    // Nothing moved for the cluster's own org.
+    let view = json_of(app.get(&format!("/clusters/{id}")).send().await.unwrap()).await;
+    assert!(view["ca_rotation"].is_null(), "{view}");
+    assert_eq!(view["nodes"][0]["desired_generation"], 1, "{view}");
     let listed = json_of(
         as_other(reqwest::Method::GET, "/clusters".into())
             .await
