@@ -35,6 +35,8 @@ pub struct ApiConfig {
     /// A `provisioning` cluster untouched this long is abandoned (reconciler).
     pub provisioning_deadline: Duration,
     pub reconcile_interval: Duration,
+    /// How long a worker being removed may take to drain before its VM is deleted anyway.
+    pub node_drain_timeout: Duration,
     /// How long `/healthz` answers 418 before the server stops accepting.
     pub drain: Duration,
     /// Bundle lifetime.
@@ -66,6 +68,7 @@ impl Default for ApiConfig {
             address_timeout: Duration::from_secs(120),
             provisioning_deadline: Duration::from_secs(600),
             reconcile_interval: Duration::from_secs(60),
+            node_drain_timeout: Duration::from_secs(600),
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
             bootstrap_deadline: Duration::from_secs(10),

@@ -127,6 +127,10 @@ mod tests {
             node_key: None,
             pod_range: Some(id - 1),
             pool_id: None,
+            removal: None,
+            removal_since: None,
+            drain_by: None,
+            drain_generation: None,
         }
     }
 

@@ -90,6 +90,9 @@ pub(super) struct ServeArgs {
     /// Seconds between reconciler passes.
     #[arg(long, env = "EXK8S_RECONCILE_INTERVAL_SECS", default_value_t = 60)]
     reconcile_interval_secs: u64,
+    /// Seconds a worker being removed may take to drain before its VM is deleted anyway.
+    #[arg(long, env = "EXK8S_NODE_DRAIN_TIMEOUT_SECS", default_value_t = 600)]
+    node_drain_timeout_secs: u64,
     /// Renew a leaf certificate when less than this share of its validity remains.
     #[arg(long, env = "EXK8S_RENEW_WHEN_REMAINING", default_value = "1/3", value_parser = crate::renewal::RenewAt::parse)]
     renew_when_remaining: crate::renewal::RenewAt,
@@ -148,6 +151,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         provisioning_deadline: Duration::from_secs(args.provisioning_deadline_secs),
         reconcile_interval: Duration::from_secs(args.reconcile_interval_secs.max(1)),
         renew_at: args.renew_when_remaining,
+        node_drain_timeout: Duration::from_secs(args.node_drain_timeout_secs),
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
         bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),

@@ -88,6 +88,8 @@ pub struct NewCluster<'a> {
     pub pod_cidr: &'a str,
     pub cluster_domain: &'a str,
     pub dns_zone: &'a str,
+    /// The machines founding makes, ordinals 1 to this; later machines take the next ones.
+    pub machines: i64,
 }
 
 /// Inserts a `provisioning` cluster and names it from its id: `exk8s-<org>-<id hex>`, with the
@@ -115,13 +117,31 @@ pub async fn insert_provisioning(
     let id: i64 = row.try_get("id")?;
     let name = format!("exk8s-{}-{:x}", new.org_id, id);
     let dns_name = format!("{name}.{}", new.dns_zone);
-    sqlx::query("UPDATE clusters SET name = $1, control_plane_dns_name = $2 WHERE id = $3")
-        .bind(&name)
-        .bind(&dns_name)
-        .bind(id)
+    sqlx::query(
+        "UPDATE clusters SET name = $1, control_plane_dns_name = $2, last_ordinal = $3 WHERE id = $4",
+    )
+    .bind(&name)
+    .bind(&dns_name)
+    .bind(new.machines)
+    .bind(id)
         .execute(&mut *tx)
         .await?;
     Ok((id, name, dns_name))
+}
+
+/// Takes the cluster's next machine ordinal (committed by the caller; never handed out twice,
+/// even to concurrent callers: the row is locked by the update).
+pub async fn next_ordinal<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<i64, DbError> {
+    let row = sqlx::query(
+        "UPDATE clusters SET last_ordinal = last_ordinal + 1 WHERE id = $1 RETURNING last_ordinal",
+    )
+    .bind(cluster_id)
+    .fetch_one(db)
+    .await?;
+    Ok(row.try_get("last_ordinal")?)
 }
 
 /// The cluster's trust material: certificates in clear, keys sealed.

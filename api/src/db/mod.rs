@@ -14,6 +14,7 @@ pub mod tokens;
 pub mod phase;
 pub mod pools;
 mod probe;
+pub mod removals;
 pub mod renewal;
 pub mod rotations;
 mod tx;

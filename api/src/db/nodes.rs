@@ -10,7 +10,7 @@ use exk8s_common::contract::Role;
 use sqlx::{Any, Executor, Row};
 
 use super::DbError;
-use super::phase::{NodePhase, decode};
+use super::phase::{NodePhase, Removal, decode};
 
 #[derive(Debug, Clone)]
 pub struct NodeRow {
@@ -36,6 +36,13 @@ pub struct NodeRow {
     pub pod_range: Option<i64>,
     /// A worker's pool.
     pub pool_id: Option<i64>,
+    /// Set while the node is being removed.
+    pub removal: Option<Removal>,
+    pub removal_since: Option<i64>,
+    /// The control-plane node whose agent drains this one, and the generation of it that
+    /// carries the drain.
+    pub drain_by: Option<i64>,
+    pub drain_generation: Option<i64>,
 }
 
 impl NodeRow {
@@ -49,11 +56,12 @@ impl NodeRow {
     }
 }
 
-const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
+pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
-    handed_generation, applied_generation, node_key, pod_range, pool_id";
+    handed_generation, applied_generation, node_key, pod_range, pool_id, removal, removal_since, \
+    drain_by, drain_generation";
 
-fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
+pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
         id: r.try_get("id")?,
         cluster_id: r.try_get("cluster_id")?,
@@ -81,6 +89,17 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         node_key: r.try_get("node_key")?,
         pod_range: r.try_get("pod_range")?,
         pool_id: r.try_get("pool_id")?,
+        removal: r
+            .try_get::<Option<String>, _>("removal")?
+            .map(|text| text.parse::<Removal>())
+            .transpose()
+            .map_err(|e| sqlx::Error::ColumnDecode {
+                index: "removal".into(),
+                source: Box::new(e),
+            })?,
+        removal_since: r.try_get("removal_since")?,
+        drain_by: r.try_get("drain_by")?,
+        drain_generation: r.try_get("drain_generation")?,
     })
 }
 

@@ -123,6 +123,43 @@ impl fmt::Display for NodePhase {
     }
 }
 
+/// Where a node being removed stands: its workloads are being evicted (`draining`), or they
+/// are gone — or the drain's deadline passed — and its VM may be deleted (`drained`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Removal {
+    Draining,
+    Drained,
+}
+
+impl Removal {
+    pub const ALL: [Self; 2] = [Self::Draining, Self::Drained];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Draining => "draining",
+            Self::Drained => "drained",
+        }
+    }
+}
+
+impl fmt::Display for Removal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Removal {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
+    }
+}
+
 /// Decodes a text column through `FromStr`, naming the column when the value is outside its set.
 pub(crate) fn decode<T>(row: &sqlx::any::AnyRow, column: &str) -> Result<T, sqlx::Error>
 where

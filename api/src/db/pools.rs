@@ -1,5 +1,7 @@
 //! `node_pools`: groups of worker VMs alike — placement, and the labels and taints their
-//! kubelets register with (stored as JSON, checked again when read).
+//! kubelets register with (stored as JSON, checked again when read) — their desired count,
+//! whether they are being deleted, and the lease that lets one API process at a time
+//! converge a pool.
 
 use sqlx::{Any, Executor, Row};
 
@@ -19,6 +21,12 @@ pub struct PoolRow {
     /// `[{"key", "value", "effect"}, …]`.
     pub taints_json: String,
     pub desired_count: i64,
+    /// `DELETE` was asked: the pool goes to zero nodes, then its row goes.
+    pub deleting: bool,
+    /// Why the last convergence failed (cleared by one that succeeds).
+    pub last_error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
 }
 
 /// A pool to make.
@@ -58,19 +66,11 @@ pub async fn insert(
     Ok(row.try_get("id")?)
 }
 
-pub async fn get<'c>(
-    db: impl Executor<'c, Database = Any>,
-    id: i64,
-) -> Result<Option<PoolRow>, DbError> {
-    let row = sqlx::query(
-        "SELECT id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
-         taints_json, desired_count FROM node_pools WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
-    let Some(r) = row else { return Ok(None) };
-    Ok(Some(PoolRow {
+const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
+    taints_json, desired_count, deleting, last_error, created_at, updated_at";
+
+fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
+    Ok(PoolRow {
         id: r.try_get("id")?,
         cluster_id: r.try_get("cluster_id")?,
         name: r.try_get("name")?,
@@ -80,5 +80,178 @@ pub async fn get<'c>(
         labels_json: r.try_get("labels_json")?,
         taints_json: r.try_get("taints_json")?,
         desired_count: r.try_get("desired_count")?,
-    }))
+        deleting: r.try_get::<i64, _>("deleting")? != 0,
+        last_error: r.try_get("last_error")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+pub async fn get<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+) -> Result<Option<PoolRow>, DbError> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM node_pools WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// The cluster's pools, oldest first.
+pub async fn list<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Vec<PoolRow>, DbError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM node_pools WHERE cluster_id = $1 ORDER BY id"
+    ))
+    .bind(cluster_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// What `PATCH` changes; `None` keeps the stored value.
+#[derive(Debug, Clone, Default)]
+pub struct PoolChange<'a> {
+    pub desired_count: Option<i64>,
+    pub labels_json: Option<&'a str>,
+    pub taints_json: Option<&'a str>,
+}
+
+/// Applies `change` to a pool that is not being deleted; false when there is no such pool.
+pub async fn update<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    change: &PoolChange<'_>,
+    now: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE node_pools SET desired_count = COALESCE($1, desired_count), \
+         labels_json = COALESCE($2, labels_json), taints_json = COALESCE($3, taints_json), \
+         updated_at = $4 WHERE id = $5 AND deleting = 0",
+    )
+    .bind(change.desired_count)
+    .bind(change.labels_json)
+    .bind(change.taints_json)
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Marks the pool deleted: its nodes go, then its row.
+pub async fn set_deleting<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE node_pools SET deleting = 1, desired_count = 0, updated_at = $1 WHERE id = $2",
+    )
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn delete<'c>(db: impl Executor<'c, Database = Any>, id: i64) -> Result<(), DbError> {
+    sqlx::query("DELETE FROM node_pools WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Takes the pool's lease until `until` when nobody holds it (or the holder's expired); false
+/// when another process converges the pool.
+pub async fn claim_lease<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    now: i64,
+    until: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE node_pools SET lease_until = $1 WHERE id = $2 \
+         AND (lease_until IS NULL OR lease_until < $3)",
+    )
+    .bind(until)
+    .bind(id)
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Extends a lease this caller holds.
+pub async fn renew_lease<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    until: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE node_pools SET lease_until = $1 WHERE id = $2")
+        .bind(until)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Gives the lease back, recording how the convergence ended (`None`: it succeeded).
+pub async fn release_lease<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    error: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE node_pools SET lease_until = NULL, last_error = $1 WHERE id = $2")
+        .bind(error)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// What makes a pool need work: being deleted, a node count other than the desired one, a
+/// node on its way out, or a journaled VM without a node (a crashed creation).
+const NEEDS_WORK: &str = "(p.deleting = 1 \
+     OR p.desired_count <> (SELECT COUNT(*) FROM cluster_nodes n \
+                            WHERE n.pool_id = p.id AND n.removal IS NULL) \
+     OR EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.pool_id = p.id AND n.removal IS NOT NULL) \
+     OR (SELECT COUNT(*) FROM cluster_resources r \
+         WHERE r.pool_id = p.id AND r.kind = 'vm' AND r.state <> 'deleted') \
+        <> (SELECT COUNT(*) FROM cluster_nodes n WHERE n.pool_id = p.id))";
+
+/// Pools that need work and that nobody converges.
+pub async fn needing_work<'c>(
+    db: impl Executor<'c, Database = Any>,
+    now: i64,
+) -> Result<Vec<i64>, DbError> {
+    let rows = sqlx::query(&format!(
+        "SELECT p.id FROM node_pools p WHERE (p.lease_until IS NULL OR p.lease_until < $1) \
+         AND {NEEDS_WORK} ORDER BY p.id"
+    ))
+    .bind(now)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Whether the pool needs work.
+pub async fn needs_work<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+) -> Result<bool, DbError> {
+    let row = sqlx::query(&format!(
+        "SELECT p.id FROM node_pools p WHERE p.id = $1 AND {NEEDS_WORK}"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.is_some())
 }

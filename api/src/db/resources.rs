@@ -42,26 +42,36 @@ pub struct Resource {
     pub client_token: String,
     pub external_id: Option<String>,
     pub ordinal: Option<i64>,
+    /// The pool a worker VM was made for.
+    pub pool_id: Option<i64>,
     /// `creating`, `created` or `deleted`.
     pub state: String,
 }
 
+/// What is about to be created.
+#[derive(Debug, Clone, Copy)]
+pub struct Intent<'a> {
+    pub cluster_id: i64,
+    pub kind: Kind,
+    pub client_token: &'a str,
+    pub ordinal: Option<i64>,
+    pub pool_id: Option<i64>,
+}
+
 pub async fn journal_intent<'c>(
     db: impl Executor<'c, Database = Any>,
-    cluster_id: i64,
-    kind: Kind,
-    client_token: &str,
-    ordinal: Option<i64>,
+    intent: &Intent<'_>,
     now: i64,
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
-        "INSERT INTO cluster_resources (cluster_id, kind, client_token, ordinal, state, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, 'creating', $5, $5) RETURNING id",
+        "INSERT INTO cluster_resources (cluster_id, kind, client_token, ordinal, pool_id, state, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, 'creating', $6, $6) RETURNING id",
     )
-    .bind(cluster_id)
-    .bind(kind.as_str())
-    .bind(client_token)
-    .bind(ordinal)
+    .bind(intent.cluster_id)
+    .bind(intent.kind.as_str())
+    .bind(intent.client_token)
+    .bind(intent.ordinal)
+    .bind(intent.pool_id)
     .bind(now)
     .fetch_one(db)
     .await?;
@@ -87,33 +97,62 @@ pub async fn set_state<'c>(
     Ok(())
 }
 
+const COLUMNS: &str = "id, cluster_id, kind, client_token, external_id, ordinal, pool_id, state";
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<Resource, sqlx::Error> {
+    let kind: String = row.try_get("kind")?;
+    Ok(Resource {
+        id: row.try_get("id")?,
+        cluster_id: row.try_get("cluster_id")?,
+        kind: Kind::parse(&kind)
+            .ok_or_else(|| sqlx::Error::Decode(format!("kind {kind}").into()))?,
+        client_token: row.try_get("client_token")?,
+        external_id: row.try_get("external_id")?,
+        ordinal: row.try_get("ordinal")?,
+        pool_id: row.try_get("pool_id")?,
+        state: row.try_get("state")?,
+    })
+}
+
 pub async fn list_for_cluster<'c>(
     db: impl Executor<'c, Database = Any>,
     cluster_id: i64,
 ) -> Result<Vec<Resource>, DbError> {
-    let rows = sqlx::query(
-        "SELECT id, cluster_id, kind, client_token, external_id, ordinal, state \
-         FROM cluster_resources WHERE cluster_id = $1 ORDER BY id",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM cluster_resources WHERE cluster_id = $1 ORDER BY id"
+    ))
     .bind(cluster_id)
     .fetch_all(db)
     .await?;
-    rows.iter()
-        .map(|row| {
-            let kind: String = row.try_get("kind")?;
-            Ok(Resource {
-                id: row.try_get("id")?,
-                cluster_id: row.try_get("cluster_id")?,
-                kind: Kind::parse(&kind)
-                    .ok_or_else(|| sqlx::Error::Decode(format!("kind {kind}").into()))?,
-                client_token: row.try_get("client_token")?,
-                external_id: row.try_get("external_id")?,
-                ordinal: row.try_get("ordinal")?,
-                state: row.try_get("state")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(DbError::from)
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+pub async fn find_by_token<'c>(
+    db: impl Executor<'c, Database = Any>,
+    client_token: &str,
+) -> Result<Option<Resource>, DbError> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM cluster_resources WHERE client_token = $1"
+    ))
+    .bind(client_token)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// The pool's VMs that may exist (journaled `creating` or `created`), oldest first.
+pub async fn live_for_pool<'c>(
+    db: impl Executor<'c, Database = Any>,
+    pool_id: i64,
+) -> Result<Vec<Resource>, DbError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM cluster_resources \
+         WHERE pool_id = $1 AND kind = 'vm' AND state <> 'deleted' ORDER BY id"
+    ))
+    .bind(pool_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
 }
 
 pub async fn delete_for_cluster<'c>(

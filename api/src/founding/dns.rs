@@ -16,10 +16,13 @@ pub(super) async fn configure(state: &AppState, founded: &mut Founded) {
     let recorded = async {
         let journal_id = db::resources::journal_intent(
             &state.db.pool,
-            founded.id,
-            Kind::DnsRecord,
-            &token,
-            None,
+            &db::resources::Intent {
+                cluster_id: founded.id,
+                kind: Kind::DnsRecord,
+                client_token: &token,
+                ordinal: None,
+                pool_id: None,
+            },
             db::now(),
         )
         .await?;

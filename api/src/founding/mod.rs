@@ -17,15 +17,14 @@ pub mod request;
 pub mod trust;
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crate::app::AppState;
 use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Subnet, Vm};
 use crate::db::{
     self, DbError, clusters::NewCluster, nodes::NewNode, phase::ClusterPhase, resources::Kind,
 };
+use crate::machines::{self, MachineError, NewMachine};
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
 use crate::pki::{
     ClientIdentity, ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, SecretPem,
@@ -89,6 +88,16 @@ impl FoundingError {
 struct Failure {
     reason: &'static str,
     error: FoundingError,
+}
+
+impl From<MachineError> for Failure {
+    fn from(e: MachineError) -> Self {
+        match e {
+            MachineError::Compute { step, source } => Self::compute(step, source),
+            MachineError::Upstream { step, message } => Self::upstream(step, message),
+            MachineError::Db(e) => Self::db(e),
+        }
+    }
 }
 
 impl Failure {
@@ -169,6 +178,7 @@ pub async fn found(
         pod_cidr: &config.pod_cidr,
         cluster_domain: &config.cluster_domain,
         dns_zone: &config.dns_zone,
+        machines: spec.control_plane_count,
     };
     let (id, name, dns_name) = db::clusters::insert_provisioning(&mut tx, &new, now).await?;
     let trust = trust::seal(&state.keks, id, &pki, &encryption).map_err(FoundingError::internal)?;
@@ -270,9 +280,15 @@ async fn journal(
     cluster_id: i64,
     kind: Kind,
     token: &str,
-    ordinal: Option<i64>,
 ) -> Result<i64, Failure> {
-    db::resources::journal_intent(&state.db.pool, cluster_id, kind, token, ordinal, db::now())
+    let intent = db::resources::Intent {
+        cluster_id,
+        kind,
+        client_token: token,
+        ordinal: None,
+        pool_id: None,
+    };
+    db::resources::journal_intent(&state.db.pool, &intent, db::now())
         .await
         .map_err(Failure::db)
 }
@@ -302,7 +318,7 @@ async fn provision(
     let mut groups = spec.security_group_ids.clone();
     if groups.is_empty() {
         let token = format!("cluster-{cluster_id}-sg");
-        let journal_id = journal(state, cluster_id, Kind::SecurityGroup, &token, None).await?;
+        let journal_id = journal(state, cluster_id, Kind::SecurityGroup, &token).await?;
         let group = compute
             .create_security_group(&CreateSecurityGroup {
                 name: format!("{name}-control-plane"),
@@ -347,15 +363,16 @@ async fn provision(
     .map_err(|e| Failure::internal("userdata", e))?;
     let mut vms: Vec<Vm> = Vec::new();
     for ordinal in 1..=spec.control_plane_count {
-        let token = format!("cluster-{cluster_id}-vm-{ordinal}");
-        let journal_id = journal(state, cluster_id, Kind::Vm, &token, Some(ordinal)).await?;
         let tags = BTreeMap::from([
             ("exk8s.io/role".to_owned(), "control-plane".to_owned()),
             ("exk8s.io/cluster".to_owned(), cluster_id.to_string()),
             ("exk8s.io/ordinal".to_owned(), ordinal.to_string()),
         ]);
-        let vm = compute
-            .create_vm(&CreateVm {
+        let machine = NewMachine {
+            cluster_id,
+            ordinal,
+            pool_id: None,
+            vm: CreateVm {
                 name: format!("{name}-cp-{ordinal}"),
                 image_id: spec.control_plane_image_id,
                 instance_type: spec.control_plane_instance_type.clone(),
@@ -367,20 +384,11 @@ async fn provision(
                 root_volume_size_gib: spec.root_volume_size_gib,
                 userdata: userdata.clone(),
                 tags,
-                client_token: token,
-            })
-            .await
-            .map_err(|e| Failure::compute("VM creation", e))?;
+                client_token: String::new(),
+            },
+        };
+        let vm = machines::create(state, machine).await?;
         created.vms.push(vm.id);
-        db::resources::set_state(
-            &state.db.pool,
-            journal_id,
-            "created",
-            Some(&vm.id.to_string()),
-            db::now(),
-        )
-        .await
-        .map_err(Failure::db)?;
         db::clusters::set_phase(
             &state.db.pool,
             cluster_id,
@@ -394,35 +402,11 @@ async fn provision(
 
     let mut nodes = Vec::with_capacity(vms.len());
     for (index, vm) in vms.iter().enumerate() {
-        let vm = wait_for_address(state, vm.id).await?;
-        let ordinal = index as i64 + 1;
-        let parse =
-            |what: &'static str, text: &Option<String>| -> Result<Option<String>, Failure> {
-                match text {
-                    None => Ok(None),
-                    Some(t) if t.parse::<std::net::IpAddr>().is_ok() => Ok(Some(t.clone())),
-                    Some(_) => Err(Failure::upstream(
-                        "address lookup",
-                        format!("the compute API gave VM {} an invalid {what}", vm.id),
-                    )),
-                }
-            };
-        let v4 = parse("IPv4 address", &vm.private_ipv4)?.unwrap_or_default();
-        let addresses = NodeAddresses {
-            name: trust::node_name(cluster_id, trust::CONTROL_PLANE_GROUP, vm.id)
-                .map_err(|e| Failure::internal("node name", e))?,
-            private_ipv4: v4.parse::<Ipv4Addr>().map_err(|_| {
-                Failure::upstream(
-                    "address lookup",
-                    format!("VM {} has no IPv4 address", vm.id),
-                )
-            })?,
-            private_ipv6: parse("IPv6 address", &vm.private_ipv6)?
-                .and_then(|a| a.parse::<Ipv6Addr>().ok()),
-            public_ipv4: parse("public IPv4 address", &vm.public_ipv4)?
-                .and_then(|a| a.parse::<Ipv4Addr>().ok()),
-        };
-        nodes.push((vm, ordinal, addresses));
+        let vm = machines::wait_for_address(state, vm.id).await?;
+        let name = trust::node_name(cluster_id, trust::CONTROL_PLANE_GROUP, vm.id)
+            .map_err(|e| Failure::internal("node name", e))?;
+        let addresses = machines::addresses(&vm, name)?;
+        nodes.push((vm, index as i64 + 1, addresses));
     }
 
     // Serving certificates per node, made now and stored, so bundles are pure rendering.
@@ -545,30 +529,4 @@ async fn provision(
         dns_error: None,
         node_ips,
     })
-}
-
-/// Polls a VM until it reports a private IPv4 address, up to the configured deadline.
-async fn wait_for_address(state: &AppState, vm_id: i64) -> Result<Vm, Failure> {
-    let deadline = Instant::now() + state.config.address_timeout;
-    loop {
-        let vm = state
-            .compute
-            .get_vm(vm_id)
-            .await
-            .map_err(|e| Failure::compute("address lookup", e))?
-            .ok_or_else(|| {
-                Failure::upstream("address lookup", format!("VM {vm_id} disappeared"))
-            })?;
-        if vm.private_ipv4.is_some() {
-            return Ok(vm);
-        }
-        if Instant::now() >= deadline {
-            let waited = state.config.address_timeout.as_secs();
-            return Err(Failure::upstream(
-                "address lookup",
-                format!("VM {vm_id} got no address within {waited}s"),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

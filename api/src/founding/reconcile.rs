@@ -1,8 +1,9 @@
 //! The reconciler: at start and on a timer, finishes compensation for clusters left in
 //! `provisioning` (or `compensating`) past the deadline — a process that crashed mid-founding,
 //! or a compensation the compute API interrupted — runs certificate renewal
-//! ([`crate::renewal::pass`]) and moves CA rotations on ([`crate::rotation::advance`]). Claims are atomic in the database, so several
-//! API replicas never compensate the same cluster at once.
+//! ([`crate::renewal::pass`]), moves CA rotations on ([`crate::rotation::advance`]) and
+//! converges node pools nobody converges ([`pools`]). Claims are atomic in the database, so
+//! several API replicas never compensate the same cluster (or converge the same pool) at once.
 
 use crate::app::AppState;
 use crate::db;
@@ -81,7 +82,34 @@ async fn rotations(state: &AppState) {
     }
 }
 
-/// Runs [`pass`], the certificate renewal pass and CA rotations now and then every `reconcile_interval`,
+/// Converges every pool whose machines differ from it and that no process converges: a crash
+/// mid-way, a failed step, a drain whose deadline passed. Returns how many pools it converged.
+pub async fn pools(state: &AppState) -> usize {
+    let ids = match db::pools::needing_work(&state.db.pool, db::now()).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list node pools");
+            return 0;
+        }
+    };
+    let mut converged = 0;
+    for pool_id in ids {
+        match crate::pools::converge::converge(state, pool_id).await {
+            Ok(
+                crate::pools::converge::Outcome::Converged | crate::pools::converge::Outcome::Gone,
+            ) => {
+                converged += 1;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(pool_id, error = %crate::error_chain(&e), "reconciler: node pool did not converge");
+            }
+        }
+    }
+    converged
+}
+
+/// Runs [`pass`], the certificate renewal pass, CA rotations and pools now and then every `reconcile_interval`,
 /// until the process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -91,6 +119,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
             }
             rotations(&state).await;
+            pools(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

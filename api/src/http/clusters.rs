@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
-use crate::db::{self, idempotency::Claim, phase::ClusterPhase};
+use crate::db::{self, phase::ClusterPhase};
 use crate::founding::{self, request::CreateClusterRequest};
 use exk8s_common::contract::Role;
 
@@ -173,22 +173,6 @@ fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
     }
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value
-        .to_str()
-        .ok()
-        .filter(|k| (1..=200).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()));
-    key.map(|k| Some(k.to_owned())).ok_or_else(|| {
-        ApiError::invalid(
-            "Idempotency-Key",
-            "Idempotency-Key must be 1–200 visible ASCII characters",
-        )
-    })
-}
-
 /// Found a cluster.
 #[utoipa::path(
     post, path = "/clusters", request_body = CreateClusterRequest,
@@ -207,88 +191,22 @@ pub async fn create_cluster(
     headers: HeaderMap,
     ApiJson(request): ApiJson<CreateClusterRequest>,
 ) -> Result<Response, ApiError> {
-    let key = idempotency_key(&headers)?;
+    let key = super::idempotent::key(&headers)?;
     let spec = request
         .clone()
         .validate(&state.config.kubernetes_versions)?;
-    let Some(key) = key else {
-        let founded = founding::found(&state, operator.org_id, &spec).await?;
-        return Ok((
-            StatusCode::CREATED,
-            Json(created_response(&state, &founded)),
-        )
-            .into_response());
+    let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
+    let request = super::idempotent::Request {
+        scope: "",
+        body: &body,
     };
-    let request_hash = exk8s_common::names::Sha256Digest::of(
-        &serde_json::to_vec(&request).map_err(ApiError::internal)?,
-    )
-    .to_hex();
-    let aad = format!("idempotency/{}/{key}", operator.org_id);
-    let mut tx = state.db.begin().await?;
-    let claim =
-        db::idempotency::claim(&mut tx, operator.org_id, &key, &request_hash, db::now()).await?;
-    tx.commit().await?;
-    match claim {
-        Claim::Mismatch => Err(ApiError::Unprocessable {
-            field: Some("Idempotency-Key".into()),
-            message: "this Idempotency-Key was used with a different request body".into(),
-        }),
-        Claim::InFlight => Err(ApiError::Conflict(
-            "a request with this Idempotency-Key is still in progress".into(),
-        )),
-        Claim::Done {
-            status,
-            response_sealed,
-        } => {
-            let body = state
-                .keks
-                .open(&aad, &response_sealed)
-                .map_err(ApiError::internal)?;
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-            Ok((
-                status,
-                [(header::CONTENT_TYPE, "application/json")],
-                body.to_vec(),
-            )
-                .into_response())
-        }
-        Claim::New => match founding::found(&state, operator.org_id, &spec).await {
-            Ok(founded) => {
-                let body = serde_json::to_vec(&created_response(&state, &founded))
-                    .map_err(ApiError::internal)?;
-                let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
-                db::idempotency::complete(&state.db.pool, operator.org_id, &key, 201, &sealed)
-                    .await?;
-                Ok((
-                    StatusCode::CREATED,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    body,
-                )
-                    .into_response())
-            }
-            Err(error) => {
-                let error = ApiError::from(error);
-                let status = error.status_code();
-                if status.is_server_error() {
-                    // A retry may succeed: let it run.
-                    let _ = db::idempotency::release(&state.db.pool, operator.org_id, &key).await;
-                } else {
-                    let body = serde_json::to_vec(&serde_json::json!({"error": {"code": "unprocessable", "message": error.to_string()}}))
-                        .map_err(ApiError::internal)?;
-                    let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
-                    let _ = db::idempotency::complete(
-                        &state.db.pool,
-                        operator.org_id,
-                        &key,
-                        status.as_u16(),
-                        &sealed,
-                    )
-                    .await;
-                }
-                Err(error)
-            }
-        },
-    }
+    super::idempotent::run(&state, operator.org_id, key, request, || async {
+        let founded = founding::found(&state, operator.org_id, &spec).await?;
+        let body =
+            serde_json::to_vec(&created_response(&state, &founded)).map_err(ApiError::internal)?;
+        Ok((StatusCode::CREATED, body))
+    })
+    .await
 }
 
 async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<ClusterView, ApiError> {

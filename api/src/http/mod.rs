@@ -8,7 +8,9 @@ use common_responses::CommonResponses;
 pub mod error;
 pub mod extract;
 pub mod health;
+mod idempotent;
 pub mod nodes;
+pub mod pools;
 pub mod server;
 
 use std::time::Instant;
@@ -39,6 +41,11 @@ use crate::app::AppState;
         certificates::renew,
         certificates::rotate_ca,
         clusters::delete_cluster,
+        pools::create_pool,
+        pools::list_pools,
+        pools::get_pool,
+        pools::update_pool,
+        pools::delete_pool,
         bootstrap::rearm,
         bootstrap::bundle,
         bootstrap::status,
@@ -111,6 +118,11 @@ pub fn router(state: AppState) -> Router {
         .route("/clusters", get(clusters::list_clusters).post(clusters::create_cluster))
         .route("/clusters/{id}", get(clusters::get_cluster).delete(clusters::delete_cluster))
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
+        .route("/clusters/{id}/node-pools", get(pools::list_pools).post(pools::create_pool))
+        .route(
+            "/clusters/{id}/node-pools/{pool}",
+            get(pools::get_pool).patch(pools::update_pool).delete(pools::delete_pool),
+        )
         .route("/clusters/{id}/nodes/{vm_id}/rearm", axum::routing::post(bootstrap::rearm))
         .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle))
         .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))

@@ -59,6 +59,8 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
         if let Err(e) = crate::rotation::advance(state, vm.cluster.id).await {
             tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "CA rotation could not move on (the reconciler retries)");
         }
+        // A drainer that applied its drain lets the drained workers go.
+        crate::pools::converge::after_report(state, vm.node.id).await;
     }
     tracing::info!(vm_id = vm.node.vm_id, phase = %report.phase, state = %report.state, generation, "node reported");
     Ok(())

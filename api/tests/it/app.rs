@@ -234,6 +234,12 @@ impl TestApp {
             .bearer_auth(&self.token)
     }
 
+    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .patch(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
     pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .delete(format!("{}{path}", self.url))

@@ -20,6 +20,7 @@ mod founding;
 mod helpers;
 mod pki;
 mod pki_cases;
+mod pools;
 mod render;
 mod render_validators;
 mod render_worker;

@@ -1,0 +1,113 @@
+//! `Idempotency-Key` on the routes that create: a retry with the same key and request gets
+//! the first response (sealed at rest: a founding's holds a kubeconfig); the key with another
+//! request — another body, or another route — is refused (422); a retry while the first is
+//! still running is refused (409). Keys are per org. A failure a retry may fix (5xx) forgets
+//! the key; any other answer is kept.
+
+use std::future::Future;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use crate::app::AppState;
+use crate::db::{self, idempotency::Claim};
+
+/// The request's key, checked: 1–200 visible ASCII characters.
+pub(super) fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=200).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_owned())).ok_or_else(|| {
+        ApiError::invalid(
+            "Idempotency-Key",
+            "Idempotency-Key must be 1–200 visible ASCII characters",
+        )
+    })
+}
+
+/// What a request is, for comparing a retry with the first: `scope` names the route and its
+/// target (empty for `POST /clusters`, whose stored hashes predate scopes), `body` the request.
+pub(super) struct Request<'a> {
+    pub(super) scope: &'a str,
+    pub(super) body: &'a [u8],
+}
+
+/// Runs `work` once per key; without a key, every time.
+pub(super) async fn run<F, Fut>(
+    state: &AppState,
+    org_id: i64,
+    key: Option<String>,
+    request: Request<'_>,
+    work: F,
+) -> Result<Response, ApiError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<(StatusCode, Vec<u8>), ApiError>>,
+{
+    let json = |(status, body): (StatusCode, Vec<u8>)| {
+        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    };
+    let Some(key) = key else {
+        return work().await.map(json);
+    };
+    let mut hashed = request.scope.as_bytes().to_vec();
+    hashed.extend_from_slice(request.body);
+    let request_hash = exk8s_common::names::Sha256Digest::of(&hashed).to_hex();
+    let aad = format!("idempotency/{org_id}/{key}");
+    let mut tx = state.db.begin().await?;
+    let claim = db::idempotency::claim(&mut tx, org_id, &key, &request_hash, db::now()).await?;
+    tx.commit().await?;
+    match claim {
+        Claim::Mismatch => Err(ApiError::Unprocessable {
+            field: Some("Idempotency-Key".into()),
+            message: "this Idempotency-Key was used with a different request".into(),
+        }),
+        Claim::InFlight => Err(ApiError::Conflict(
+            "a request with this Idempotency-Key is still in progress".into(),
+        )),
+        Claim::Done {
+            status,
+            response_sealed,
+        } => {
+            let body = state
+                .keks
+                .open(&aad, &response_sealed)
+                .map_err(ApiError::internal)?;
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            Ok(json((status, body.to_vec())))
+        }
+        Claim::New => match work().await {
+            Ok((status, body)) => {
+                let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                db::idempotency::complete(&state.db.pool, org_id, &key, status.as_u16(), &sealed)
+                    .await?;
+                Ok(json((status, body)))
+            }
+            Err(error) => {
+                let status = error.status_code();
+                if status.is_server_error() {
+                    // A retry may succeed: let it run.
+                    let _ = db::idempotency::release(&state.db.pool, org_id, &key).await;
+                } else {
+                    let body = serde_json::to_vec(&serde_json::json!({"error": {"code": "unprocessable", "message": error.to_string()}}))
+                        .map_err(ApiError::internal)?;
+                    let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                    let _ = db::idempotency::complete(
+                        &state.db.pool,
+                        org_id,
+                        &key,
+                        status.as_u16(),
+                        &sealed,
+                    )
+                    .await;
+                }
+                Err(error)
+            }
+        },
+    }
+}

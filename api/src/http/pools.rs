@@ -1,0 +1,211 @@
+//! Worker node pools: `POST /clusters/{id}/node-pools` (Idempotency-Key), `GET` (all, or one),
+//! `PATCH` and `DELETE /clusters/{id}/node-pools/{pool}`. Changes answer 202 at once: the
+//! pool's machines are made or removed in the background (`pools::converge`), visible in
+//! `GET` as they go.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiJson, ApiPath, Operator};
+use crate::app::AppState;
+use crate::db::phase::Removal;
+use crate::pools::request::{CreatePoolRequest, TaintRequest, UpdatePoolRequest};
+use crate::pools::{self, Pool, PoolError};
+
+impl From<PoolError> for ApiError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::Invalid(field) => Self::Unprocessable {
+                field: Some(field.field),
+                message: field.message,
+            },
+            PoolError::NotFound => Self::NotFound,
+            PoolError::Conflict(message) => Self::Conflict(message),
+            PoolError::Upstream(message) => Self::BadGateway(message),
+            PoolError::Db(db) => db.into(),
+        }
+    }
+}
+
+/// One worker of a pool.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PoolNodeView {
+    pub vm_id: i64,
+    /// The cluster's machine number: higher was made later (scaling down removes the highest).
+    pub ordinal: i64,
+    pub name: String,
+    pub private_ipv4: String,
+    /// The last phase its agent reported (`pending` until it reports).
+    pub phase: String,
+    pub desired_generation: i64,
+    pub applied_generation: i64,
+    pub up_to_date: bool,
+    /// Its block of the cluster's pod CIDR, by index.
+    pub pod_range: Option<i64>,
+    /// `draining` or `drained` while it is being removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removal: Option<Removal>,
+}
+
+/// A pool and where its machines stand.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PoolView {
+    pub id: i64,
+    pub cluster_id: i64,
+    pub name: String,
+    pub instance_type: String,
+    pub image_id: i64,
+    pub subnet_id: i64,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<TaintRequest>,
+    /// The count asked for.
+    pub desired: i64,
+    /// Workers that exist and are not being removed.
+    pub replicas: i64,
+    /// Of those, the ones whose agent finished and last reported healthy.
+    pub ready_replicas: i64,
+    /// Of those, the ones running their desired generation.
+    pub up_to_date_replicas: i64,
+    /// `DELETE` was asked: the pool goes once its workers are gone.
+    pub deleting: bool,
+    /// Why the last attempt to converge the pool failed (it is retried).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    pub nodes: Vec<PoolNodeView>,
+}
+
+fn view(pool: Pool) -> Result<PoolView, ApiError> {
+    let Pool { row, nodes } = pool;
+    let active = || nodes.iter().filter(|n| n.removal.is_none());
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    Ok(PoolView {
+        replicas: count(active().count()),
+        ready_replicas: count(active().filter(|n| n.phase.healthy()).count()),
+        up_to_date_replicas: count(
+            active()
+                .filter(|n| n.phase.healthy() && n.up_to_date())
+                .count(),
+        ),
+        labels: serde_json::from_str(&row.labels_json).map_err(ApiError::internal)?,
+        taints: serde_json::from_str(&row.taints_json).map_err(ApiError::internal)?,
+        id: row.id,
+        cluster_id: row.cluster_id,
+        name: row.name,
+        instance_type: row.instance_type,
+        image_id: row.image_id,
+        subnet_id: row.subnet_id,
+        desired: row.desired_count,
+        deleting: row.deleting,
+        error_message: row.last_error,
+        nodes: nodes
+            .into_iter()
+            .map(|n| PoolNodeView {
+                up_to_date: n.up_to_date(),
+                vm_id: n.vm_id,
+                ordinal: n.ordinal,
+                name: n.node_name,
+                private_ipv4: n.private_ipv4,
+                phase: n.phase.to_string(),
+                desired_generation: n.desired_generation,
+                applied_generation: n.applied_generation,
+                pod_range: n.pod_range,
+                removal: n.removal,
+            })
+            .collect(),
+    })
+}
+
+fn accepted(pool: Pool) -> Result<(StatusCode, Vec<u8>), ApiError> {
+    let body = serde_json::to_vec(&view(pool)?).map_err(ApiError::internal)?;
+    Ok((StatusCode::ACCEPTED, body))
+}
+
+/// Adds a pool of workers; they are made in the background.
+#[utoipa::path(
+    post, path = "/clusters/{id}/node-pools", request_body = CreatePoolRequest,
+    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
+    responses(
+        (status = 202, body = PoolView),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 502, body = ErrorBody),
+    ),
+    security(("operator_token" = [])),
+)]
+pub async fn create_pool(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(cluster_id): ApiPath<i64>,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<CreatePoolRequest>,
+) -> Result<Response, ApiError> {
+    let key = super::idempotent::key(&headers)?;
+    let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
+    let spec = request.validate().map_err(PoolError::from)?;
+    let scope = format!("POST /clusters/{cluster_id}/node-pools\n");
+    let request = super::idempotent::Request {
+        scope: &scope,
+        body: &body,
+    };
+    super::idempotent::run(&state, operator.org_id, key, request, || async {
+        accepted(pools::create(&state, operator.org_id, cluster_id, &spec).await?)
+    })
+    .await
+}
+
+/// The cluster's pools.
+#[utoipa::path(get, path = "/clusters/{id}/node-pools", params(("id" = i64, Path)), responses((status = 200, body = Vec<PoolView>), (status = 404, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn list_pools(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(cluster_id): ApiPath<i64>,
+) -> Result<Json<Vec<PoolView>>, ApiError> {
+    let pools = pools::list(&state, operator.org_id, cluster_id).await?;
+    Ok(Json(pools.into_iter().map(view).collect::<Result<_, _>>()?))
+}
+
+/// One pool with each worker's phase and generation.
+#[utoipa::path(get, path = "/clusters/{id}/node-pools/{pool}", params(("id" = i64, Path), ("pool" = i64, Path)), responses((status = 200, body = PoolView), (status = 404, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn get_pool(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath((cluster_id, pool_id)): ApiPath<(i64, i64)>,
+) -> Result<Json<PoolView>, ApiError> {
+    let pool = pools::get(&state, operator.org_id, cluster_id, pool_id).await?;
+    Ok(Json(view(pool)?))
+}
+
+/// Changes a pool's count, labels or taints. Scaling down drains the newest workers first.
+#[utoipa::path(
+    patch, path = "/clusters/{id}/node-pools/{pool}", request_body = UpdatePoolRequest,
+    params(("id" = i64, Path), ("pool" = i64, Path)),
+    responses((status = 202, body = PoolView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn update_pool(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath((cluster_id, pool_id)): ApiPath<(i64, i64)>,
+    ApiJson(request): ApiJson<UpdatePoolRequest>,
+) -> Result<(StatusCode, Json<PoolView>), ApiError> {
+    let change = request.validate().map_err(PoolError::from)?;
+    let pool = pools::update(&state, operator.org_id, cluster_id, pool_id, &change).await?;
+    Ok((StatusCode::ACCEPTED, Json(view(pool)?)))
+}
+
+/// Deletes a pool: its workers are drained and their VMs deleted, then the pool goes.
+#[utoipa::path(delete, path = "/clusters/{id}/node-pools/{pool}", params(("id" = i64, Path), ("pool" = i64, Path)), responses((status = 202, body = PoolView), (status = 404, body = ErrorBody)), security(("operator_token" = [])))]
+pub async fn delete_pool(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath((cluster_id, pool_id)): ApiPath<(i64, i64)>,
+) -> Result<(StatusCode, Json<PoolView>), ApiError> {
+    let pool = pools::delete(&state, operator.org_id, cluster_id, pool_id).await?;
+    Ok((StatusCode::ACCEPTED, Json(view(pool)?)))
+}

@@ -1,0 +1,193 @@
+//! Worker node pools: a pool is a desired state — placement, registration (labels, taints)
+//! and a count — recorded first; its machines are then made or removed by [`converge`], in
+//! the background after each change and by the reconciler after a crash, until the pool's
+//! nodes match it. Removing a worker drains it first, through a control-plane node's agent.
+
+pub mod converge;
+pub mod request;
+
+use crate::app::AppState;
+use crate::db::{self, DbError, phase::ClusterPhase, pools::PoolRow};
+use crate::field::FieldError;
+use request::{PoolSpec, PoolUpdate};
+
+/// Why a pool request was refused, in the domain's terms; `http/` maps each to its answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// A field is malformed or impossible (422, naming the field).
+    #[error(transparent)]
+    Invalid(#[from] FieldError),
+    #[error("not found")]
+    NotFound,
+    /// The request collides with the cluster's or the pool's state (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The compute API failed (502).
+    #[error("{0}")]
+    Upstream(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// A pool with its nodes, oldest first.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub row: PoolRow,
+    pub nodes: Vec<db::nodes::NodeRow>,
+}
+
+/// The org's founded cluster `cluster_id`.
+async fn founded_cluster(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+) -> Result<db::clusters::ClusterRow, PoolError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(PoolError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(PoolError::Conflict(format!(
+            "cluster {cluster_id} is {}, not founded",
+            cluster.phase
+        )));
+    }
+    Ok(cluster)
+}
+
+/// Records the pool and starts making its machines; answers at once.
+pub async fn create(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    spec: &PoolSpec,
+) -> Result<Pool, PoolError> {
+    founded_cluster(state, org_id, cluster_id).await?;
+    let subnet = state
+        .compute
+        .get_subnet(spec.subnet_id)
+        .await
+        .map_err(|e| PoolError::Upstream(format!("subnet lookup failed: {e}")))?;
+    if subnet.is_none() {
+        return Err(FieldError::new(
+            "subnet_id",
+            format!("subnet {} does not exist", spec.subnet_id),
+        )
+        .into());
+    }
+    let mut tx = state.db.begin().await?;
+    let inserted = db::pools::insert(
+        &mut tx,
+        &db::pools::NewPool {
+            cluster_id,
+            name: &spec.name,
+            instance_type: &spec.instance_type,
+            image_id: spec.image_id,
+            subnet_id: spec.subnet_id,
+            labels_json: &spec.registration.labels_json,
+            taints_json: &spec.registration.taints_json,
+            desired_count: spec.count,
+        },
+        db::now(),
+    )
+    .await;
+    let id = match inserted {
+        Err(DbError::Duplicate(_)) => {
+            return Err(PoolError::Conflict(format!(
+                "cluster {cluster_id} already has a pool named `{}`",
+                spec.name
+            )));
+        }
+        other => other?,
+    };
+    tx.commit().await?;
+    tracing::info!(cluster_id, pool_id = id, name = %spec.name, count = spec.count, "node pool created");
+    converge::spawn(state.clone(), id);
+    get(state, org_id, cluster_id, id).await
+}
+
+/// The cluster's pools.
+pub async fn list(state: &AppState, org_id: i64, cluster_id: i64) -> Result<Vec<Pool>, PoolError> {
+    db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(PoolError::NotFound)?;
+    let mut pools = Vec::new();
+    for row in db::pools::list(&state.db.pool, cluster_id).await? {
+        let nodes = db::removals::pool_nodes(&state.db.pool, row.id).await?;
+        pools.push(Pool { row, nodes });
+    }
+    Ok(pools)
+}
+
+/// One pool of the org's cluster; another org's is not found.
+pub async fn get(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    pool_id: i64,
+) -> Result<Pool, PoolError> {
+    db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(PoolError::NotFound)?;
+    let row = db::pools::get(&state.db.pool, pool_id)
+        .await?
+        .filter(|p| p.cluster_id == cluster_id)
+        .ok_or(PoolError::NotFound)?;
+    let nodes = db::removals::pool_nodes(&state.db.pool, row.id).await?;
+    Ok(Pool { row, nodes })
+}
+
+/// Changes the pool's count, labels or taints and starts converging it.
+pub async fn update(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    pool_id: i64,
+    change: &PoolUpdate,
+) -> Result<Pool, PoolError> {
+    founded_cluster(state, org_id, cluster_id).await?;
+    let pool = get(state, org_id, cluster_id, pool_id).await?;
+    let updated = db::pools::update(
+        &state.db.pool,
+        pool.row.id,
+        &db::pools::PoolChange {
+            desired_count: change.count,
+            labels_json: change.labels_json.as_deref(),
+            taints_json: change.taints_json.as_deref(),
+        },
+        db::now(),
+    )
+    .await?;
+    if !updated {
+        return Err(PoolError::Conflict(format!(
+            "pool {pool_id} is being deleted"
+        )));
+    }
+    tracing::info!(cluster_id, pool_id, count = ?change.count, "node pool changed");
+    converge::spawn(state.clone(), pool_id);
+    get(state, org_id, cluster_id, pool_id).await
+}
+
+/// Marks the pool deleted: its workers are drained and released, then the pool goes.
+pub async fn delete(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    pool_id: i64,
+) -> Result<Pool, PoolError> {
+    let pool = get(state, org_id, cluster_id, pool_id).await?;
+    db::pools::set_deleting(&state.db.pool, pool.row.id, db::now()).await?;
+    tracing::info!(cluster_id, pool_id, "node pool deletion started");
+    converge::spawn(state.clone(), pool_id);
+    match get(state, org_id, cluster_id, pool_id).await {
+        // Converged already (an empty pool goes at once).
+        Err(PoolError::NotFound) => Ok(Pool {
+            row: PoolRow {
+                deleting: true,
+                desired_count: 0,
+                ..pool.row
+            },
+            nodes: Vec::new(),
+        }),
+        other => other,
+    }
+}

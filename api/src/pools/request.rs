@@ -1,0 +1,300 @@
+//! The node-pool contract: `POST /clusters/{id}/node-pools` and `PATCH …/{pool}`. Every field is
+//! checked here, with a message naming it, before anything is recorded or created; labels and
+//! taints are checked to the letter of Kubernetes and of NodeRestriction ([`crate::labels`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::field::FieldError;
+use crate::founding::trust::CONTROL_PLANE_GROUP;
+use crate::labels::{NodeLabel, Taint};
+
+/// Nodes a pool may have.
+pub const COUNT: std::ops::RangeInclusive<i64> = 0..=1000;
+/// A pool's name becomes part of its nodes' names (`<pool>-<vm id>.cluster-<id>.internal`).
+const NAME_MAX: usize = 40;
+
+/// One taint, as Kubernetes writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaintRequest {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// `POST /clusters/{id}/node-pools`. Every field is optional in the type so a missing one gets
+/// our own message; unknown fields are refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePoolRequest {
+    /// Lowercase DNS label of at most 40 characters, unique in the cluster (not `cp`).
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")]
+    pub name: Option<String>,
+    /// Worker VMs, 0–1000 (required).
+    #[schema(minimum = 0, maximum = 1000)]
+    pub count: Option<i64>,
+    /// Instance type, e.g. `e2.medium` (required).
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    pub instance_type: Option<String>,
+    /// Image of the worker VMs, with the exk8s agent baked in (required, > 0).
+    #[schema(minimum = 1)]
+    pub image_id: Option<i64>,
+    /// Subnet the workers join (required, must exist).
+    #[schema(minimum = 1)]
+    pub subnet_id: Option<i64>,
+    /// Labels the kubelets register their nodes with (NodeRestriction's rules apply).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Taints the kubelets register their nodes with.
+    pub taints: Option<Vec<TaintRequest>>,
+}
+
+/// `PATCH /clusters/{id}/node-pools/{pool}`: what is given changes. New labels and taints are
+/// what nodes register with from then on; nodes already registered keep theirs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdatePoolRequest {
+    #[schema(minimum = 0, maximum = 1000)]
+    pub count: Option<i64>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub taints: Option<Vec<TaintRequest>>,
+}
+
+/// A pool request that passed every check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub name: String,
+    pub count: i64,
+    pub instance_type: String,
+    pub image_id: i64,
+    pub subnet_id: i64,
+    pub registration: Registration,
+}
+
+/// Labels and taints, checked, with their stored (JSON) forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub labels_json: String,
+    pub taints_json: String,
+}
+
+/// A checked `PATCH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolUpdate {
+    pub count: Option<i64>,
+    pub labels_json: Option<String>,
+    pub taints_json: Option<String>,
+}
+
+fn required<T>(field: &str, value: Option<T>) -> Result<T, FieldError> {
+    value.ok_or_else(|| FieldError::new(field, format!("{field} is required")))
+}
+
+fn check_name(name: &str) -> Result<(), FieldError> {
+    let bytes = name.as_bytes();
+    let label = (1..=NAME_MAX).contains(&bytes.len())
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    if !label {
+        return Err(FieldError::new(
+            "name",
+            format!(
+                "name must be a lowercase DNS label of 1–{NAME_MAX} characters (a-z, 0-9, '-', starting and ending alphanumeric)"
+            ),
+        ));
+    }
+    if name == CONTROL_PLANE_GROUP {
+        return Err(FieldError::new(
+            "name",
+            format!("name `{CONTROL_PLANE_GROUP}` is the control plane's"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_count(count: i64) -> Result<i64, FieldError> {
+    if COUNT.contains(&count) {
+        Ok(count)
+    } else {
+        Err(FieldError::new(
+            "count",
+            format!("count must be between 0 and 1000, not {count}"),
+        ))
+    }
+}
+
+fn positive(field: &str, value: i64) -> Result<i64, FieldError> {
+    if value > 0 {
+        Ok(value)
+    } else {
+        Err(FieldError::new(field, format!("{field} must be positive")))
+    }
+}
+
+fn labels_json(labels: &BTreeMap<String, String>) -> Result<String, FieldError> {
+    if labels.len() > 64 {
+        return Err(FieldError::new("labels", "at most 64 labels"));
+    }
+    for (key, value) in labels {
+        NodeLabel::new(key, value)
+            .map_err(|e| FieldError::new(&format!("labels.{key}"), e.to_string()))?;
+    }
+    serde_json::to_string(labels).map_err(|e| FieldError::new("labels", e.to_string()))
+}
+
+fn taints_json(taints: &[TaintRequest]) -> Result<String, FieldError> {
+    if taints.len() > 64 {
+        return Err(FieldError::new("taints", "at most 64 taints"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, t) in taints.iter().enumerate() {
+        let field = format!("taints[{index}]");
+        Taint::new(&t.key, &t.value, &t.effect)
+            .map_err(|e| FieldError::new(&field, e.to_string()))?;
+        if !seen.insert((&t.key, &t.effect)) {
+            return Err(FieldError::new(
+                &field,
+                format!(
+                    "taint `{}:{}` is given twice (Kubernetes allows one per key and effect)",
+                    t.key, t.effect
+                ),
+            ));
+        }
+    }
+    serde_json::to_string(taints).map_err(|e| FieldError::new("taints", e.to_string()))
+}
+
+impl CreatePoolRequest {
+    pub fn validate(self) -> Result<PoolSpec, FieldError> {
+        let name = required("name", self.name)?;
+        check_name(&name)?;
+        let count = check_count(required("count", self.count)?)?;
+        let instance_type = required("instance_type", self.instance_type)?;
+        let valid_type = (1..=64).contains(&instance_type.len())
+            && instance_type.as_bytes()[0].is_ascii_alphanumeric()
+            && instance_type
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !valid_type {
+            return Err(FieldError::new(
+                "instance_type",
+                "instance_type must be 1–64 of A-Z, a-z, 0-9, '.', '_', '-', starting alphanumeric",
+            ));
+        }
+        Ok(PoolSpec {
+            name,
+            count,
+            instance_type,
+            image_id: positive("image_id", required("image_id", self.image_id)?)?,
+            subnet_id: positive("subnet_id", required("subnet_id", self.subnet_id)?)?,
+            registration: Registration {
+                labels_json: labels_json(&self.labels.unwrap_or_default())?,
+                taints_json: taints_json(&self.taints.unwrap_or_default())?,
+            },
+        })
+    }
+}
+
+impl UpdatePoolRequest {
+    pub fn validate(self) -> Result<PoolUpdate, FieldError> {
+        if self.count.is_none() && self.labels.is_none() && self.taints.is_none() {
+            return Err(FieldError::new(
+                "count",
+                "nothing to change: give count, labels or taints",
+            ));
+        }
+        Ok(PoolUpdate {
+            count: self.count.map(check_count).transpose()?,
+            labels_json: self.labels.as_ref().map(labels_json).transpose()?,
+            taints_json: self.taints.as_deref().map(taints_json).transpose()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn create(body: serde_json::Value) -> Result<PoolSpec, FieldError> {
+        serde_json::from_value::<CreatePoolRequest>(body)
+            .unwrap()
+            .validate()
+    }
+
+    fn good() -> serde_json::Value {
+        json!({"name": "blue", "count": 3, "instance_type": "e2.medium", "image_id": 42, "subnet_id": 5})
+    }
+
+    #[test]
+    fn a_complete_request_passes_with_empty_registration() {
+        let spec = create(good()).unwrap();
+        assert_eq!(spec.count, 3);
+        assert_eq!(spec.registration.labels_json, "{}");
+        assert_eq!(spec.registration.taints_json, "[]");
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+            ("name", json!(null), "name is required"),
+            ("name", json!("Blue"), "lowercase DNS label"),
+            ("name", json!("cp"), "control plane"),
+            ("name", json!("a".repeat(41)), "1–40"),
+            ("count", json!(1001), "between 0 and 1000"),
+            ("count", json!(-1), "between 0 and 1000"),
+            ("instance_type", json!("e2 medium"), "instance_type must"),
+            ("image_id", json!(0), "positive"),
+            ("subnet_id", json!(null), "subnet_id is required"),
+        ];
+        for (field, value, says) in cases {
+            let mut body = good();
+            body[field] = value;
+            let e = create(body).unwrap_err();
+            assert_eq!(e.field, field, "{e:?}");
+            assert!(e.message.contains(says), "{field}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn labels_and_taints_are_checked_and_named() {
+        let mut body = good();
+        body["labels"] = json!({"node-role.kubernetes.io/worker": ""});
+        let e = create(body).unwrap_err();
+        assert_eq!(e.field, "labels.node-role.kubernetes.io/worker");
+        assert!(e.message.contains("NodeRestriction"), "{}", e.message);
+
+        let mut body = good();
+        body["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                                {"key": "x", "effect": "Sometimes"}]);
+        assert_eq!(create(body).unwrap_err().field, "taints[1]");
+
+        let mut body = good();
+        body["taints"] = json!([{"key": "a", "effect": "NoSchedule"}, {"key": "a", "value": "b", "effect": "NoSchedule"}]);
+        let e = create(body).unwrap_err();
+        assert!(e.message.contains("twice"), "{}", e.message);
+    }
+
+    #[test]
+    fn an_update_must_change_something_and_is_checked() {
+        let none = UpdatePoolRequest::default().validate().unwrap_err();
+        assert!(none.message.contains("nothing to change"));
+        let bad = UpdatePoolRequest {
+            count: Some(5000),
+            ..Default::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "count");
+        let ok = UpdatePoolRequest {
+            count: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(ok.validate().unwrap().count, Some(0));
+    }
+}
