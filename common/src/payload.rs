@@ -241,6 +241,14 @@ pub enum PlanStep {
         values_file: BundlePath,
         timeout_secs: u32,
     },
+    /// Drains a worker being removed through the Kubernetes eviction API (cordon, evict its
+    /// pods honouring PodDisruptionBudgets, DaemonSet pods excepted), then deletes its Node
+    /// object; a node the apiserver does not know is already done.
+    DrainNode {
+        kubeconfig: BundlePath,
+        node: NodeName,
+        timeout_secs: u32,
+    },
     /// `kubectl rollout status`.
     WaitRollout {
         kubeconfig: BundlePath,

@@ -37,6 +37,7 @@ pub enum HostAction<'a> {
         kubeconfig: PathBuf,
         timeout: Duration,
     },
+    DrainNode(super::drain::Drain<'a>),
 }
 
 impl fmt::Display for HostAction<'_> {
@@ -78,6 +79,13 @@ impl fmt::Display for HostAction<'_> {
                     .get(..12)
                     .unwrap_or(&probe.inputs_sha256),
                 probe.timeout.as_secs()
+            ),
+            Self::DrainNode(drain) => write!(
+                f,
+                "drain node {} through the eviction API, then delete it (KUBECONFIG={}, up to {}s)",
+                drain.node,
+                drain.kubeconfig.display(),
+                drain.timeout.as_secs()
             ),
             Self::Command {
                 program,
@@ -212,7 +220,7 @@ fn step_error(action: &HostAction<'_>, reason: String) -> AgentError {
 }
 
 /// Runs a command; on failure the error keeps its exit status and stderr.
-fn run(program: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Result<(), String> {
+pub(super) fn run(program: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Result<(), String> {
     let mut command = Command::new(program);
     command.args(args);
     for (key, value) in envs {
@@ -274,6 +282,7 @@ impl Host for SystemHost {
                 kubeconfig,
                 timeout,
             } => retry_command(program, args, kubeconfig, *timeout),
+            HostAction::DrainNode(drain) => super::drain::perform(drain),
         };
         result.map_err(|reason| step_error(action, reason))
     }

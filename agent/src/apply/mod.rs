@@ -9,6 +9,7 @@
 //! and reports the failure; the next sync tries again.
 
 pub mod artifacts;
+mod drain;
 pub mod files;
 pub mod host;
 pub mod restore;

@@ -42,9 +42,11 @@ fn phase_of(step: &PlanStep) -> BootPhase {
         PlanStep::WaitApiserverReady { .. }
         | PlanStep::InstallStaticPod { .. }
         | PlanStep::WaitStaticPod { .. } => BootPhase::Apiserver,
+        // Cluster-wide work done by this node's agent.
         PlanStep::KubectlApply { .. }
         | PlanStep::HelmInstall { .. }
-        | PlanStep::WaitRollout { .. } => BootPhase::Addons,
+        | PlanStep::WaitRollout { .. }
+        | PlanStep::DrainNode { .. } => BootPhase::Addons,
     }
 }
 
@@ -159,6 +161,18 @@ fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), A
         } => {
             host.perform(&HostAction::WaitApiserver(waits::ApiserverProbe {
                 kubeconfig: kubeconfig.as_str().into(),
+                timeout: secs(timeout_secs),
+            }))?;
+        }
+        PlanStep::DrainNode {
+            kubeconfig,
+            node,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::DrainNode(super::drain::Drain {
+                kubectl: tool(bundle, root, "kubectl"),
+                kubeconfig: in_root(root, kubeconfig.as_str()),
+                node,
                 timeout: secs(timeout_secs),
             }))?;
         }

@@ -210,6 +210,10 @@ async fn sign_bundle(
         nonce: request.nonce.clone(),
         kind: request.kind,
         generation: u64::try_from(handed.generation).map_err(IssuanceError::internal)?,
+        drains: match request.kind {
+            BundleKind::Update => loaded.drains().to_vec(),
+            BundleKind::Bootstrap => Vec::new(),
+        },
     };
     let payload = loaded
         .render(&minted, &issuance, &state.config.artifacts)

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use exk8s_common::contract::Role;
+use exk8s_common::names::NodeName;
 use exk8s_common::payload::BundlePayload;
 use serde::Deserialize;
 
@@ -28,6 +29,8 @@ enum Subject {
         this: ControlPlaneNode,
         peers: Vec<ControlPlaneNode>,
         serving: NodeServingCerts,
+        /// Workers this node's agent is asked to drain.
+        drains: Vec<NodeName>,
     },
     Worker(WorkerNode),
 }
@@ -106,6 +109,12 @@ pub(super) async fn load(
                     .map(load::control_plane_node)
                     .collect::<Result<Vec<_>, _>>()?,
                 serving: load::serving_certs(state, cluster.id, node).await?,
+                drains: db::removals::drained_by(&state.db.pool, node.id)
+                    .await?
+                    .iter()
+                    .map(|name| NodeName::new(name.as_str()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| unusable(node, "drained node name"))?,
             }
         }
         Role::Worker => Subject::Worker(worker(state, node).await?),
@@ -123,6 +132,14 @@ impl Loaded {
         match self.subject {
             Subject::ControlPlane { .. } => Role::ControlPlane,
             Subject::Worker(_) => Role::Worker,
+        }
+    }
+
+    /// The workers an update bundle asks this node to drain.
+    pub(super) fn drains(&self) -> &[NodeName] {
+        match &self.subject {
+            Subject::ControlPlane { drains, .. } => drains,
+            Subject::Worker(_) => &[],
         }
     }
 
@@ -145,6 +162,7 @@ impl Loaded {
                 this,
                 peers,
                 serving,
+                ..
             } => render::render_bundle(&RenderInput {
                 cluster: &self.spec,
                 node: this,

@@ -153,6 +153,8 @@ pub struct Issuance {
     pub kind: exk8s_common::contract::BundleKind,
     /// The node's generation this bundle carries.
     pub generation: u64,
+    /// Workers the node's agent drains (a control-plane node's update bundle only).
+    pub drains: Vec<exk8s_common::names::NodeName>,
 }
 
 /// Everything one bundle is rendered from.

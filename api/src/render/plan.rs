@@ -16,6 +16,8 @@ use super::{RenderError, RenderInput};
 const WAIT_ETCD_SECS: u32 = 600;
 const WAIT_APISERVER_SECS: u32 = 600;
 const ADDON_SECS: u32 = 600;
+/// How long one worker's drain may take (the API's drain deadline bounds the retries).
+const DRAIN_SECS: u32 = 300;
 
 /// OS packages every control-plane node needs (Debian names).
 const PACKAGES: &[&str] = &[
@@ -253,6 +255,14 @@ pub(super) fn steps(
             timeout_secs: WAIT_APISERVER_SECS,
         },
     ]);
+    // Workers being removed, drained once this node's own components are up.
+    for node in &input.issuance.drains {
+        steps.push(PlanStep::DrainNode {
+            kubeconfig: admin.clone(),
+            node: node.clone(),
+            timeout_secs: DRAIN_SECS,
+        });
+    }
     if installs_addons(input) {
         let versions = &input.cluster.versions;
         steps.extend([

@@ -264,6 +264,7 @@ pub fn issuance(serial: u64) -> Issuance {
         nonce: "fixture-nonce-0123456789".parse().unwrap(),
         kind: exk8s_common::contract::BundleKind::Bootstrap,
         generation: 1,
+        drains: Vec::new(),
     }
 }
 
