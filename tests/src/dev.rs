@@ -60,6 +60,91 @@ pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Sta
     }
 }
 
+fn run_api(args: &[&str]) -> String {
+    let out = Command::new(binary("exk8s-api"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "exk8s-api {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `exk8s-api serve` on a fresh PostgreSQL database with the simulators (compute, DNS, IMDS)
+/// in-process, addresses from `sim_cidr`, keys and `api.log` under `dir`, and an operator token.
+pub fn start_postgres_serve(dir: &Path, sim_cidr: &str) -> Stack {
+    let db_url = crate::postgres::fresh_shared_database("e2e");
+    let kek = dir.join("kek.key").display().to_string();
+    let signing = dir.join("signing.key").display().to_string();
+    run_api(&["keys", "generate-kek", "--out", &kek]);
+    run_api(&["keys", "generate", "--out", &signing]);
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.join("api.log")).unwrap();
+    let api = Proc(
+        Command::new(binary("exk8s-api"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                &db_url,
+                "--kek-file",
+                &kek,
+                "--signing-key",
+                &signing,
+                "--compute",
+                "sim",
+                "--dns",
+                "sim",
+                "--imds",
+                "sim",
+                "--public-url",
+                &base,
+                "--imds-url",
+                &format!("{base}/sim/imds"),
+                "--agent-insecure-http",
+                "--sim-cidr",
+                sim_cidr,
+                // A boot, a failed sync and a retry, seconds apart: more than a real node sends.
+                "--bootstrap-rate-per-vm",
+                "600",
+                "--bootstrap-rate-per-source",
+                "6000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("the API", Duration::from_secs(30), || {
+        http().get(&format!("{base}/healthz")).call().is_ok()
+    });
+    let token = run_api(&[
+        "tokens",
+        "create",
+        "--database-url",
+        &db_url,
+        "--org",
+        "1",
+        "--principal",
+        "e2e",
+        "--scope",
+        "operator",
+    ])
+    .trim()
+    .to_owned();
+    Stack {
+        base,
+        token,
+        data: dir.to_owned(),
+        api,
+    }
+}
+
 impl Stack {
     /// `POST /clusters` for `count` nodes; the response status and body.
     pub fn found(&self, count: i64) -> (u16, serde_json::Value) {

@@ -14,100 +14,14 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use exk8s_common::names::Sha256Digest;
 use exk8s_tests::cluster::{agent, found, view};
-use exk8s_tests::dev::{Stack, http, start_dev};
+use exk8s_tests::dev::{Stack, http, start_dev, start_postgres_serve};
 use exk8s_tests::etcd::{EtcdCluster, etcdctl};
-use exk8s_tests::procs::{Proc, binary, free_port, wait_until};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
-
-fn run_api(args: &[&str]) -> String {
-    let out = Command::new(binary("exk8s-api"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "exk8s-api {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn start_postgres_serve(dir: &Path) -> Stack {
-    let db_url = exk8s_tests::postgres::fresh_shared_database("e2e");
-    let kek = dir.join("kek.key").display().to_string();
-    let signing = dir.join("signing.key").display().to_string();
-    run_api(&["keys", "generate-kek", "--out", &kek]);
-    run_api(&["keys", "generate", "--out", &signing]);
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.join("api.log")).unwrap();
-    let api = Proc(
-        Command::new(binary("exk8s-api"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--database-url",
-                &db_url,
-                "--kek-file",
-                &kek,
-                "--signing-key",
-                &signing,
-                "--compute",
-                "sim",
-                "--dns",
-                "sim",
-                "--imds",
-                "sim",
-                "--public-url",
-                &base,
-                "--imds-url",
-                &format!("{base}/sim/imds"),
-                "--agent-insecure-http",
-                // Apart from the SQLite run's addresses: both runs start real etcd members.
-                "--sim-cidr",
-                "127.0.12.0/24",
-                // A boot, a failed sync and a retry, seconds apart: more than a real node sends.
-                "--bootstrap-rate-per-vm",
-                "600",
-                "--bootstrap-rate-per-source",
-                "6000",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("the API", Duration::from_secs(30), || {
-        http().get(&format!("{base}/healthz")).call().is_ok()
-    });
-    let token = run_api(&[
-        "tokens",
-        "create",
-        "--database-url",
-        &db_url,
-        "--org",
-        "1",
-        "--principal",
-        "e2e",
-        "--scope",
-        "operator",
-    ])
-    .trim()
-    .to_owned();
-    Stack {
-        base,
-        token,
-        data: dir.to_owned(),
-        api,
-    }
-}
 
 fn agent_run(stack: &Stack, keys: &Path, root: &Path, vm: i64) -> std::process::Output {
     agent(stack, keys, root, vm, "run", None)
@@ -532,6 +446,6 @@ fn boot_path_on_the_sqlite_dev_stack() {
 #[test]
 fn boot_path_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_postgres_serve(dir.path());
+    let stack = start_postgres_serve(dir.path(), "127.0.12.0/24");
     boot_path(stack, dir.path());
 }
