@@ -1,7 +1,7 @@
 //! `bundle_issuances` (the audit of every bundle request, served or refused) and
 //! `node_reports` (what agents say about their phases).
 
-use sqlx::{Any, Executor};
+use sqlx::{Any, Executor, Row};
 
 use super::DbError;
 
@@ -62,4 +62,19 @@ pub async fn insert_report<'c>(
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// When a node of the cluster last reported (Unix seconds), if one ever did.
+pub async fn last_report_at<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Option<i64>, DbError> {
+    let row = sqlx::query(
+        "SELECT MAX(r.created_at) AS at FROM node_reports r \
+         JOIN cluster_nodes n ON n.id = r.node_id WHERE n.cluster_id = $1",
+    )
+    .bind(cluster_id)
+    .fetch_one(db)
+    .await?;
+    Ok(row.try_get("at")?)
 }

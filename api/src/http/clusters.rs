@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::conditions::Condition;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
@@ -88,12 +89,29 @@ pub struct ClusterView {
     pub service_cidr: String,
     pub pod_cidr: String,
     pub nodes: Vec<NodeView>,
+    /// The worker pools, counted.
+    pub node_pools: Vec<PoolSummary>,
     pub created_at: i64,
-    /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`.
+    /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`, `MachinesReady`.
     pub conditions: Vec<Condition>,
     /// A CA rotation in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotationView>,
+}
+
+/// A worker pool's counts.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PoolSummary {
+    pub id: i64,
+    pub name: String,
+    /// The count asked for.
+    pub desired: i64,
+    /// Workers that exist and are not being removed.
+    pub replicas: i64,
+    /// Of those, the ones whose agent finished and last reported healthy.
+    pub ready_replicas: i64,
+    /// Of those, the ones running their desired generation.
+    pub up_to_date_replicas: i64,
 }
 
 /// Where a CA rotation stands.
@@ -105,42 +123,6 @@ pub struct CaRotationView {
     pub phase: String,
     pub started_at: i64,
     pub updated_at: i64,
-}
-
-/// One condition, as Cluster API v1beta2 writes it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    /// RFC 3339.
-    #[serde(rename = "lastTransitionTime")]
-    pub last_transition_time: String,
-}
-
-fn certificates_condition(a: &crate::certificates::Availability) -> Condition {
-    let status = match a.available {
-        Some(true) => "True",
-        Some(false) => "False",
-        None => "Unknown",
-    };
-    let since = time::OffsetDateTime::from_unix_timestamp(a.since)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default();
-    Condition {
-        type_: "CertificatesAvailable".into(),
-        status: status.into(),
-        reason: a.reason.into(),
-        message: a.message.clone(),
-        last_transition_time: since,
-    }
 }
 
 fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
@@ -225,7 +207,35 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
             updated_at: r.updated_at,
         });
     let founded = row.phase == ClusterPhase::Founded;
-    let ready = founded && !nodes.is_empty() && nodes.iter().all(|n| n.phase.completed());
+    let control_plane = || nodes.iter().filter(|n| n.role == Role::ControlPlane);
+    let ready =
+        founded && control_plane().next().is_some() && control_plane().all(|n| n.phase.completed());
+    let last_report = db::issuances::last_report_at(&state.db.pool, row.id).await?;
+    let machines = super::conditions::machines(&nodes, last_report.unwrap_or(row.created_at));
+    let node_pools = db::pools::list(&state.db.pool, row.id)
+        .await?
+        .into_iter()
+        .map(|p| {
+            let active = || {
+                nodes
+                    .iter()
+                    .filter(move |n| n.pool_id == Some(p.id) && n.removal.is_none())
+            };
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            PoolSummary {
+                id: p.id,
+                name: p.name.clone(),
+                desired: p.desired_count,
+                replicas: count(active().count()),
+                ready_replicas: count(active().filter(|n| n.phase.healthy()).count()),
+                up_to_date_replicas: count(
+                    active()
+                        .filter(|n| n.phase.healthy() && n.up_to_date())
+                        .count(),
+                ),
+            }
+        })
+        .collect();
     let api_endpoints = if !founded {
         Vec::new()
     } else if row.dns_configured {
@@ -255,7 +265,8 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         kubernetes_version: row.kubernetes_version,
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
-        conditions: vec![certificates_condition(&certificates)],
+        conditions: vec![super::conditions::certificates(&certificates), machines],
+        node_pools,
         ca_rotation,
         nodes: nodes
             .into_iter()

@@ -4,6 +4,7 @@ pub mod bootstrap;
 pub mod certificates;
 pub mod clusters;
 mod common_responses;
+pub mod conditions;
 use common_responses::CommonResponses;
 pub mod error;
 pub mod extract;

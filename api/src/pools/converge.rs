@@ -39,6 +39,9 @@ pub enum ConvergeError {
     /// The cluster's stored facts cannot be used (its spec, a node name).
     #[error("{0}")]
     Corrupt(String),
+    /// The cluster's pod CIDR has no block left for another node.
+    #[error("{0}")]
+    NoRoom(String),
     #[error("a worker task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -296,6 +299,15 @@ async fn record_worker(
         attempt += 1;
         let mut tx = state.db.begin().await?;
         let pod_range = db::nodes::free_pod_range(&mut tx, cluster.id).await?;
+        let blocks = crate::render::PodCidr::parse(&cluster.pod_cidr)
+            .map_err(|e| ConvergeError::Corrupt(format!("pod CIDR: {e}")))?
+            .blocks();
+        if u64::try_from(pod_range).unwrap_or(u64::MAX) >= blocks {
+            return Err(ConvergeError::NoRoom(format!(
+                "the pod CIDR {} has no free block for another node",
+                cluster.pod_cidr
+            )));
+        }
         let inserted = db::nodes::insert(
             &mut tx,
             &db::nodes::NewNode {

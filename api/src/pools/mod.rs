@@ -54,6 +54,43 @@ async fn founded_cluster(
     Ok(cluster)
 }
 
+/// Refuses a count that would give the cluster more nodes than its pod CIDR has blocks for
+/// (one per node): `asked` for `pool` (None: a new pool), the other pools and the control
+/// plane as they stand.
+async fn check_room(
+    state: &AppState,
+    cluster: &db::clusters::ClusterRow,
+    pool: Option<i64>,
+    asked: i64,
+) -> Result<(), PoolError> {
+    let cidr = crate::render::PodCidr::parse(&cluster.pod_cidr)
+        .map_err(|e| PoolError::Conflict(format!("the cluster's pod CIDR is unusable: {e}")))?;
+    let control_plane = db::nodes::list(&state.db.pool, cluster.id)
+        .await?
+        .iter()
+        .filter(|n| n.pool_id.is_none())
+        .count();
+    let others: i64 = db::pools::list(&state.db.pool, cluster.id)
+        .await?
+        .iter()
+        .filter(|p| Some(p.id) != pool)
+        .map(|p| p.desired_count)
+        .sum();
+    let wanted = u64::try_from(others + asked).unwrap_or(0) + control_plane as u64;
+    if wanted > cidr.blocks() {
+        return Err(FieldError::new(
+            "count",
+            format!(
+                "the cluster's pod CIDR {} has room for {} nodes (a block each); this would make {wanted}",
+                cluster.pod_cidr,
+                cidr.blocks()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Records the pool and starts making its machines; answers at once.
 pub async fn create(
     state: &AppState,
@@ -61,7 +98,8 @@ pub async fn create(
     cluster_id: i64,
     spec: &PoolSpec,
 ) -> Result<Pool, PoolError> {
-    founded_cluster(state, org_id, cluster_id).await?;
+    let cluster = founded_cluster(state, org_id, cluster_id).await?;
+    check_room(state, &cluster, None, spec.count).await?;
     let subnet = state
         .compute
         .get_subnet(spec.subnet_id)
@@ -144,8 +182,11 @@ pub async fn update(
     pool_id: i64,
     change: &PoolUpdate,
 ) -> Result<Pool, PoolError> {
-    founded_cluster(state, org_id, cluster_id).await?;
+    let cluster = founded_cluster(state, org_id, cluster_id).await?;
     let pool = get(state, org_id, cluster_id, pool_id).await?;
+    if let Some(count) = change.count {
+        check_room(state, &cluster, Some(pool.row.id), count).await?;
+    }
     let updated = db::pools::update(
         &state.db.pool,
         pool.row.id,

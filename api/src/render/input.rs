@@ -65,6 +65,16 @@ impl PodCidr {
             .map(Self)
     }
 
+    /// How many nodes the range has blocks for.
+    pub fn blocks(&self) -> u64 {
+        let prefix = match self.0 {
+            IpNet::V4(_) => NODE_PREFIX_V4,
+            IpNet::V6(_) => NODE_PREFIX_V6,
+        };
+        let bits = prefix.saturating_sub(self.0.prefix_len());
+        1u64.checked_shl(u32::from(bits)).unwrap_or(u64::MAX)
+    }
+
     pub fn parse(text: &str) -> Result<Self, RenderError> {
         let bad = |reason| RenderError::BadPodCidr(text.chars().take(64).collect(), reason);
         let net: IpNet = text.parse().map_err(|_| bad("not an address/prefix"))?;
@@ -182,14 +192,18 @@ mod tests {
         assert_eq!(v4.node_range(257).unwrap().to_string(), "172.17.1.0/24");
         assert_eq!(v4.node_range(4095).unwrap().to_string(), "172.31.255.0/24");
         assert!(v4.node_range(4096).is_none(), "a /12 has 4096 blocks");
+        assert_eq!(v4.blocks(), 4096);
         let v6 = PodCidr::parse("fd00:10::/48").unwrap();
         assert_eq!(v6.node_range(2).unwrap().to_string(), "fd00:10:0:2::/64");
+        assert_eq!(v6.blocks(), 1 << 16);
+        assert_eq!(PodCidr::parse("fd00::/8").unwrap().blocks(), u64::MAX);
         let small = PodCidr::parse("10.1.2.0/26").unwrap();
         assert_eq!(
             small.node_range(0),
             Some(small),
             "smaller than a block: one node"
         );
+        assert_eq!(small.blocks(), 1);
         assert!(small.node_range(1).is_none());
     }
 }

@@ -93,7 +93,51 @@ async fn booted_workers_are_drained_by_a_control_plane_node_before_their_vms_go(
         .as_i64()
         .unwrap();
     let two = settled(&app, cluster, id, 2).await;
+    let machines = |view: &Value| {
+        view["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "MachinesReady")
+            .cloned()
+            .unwrap()
+    };
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let waiting = machines(&view);
+    assert_eq!(waiting["status"], "False");
+    assert!(
+        waiting["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("2 of 5 machines are not ready: blue-"),
+        "{waiting}"
+    );
+    assert_eq!(
+        view["ready"], true,
+        "the control plane is ready without its workers"
+    );
+    assert_eq!(
+        view["node_pools"],
+        json!([{"id": id, "name": "blue", "desired": 2, "replicas": 2, "ready_replicas": 0, "up_to_date_replicas": 0}])
+    );
     boot_workers(&app, cluster, &two).await;
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(machines(&view)["status"], "True", "{view}");
+    assert_eq!(machines(&view)["message"], "all 5 machines are ready");
+    assert_eq!(view["node_pools"][0]["ready_replicas"], 2);
+    assert_eq!(view["node_pools"][0]["up_to_date_replicas"], 2);
     let names: Vec<String> = two["nodes"]
         .as_array()
         .unwrap()

@@ -494,7 +494,53 @@ async fn a_creation_left_half_made_is_undone_and_the_pool_converged(backend: Bac
     );
 }
 
+async fn the_pod_cidr_bounds_how_many_workers_a_cluster_may_have(backend: Backend) {
+    let config = exk8s_api::app::ApiConfig {
+        // Four /24 blocks: the control plane takes three.
+        pod_cidr: "10.244.0.0/22".into(),
+        ..crate::app::test_config()
+    };
+    let app = crate::app::spawn_with(backend, config, None).await;
+    let cluster = founded(&app).await;
+    let path = format!("/clusters/{cluster}/node-pools");
+    let refused = app
+        .post(&path)
+        .json(&pool_body("big", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let error = json_of(refused).await;
+    assert_eq!(error["error"]["field"], "count");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("10.244.0.0/22 has room for 4 nodes"),
+        "{error}"
+    );
+    let created = json_of(
+        app.post(&path)
+            .json(&pool_body("small", 1))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let id = created["id"].as_i64().unwrap();
+    let one = settled(&app, cluster, id, 1).await;
+    assert_eq!(pod_ranges(&one), BTreeSet::from([3]));
+    let more = app
+        .patch(&format!("{path}/{id}"))
+        .json(&json!({"count": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(more.status(), 422);
+}
+
 both_backends!(
+    the_pod_cidr_bounds_how_many_workers_a_cluster_may_have,
     a_pool_is_made_scaled_newest_first_and_deleted,
     bad_pool_requests_are_refused_naming_the_problem,
     fifty_concurrent_creations_make_exactly_the_pools_asked_for,
