@@ -20,6 +20,7 @@ mod founding;
 mod helpers;
 mod pki;
 mod pki_cases;
+mod pool_crash;
 mod pool_drains;
 mod pools;
 mod render;
