@@ -16,6 +16,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod etcd_members;
 pub mod fetch;
 pub mod http;
 pub mod imds;

@@ -2,8 +2,9 @@
 //! three control-plane nodes and a pool of three workers booted by `exk8s-agent run` (each
 //! worker's root holds the worker files only); the pool scaled to 5, then to 1 — the four
 //! newest drained by the oldest control-plane node's agent on its sync (recorded in its root)
-//! before their VMs go — then deleted. VMs made and released match the simulator's, and pod
-//! ranges are unique while held and given back.
+//! before their VMs go — then deleted. VMs made and released match the simulator's, pod
+//! ranges are unique while held and given back, and a worker's kubeconfigs complete mTLS with
+//! a control-plane node's apiserver certificate under the control plane's shared name.
 
 #![allow(
     clippy::unwrap_used,
@@ -18,6 +19,7 @@ use std::time::Duration;
 use exk8s_tests::cluster::{Founded, agent_ok, found, operator};
 use exk8s_tests::dev::{Stack, http, start_dev, start_postgres_serve};
 use exk8s_tests::procs::wait_until;
+use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
 
 fn pool(stack: &Stack, cluster: i64, id: i64) -> Option<Value> {
@@ -160,6 +162,35 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
     }
     let three = pool(&stack, cluster, id).unwrap();
     assert_eq!(three["ready_replicas"], 3, "every worker's agent completed");
+
+    // A worker's kubelet and kube-proxy reach the control plane by its shared name: mTLS
+    // against the apiserver certificate a control-plane node serves, under that name.
+    let pki = cp_roots[0].join("etc/exk8s/pki");
+    let read = |p: &str| std::fs::read(pki.join(p)).unwrap();
+    let port = tls::serve(
+        &read("apiserver.pem"),
+        &read("apiserver-key.pem"),
+        &read("ca.pem"),
+    );
+    let worker_root = dir.join(format!("worker-{}", three["nodes"][0]["vm_id"]));
+    let endpoint = format!(
+        "https://{}:6443",
+        founded.created["control_plane_dns_name"].as_str().unwrap()
+    );
+    for kubeconfig in ["kubelet.kubeconfig", "kube-proxy.kubeconfig"] {
+        let text =
+            std::fs::read_to_string(worker_root.join("etc/exk8s/kubeconfig").join(kubeconfig))
+                .unwrap();
+        let identity = KubeconfigIdentity::parse(&text);
+        assert_eq!(identity.server, endpoint, "{kubeconfig}");
+        tls::handshake(
+            port,
+            &identity.server_host(),
+            &identity.ca_pem,
+            Some((&identity.cert_pem, &identity.key_pem)),
+        )
+        .unwrap_or_else(|e| panic!("{kubeconfig}: {e}"));
+    }
 
     patch(&stack, cluster, id, 5);
     let five = settled(&stack, cluster, id, 5);

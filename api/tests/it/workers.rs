@@ -160,6 +160,27 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     let update = update_payload(&app, fetch_update(&app, &worker, &key).await).await;
     assert_eq!(update.identity.role, Role::Worker);
     assert_eq!(update.identity.generation, 2);
+
+    // A worker's credentials never reach a control-plane node's bundle, nor the other way round.
+    let (cp, _) = &control_plane[0];
+    for (vm, imds, bearer) in [
+        (cp.vm, &worker.imds, &worker.bootstrap),
+        (worker.vm, &cp.imds, &cp.bootstrap),
+    ] {
+        let response = crate::bootstrap::fetch(
+            &app,
+            vm,
+            Some(imds),
+            Some(&format!("Bearer {bearer}")),
+            crate::bootstrap::NONCE,
+        )
+        .await;
+        assert_eq!(
+            response.status(),
+            404,
+            "VM {vm} with another VM's credentials"
+        );
+    }
 }
 
 both_backends!(a_worker_gets_the_worker_bundle_by_its_record);

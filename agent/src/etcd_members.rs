@@ -1,0 +1,270 @@
+//! etcd membership as a control-plane node's agent changes it, through etcd's v3 JSON gateway
+//! over mutual TLS (no gRPC client: the static agent stays small): list the members, add this
+//! node as a learner, promote it once it has caught up (etcd refuses until then), remove a
+//! member, and move leadership away from a member about to leave. The API never dials into a
+//! cluster: these run on a node, told by its bundle.
+//!
+//! The gateway writes 64-bit member ids as decimal strings; [`MemberId`] keeps them exact.
+
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::http;
+
+/// An etcd member id (uint64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MemberId(pub u64);
+
+impl std::fmt::Display for MemberId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+fn id_of(value: &Value) -> Option<MemberId> {
+    match value {
+        Value::String(s) => s.parse().ok().map(MemberId),
+        Value::Number(n) => n.as_u64().map(MemberId),
+        _ => None,
+    }
+}
+
+/// One member as `member list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: MemberId,
+    /// Empty until a learner has started.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+#[derive(Deserialize)]
+struct RawMember {
+    #[serde(rename = "ID")]
+    id: Value,
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "peerURLs", default)]
+    peer_urls: Vec<String>,
+    #[serde(rename = "clientURLs", default)]
+    client_urls: Vec<String>,
+    #[serde(rename = "isLearner", default)]
+    is_learner: bool,
+}
+
+impl RawMember {
+    fn member(self) -> Result<Member, String> {
+        Ok(Member {
+            id: id_of(&self.id)
+                .ok_or_else(|| format!("a member id that is not a u64: {}", self.id))?,
+            name: self.name,
+            peer_urls: self.peer_urls,
+            client_urls: self.client_urls,
+            is_learner: self.is_learner,
+        })
+    }
+}
+
+/// A client of one member's gateway (`https://host:2379`), with a client certificate etcd
+/// trusts.
+pub struct Etcd {
+    agent: ureq::Agent,
+    endpoint: String,
+}
+
+/// Why a membership call failed; `Refused` carries etcd's own words (e.g. a learner that has
+/// not caught up yet, or a second learner).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdError {
+    #[error("etcd at {endpoint} is unreachable: {reason}")]
+    Unreachable { endpoint: String, reason: String },
+    #[error("etcd refused {call}: {message}")]
+    Refused { call: &'static str, message: String },
+    #[error("etcd answered {call} with something unreadable: {reason}")]
+    Unreadable { call: &'static str, reason: String },
+}
+
+impl Etcd {
+    pub fn new(
+        endpoint: &str,
+        ca_pem: &[u8],
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<Self, String> {
+        let tls = http::mutual_tls(ca_pem, cert_pem, key_pem).map_err(|e| e.to_string())?;
+        Ok(Self {
+            agent: http::agent(tls, Duration::from_secs(10)),
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn call(&self, call: &'static str, path: &str, body: &Value) -> Result<Value, EtcdError> {
+        let url = format!("{}{path}", self.endpoint);
+        let response = match self.agent.post(&url).send_json(body) {
+            Ok(response) => response,
+            Err(ureq::Error::Status(_, response)) => {
+                let text = http::read_capped(response, 64 * 1024).unwrap_or_default();
+                let said: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+                let message = said["message"]
+                    .as_str()
+                    .or_else(|| said["error"].as_str())
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| String::from_utf8_lossy(&text).chars().take(300).collect());
+                return Err(EtcdError::Refused { call, message });
+            }
+            Err(e) => {
+                return Err(EtcdError::Unreachable {
+                    endpoint: self.endpoint.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let text = http::read_capped(response, 1024 * 1024)
+            .map_err(|reason| EtcdError::Unreadable { call, reason })?;
+        serde_json::from_slice(&text).map_err(|e| EtcdError::Unreadable {
+            call,
+            reason: e.to_string(),
+        })
+    }
+
+    fn members_of(call: &'static str, answer: &Value) -> Result<Vec<Member>, EtcdError> {
+        let raw: Vec<RawMember> =
+            serde_json::from_value(answer["members"].clone()).map_err(|e| {
+                EtcdError::Unreadable {
+                    call,
+                    reason: e.to_string(),
+                }
+            })?;
+        raw.into_iter()
+            .map(|m| {
+                m.member()
+                    .map_err(|reason| EtcdError::Unreadable { call, reason })
+            })
+            .collect()
+    }
+
+    /// Every member, learners included.
+    pub fn members(&self) -> Result<Vec<Member>, EtcdError> {
+        let answer = self.call("member list", "/v3/cluster/member/list", &json!({}))?;
+        Self::members_of("member list", &answer)
+    }
+
+    /// Adds a learner with `peer_url`; its id. etcd allows one learner at a time.
+    pub fn add_learner(&self, peer_url: &str) -> Result<MemberId, EtcdError> {
+        let call = "member add";
+        let answer = self.call(
+            call,
+            "/v3/cluster/member/add",
+            &json!({"peerURLs": [peer_url], "isLearner": true}),
+        )?;
+        id_of(&answer["member"]["ID"]).ok_or_else(|| EtcdError::Unreadable {
+            call,
+            reason: "no member id in the answer".into(),
+        })
+    }
+
+    /// Makes a caught-up learner a voter (refused while it is behind).
+    pub fn promote(&self, id: MemberId) -> Result<(), EtcdError> {
+        self.call(
+            "member promote",
+            "/v3/cluster/member/promote",
+            &json!({"ID": id.0.to_string()}),
+        )
+        .map(drop)
+    }
+
+    pub fn remove(&self, id: MemberId) -> Result<(), EtcdError> {
+        self.call(
+            "member remove",
+            "/v3/cluster/member/remove",
+            &json!({"ID": id.0.to_string()}),
+        )
+        .map(drop)
+    }
+
+    /// The member this client talks to, and the leader it knows.
+    pub fn status(&self) -> Result<(MemberId, MemberId), EtcdError> {
+        let call = "status";
+        let answer = self.call(call, "/v3/maintenance/status", &json!({}))?;
+        let unreadable = |what: &str| EtcdError::Unreadable {
+            call,
+            reason: format!("no {what}"),
+        };
+        Ok((
+            id_of(&answer["header"]["member_id"]).ok_or_else(|| unreadable("member id"))?,
+            id_of(&answer["leader"]).ok_or_else(|| unreadable("leader"))?,
+        ))
+    }
+
+    /// Moves leadership to `target` (this client must talk to the leader).
+    pub fn move_leader(&self, target: MemberId) -> Result<(), EtcdError> {
+        self.call(
+            "move leader",
+            "/v3/maintenance/transfer-leadership",
+            &json!({"targetID": target.0.to_string()}),
+        )
+        .map(drop)
+    }
+
+    /// Promotes `id`, retrying every `every` while etcd says the learner is behind, until
+    /// `deadline`; any other refusal ends it at once.
+    pub fn promote_when_caught_up(
+        &self,
+        id: MemberId,
+        every: Duration,
+        deadline: Duration,
+    ) -> Result<(), EtcdError> {
+        retry_while(
+            || self.promote(id),
+            "in sync with leader",
+            every,
+            deadline,
+            &format!("learner {id} is catching up"),
+        )
+    }
+
+    /// Removes `id`, retrying every `every` while etcd says the removal would leave too few
+    /// members connected for long enough (its quorum protection), until `deadline`.
+    pub fn remove_when_safe(
+        &self,
+        id: MemberId,
+        every: Duration,
+        deadline: Duration,
+    ) -> Result<(), EtcdError> {
+        retry_while(
+            || self.remove(id),
+            "unhealthy cluster",
+            every,
+            deadline,
+            &format!("member {id} cannot go yet"),
+        )
+    }
+}
+
+/// Calls `f` until it succeeds, retrying every `every` while etcd refuses with a message
+/// containing `transient`, until `deadline`.
+fn retry_while(
+    f: impl Fn() -> Result<(), EtcdError>,
+    transient: &str,
+    every: Duration,
+    deadline: Duration,
+    waiting: &str,
+) -> Result<(), EtcdError> {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(()) => return Ok(()),
+            Err(EtcdError::Refused { message, .. })
+                if message.contains(transient) && start.elapsed() + every < deadline =>
+            {
+                crate::log::log_info!("{waiting}: {message}");
+            }
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(every);
+    }
+}

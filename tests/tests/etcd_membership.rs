@@ -1,0 +1,268 @@
+//! The agent's etcd membership client against real etcd 3.4 (Debian's), over mutual TLS through
+//! the v3 JSON gateway: a one-member cluster holding 1,000 keys takes a second member as a
+//! learner (a second learner, and promoting one that has not started, are refused with etcd's
+//! words), the learner starts with `--initial-cluster-state=existing` and is promoted once it
+//! has caught up; leadership moves off the first member, which is then removed (once etcd's quorum
+//! protection allows it) — and the one
+//! member left serves every key. Certificates come from openssl, not from exk8s: this proves
+//! the client, not the rendering.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use exk8s_agent::etcd_members::{Etcd, EtcdError};
+use exk8s_tests::etcd::etcdctl;
+use exk8s_tests::procs::Proc;
+
+const PKI: &str = "etc/exk8s/pki";
+const CLIENT: (&str, &str) = ("/etc/exk8s/pki/client.pem", "/etc/exk8s/pki/client-key.pem");
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server+peer certificate per member IP, and a client certificate, under
+/// `root/etc/exk8s/pki`.
+fn certificates(root: &Path, ips: &[&str]) -> PathBuf {
+    let pki = root.join(PKI);
+    std::fs::create_dir_all(&pki).unwrap();
+    openssl(
+        &pki,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "etcd-ca-key.pem",
+            "-out",
+            "etcd-ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=membership-test-ca",
+        ],
+    );
+    let leaf = |name: &str, cn: &str, ext: &str| {
+        std::fs::write(pki.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            &pki,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &format!("{name}-key.pem"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={cn}"),
+            ],
+        );
+        openssl(
+            &pki,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "etcd-ca.pem",
+                "-CAkey",
+                "etcd-ca-key.pem",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &format!("{name}.pem"),
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+    };
+    for (i, ip) in ips.iter().enumerate() {
+        leaf(
+            &format!("member-{}", i + 1),
+            &format!("m{}", i + 1),
+            &format!(
+                "subjectAltName=IP:{ip},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
+            ),
+        );
+    }
+    leaf("client", "agent", "extendedKeyUsage=clientAuth\n");
+    pki
+}
+
+/// Member `n` (1-based) on `ip`, in `initial_cluster`, new or joining an existing cluster.
+fn member(root: &Path, n: usize, ip: &str, initial_cluster: &str, state: &str) -> Proc {
+    let pki = root.join(PKI);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let cert = file(&format!("member-{n}.pem"));
+    let key = file(&format!("member-{n}-key.pem"));
+    let log = std::fs::File::create(root.join(format!("etcd-{n}.log"))).unwrap();
+    Proc(
+        Command::new("etcd")
+            .args([
+                &format!("--name=m{n}"),
+                &format!("--data-dir={}", root.join(format!("data-{n}")).display()),
+                &format!("--listen-client-urls=https://{ip}:2379"),
+                &format!("--advertise-client-urls=https://{ip}:2379"),
+                &format!("--listen-peer-urls=https://{ip}:2380"),
+                &format!("--initial-advertise-peer-urls=https://{ip}:2380"),
+                &format!("--initial-cluster={initial_cluster}"),
+                &format!("--initial-cluster-state={state}"),
+                "--initial-cluster-token=membership-test",
+                "--client-cert-auth",
+                &format!("--trusted-ca-file={}", file("etcd-ca.pem")),
+                &format!("--cert-file={cert}"),
+                &format!("--key-file={key}"),
+                "--peer-client-cert-auth",
+                &format!("--peer-trusted-ca-file={}", file("etcd-ca.pem")),
+                &format!("--peer-cert-file={cert}"),
+                &format!("--peer-key-file={key}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd must be installed (scripts/test.sh installs etcd-server)"),
+    )
+}
+
+fn client(root: &Path, ip: &str) -> Etcd {
+    let read = |name: &str| std::fs::read(root.join(PKI).join(name)).unwrap();
+    Etcd::new(
+        &format!("https://{ip}:2379"),
+        &read("etcd-ca.pem"),
+        &read("client.pem"),
+        &read("client-key.pem"),
+    )
+    .unwrap()
+}
+
+/// Writes `/k/0000`… through the JSON gateway (one connection, not a process per key).
+fn put_keys(root: &Path, ip: &str, count: usize) {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let read = |name: &str| std::fs::read(root.join(PKI).join(name)).unwrap();
+    let tls = exk8s_agent::http::mutual_tls(
+        &read("etcd-ca.pem"),
+        &read("client.pem"),
+        &read("client-key.pem"),
+    )
+    .unwrap();
+    let agent = exk8s_agent::http::agent(tls, Duration::from_secs(10));
+    for i in 0..count {
+        agent
+            .post(&format!("https://{ip}:2379/v3/kv/put"))
+            .send_json(serde_json::json!({"key": b64(&format!("/k/{i:04}")), "value": b64("v")}))
+            .unwrap();
+    }
+}
+
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (ip1, ip2, ip3) = ("127.0.19.1", "127.0.19.2", "127.0.19.3");
+    certificates(root, &[ip1, ip2, ip3]);
+    let one = format!("m1=https://{ip1}:2380");
+    let _m1 = member(root, 1, ip1, &one, "new");
+    let first = client(root, ip1);
+    until("the first member", || first.members().ok());
+    put_keys(root, ip1, 1000);
+
+    let learner = first.add_learner(&format!("https://{ip2}:2380")).unwrap();
+    let members = first.members().unwrap();
+    assert_eq!(members.len(), 2);
+    assert!(
+        members
+            .iter()
+            .any(|m| m.id == learner && m.is_learner && m.name.is_empty())
+    );
+    match first.add_learner(&format!("https://{ip3}:2380")) {
+        Err(EtcdError::Refused { message, .. }) => {
+            assert!(message.contains("too many learner members"), "{message}")
+        }
+        other => panic!("a second learner: {other:?}"),
+    }
+    match first.promote(learner) {
+        Err(EtcdError::Refused { message, .. }) => {
+            assert!(message.contains("in sync with leader"), "{message}")
+        }
+        other => panic!("promoting a learner that has not started: {other:?}"),
+    }
+
+    let two = format!("{one},m2=https://{ip2}:2380");
+    let _m2 = member(root, 2, ip2, &two, "existing");
+    first
+        .promote_when_caught_up(learner, Duration::from_millis(500), Duration::from_secs(60))
+        .unwrap();
+    let members = first.members().unwrap();
+    assert!(members.iter().all(|m| !m.is_learner), "{members:?}");
+    assert_eq!(members.len(), 2);
+
+    // The first member leaves: leadership moves off it first, then it is removed.
+    let (me, leader) = first.status().unwrap();
+    if leader == me {
+        first.move_leader(learner).unwrap();
+    }
+    let second = client(root, ip2);
+    until("the second member leads", || {
+        second.status().ok().filter(|(me, leader)| me == leader)
+    });
+    // etcd refuses while the survivor has been connected for under five seconds.
+    second
+        .remove_when_safe(me, Duration::from_millis(500), Duration::from_secs(30))
+        .unwrap();
+    let left = second.members().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, learner);
+    let e2 = format!("https://{ip2}:2379");
+    let (ok, out) = etcdctl(
+        root,
+        &e2,
+        CLIENT.0,
+        CLIENT.1,
+        &["get", "/k/", "--prefix", "--keys-only"],
+    );
+    let keys = out.lines().filter(|l| l.starts_with("/k/")).count();
+    assert!(ok && keys == 1000, "{keys} keys: {out}");
+    let (ok, out) = etcdctl(root, &e2, CLIENT.0, CLIENT.1, &["put", "/after", "ok"]);
+    assert!(ok, "the member left alone has quorum: {out}");
+}
