@@ -104,7 +104,15 @@ impl Etcd {
 
     fn call(&self, call: &'static str, path: &str, body: &Value) -> Result<Value, EtcdError> {
         let url = format!("{}{path}", self.endpoint);
-        let response = match self.agent.post(&url).send_json(body) {
+        let bytes = serde_json::to_vec(body).map_err(|e| EtcdError::Unreadable {
+            call,
+            reason: e.to_string(),
+        })?;
+        let request = self
+            .agent
+            .post(&url)
+            .set("Content-Type", "application/json");
+        let response = match request.send_bytes(&bytes) {
             Ok(response) => response,
             Err(ureq::Error::Status(_, response)) => {
                 let text = http::read_capped(response, 64 * 1024).unwrap_or_default();
@@ -266,5 +274,90 @@ fn retry_while(
             Err(e) => return Err(e),
         }
         std::thread::sleep(every);
+    }
+}
+
+/// The first of `endpoints` (voters; a learner refuses membership calls) that answers.
+fn any_voter<'a>(clients: &'a [Etcd]) -> Result<(&'a Etcd, Vec<Member>), EtcdError> {
+    let mut last = None;
+    for client in clients {
+        match client.members() {
+            Ok(members) => return Ok((client, members)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| EtcdError::Unreachable {
+        endpoint: "(none given)".into(),
+        reason: "no voter endpoint".into(),
+    }))
+}
+
+/// A joining node adds itself: as a learner with `peer_url`, through the first voter that
+/// answers — unless etcd lists that peer URL already (a join retried after a crash).
+pub fn join(clients: &[Etcd], peer_url: &str) -> Result<MemberId, EtcdError> {
+    let (client, members) = any_voter(clients)?;
+    if let Some(me) = members
+        .iter()
+        .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
+    {
+        crate::log::log_info!("etcd already lists {peer_url} as member {}", me.id);
+        return Ok(me.id);
+    }
+    let id = client.add_learner(peer_url)?;
+    crate::log::log_info!("added {peer_url} as learner {id}");
+    Ok(id)
+}
+
+/// Why a join could not finish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    #[error("etcd does not list {0} (the join never started)")]
+    NotListed(String),
+    /// The learner did not catch up in time and was removed again, so it never holds quorum
+    /// hostage; `removal` says if that removal failed too.
+    #[error("the learner {peer_url} did not catch up within {secs}s ({reason}); {removal}")]
+    Withdrawn {
+        peer_url: String,
+        secs: u64,
+        reason: String,
+        removal: String,
+    },
+}
+
+/// Promotes this node's learner once it has caught up, retrying until `deadline`; a learner
+/// still behind then is removed. A member already a voter is done.
+pub fn promote_or_withdraw(
+    clients: &[Etcd],
+    peer_url: &str,
+    every: Duration,
+    deadline: Duration,
+) -> Result<(), JoinError> {
+    let (client, members) = any_voter(clients)?;
+    let me = members
+        .iter()
+        .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
+        .ok_or_else(|| JoinError::NotListed(peer_url.to_owned()))?;
+    if !me.is_learner {
+        return Ok(());
+    }
+    match client.promote_when_caught_up(me.id, every, deadline) {
+        Ok(()) => {
+            crate::log::log_info!("learner {} promoted to voter", me.id);
+            Ok(())
+        }
+        Err(e) => {
+            let removal = match client.remove(me.id) {
+                Ok(()) => "it was removed".to_owned(),
+                Err(r) => format!("removing it failed too: {r}"),
+            };
+            Err(JoinError::Withdrawn {
+                peer_url: peer_url.to_owned(),
+                secs: deadline.as_secs(),
+                reason: e.to_string(),
+                removal,
+            })
+        }
     }
 }

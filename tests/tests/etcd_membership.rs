@@ -4,7 +4,9 @@
 //! words), the learner starts with `--initial-cluster-state=existing` and is promoted once it
 //! has caught up; leadership moves off the first member, which is then removed (once etcd's quorum
 //! protection allows it) — and the one
-//! member left serves every key. Certificates come from openssl, not from exk8s: this proves
+//! member left serves every key; a join retried finds its learner, and a learner whose etcd
+//! never starts is withdrawn at its deadline (through the first voter that answers; a dead
+//! endpoint listed first is passed over). Certificates come from openssl, not from exk8s: this proves
 //! the client, not the rendering.
 
 #![allow(
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use exk8s_agent::etcd_members::{Etcd, EtcdError};
+use exk8s_agent::etcd_members::{Etcd, EtcdError, JoinError, join, promote_or_withdraw};
 use exk8s_tests::etcd::etcdctl;
 use exk8s_tests::procs::Proc;
 
@@ -207,7 +209,13 @@ fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
     until("the first member", || first.members().ok());
     put_keys(root, ip1, 1000);
 
-    let learner = first.add_learner(&format!("https://{ip2}:2380")).unwrap();
+    let peer2 = format!("https://{ip2}:2380");
+    let learner = join(std::slice::from_ref(&first), &peer2).unwrap();
+    assert_eq!(
+        join(std::slice::from_ref(&first), &peer2).unwrap(),
+        learner,
+        "a retried join finds its learner"
+    );
     let members = first.members().unwrap();
     assert_eq!(members.len(), 2);
     assert!(
@@ -230,9 +238,13 @@ fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
 
     let two = format!("{one},m2=https://{ip2}:2380");
     let _m2 = member(root, 2, ip2, &two, "existing");
-    first
-        .promote_when_caught_up(learner, Duration::from_millis(500), Duration::from_secs(60))
-        .unwrap();
+    promote_or_withdraw(
+        std::slice::from_ref(&first),
+        &peer2,
+        Duration::from_millis(500),
+        Duration::from_secs(60),
+    )
+    .unwrap();
     let members = first.members().unwrap();
     assert!(members.iter().all(|m| !m.is_learner), "{members:?}");
     assert_eq!(members.len(), 2);
@@ -265,4 +277,30 @@ fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
     assert!(ok && keys == 1000, "{keys} keys: {out}");
     let (ok, out) = etcdctl(root, &e2, CLIENT.0, CLIENT.1, &["put", "/after", "ok"]);
     assert!(ok, "the member left alone has quorum: {out}");
+
+    // A join whose etcd never starts: withdrawn at the deadline; the cluster never noticed.
+    let peer3 = format!("https://{ip3}:2380");
+    let voters = [client(root, "127.0.19.250"), client(root, ip2)];
+    join(&voters, &peer3).unwrap();
+    match promote_or_withdraw(
+        &voters,
+        &peer3,
+        Duration::from_millis(500),
+        Duration::from_secs(3),
+    ) {
+        Err(JoinError::Withdrawn { removal, secs, .. }) => {
+            assert_eq!(removal, "it was removed");
+            assert_eq!(secs, 3);
+        }
+        other => panic!("a learner that never started: {other:?}"),
+    }
+    assert_eq!(second.members().unwrap().len(), 1);
+    let (ok, out) = etcdctl(
+        root,
+        &e2,
+        CLIENT.0,
+        CLIENT.1,
+        &["put", "/after-withdrawal", "ok"],
+    );
+    assert!(ok, "{out}");
 }
