@@ -278,7 +278,7 @@ fn retry_while(
 }
 
 /// The first of `endpoints` (voters; a learner refuses membership calls) that answers.
-fn any_voter<'a>(clients: &'a [Etcd]) -> Result<(&'a Etcd, Vec<Member>), EtcdError> {
+fn any_voter(clients: &[Etcd]) -> Result<(&Etcd, Vec<Member>), EtcdError> {
     let mut last = None;
     for client in clients {
         match client.members() {
