@@ -131,6 +131,7 @@ mod tests {
             removal_since: None,
             drain_by: None,
             drain_generation: None,
+            etcd_membership: Some(crate::db::phase::EtcdMembership::Voter),
         }
     }
 

@@ -206,6 +206,29 @@ pub enum PlanStep {
         key_file: BundlePath,
         timeout_secs: u32,
     },
+    /// Before etcd starts on a node joining a running cluster: adds this node as a learner with
+    /// `peer_url` through the first of `voters` that answers (a learner refuses membership
+    /// calls), or finds the learner a retried join added. The client identity is the files'.
+    EtcdJoin {
+        #[serde(deserialize_with = "bounded_vec::<_, _, MAX_PLAN_STEPS>")]
+        voters: Vec<HttpUrl>,
+        peer_url: HttpUrl,
+        ca_file: BundlePath,
+        cert_file: BundlePath,
+        key_file: BundlePath,
+    },
+    /// Once this node's etcd runs: promotes its learner as soon as it has caught up (etcd
+    /// refuses before), retrying until `timeout_secs`; a learner still behind then is removed
+    /// and the step fails. A member already voting is done.
+    EtcdPromote {
+        #[serde(deserialize_with = "bounded_vec::<_, _, MAX_PLAN_STEPS>")]
+        voters: Vec<HttpUrl>,
+        peer_url: HttpUrl,
+        ca_file: BundlePath,
+        cert_file: BundlePath,
+        key_file: BundlePath,
+        timeout_secs: u32,
+    },
     /// Poll the apiserver's `/readyz` with the identity and CA of a kubeconfig.
     WaitApiserverReady {
         kubeconfig: BundlePath,

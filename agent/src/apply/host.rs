@@ -38,6 +38,8 @@ pub enum HostAction<'a> {
         timeout: Duration,
     },
     DrainNode(super::drain::Drain<'a>),
+    EtcdJoin(super::membership::Membership),
+    EtcdPromote(super::membership::Membership),
 }
 
 impl fmt::Display for HostAction<'_> {
@@ -79,6 +81,19 @@ impl fmt::Display for HostAction<'_> {
                     .get(..12)
                     .unwrap_or(&probe.inputs_sha256),
                 probe.timeout.as_secs()
+            ),
+            Self::EtcdJoin(m) => write!(
+                f,
+                "join etcd as learner {} through {}",
+                m.peer_url,
+                m.voters.join(",")
+            ),
+            Self::EtcdPromote(m) => write!(
+                f,
+                "promote etcd learner {} through {} (up to {}s)",
+                m.peer_url,
+                m.voters.join(","),
+                m.timeout.as_secs()
             ),
             Self::DrainNode(drain) => write!(
                 f,
@@ -283,6 +298,8 @@ impl Host for SystemHost {
                 timeout,
             } => retry_command(program, args, kubeconfig, *timeout),
             HostAction::DrainNode(drain) => super::drain::perform(drain),
+            HostAction::EtcdJoin(m) => super::membership::join(&self.root, m),
+            HostAction::EtcdPromote(m) => super::membership::promote(&self.root, m),
         };
         result.map_err(|reason| step_error(action, reason))
     }

@@ -12,6 +12,7 @@ pub mod artifacts;
 mod drain;
 pub mod files;
 pub mod host;
+pub mod membership;
 pub mod restore;
 mod steps;
 pub mod waits;

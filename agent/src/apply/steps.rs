@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use exk8s_common::contract::BootPhase;
+use exk8s_common::names::{BundlePath, HttpUrl};
 use exk8s_common::payload::{BundlePayload, PlanStep};
 
 use crate::error::{AgentError, chain};
@@ -38,7 +39,9 @@ fn in_root(root: &Path, path: &str) -> PathBuf {
 fn phase_of(step: &PlanStep) -> BootPhase {
     match step {
         PlanStep::DaemonReload {} | PlanStep::EnableStart { .. } => BootPhase::Services,
-        PlanStep::WaitEtcdHealthy { .. } => BootPhase::Etcd,
+        PlanStep::WaitEtcdHealthy { .. }
+        | PlanStep::EtcdJoin { .. }
+        | PlanStep::EtcdPromote { .. } => BootPhase::Etcd,
         PlanStep::WaitApiserverReady { .. }
         | PlanStep::InstallStaticPod { .. }
         | PlanStep::WaitStaticPod { .. } => BootPhase::Apiserver,
@@ -84,6 +87,24 @@ fn tool(bundle: &BundlePayload, root: &Path, name: &str) -> PathBuf {
         .find(|a| a.name.as_str() == name)
         .map(|a| in_root(root, a.dest.as_str()))
         .unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn membership(
+    voters: &[HttpUrl],
+    peer_url: &HttpUrl,
+    ca_file: &BundlePath,
+    cert_file: &BundlePath,
+    key_file: &BundlePath,
+    timeout_secs: u32,
+) -> super::membership::Membership {
+    super::membership::Membership {
+        voters: voters.iter().map(ToString::to_string).collect(),
+        peer_url: peer_url.to_string(),
+        ca_file: ca_file.as_str().into(),
+        cert_file: cert_file.as_str().into(),
+        key_file: key_file.as_str().into(),
+        timeout: Duration::from_secs(u64::from(timeout_secs)),
+    }
 }
 
 fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), AgentError> {
@@ -163,6 +184,34 @@ fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), A
                 kubeconfig: kubeconfig.as_str().into(),
                 timeout: secs(timeout_secs),
             }))?;
+        }
+        PlanStep::EtcdJoin {
+            voters,
+            peer_url,
+            ca_file,
+            cert_file,
+            key_file,
+        } => {
+            host.perform(&HostAction::EtcdJoin(membership(
+                voters, peer_url, ca_file, cert_file, key_file, 0,
+            )))?;
+        }
+        PlanStep::EtcdPromote {
+            voters,
+            peer_url,
+            ca_file,
+            cert_file,
+            key_file,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::EtcdPromote(membership(
+                voters,
+                peer_url,
+                ca_file,
+                cert_file,
+                key_file,
+                *timeout_secs,
+            )))?;
         }
         PlanStep::DrainNode {
             kubeconfig,

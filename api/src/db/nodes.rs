@@ -10,7 +10,7 @@ use exk8s_common::contract::Role;
 use sqlx::{Any, Executor, Row};
 
 use super::DbError;
-use super::phase::{NodePhase, Removal, decode};
+use super::phase::{EtcdMembership, NodePhase, Removal, decode};
 
 #[derive(Debug, Clone)]
 pub struct NodeRow {
@@ -43,6 +43,8 @@ pub struct NodeRow {
     /// carries the drain.
     pub drain_by: Option<i64>,
     pub drain_generation: Option<i64>,
+    /// A control-plane node's place in etcd (None for workers).
+    pub etcd_membership: Option<EtcdMembership>,
 }
 
 impl NodeRow {
@@ -59,7 +61,7 @@ impl NodeRow {
 pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pod_range, pool_id, removal, removal_since, \
-    drain_by, drain_generation";
+    drain_by, drain_generation, etcd_membership";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -89,18 +91,26 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         node_key: r.try_get("node_key")?,
         pod_range: r.try_get("pod_range")?,
         pool_id: r.try_get("pool_id")?,
-        removal: r
-            .try_get::<Option<String>, _>("removal")?
-            .map(|text| text.parse::<Removal>())
-            .transpose()
-            .map_err(|e| sqlx::Error::ColumnDecode {
-                index: "removal".into(),
-                source: Box::new(e),
-            })?,
+        removal: optional::<Removal>(r, "removal")?,
         removal_since: r.try_get("removal_since")?,
         drain_by: r.try_get("drain_by")?,
         drain_generation: r.try_get("drain_generation")?,
+        etcd_membership: optional(r, "etcd_membership")?,
     })
+}
+
+/// Decodes a nullable closed-set column.
+fn optional<T>(r: &sqlx::any::AnyRow, column: &str) -> Result<Option<T>, sqlx::Error>
+where
+    T: std::str::FromStr<Err = exk8s_common::contract::UnknownName>,
+{
+    r.try_get::<Option<String>, _>(column)?
+        .map(|text| text.parse::<T>())
+        .transpose()
+        .map_err(|e| sqlx::Error::ColumnDecode {
+            index: column.into(),
+            source: Box::new(e),
+        })
 }
 
 /// A node to insert with its sealed serving keys.
@@ -119,6 +129,8 @@ pub struct NewNode<'a> {
     pub pod_range: i64,
     /// A worker's pool.
     pub pool_id: Option<i64>,
+    /// A control-plane node's place in etcd (None for workers).
+    pub etcd_membership: Option<EtcdMembership>,
 }
 
 pub async fn insert(
@@ -128,8 +140,9 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO cluster_nodes (cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, \
-         public_ipv4, is_initial, serial, issuance_allowed, role, pod_range, pool_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11, $12) RETURNING id",
+         public_ipv4, is_initial, serial, issuance_allowed, role, pod_range, pool_id, \
+         etcd_membership, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11, $12, $13) RETURNING id",
     )
     .bind(node.cluster_id)
     .bind(node.ordinal)
@@ -142,6 +155,7 @@ pub async fn insert(
     .bind(node.role.as_str())
     .bind(node.pod_range)
     .bind(node.pool_id)
+    .bind(node.etcd_membership.map(EtcdMembership::as_str))
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;

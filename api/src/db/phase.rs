@@ -160,6 +160,45 @@ impl FromStr for Removal {
     }
 }
 
+/// A control-plane node's place in etcd: a voter, joining (a learner until promoted), or
+/// leaving (to be removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EtcdMembership {
+    Voter,
+    Joining,
+    Leaving,
+}
+
+impl EtcdMembership {
+    pub const ALL: [Self; 3] = [Self::Voter, Self::Joining, Self::Leaving];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Voter => "voter",
+            Self::Joining => "joining",
+            Self::Leaving => "leaving",
+        }
+    }
+}
+
+impl fmt::Display for EtcdMembership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EtcdMembership {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
+    }
+}
+
 /// Decodes a text column through `FromStr`, naming the column when the value is outside its set.
 pub(crate) fn decode<T>(row: &sqlx::any::AnyRow, column: &str) -> Result<T, sqlx::Error>
 where

@@ -472,6 +472,7 @@ async fn provision(
                 // The founding nodes take the first blocks of the pod CIDR.
                 pod_range: *ordinal - 1,
                 pool_id: None,
+                etcd_membership: Some(db::phase::EtcdMembership::Voter),
             },
             now,
         )

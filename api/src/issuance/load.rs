@@ -6,10 +6,10 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use crate::app::AppState;
-use crate::db::{self, clusters::ClusterRow, nodes::NodeRow};
+use crate::db::{self, clusters::ClusterRow, nodes::NodeRow, phase::EtcdMembership};
 use crate::founding::trust::{self, NodeKeyColumn};
 use crate::pki::{ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, ServiceCidr};
-use crate::render::{ClusterSpec, ControlPlaneNode, PodCidr, Versions};
+use crate::render::{ClusterSpec, ControlPlaneNode, Membership, PodCidr, Versions};
 
 use super::IssuanceError;
 
@@ -53,6 +53,12 @@ pub fn control_plane_node(node: &NodeRow) -> Result<ControlPlaneNode, IssuanceEr
             .pod_range
             .and_then(|r| u32::try_from(r).ok())
             .ok_or_else(|| unusable(node, "pod range"))?,
+        membership: match node.etcd_membership {
+            Some(EtcdMembership::Joining) => Membership::Joining,
+            // A leaving member votes until it is removed.
+            Some(EtcdMembership::Voter | EtcdMembership::Leaving) => Membership::Voter,
+            None => return Err(unusable(node, "etcd membership")),
+        },
     })
 }
 

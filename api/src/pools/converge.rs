@@ -322,6 +322,7 @@ async fn record_worker(
                 role: Role::Worker,
                 pod_range,
                 pool_id: Some(pool.id),
+                etcd_membership: None,
             },
             db::now(),
         )

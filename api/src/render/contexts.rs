@@ -39,6 +39,8 @@ pub(crate) struct EtcdUnit<'a> {
     pub name: &'a str,
     pub node_ip: String,
     pub initial_cluster: &'a str,
+    /// `new` for a founding member, `existing` for one that joins a running cluster.
+    pub initial_cluster_state: &'static str,
     pub cluster_token: String,
 }
 template!(EtcdUnit => "etcd.service");

@@ -139,6 +139,18 @@ pub struct ControlPlaneNode {
     pub is_initial: bool,
     /// Which block of the cluster's pod CIDR the node gives out.
     pub pod_range: u32,
+    /// Where the node stands in etcd.
+    pub membership: Membership,
+}
+
+/// A control-plane node's place in etcd, as the API last recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// A voting member (every founding member, and a joined one once promoted).
+    Voter,
+    /// Added after founding and not promoted yet: it adds itself as a learner through the
+    /// voters, starts etcd into the existing cluster and is promoted once caught up.
+    Joining,
 }
 
 /// The certificates and keys this node receives. No CA private key is here, by design.

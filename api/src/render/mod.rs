@@ -17,8 +17,8 @@ mod worker;
 
 pub use catalog::{ArtifactCatalog, CatalogError};
 pub use input::{
-    ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, NodeCredentials, PodCidr, RenderInput,
-    Versions,
+    ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, Membership, NodeCredentials, PodCidr,
+    RenderInput, Versions,
 };
 pub use worker::{WorkerInput, WorkerNode, render_worker_bundle};
 

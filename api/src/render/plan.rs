@@ -16,6 +16,8 @@ use super::{RenderError, RenderInput};
 const WAIT_ETCD_SECS: u32 = 600;
 const WAIT_APISERVER_SECS: u32 = 600;
 const ADDON_SECS: u32 = 600;
+/// How long a joining member may take to catch up before its learner is withdrawn.
+const PROMOTE_SECS: u32 = 600;
 /// How long one worker's drain may take (the API's drain deadline bounds the retries).
 const DRAIN_SECS: u32 = 300;
 
@@ -212,9 +214,30 @@ pub(super) fn steps(
     let p = &PATHS;
     let admin = path(p.admin_kubeconfig)?;
     let kube_system = name("kube-system")?;
-    let mut steps = vec![
-        PlanStep::DaemonReload {},
-        containerd_step()?,
+    let joining = input.node.membership == super::Membership::Joining;
+    let voters = input
+        .peers
+        .iter()
+        .filter(|peer| peer.membership == super::Membership::Voter)
+        .map(|peer| HttpUrl::new(format!("https://{}:2379", peer.addresses.private_ipv4)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    let peer_url = HttpUrl::new(format!(
+        "https://{}:2380",
+        input.node.addresses.private_ipv4
+    ))
+    .map_err(invalid)?;
+    let mut steps = vec![PlanStep::DaemonReload {}, containerd_step()?];
+    if joining {
+        steps.push(PlanStep::EtcdJoin {
+            voters: voters.clone(),
+            peer_url: peer_url.clone(),
+            ca_file: path(p.etcd_ca_cert)?,
+            cert_file: path(p.etcd_healthcheck_client_cert)?,
+            key_file: path(p.etcd_healthcheck_client_key)?,
+        });
+    }
+    steps.extend([
         PlanStep::EnableStart {
             unit: unit("etcd.service")?,
             watch: paths(&[
@@ -233,7 +256,18 @@ pub(super) fn steps(
             key_file: path(p.etcd_healthcheck_client_key)?,
             timeout_secs: WAIT_ETCD_SECS,
         },
-    ];
+    ]);
+    // A learner answers /health; it votes (and the rest may start) once promoted.
+    if joining {
+        steps.push(PlanStep::EtcdPromote {
+            voters,
+            peer_url,
+            ca_file: path(p.etcd_ca_cert)?,
+            cert_file: path(p.etcd_healthcheck_client_cert)?,
+            key_file: path(p.etcd_healthcheck_client_key)?,
+            timeout_secs: PROMOTE_SECS,
+        });
+    }
     for pod in static_pods {
         steps.push(PlanStep::InstallStaticPod {
             manifest: path(pod.manifest)?,

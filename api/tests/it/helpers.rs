@@ -251,6 +251,7 @@ pub fn control_plane(ips: &[Ipv4Addr]) -> Vec<ControlPlaneNode> {
             },
             is_initial: i == 0,
             pod_range: i as u32,
+            membership: exk8s_api::render::Membership::Voter,
         })
         .collect()
 }
@@ -277,9 +278,13 @@ pub struct RenderedCluster {
 }
 
 pub fn render_cluster(ips: &[Ipv4Addr], algorithm: KeyAlgorithm) -> RenderedCluster {
+    render_nodes(control_plane(ips), algorithm)
+}
+
+/// Every node of `nodes` rendered (as peers of each other) with real certificates.
+pub fn render_nodes(nodes: Vec<ControlPlaneNode>, algorithm: KeyAlgorithm) -> RenderedCluster {
     let now = OffsetDateTime::now_utc();
     let spec = cluster_spec(network());
-    let nodes = control_plane(ips);
     let pki = ClusterPki::generate(algorithm, now).unwrap();
     let bundles = nodes
         .iter()

@@ -24,6 +24,7 @@ mod pool_crash;
 mod pool_drains;
 mod pools;
 mod render;
+mod render_join;
 mod render_validators;
 mod render_worker;
 mod renewal;

@@ -59,6 +59,7 @@ async fn record_worker(app: &TestApp, cluster: i64) -> Node {
             role: Role::Worker,
             pod_range,
             pool_id: Some(pool),
+            etcd_membership: None,
         },
         now,
     )

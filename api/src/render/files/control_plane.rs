@@ -10,7 +10,7 @@ use zeroize::Zeroizing;
 
 use super::super::contexts::{self, Mount};
 use super::super::paths::{NodePaths, PATHS};
-use super::super::{RenderError, RenderInput, render};
+use super::super::{Membership, RenderError, RenderInput, render};
 use super::{FileSet, LOCAL_API, StaticPod, Trust};
 use crate::pki::{ClientIdentity, ControlPlaneCerts, IssuedCert};
 use exk8s_common::names::Sha256Digest;
@@ -102,9 +102,11 @@ pub(super) fn files(
         })
         .collect::<Vec<_>>()
         .join(",");
+    // A learner refuses client requests: the apiserver uses voters only.
     let etcd_servers = input
         .peers
         .iter()
+        .filter(|peer| peer.membership == Membership::Voter)
         .map(|peer| format!("https://{}:2379", peer.addresses.private_ipv4))
         .collect::<Vec<_>>()
         .join(",");
@@ -211,6 +213,10 @@ pub(super) fn files(
             name: node.name.as_str(),
             node_ip: node_ip.clone(),
             initial_cluster: &initial_cluster,
+            initial_cluster_state: match input.node.membership {
+                Membership::Voter => "new",
+                Membership::Joining => "existing",
+            },
             cluster_token: format!("exk8s-{}", cluster.cluster_id),
         })?,
     );
