@@ -37,6 +37,8 @@ pub struct ApiConfig {
     pub reconcile_interval: Duration,
     /// How long a worker being removed may take to drain before its VM is deleted anyway.
     pub node_drain_timeout: Duration,
+    /// How long a new control-plane member may take to join before it is released.
+    pub member_join_timeout: Duration,
     /// How long `/healthz` answers 418 before the server stops accepting.
     pub drain: Duration,
     /// Bundle lifetime.
@@ -69,6 +71,7 @@ impl Default for ApiConfig {
             provisioning_deadline: Duration::from_secs(600),
             reconcile_interval: Duration::from_secs(60),
             node_drain_timeout: Duration::from_secs(600),
+            member_join_timeout: Duration::from_secs(1800),
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
             bootstrap_deadline: Duration::from_secs(10),

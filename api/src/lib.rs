@@ -29,6 +29,7 @@ pub mod issuance;
 pub mod keyfiles;
 pub mod labels;
 pub mod machines;
+pub mod membership;
 pub mod metrics;
 pub mod pki;
 pub mod pools;

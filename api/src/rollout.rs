@@ -132,6 +132,7 @@ mod tests {
             drain_by: None,
             drain_generation: None,
             etcd_membership: Some(crate::db::phase::EtcdMembership::Voter),
+            created_at: 0,
         }
     }
 

@@ -93,6 +93,9 @@ pub(super) struct ServeArgs {
     /// Seconds a worker being removed may take to drain before its VM is deleted anyway.
     #[arg(long, env = "EXK8S_NODE_DRAIN_TIMEOUT_SECS", default_value_t = 600)]
     node_drain_timeout_secs: u64,
+    /// Seconds a new control-plane member may take to join etcd before it is released.
+    #[arg(long, env = "EXK8S_MEMBER_JOIN_TIMEOUT_SECS", default_value_t = 1800)]
+    member_join_timeout_secs: u64,
     /// Renew a leaf certificate when less than this share of its validity remains.
     #[arg(long, env = "EXK8S_RENEW_WHEN_REMAINING", default_value = "1/3", value_parser = crate::renewal::RenewAt::parse)]
     renew_when_remaining: crate::renewal::RenewAt,
@@ -152,6 +155,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         reconcile_interval: Duration::from_secs(args.reconcile_interval_secs.max(1)),
         renew_at: args.renew_when_remaining,
         node_drain_timeout: Duration::from_secs(args.node_drain_timeout_secs),
+        member_join_timeout: Duration::from_secs(args.member_join_timeout_secs),
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
         bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),

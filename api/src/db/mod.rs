@@ -7,6 +7,7 @@ pub mod certificates;
 pub mod clusters;
 pub mod idempotency;
 pub mod issuances;
+pub mod membership;
 pub mod nodes;
 pub mod resources;
 pub mod tokens;

@@ -45,6 +45,7 @@ pub struct NodeRow {
     pub drain_generation: Option<i64>,
     /// A control-plane node's place in etcd (None for workers).
     pub etcd_membership: Option<EtcdMembership>,
+    pub created_at: i64,
 }
 
 impl NodeRow {
@@ -61,7 +62,7 @@ impl NodeRow {
 pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pod_range, pool_id, removal, removal_since, \
-    drain_by, drain_generation, etcd_membership";
+    drain_by, drain_generation, etcd_membership, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -96,6 +97,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         drain_by: r.try_get("drain_by")?,
         drain_generation: r.try_get("drain_generation")?,
         etcd_membership: optional(r, "etcd_membership")?,
+        created_at: r.try_get("created_at")?,
     })
 }
 

@@ -109,7 +109,23 @@ pub async fn pools(state: &AppState) -> usize {
     converged
 }
 
-/// Runs [`pass`], the certificate renewal pass, CA rotations and pools now and then every `reconcile_interval`,
+/// Moves on every control-plane change nobody is moving (a crash, a join past its timeout).
+pub async fn memberships(state: &AppState) {
+    let ids = match db::membership::needing_work(&state.db.pool, db::now()).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list control-plane changes");
+            return;
+        }
+    };
+    for cluster_id in ids {
+        if let Err(e) = crate::membership::converge::converge(state, cluster_id).await {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: control-plane change stopped");
+        }
+    }
+}
+
+/// Runs [`pass`], the certificate renewal pass, CA rotations, pools and control-plane changes now and then every `reconcile_interval`,
 /// until the process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -120,6 +136,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             }
             rotations(&state).await;
             pools(&state).await;
+            memberships(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

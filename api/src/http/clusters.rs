@@ -67,6 +67,9 @@ pub struct NodeView {
     pub applied_generation: i64,
     /// `applied_generation` has reached `desired_generation`.
     pub up_to_date: bool,
+    /// A control-plane node's place in etcd: `voter`, `joining` or `leaving`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_membership: Option<crate::db::phase::EtcdMembership>,
 }
 
 /// A cluster's status (the fields of Cluster API's infrastructure contract, and per-node phases).
@@ -91,6 +94,12 @@ pub struct ClusterView {
     pub nodes: Vec<NodeView>,
     /// The worker pools, counted.
     pub node_pools: Vec<PoolSummary>,
+    /// The control-plane size asked for with `PATCH` (absent: as founded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desired_control_plane_count: Option<i64>,
+    /// Why the last control-plane change stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub membership_error: Option<String>,
     pub created_at: i64,
     /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`, `MachinesReady`.
     pub conditions: Vec<Condition>,
@@ -212,6 +221,14 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         founded && control_plane().next().is_some() && control_plane().all(|n| n.phase.completed());
     let last_report = db::issuances::last_report_at(&state.db.pool, row.id).await?;
     let machines = super::conditions::machines(&nodes, last_report.unwrap_or(row.created_at));
+    let desired_control_plane_count = db::membership::desired(&state.db.pool, row.id).await?;
+    let membership_error = db::membership::error(&state.db.pool, row.id).await?;
+    let scaling = super::conditions::scaling_up(
+        &nodes,
+        desired_control_plane_count,
+        membership_error.as_deref(),
+        last_report.unwrap_or(row.created_at),
+    );
     let node_pools = db::pools::list(&state.db.pool, row.id)
         .await?
         .into_iter()
@@ -265,8 +282,14 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         kubernetes_version: row.kubernetes_version,
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
-        conditions: vec![super::conditions::certificates(&certificates), machines],
+        conditions: vec![
+            super::conditions::certificates(&certificates),
+            machines,
+            scaling,
+        ],
         node_pools,
+        desired_control_plane_count,
+        membership_error,
         ca_rotation,
         nodes: nodes
             .into_iter()
@@ -283,6 +306,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
                 serial: n.serial,
                 desired_generation: n.desired_generation,
                 applied_generation: n.applied_generation,
+                etcd_membership: n.etcd_membership,
             })
             .collect(),
         created_at: row.created_at,

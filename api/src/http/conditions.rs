@@ -1,6 +1,7 @@
 //! The cluster's conditions, in Cluster API v1beta2's shape: `CertificatesAvailable` (from the
 //! certificate inventory) and `MachinesReady` (every machine — control-plane nodes and pool
-//! workers not on their way out — finished booting and last reported healthy).
+//! workers not on their way out — finished booting and last reported healthy) and
+//! `ScalingUp` (the control plane is growing to the size asked for).
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -87,6 +88,52 @@ pub(super) fn machines(nodes: &[NodeRow], since: i64) -> Condition {
     };
     Condition {
         type_: "MachinesReady".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: rfc3339(since),
+    }
+}
+
+/// `ScalingUp`: True while voters are fewer than asked, with the step in progress.
+pub(super) fn scaling_up(
+    nodes: &[NodeRow],
+    desired: Option<i64>,
+    error: Option<&str>,
+    since: i64,
+) -> Condition {
+    use crate::db::phase::EtcdMembership;
+    let control_plane = || {
+        nodes
+            .iter()
+            .filter(|n| n.role == exk8s_common::contract::Role::ControlPlane)
+    };
+    let voters = control_plane()
+        .filter(|n| n.etcd_membership == Some(EtcdMembership::Voter))
+        .count();
+    let voters = i64::try_from(voters).unwrap_or(i64::MAX);
+    let joining = control_plane().find(|n| n.etcd_membership == Some(EtcdMembership::Joining));
+    let (status, reason, message) = match (desired, joining) {
+        (_, Some(node)) => (
+            "True",
+            "MemberJoining",
+            format!(
+                "{} is joining etcd ({}); {voters} voting",
+                node.node_name, node.phase
+            ),
+        ),
+        (Some(asked), None) if asked > voters => (
+            "True",
+            "WaitingForRollout",
+            format!("{voters} of {asked} members; the next joins once every member is up to date"),
+        ),
+        _ => match error {
+            Some(e) => ("False", "ChangeStopped", e.to_owned()),
+            None => ("False", "AtDesiredSize", format!("{voters} voting members")),
+        },
+    };
+    Condition {
+        type_: "ScalingUp".into(),
         status: status.into(),
         reason: reason.into(),
         message,

@@ -10,6 +10,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 mod idempotent;
+pub mod membership;
 pub mod nodes;
 pub mod pools;
 pub mod server;
@@ -42,6 +43,7 @@ use crate::app::AppState;
         certificates::renew,
         certificates::rotate_ca,
         clusters::delete_cluster,
+        membership::scale,
         pools::create_pool,
         pools::list_pools,
         pools::get_pool,
@@ -117,7 +119,12 @@ pub fn router(state: AppState) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     Router::new()
         .route("/clusters", get(clusters::list_clusters).post(clusters::create_cluster))
-        .route("/clusters/{id}", get(clusters::get_cluster).delete(clusters::delete_cluster))
+        .route(
+            "/clusters/{id}",
+            get(clusters::get_cluster)
+                .patch(membership::scale)
+                .delete(clusters::delete_cluster),
+        )
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
         .route("/clusters/{id}/node-pools", get(pools::list_pools).post(pools::create_pool))
         .route(

@@ -62,6 +62,12 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
         // A drainer that applied its drain lets the drained workers go.
         crate::pools::converge::after_report(state, vm.node.id).await;
     }
+    // A joined member's report — or a failed join's, or the end of a rollout — moves a
+    // control-plane change on.
+    let finished = phase.healthy() || report.state == exk8s_common::contract::ReportState::Failed;
+    if finished && vm.node.role == exk8s_common::contract::Role::ControlPlane {
+        crate::membership::converge::after_report(state, vm.cluster.id).await;
+    }
     tracing::info!(vm_id = vm.node.vm_id, phase = %report.phase, state = %report.state, generation, "node reported");
     Ok(())
 }

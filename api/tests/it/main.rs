@@ -18,6 +18,7 @@ mod disk_full;
 mod etcd_cluster;
 mod founding;
 mod helpers;
+mod membership;
 mod pki;
 mod pki_cases;
 mod pool_crash;

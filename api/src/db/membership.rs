@@ -1,0 +1,150 @@
+//! A cluster's control-plane membership changes: the size the operator asked for
+//! (`clusters.desired_control_plane_count`), the lease that lets one API process at a time
+//! change it, why the last attempt failed, and each node's place in etcd
+//! (`cluster_nodes.etcd_membership`).
+
+use sqlx::{Any, Executor, Row};
+
+use super::DbError;
+use super::phase::EtcdMembership;
+
+/// The size asked for, when one was.
+pub async fn desired<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Option<i64>, DbError> {
+    let row = sqlx::query("SELECT desired_control_plane_count AS n FROM clusters WHERE id = $1")
+        .bind(cluster_id)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.map(|r| r.try_get("n")).transpose()?.flatten())
+}
+
+pub async fn set_desired<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    count: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET desired_control_plane_count = $1, membership_error = NULL WHERE id = $2",
+    )
+    .bind(count)
+    .bind(cluster_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Ends a change that stopped: nothing more is asked; `error` says why.
+pub async fn abandon<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    error: &str,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET desired_control_plane_count = NULL, membership_error = $1 WHERE id = $2",
+    )
+    .bind(error)
+    .bind(cluster_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Why the last membership change stopped (None once one goes on).
+pub async fn error<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Option<String>, DbError> {
+    let row = sqlx::query("SELECT membership_error AS e FROM clusters WHERE id = $1")
+        .bind(cluster_id)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.map(|r| r.try_get("e")).transpose()?.flatten())
+}
+
+pub async fn claim_lease<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    now: i64,
+    until: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE clusters SET membership_lease_until = $1 WHERE id = $2 \
+         AND (membership_lease_until IS NULL OR membership_lease_until < $3)",
+    )
+    .bind(until)
+    .bind(cluster_id)
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn renew_lease<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    until: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET membership_lease_until = $1 WHERE id = $2")
+        .bind(until)
+        .bind(cluster_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Gives the lease back; `error` says why the change stopped, if it did.
+pub async fn release_lease<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    error: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET membership_lease_until = NULL, \
+         membership_error = COALESCE($1, membership_error) WHERE id = $2",
+    )
+    .bind(error)
+    .bind(cluster_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Founded clusters whose membership differs from what was asked (or has a member joining)
+/// and that nobody is changing.
+pub async fn needing_work<'c>(
+    db: impl Executor<'c, Database = Any>,
+    now: i64,
+) -> Result<Vec<i64>, DbError> {
+    let rows = sqlx::query(
+        "SELECT c.id FROM clusters c WHERE c.phase = 'founded' \
+         AND c.desired_control_plane_count IS NOT NULL \
+         AND (c.membership_lease_until IS NULL OR c.membership_lease_until < $1) \
+         AND (c.desired_control_plane_count <> (SELECT COUNT(*) FROM cluster_nodes n \
+                 WHERE n.cluster_id = c.id AND n.etcd_membership = 'voter') \
+              OR EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.cluster_id = c.id \
+                 AND n.etcd_membership IN ('joining', 'leaving'))) \
+         ORDER BY c.id",
+    )
+    .bind(now)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?)
+}
+
+pub async fn set<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    membership: EtcdMembership,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE cluster_nodes SET etcd_membership = $1 WHERE id = $2")
+        .bind(membership.as_str())
+        .bind(node_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! `PATCH /clusters/{id}` with `{"control_plane_count": N}`: grows a running control plane one
+//! member at a time (`membership`). Answers 202 with where the change stands; its progress is
+//! in `GET /clusters/{id}` (each node's `etcd_membership`, the `ScalingUp` condition).
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ApiJson, ApiPath, Operator};
+use crate::app::AppState;
+use crate::membership::{self, MembershipError, ScaleRequest};
+
+impl From<MembershipError> for ApiError {
+    fn from(e: MembershipError) -> Self {
+        match e {
+            MembershipError::Invalid(field) => Self::Unprocessable {
+                field: Some(field.field),
+                message: field.message,
+            },
+            MembershipError::NotFound => Self::NotFound,
+            MembershipError::Conflict(message) => Self::Conflict(message),
+            MembershipError::Db(db) => db.into(),
+        }
+    }
+}
+
+/// Where a control-plane change stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScalingView {
+    pub cluster_id: i64,
+    /// The size asked for.
+    pub desired: i64,
+    /// Voting members now.
+    pub voters: i64,
+}
+
+/// Scales the control plane up to 3, 5 or 7 members, one at a time.
+#[utoipa::path(
+    patch, path = "/clusters/{id}", request_body = ScaleRequest,
+    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
+    responses(
+        (status = 202, body = ScalingView), (status = 200, body = ScalingView, description = "already that size"),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+    ),
+    security(("operator_token" = [])),
+)]
+pub async fn scale(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(cluster_id): ApiPath<i64>,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<ScaleRequest>,
+) -> Result<Response, ApiError> {
+    let key = super::idempotent::key(&headers)?;
+    let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
+    let count = request.validate().map_err(MembershipError::from)?;
+    let scope = format!("PATCH /clusters/{cluster_id}\n");
+    let request = super::idempotent::Request {
+        scope: &scope,
+        body: &body,
+    };
+    super::idempotent::run(&state, operator.org_id, key, request, || async {
+        let scaling = membership::scale(&state, operator.org_id, cluster_id, count).await?;
+        let status = if scaling.desired == scaling.voters {
+            StatusCode::OK
+        } else {
+            StatusCode::ACCEPTED
+        };
+        let view = ScalingView {
+            cluster_id,
+            desired: scaling.desired,
+            voters: scaling.voters,
+        };
+        Ok((
+            status,
+            serde_json::to_vec(&view).map_err(ApiError::internal)?,
+        ))
+    })
+    .await
+}

@@ -1,0 +1,363 @@
+//! Bringing a control plane to the size asked for, one member at a time, under the cluster's
+//! membership lease, re-reading everything after each step:
+//!
+//! 1. a control-plane VM journaled without a node (a crash mid-way) is released;
+//! 2. a joining member that reported healthy has been promoted by its agent: it becomes a
+//!    voter, every node gets a new generation (the apiservers' `--etcd-servers` follow) and the
+//!    shared DNS record lists it; one that failed, or did not finish within the join timeout,
+//!    is released and the change ends with its reason;
+//! 3. while any member is unhealthy, in flight or behind its generation, nothing starts;
+//! 4. otherwise one member is added: VM, address, serving certificates, node row (`joining`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::app::AppState;
+use crate::compute::CreateVm;
+use crate::db::{
+    self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::EtcdMembership,
+};
+use crate::founding::{request::ClusterSpecRequest, trust};
+use crate::machines::{self, MachineError, NewMachine};
+use crate::pki::NodeServingCerts;
+use exk8s_common::contract::{ReportState, Role};
+
+/// Why a change stopped; recorded on the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvergeError {
+    #[error(transparent)]
+    Machine(#[from] MachineError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// How a pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Converged,
+    /// A member is joining, or a rollout runs: its reports move the change on.
+    Waiting,
+    Busy,
+    Gone,
+}
+
+pub fn spawn(state: AppState, cluster_id: i64) {
+    tokio::spawn(async move {
+        if let Err(e) = converge(&state, cluster_id).await {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "control-plane change stopped");
+        }
+    });
+}
+
+/// After a control-plane node reported: a change in progress may move on.
+pub async fn after_report(state: &AppState, cluster_id: i64) {
+    if matches!(
+        db::membership::desired(&state.db.pool, cluster_id).await,
+        Ok(Some(_))
+    ) {
+        spawn(state.clone(), cluster_id);
+    }
+}
+
+fn lease_secs(state: &AppState) -> i64 {
+    i64::try_from(state.config.provisioning_deadline.as_secs()).unwrap_or(i64::MAX)
+}
+
+pub async fn converge(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError> {
+    let now = db::now();
+    if !db::membership::claim_lease(&state.db.pool, cluster_id, now, now + lease_secs(state))
+        .await?
+    {
+        return Ok(Outcome::Busy);
+    }
+    let result = run(state, cluster_id).await;
+    let error = result.as_ref().err().map(|e| crate::error_chain(e));
+    db::membership::release_lease(&state.db.pool, cluster_id, error.as_deref()).await?;
+    result
+}
+
+async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError> {
+    loop {
+        db::membership::renew_lease(&state.db.pool, cluster_id, db::now() + lease_secs(state))
+            .await?;
+        let Some(cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id)
+            .await?
+            .filter(|c| c.phase == ClusterPhase::Founded)
+        else {
+            return Ok(Outcome::Gone);
+        };
+        let Some(desired) = db::membership::desired(&state.db.pool, cluster_id).await? else {
+            return Ok(Outcome::Converged);
+        };
+        let control_plane: Vec<NodeRow> = db::nodes::list(&state.db.pool, cluster_id)
+            .await?
+            .into_iter()
+            .filter(|n| n.role == Role::ControlPlane)
+            .collect();
+
+        let recorded: HashSet<i64> = control_plane.iter().map(|n| n.ordinal).collect();
+        let journal = db::resources::list_for_cluster(&state.db.pool, cluster_id).await?;
+        let orphans: Vec<_> = journal
+            .iter()
+            .filter(|r| {
+                r.kind == db::resources::Kind::Vm
+                    && r.pool_id.is_none()
+                    && r.state != "deleted"
+                    && r.ordinal.is_none_or(|o| !recorded.contains(&o))
+            })
+            .collect();
+        if !orphans.is_empty() {
+            for resource in orphans {
+                tracing::info!(cluster_id, token = %resource.client_token, "releasing a control-plane VM whose join never started");
+                machines::release(state, resource).await?;
+            }
+            continue;
+        }
+
+        if let Some(joining) = control_plane
+            .iter()
+            .find(|n| n.etcd_membership == Some(EtcdMembership::Joining))
+        {
+            if joining.phase.healthy() {
+                promoted(state, &cluster, joining).await?;
+                continue;
+            }
+            let failed = matches!(
+                joining.phase,
+                db::phase::NodePhase::Reported {
+                    state: ReportState::Failed,
+                    ..
+                }
+            );
+            let timeout =
+                i64::try_from(state.config.member_join_timeout.as_secs()).unwrap_or(i64::MAX);
+            let late = state.clock.unix() >= joining_since(joining) + timeout;
+            if failed || late {
+                let why = if failed {
+                    format!("its agent reported {}", joining.phase)
+                } else {
+                    format!("it did not finish within {timeout}s")
+                };
+                withdraw(state, &cluster, joining, &journal).await?;
+                let voters = control_plane.len() - 1;
+                let reason = format!(
+                    "the join of {} was abandoned ({why}); the control plane stays at {voters}",
+                    joining.node_name
+                );
+                db::membership::abandon(&state.db.pool, cluster_id, &reason).await?;
+                return Err(ConvergeError::Failed(reason));
+            }
+            return Ok(Outcome::Waiting);
+        }
+        if control_plane
+            .iter()
+            .any(|n| !n.phase.healthy() || n.in_flight() || !n.up_to_date())
+        {
+            return Ok(Outcome::Waiting);
+        }
+        let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
+        if voters < desired {
+            add_member(state, &cluster).await?;
+            continue;
+        }
+        return Ok(Outcome::Converged);
+    }
+}
+
+/// When a joining node was recorded (by the injected clock).
+fn joining_since(node: &NodeRow) -> i64 {
+    node.created_at
+}
+
+/// A joined member votes: every node follows, and the shared name lists it.
+async fn promoted(
+    state: &AppState,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+) -> Result<(), ConvergeError> {
+    let mut tx = state.db.begin().await?;
+    db::membership::set(&mut *tx, node.id, EtcdMembership::Voter).await?;
+    db::nodes::bump_generations(&mut tx, cluster.id).await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id = cluster.id,
+        vm_id = node.vm_id,
+        "control-plane member joined"
+    );
+    if let (Some(dns), true) = (&state.dns, cluster.dns_configured) {
+        let nodes = db::nodes::list(&state.db.pool, cluster.id).await?;
+        let ips: Vec<String> = nodes
+            .iter()
+            .filter(|n| n.role == Role::ControlPlane)
+            .map(|n| {
+                n.public_ipv4
+                    .clone()
+                    .unwrap_or_else(|| n.private_ipv4.clone())
+            })
+            .collect();
+        if let Err(e) = dns.upsert_a(&cluster.control_plane_dns_name, &ips).await {
+            tracing::warn!(cluster_id = cluster.id, error = %e, "the shared DNS record does not list the new member yet");
+        }
+    }
+    Ok(())
+}
+
+/// Releases a join that failed: its VM, then its node row.
+async fn withdraw(
+    state: &AppState,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+    journal: &[db::resources::Resource],
+) -> Result<(), ConvergeError> {
+    match journal
+        .iter()
+        .find(|r| r.ordinal == Some(node.ordinal) && r.pool_id.is_none())
+    {
+        Some(resource) => machines::release(state, resource).await?,
+        None => state
+            .compute
+            .delete_vm(node.vm_id)
+            .await
+            .map_err(|source| MachineError::Compute {
+                step: "VM deletion",
+                source,
+            })?,
+    }
+    db::removals::delete(&state.db.pool, node.id).await?;
+    tracing::warn!(
+        cluster_id = cluster.id,
+        vm_id = node.vm_id,
+        "a control-plane join was abandoned and its VM released"
+    );
+    Ok(())
+}
+
+/// One new member: VM, address, serving certificates, and its node row, `joining`.
+async fn add_member(state: &AppState, cluster: &ClusterRow) -> Result<(), ConvergeError> {
+    let spec: ClusterSpecRequest = serde_json::from_str(&cluster.spec_json)
+        .map_err(|e| ConvergeError::Failed(format!("the cluster's stored spec: {e}")))?;
+    let ordinal = db::clusters::next_ordinal(&state.db.pool, cluster.id).await?;
+    let mut groups = spec.security_group_ids.clone();
+    groups.extend(cluster.security_group_id);
+    let userdata = crate::render::render_userdata(
+        &state.config.public_url,
+        &state.config.imds_url,
+        state.config.agent_insecure_http,
+    )
+    .map_err(|e| ConvergeError::Failed(format!("userdata: {e}")))?;
+    let machine = NewMachine {
+        cluster_id: cluster.id,
+        ordinal,
+        pool_id: None,
+        vm: CreateVm {
+            name: format!("{}-cp-{ordinal}", cluster.name),
+            image_id: spec.control_plane_image_id,
+            instance_type: spec.control_plane_instance_type.clone(),
+            zone_id: spec.zone_id,
+            subnet_id: spec.subnet_id,
+            security_group_ids: groups,
+            allocate_public_ipv4: spec.allocate_public_ipv4,
+            ssh_pubkey: spec.ssh_pubkey.clone(),
+            root_volume_size_gib: spec.root_volume_size_gib,
+            userdata,
+            tags: [
+                ("exk8s.io/role", "control-plane".to_owned()),
+                ("exk8s.io/cluster", cluster.id.to_string()),
+                ("exk8s.io/ordinal", ordinal.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+            client_token: String::new(),
+        },
+    };
+    let made = async {
+        let vm = machines::create(state, machine).await?;
+        let vm = machines::wait_for_address(state, vm.id).await?;
+        record_member(state, cluster, ordinal, &vm).await
+    }
+    .await;
+    if let Err(e) = made {
+        let token = machines::client_token(cluster.id, ordinal);
+        if let Ok(Some(resource)) = db::resources::find_by_token(&state.db.pool, &token).await {
+            if let Err(release) = machines::release(state, &resource).await {
+                tracing::warn!(cluster_id = cluster.id, error = %crate::error_chain(&release), "could not release a control-plane VM (the next pass does)");
+            }
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+async fn record_member(
+    state: &AppState,
+    cluster: &ClusterRow,
+    ordinal: i64,
+    vm: &crate::compute::Vm,
+) -> Result<(), ConvergeError> {
+    let name = trust::node_name(cluster.id, trust::CONTROL_PLANE_GROUP, vm.id)
+        .map_err(|e| ConvergeError::Failed(format!("node name: {e}")))?;
+    let addresses = machines::addresses(vm, name)?;
+    let opened = crate::issuance::load::cluster(state, cluster)
+        .map_err(|e| ConvergeError::Failed(format!("opening the cluster's PKI: {e}")))?;
+    let (pki, network) = (Arc::clone(&opened.pki), opened.spec.network.clone());
+    let now = state.clock.now();
+    let for_certs = addresses.clone();
+    let serving = state
+        .cpu
+        .run(move || NodeServingCerts::generate(&pki, &for_certs, &network, now))
+        .await
+        .map_err(|e| ConvergeError::Failed(format!("minting serving certificates: {e}")))?
+        .map_err(|e| ConvergeError::Failed(format!("minting serving certificates: {e}")))?;
+    let seal = |column, cert| {
+        trust::seal_node_key(&state.keks, cluster.id, vm.id, column, cert)
+            .map_err(|e| ConvergeError::Failed(format!("sealing: {e}")))
+    };
+    let etcd_server = seal(trust::NodeKeyColumn::EtcdServer, &serving.etcd_server)?;
+    let etcd_peer = seal(trust::NodeKeyColumn::EtcdPeer, &serving.etcd_peer)?;
+    let apiserver = seal(trust::NodeKeyColumn::Apiserver, &serving.apiserver)?;
+    let (v4, v6, public) = (
+        addresses.private_ipv4.to_string(),
+        addresses.private_ipv6.map(|a| a.to_string()),
+        addresses.public_ipv4.map(|a| a.to_string()),
+    );
+    let mut tx = state.db.begin().await?;
+    let pod_range = db::nodes::free_pod_range(&mut tx, cluster.id).await?;
+    let node_id = db::nodes::insert(
+        &mut tx,
+        &db::nodes::NewNode {
+            cluster_id: cluster.id,
+            ordinal,
+            vm_id: vm.id,
+            node_name: addresses.name.as_str(),
+            private_ipv4: &v4,
+            private_ipv6: v6.as_deref(),
+            public_ipv4: public.as_deref(),
+            is_initial: false,
+            role: Role::ControlPlane,
+            pod_range,
+            pool_id: None,
+            etcd_membership: Some(EtcdMembership::Joining),
+        },
+        state.clock.unix(),
+    )
+    .await?;
+    db::nodes::insert_etcd_member(
+        &mut tx,
+        node_id,
+        (&serving.etcd_server.cert_pem, &etcd_server),
+        (&serving.etcd_peer.cert_pem, &etcd_peer),
+    )
+    .await?;
+    db::nodes::insert_apiserver_node(&mut tx, node_id, &serving.apiserver.cert_pem, &apiserver)
+        .await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id = cluster.id,
+        vm_id = vm.id,
+        "control-plane member joining"
+    );
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! Changing a running control plane's size (`PATCH /clusters/{id}`): the size asked for is
+//! recorded, then [`converge`] adds members one at a time — a new VM, its serving
+//! certificates, a node that joins etcd as a learner through the voters and is promoted by its
+//! own agent — each only when every member is healthy and up to date, so quorum and the
+//! apiserver hold throughout. After each promotion every control-plane node gets a new
+//! generation (the apiservers' `--etcd-servers` follow), rolled one node at a time.
+//!
+//! Scaling down and replacing members build on this and are not available yet.
+
+pub mod converge;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::app::AppState;
+use crate::db::{self, DbError, phase::ClusterPhase, phase::EtcdMembership};
+use crate::field::FieldError;
+use exk8s_common::contract::Role;
+
+/// The sizes a control plane may have: an odd number of etcd members.
+pub const COUNTS: [i64; 4] = [1, 3, 5, 7];
+
+/// `PATCH /clusters/{id}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleRequest {
+    /// 1, 3, 5 or 7.
+    #[schema(minimum = 1, maximum = 7)]
+    pub control_plane_count: Option<i64>,
+}
+
+/// Why a membership change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error(transparent)]
+    Invalid(#[from] FieldError),
+    #[error("not found")]
+    NotFound,
+    /// The cluster's state does not allow the change now (409).
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// Where a change stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scaling {
+    pub desired: i64,
+    pub voters: i64,
+}
+
+impl ScaleRequest {
+    pub fn validate(&self) -> Result<i64, FieldError> {
+        let field = "control_plane_count";
+        let count = self
+            .control_plane_count
+            .ok_or_else(|| FieldError::new(field, "control_plane_count is required"))?;
+        if !COUNTS.contains(&count) {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "control_plane_count must be 1, 3, 5 or 7 (an odd number of etcd members keeps a majority), not {count}"
+                ),
+            ));
+        }
+        Ok(count)
+    }
+}
+
+/// Records the size asked for and starts the change; refused unless the cluster is founded,
+/// healthy, up to date and not changing already.
+pub async fn scale(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    count: i64,
+) -> Result<Scaling, MembershipError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(MembershipError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(MembershipError::Conflict(format!(
+            "cluster {cluster_id} is {}, not founded",
+            cluster.phase
+        )));
+    }
+    if db::rotations::get(&state.db.pool, cluster_id)
+        .await?
+        .is_some()
+    {
+        return Err(MembershipError::Conflict(
+            "a CA rotation is in progress; change the control plane after it".into(),
+        ));
+    }
+    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let control_plane: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .collect();
+    if let Some(changing) = control_plane
+        .iter()
+        .find(|n| n.etcd_membership != Some(EtcdMembership::Voter))
+    {
+        return Err(MembershipError::Conflict(format!(
+            "a membership change is in progress: {} is {}",
+            changing.node_name,
+            changing
+                .etcd_membership
+                .map_or("without membership", EtcdMembership::as_str)
+        )));
+    }
+    let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
+    if let Some(asked) = db::membership::desired(&state.db.pool, cluster_id).await? {
+        if asked != voters && asked != count {
+            return Err(MembershipError::Conflict(format!(
+                "a change to {asked} members is in progress ({voters} now)"
+            )));
+        }
+    }
+    if let Some(unhealthy) = control_plane
+        .iter()
+        .find(|n| !n.phase.healthy() || !n.up_to_date())
+    {
+        return Err(MembershipError::Conflict(format!(
+            "the control plane is not healthy and up to date: {} is {} at generation {} of {}",
+            unhealthy.node_name,
+            unhealthy.phase,
+            unhealthy.applied_generation,
+            unhealthy.desired_generation
+        )));
+    }
+    if count < voters {
+        return Err(MembershipError::Conflict(format!(
+            "scaling the control plane down ({voters} → {count}) is not available yet"
+        )));
+    }
+    db::membership::set_desired(&state.db.pool, cluster_id, count).await?;
+    if count > voters {
+        tracing::info!(
+            cluster_id,
+            from = voters,
+            to = count,
+            "control plane scaling up"
+        );
+        converge::spawn(state.clone(), cluster_id);
+    }
+    Ok(Scaling {
+        desired: count,
+        voters,
+    })
+}

@@ -1,0 +1,264 @@
+//! Growing a running control plane through the API, on SQLite and PostgreSQL (the agents'
+//! side acted by the test; real etcd proves the agent's side in tests/tests/etcd_membership.rs):
+//! `PATCH /clusters/{id}` from 1 to 3 adds one member at a time — a new VM whose bundle joins
+//! etcd as a learner through the voters — and only after every member applied the generation
+//! the last join gave them. A join that fails, or outlasts its timeout (injected clock), is
+//! released and the change ends with its reason; bad and untimely requests are refused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use exk8s_api::clock::ManualClock;
+use exk8s_api::tokens::Scope;
+use exk8s_common::node_auth::NodeKey;
+use exk8s_common::payload::PlanStep;
+use serde_json::{Value, json};
+
+use crate::app::{
+    Backend, Node, TestApp, both_backends, credentials_for, imds_token, json_of, operator_token,
+    spawn_clocked, test_config,
+};
+use crate::bootstrap::report;
+use crate::crash::wait_until;
+use crate::helpers::text;
+use crate::sync::{fetch_update, register, sync_report, update_payload};
+
+async fn view(app: &TestApp, cluster: i64) -> Value {
+    json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
+fn control_plane(view: &Value) -> Vec<Value> {
+    view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["role"] == "control-plane")
+        .cloned()
+        .collect()
+}
+
+async fn scale(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
+    app.patch(&format!("/clusters/{cluster}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Waits for the joining member; its credentials.
+async fn joining(app: &TestApp, cluster: i64) -> Node {
+    wait_until("a member joining", Duration::from_secs(20), || async {
+        control_plane(&view(app, cluster).await)
+            .iter()
+            .any(|n| n["etcd_membership"] == "joining")
+    })
+    .await;
+    let node = control_plane(&view(app, cluster).await)
+        .into_iter()
+        .find(|n| n["etcd_membership"] == "joining")
+        .unwrap();
+    let vm = node["vm_id"].as_i64().unwrap();
+    Node {
+        vm,
+        cluster,
+        imds: imds_token(&app.state, vm, 7, 600).await,
+        bootstrap: operator_token(&app.state, 7, Scope::Bootstrap, 600).await,
+    }
+}
+
+fn condition(view: &Value, kind: &str) -> Value {
+    view["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap()
+}
+
+/// Every member applies its newest generation (one at a time, as their timers would).
+async fn roll(app: &TestApp, members: &[(Node, NodeKey)]) {
+    for (node, key) in members {
+        let response = fetch_update(app, node, key).await;
+        if response.status() == 204 {
+            continue;
+        }
+        let update = update_payload(app, response).await;
+        sync_report(app, node, key, "succeeded", update.identity.generation).await;
+    }
+}
+
+async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let config = test_config();
+    let join_timeout = config.member_join_timeout;
+    let app = spawn_clocked(backend, config, None, clock.clone()).await;
+    let created = json_of(app.found(1, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut members = Vec::new();
+    for node in credentials_for(&app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        members.push((node, key));
+    }
+    let first_ip = control_plane(&view(&app, cluster).await)[0]["private_ipv4"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    for (body, field) in [
+        (json!({"control_plane_count": 2}), "control_plane_count"),
+        (json!({"control_plane_count": 9}), "control_plane_count"),
+        (json!({}), "control_plane_count"),
+    ] {
+        let refused = scale(&app, cluster, body).await;
+        assert_eq!(refused.status(), 422);
+        assert_eq!(json_of(refused).await["error"]["field"], field);
+    }
+    assert_eq!(
+        scale(&app, 999_999, json!({"control_plane_count": 3}))
+            .await
+            .status(),
+        404
+    );
+    let same = scale(&app, cluster, json!({"control_plane_count": 1})).await;
+    assert_eq!(same.status(), 200, "already that size");
+
+    let started = scale(&app, cluster, json!({"control_plane_count": 3})).await;
+    assert_eq!(started.status(), 202);
+    assert_eq!(json_of(started).await["voters"], 1);
+    let b = joining(&app, cluster).await;
+    let busy = scale(&app, cluster, json!({"control_plane_count": 5})).await;
+    assert_eq!(busy.status(), 409);
+    assert!(
+        json_of(busy).await["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in progress")
+    );
+    let scaling = condition(&view(&app, cluster).await, "ScalingUp");
+    assert_eq!(scaling["status"], "True");
+    assert_eq!(scaling["reason"], "MemberJoining");
+
+    // The new member's bundle joins through the one voter.
+    let b_key = NodeKey::generate().unwrap();
+    let bundle = register(&app, &b, &b_key).await;
+    let voters: Vec<String> = bundle
+        .plan
+        .iter()
+        .find_map(|s| match s {
+            PlanStep::EtcdJoin { voters, .. } => {
+                Some(voters.iter().map(ToString::to_string).collect())
+            }
+            _ => None,
+        })
+        .expect("a join step");
+    assert_eq!(voters, [format!("https://{first_ip}:2379")]);
+    assert!(
+        text(&bundle, "/etc/systemd/system/etcd.service")
+            .contains("--initial-cluster-state=existing")
+    );
+    // Its agent promoted it before saying complete: it votes, and everyone gets a generation.
+    assert_eq!(report(&app, &b, "complete", "succeeded").await, 204);
+    members.push((b, b_key));
+    wait_until(
+        "the second member voting",
+        Duration::from_secs(20),
+        || async {
+            control_plane(&view(&app, cluster).await)
+                .iter()
+                .all(|n| n["etcd_membership"] == "voter" && n["desired_generation"] == 2)
+        },
+    )
+    .await;
+    assert_eq!(
+        control_plane(&view(&app, cluster).await).len(),
+        2,
+        "the third waits for the rollout"
+    );
+    let (a, a_key) = &members[0];
+    let update = update_payload(&app, fetch_update(&app, a, a_key).await).await;
+    let manifest = text(&update, "/etc/kubernetes/manifests/kube-apiserver.yaml");
+    assert_eq!(manifest.matches(":2379").count(), 2, "{manifest}");
+    sync_report(&app, a, a_key, "succeeded", update.identity.generation).await;
+    roll(&app, &members[1..]).await;
+
+    // The third joins; its agent fails: the join is released and the change ends, saying why.
+    let c = joining(&app, cluster).await;
+    let c_vm = c.vm;
+    register(&app, &c, &NodeKey::generate().unwrap()).await;
+    assert_eq!(report(&app, &c, "etcd", "failed").await, 204);
+    wait_until(
+        "the failed join released",
+        Duration::from_secs(20),
+        || async { view(&app, cluster).await.get("membership_error").is_some() },
+    )
+    .await;
+    let stopped = view(&app, cluster).await;
+    assert_eq!(control_plane(&stopped).len(), 2);
+    assert!(app.sims.compute.vms().iter().all(|vm| vm.id != c_vm));
+    let error = stopped["membership_error"].as_str().unwrap();
+    assert!(error.contains("its agent reported etcd:failed"), "{error}");
+    assert_eq!(condition(&stopped, "ScalingUp")["reason"], "ChangeStopped");
+
+    // Asked again; this join never reports and outlasts its timeout.
+    assert_eq!(
+        scale(&app, cluster, json!({"control_plane_count": 3}))
+            .await
+            .status(),
+        202
+    );
+    let d = joining(&app, cluster).await;
+    exk8s_api::founding::reconcile::memberships(&app.state).await;
+    assert_eq!(
+        control_plane(&view(&app, cluster).await).len(),
+        3,
+        "within its timeout"
+    );
+    clock.advance(time::Duration::seconds(
+        i64::try_from(join_timeout.as_secs()).unwrap() + 1,
+    ));
+    exk8s_api::founding::reconcile::memberships(&app.state).await;
+    let late = view(&app, cluster).await;
+    assert_eq!(control_plane(&late).len(), 2);
+    assert!(app.sims.compute.vms().iter().all(|vm| vm.id != d.vm));
+    assert!(
+        late["membership_error"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within")
+    );
+
+    // And a third time it works.
+    assert_eq!(
+        scale(&app, cluster, json!({"control_plane_count": 3}))
+            .await
+            .status(),
+        202
+    );
+    let e = joining(&app, cluster).await;
+    let e_key = NodeKey::generate().unwrap();
+    register(&app, &e, &e_key).await;
+    assert_eq!(report(&app, &e, "complete", "succeeded").await, 204);
+    members.push((e, e_key));
+    wait_until("three voters", Duration::from_secs(20), || async {
+        let v = view(&app, cluster).await;
+        let cp = control_plane(&v);
+        cp.len() == 3 && cp.iter().all(|n| n["etcd_membership"] == "voter")
+    })
+    .await;
+    roll(&app, &members).await;
+    let done = view(&app, cluster).await;
+    assert_eq!(done["desired_control_plane_count"], 3);
+    assert_eq!(condition(&done, "ScalingUp")["reason"], "AtDesiredSize");
+    assert_eq!(app.sims.compute.vms().len(), 3, "no VM leaked");
+}
+
+both_backends!(a_control_plane_grows_one_member_at_a_time);
