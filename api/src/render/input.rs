@@ -209,7 +209,11 @@ mod tests {
         assert_eq!(v6.node_range(2).unwrap().to_string(), "fd00:10:0:2::/64");
         assert_eq!(v6.blocks(), 1 << 16);
         assert_eq!(PodCidr::parse("fd00::/8").unwrap().blocks(), 1 << 56);
-        assert_eq!(PodCidr::parse("::/0").unwrap().blocks(), u64::MAX, "saturates");
+        assert_eq!(
+            PodCidr::parse("::/0").unwrap().blocks(),
+            u64::MAX,
+            "saturates"
+        );
         let small = PodCidr::parse("10.1.2.0/26").unwrap();
         assert_eq!(
             small.node_range(0),

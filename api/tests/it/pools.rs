@@ -139,6 +139,22 @@ async fn a_pool_is_made_scaled_newest_first_and_deleted(backend: Backend) {
     assert_eq!(worker_vms(&app, "blue"), BTreeSet::from([kept]));
     assert_eq!(one["nodes"][0]["pod_range"], oldest["pod_range"]);
 
+    // New labels and taints are what workers register with from then on.
+    let relabelled = app
+        .patch(&format!("/clusters/{cluster}/node-pools/{id}"))
+        .json(&json!({"labels": {"node.kubernetes.io/pool": "blue-2"}, "taints": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(relabelled.status(), 202);
+    let relabelled = json_of(relabelled).await;
+    assert_eq!(
+        relabelled["labels"],
+        json!({"node.kubernetes.io/pool": "blue-2"})
+    );
+    assert_eq!(relabelled["taints"], json!([]));
+    assert_eq!(relabelled["desired"], 1, "the count is kept");
+
     // Released ranges are given out again, lowest first.
     assert_eq!(scale(2).await.unwrap().status(), 202);
     let two = settled(&app, cluster, id, 2).await;
