@@ -256,7 +256,7 @@ impl Etcd {
 /// Calls `f` until it succeeds, retrying every `every` while etcd refuses with a message
 /// containing `transient`, until `deadline`.
 fn retry_while(
-    f: impl Fn() -> Result<(), EtcdError>,
+    mut f: impl FnMut() -> Result<(), EtcdError>,
     transient: &str,
     every: Duration,
     deadline: Duration,
@@ -292,6 +292,10 @@ fn any_voter(clients: &[Etcd]) -> Result<(&Etcd, Vec<Member>), EtcdError> {
     }))
 }
 
+/// How long a join waits while etcd refuses to add a member to a cluster whose members have
+/// not all been connected for a while (its quorum protection, e.g. right after a promotion).
+const ADD_PATIENCE: Duration = Duration::from_secs(120);
+
 /// A joining node adds itself: as a learner with `peer_url`, through the first voter that
 /// answers — unless etcd lists that peer URL already (a join retried after a crash).
 pub fn join(clients: &[Etcd], peer_url: &str) -> Result<MemberId, EtcdError> {
@@ -303,7 +307,21 @@ pub fn join(clients: &[Etcd], peer_url: &str) -> Result<MemberId, EtcdError> {
         crate::log::log_info!("etcd already lists {peer_url} as member {}", me.id);
         return Ok(me.id);
     }
-    let id = client.add_learner(peer_url)?;
+    let mut added = None;
+    retry_while(
+        || {
+            added = Some(client.add_learner(peer_url)?);
+            Ok(())
+        },
+        "unhealthy cluster",
+        Duration::from_secs(2),
+        ADD_PATIENCE,
+        &format!("{peer_url} cannot be added yet"),
+    )?;
+    let id = added.ok_or_else(|| EtcdError::Unreadable {
+        call: "member add",
+        reason: "no member id".into(),
+    })?;
     crate::log::log_info!("added {peer_url} as learner {id}");
     Ok(id)
 }

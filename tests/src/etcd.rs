@@ -52,6 +52,14 @@ pub struct EtcdCluster {
 }
 
 impl EtcdCluster {
+    /// Starts one more member from `root` (a member joining: its unit says `existing`).
+    pub fn add(&mut self, root: &Path) {
+        let port = free_port();
+        self.members.push(spawn_member(root, port));
+        self.roots.push(root.to_owned());
+        self.local_ports.push(port);
+    }
+
     /// Starts one member per root (Debian's `etcd` from PATH).
     pub fn start(roots: &[PathBuf]) -> Self {
         let mut members = Vec::new();
@@ -159,6 +167,25 @@ pub fn etcdctl(
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), said)
+}
+
+/// Writes `/k/0000`… (`count` keys) through `endpoint`'s JSON gateway with the identity in
+/// `root` (node paths) — one connection, not a process per key.
+pub fn put_keys(root: &Path, endpoint: &str, cert: &str, key: &str, count: usize) {
+    use base64::Engine as _;
+    let read = |p: &str| std::fs::read(root.join(p.trim_start_matches('/'))).unwrap();
+    let tls = crate::tls::mutual(&read("/etc/exk8s/pki/etcd-ca.pem"), &read(cert), &read(key));
+    let agent = ureq::AgentBuilder::new()
+        .tls_config(tls)
+        .timeout(Duration::from_secs(10))
+        .build();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    for i in 0..count {
+        agent
+            .post(&format!("{}/v3/kv/put", endpoint.trim_end_matches('/')))
+            .send_json(serde_json::json!({"key": b64(&format!("/k/{i:04}")), "value": b64("v")}))
+            .unwrap();
+    }
 }
 
 /// Waits until a client holding `root`'s etcd healthcheck identity (and trusting its etcd CA

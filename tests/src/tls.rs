@@ -29,6 +29,21 @@ fn roots(pem: &[u8]) -> rustls::RootCertStore {
     roots
 }
 
+/// A client configuration trusting `ca_pem` and presenting `cert_pem`/`key_pem`.
+pub fn mutual(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Arc<rustls::ClientConfig> {
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots(ca_pem))
+            .with_client_auth_cert(
+                certs(cert_pem),
+                PrivateKeyDer::from_pem_slice(key_pem).unwrap(),
+            )
+            .unwrap(),
+    )
+}
+
 /// Serves TLS on a loopback port with `cert`/`key`, requiring a client certificate signed by
 /// `client_ca`; answers "ok" to each authenticated connection. Returns the port.
 pub fn serve(cert_pem: &[u8], key_pem: &[u8], client_ca_pem: &[u8]) -> u16 {

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use exk8s_agent::etcd_members::{Etcd, EtcdError, JoinError, join, promote_or_withdraw};
-use exk8s_tests::etcd::etcdctl;
+use exk8s_tests::etcd::{etcdctl, put_keys};
 use exk8s_tests::procs::Proc;
 
 const PKI: &str = "etc/exk8s/pki";
@@ -163,26 +163,6 @@ fn client(root: &Path, ip: &str) -> Etcd {
     .unwrap()
 }
 
-/// Writes `/k/0000`… through the JSON gateway (one connection, not a process per key).
-fn put_keys(root: &Path, ip: &str, count: usize) {
-    use base64::Engine as _;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let read = |name: &str| std::fs::read(root.join(PKI).join(name)).unwrap();
-    let tls = exk8s_agent::http::mutual_tls(
-        &read("etcd-ca.pem"),
-        &read("client.pem"),
-        &read("client-key.pem"),
-    )
-    .unwrap();
-    let agent = exk8s_agent::http::agent(tls, Duration::from_secs(10));
-    for i in 0..count {
-        agent
-            .post(&format!("https://{ip}:2379/v3/kv/put"))
-            .send_json(serde_json::json!({"key": b64(&format!("/k/{i:04}")), "value": b64("v")}))
-            .unwrap();
-    }
-}
-
 fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
@@ -207,7 +187,13 @@ fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
     let _m1 = member(root, 1, ip1, &one, "new");
     let first = client(root, ip1);
     until("the first member", || first.members().ok());
-    put_keys(root, ip1, 1000);
+    put_keys(
+        root,
+        &format!("https://{ip1}:2379"),
+        CLIENT.0,
+        CLIENT.1,
+        1000,
+    );
 
     let peer2 = format!("https://{ip2}:2380");
     let learner = join(std::slice::from_ref(&first), &peer2).unwrap();
