@@ -379,3 +379,35 @@ pub fn promote_or_withdraw(
         }
     }
 }
+
+/// Removes the member with `peer_url` — leadership moved off it first through `leaving` (its
+/// own endpoint; skipped when it does not answer: a dead member leads nothing) — through the
+/// first of `remaining` that answers, retried while etcd's quorum protection refuses, until
+/// `deadline`. A member etcd does not list is gone already.
+pub fn remove_member(
+    remaining: &[Etcd],
+    leaving: &Etcd,
+    peer_url: &str,
+    every: Duration,
+    deadline: Duration,
+) -> Result<(), EtcdError> {
+    let (client, members) = any_voter(remaining)?;
+    let Some(member) = members
+        .iter()
+        .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
+    else {
+        crate::log::log_info!("etcd no longer lists {peer_url}");
+        return Ok(());
+    };
+    if let Ok((me, leader)) = leaving.status() {
+        if me == leader {
+            if let Some(target) = members.iter().find(|m| m.id != me && !m.is_learner) {
+                leaving.move_leader(target.id)?;
+                crate::log::log_info!("leadership moved from {me} to {}", target.id);
+            }
+        }
+    }
+    client.remove_when_safe(member.id, every, deadline)?;
+    crate::log::log_info!("member {} ({peer_url}) removed", member.id);
+    Ok(())
+}

@@ -229,6 +229,20 @@ pub enum PlanStep {
         key_file: BundlePath,
         timeout_secs: u32,
     },
+    /// Removes a leaving member from etcd: leadership moves off it first (asked through its
+    /// own `member_client_url`, when it answers), then it is removed through the first of
+    /// `voters` (the members that stay) that answers, retried while etcd's quorum protection
+    /// refuses, until `timeout_secs`. A member etcd no longer lists is done.
+    EtcdRemove {
+        #[serde(deserialize_with = "bounded_vec::<_, _, MAX_PLAN_STEPS>")]
+        voters: Vec<HttpUrl>,
+        member_client_url: HttpUrl,
+        member_peer_url: HttpUrl,
+        ca_file: BundlePath,
+        cert_file: BundlePath,
+        key_file: BundlePath,
+        timeout_secs: u32,
+    },
     /// Poll the apiserver's `/readyz` with the identity and CA of a kubeconfig.
     WaitApiserverReady {
         kubeconfig: BundlePath,

@@ -60,6 +60,13 @@ impl EtcdCluster {
         self.local_ports.push(port);
     }
 
+    /// Stops member `i` for good (its VM was deleted).
+    pub fn stop(&mut self, i: usize) {
+        let member = &mut self.members[i].0;
+        let _ = member.kill();
+        let _ = member.wait();
+    }
+
     /// Starts one member per root (Debian's `etcd` from PATH).
     pub fn start(roots: &[PathBuf]) -> Self {
         let mut members = Vec::new();

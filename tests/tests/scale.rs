@@ -1,11 +1,14 @@
-//! Growing a control plane 1 → 3 end to end: the real `exk8s-api` (SQLite dev stack, and
+//! Growing a control plane 1 → 3 and shrinking it back to 1, end to end: the real `exk8s-api` (SQLite dev stack, and
 //! `serve` on PostgreSQL), the real agent, and real etcd members run from the node roots. The
 //! agent records host actions under `--root` but performs its etcd membership steps for real
 //! (`EXK8S_AGENT_TEST_PERFORM_ETCD`): each new member joins as a learner through the voters,
 //! the test starts its etcd from the root the agent wrote (what `systemctl start` would do),
-//! and the agent promotes it once caught up. Throughout, a sampler checks that healthy voters
-//! never fall below quorum; at the end etcd lists exactly three voters, every member is healthy
-//! and serves all 1,000 keys written before the change.
+//! and the agent promotes it once caught up. Throughout, a sampler checks that a majority of
+//! voters stays healthy (a leader change may blind it for an election's length, never longer
+//! than three seconds). Shrinking, the oldest member's agent removes the newest member
+//! from etcd on its sync (leadership moved off it first) before the test stops that member's
+//! etcd, as deleting its VM would. After each change etcd lists exactly the expected voters,
+//! every member is healthy and serves all 1,000 keys written before the first change.
 
 #![allow(
     clippy::unwrap_used,
@@ -62,10 +65,21 @@ fn members(root: &Path, endpoints: &str) -> Option<Vec<(Vec<String>, bool)>> {
     )
 }
 
-/// Samples, until stopped, whether the voters that answer `endpoint health` keep a quorum.
-fn sampler(root: PathBuf, first: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+/// The longest a majority of voters may fail `endpoint health` in a row: a leader change (the
+/// removal moves leadership off the leaving member) leaves etcd without a leader for an
+/// election's length, which health checks see; losing quorum would last until repaired.
+const LONGEST_BLIP: Duration = Duration::from_secs(3);
+
+/// Samples, until stopped, whether a majority of voters answers `endpoint health`; panics when
+/// none has for longer than [`LONGEST_BLIP`]. Returns (samples, the longest blip seen).
+fn sampler(
+    root: PathBuf,
+    first: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(usize, Duration)> {
     std::thread::spawn(move || {
-        let mut samples = 0;
+        let (mut samples, mut longest) = (0, Duration::ZERO);
+        let mut failing_since: Option<Instant> = None;
         while !stop.load(Ordering::SeqCst) {
             if let Some(list) = members(&root, &first) {
                 let voters: Vec<String> = list
@@ -86,16 +100,23 @@ fn sampler(root: PathBuf, first: String, stop: Arc<AtomicBool>) -> std::thread::
                         .0
                     })
                     .count();
-                assert!(
-                    healthy > voters.len() / 2,
-                    "quorum lost: {healthy} of {} voters healthy",
-                    voters.len()
-                );
+                if healthy > voters.len() / 2 {
+                    failing_since = None;
+                } else {
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    longest = longest.max(since.elapsed());
+                    assert!(
+                        since.elapsed() < LONGEST_BLIP,
+                        "quorum lost: {healthy} of {} voters healthy for {:?}",
+                        voters.len(),
+                        since.elapsed()
+                    );
+                }
                 samples += 1;
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        samples
+        (samples, longest)
     })
 }
 
@@ -120,6 +141,38 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// `exk8s-agent <command>` for `vm` in `root`, performing its etcd membership steps for real.
+fn agent_command(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command: &str) -> Command {
+    let mut agent = Command::new(binary("exk8s-agent"));
+    agent
+        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
+        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")
+        .arg("--keys-dir")
+        .arg(&founded.keys)
+        .args([command, "--root"])
+        .arg(root)
+        .args([
+            "--api-url",
+            &stack.base,
+            "--imds-url",
+            &format!("{}/sim/imds/{vm}", stack.base),
+            "--insecure-http",
+        ]);
+    agent
+}
+
+/// Runs `agent_command` and panics with its log unless it succeeds.
+fn agent_performing(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command: &str) {
+    let out = agent_command(stack, founded, root, vm, command)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "exk8s-agent {command} for vm {vm}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One member joins: the agent runs (performing its etcd steps), the test starts etcd from the
 /// root once etcd lists the learner, the agent promotes it and completes.
 fn join_one(stack: &Stack, founded: &Founded, dir: &Path, etcd: &mut EtcdCluster, voters: &str) {
@@ -133,20 +186,7 @@ fn join_one(stack: &Stack, founded: &Founded, dir: &Path, etcd: &mut EtcdCluster
     let node = joining.unwrap();
     let vm = node["vm_id"].as_i64().unwrap();
     let root = dir.join(format!("vm-{vm}"));
-    let agent = Command::new(binary("exk8s-agent"))
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
-        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")
-        .arg("--keys-dir")
-        .arg(&founded.keys)
-        .args(["run", "--root"])
-        .arg(&root)
-        .args([
-            "--api-url",
-            &stack.base,
-            "--imds-url",
-            &format!("{}/sim/imds/{vm}", stack.base),
-            "--insecure-http",
-        ])
+    let agent = agent_command(stack, founded, &root, vm, "run")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("agent-{vm}.log"))).unwrap())
         .spawn()
@@ -167,7 +207,7 @@ fn join_one(stack: &Stack, founded: &Founded, dir: &Path, etcd: &mut EtcdCluster
     });
 }
 
-fn scale_to_three(stack: Stack, dir: &Path) {
+fn scale_up_and_down(stack: Stack, dir: &Path) {
     let founded = found(
         &stack,
         dir,
@@ -210,23 +250,74 @@ fn scale_to_three(stack: Stack, dir: &Path) {
             agent_ok(&stack, &founded, &dir.join(format!("vm-{vm}")), vm, "sync");
         }
     }
-    stop.store(true, Ordering::SeqCst);
-    let samples = watcher.join().expect("quorum held throughout");
-    assert!(samples > 5, "the sampler ran ({samples} samples)");
+    let grown = control_plane(&stack, founded.cluster);
+    check_members(&first_root, &grown, 3, client);
 
-    let nodes = control_plane(&stack, founded.cluster);
-    assert_eq!(nodes.len(), 3);
+    // And back to one: the newest member leaves first, removed from etcd by the oldest
+    // member's agent on its sync (leadership moved off it first); then its VM goes.
+    let shrink = operator(&stack, "PATCH", &format!("/clusters/{}", founded.cluster))
+        .send_json(json!({"control_plane_count": 1}))
+        .unwrap();
+    assert_eq!(shrink.status(), 202);
+    for remaining in [2, 1] {
+        let mut leaving = None;
+        wait_for("a member leaving", || {
+            leaving = control_plane(&stack, founded.cluster)
+                .into_iter()
+                .find(|n| n["etcd_membership"] == "leaving");
+            leaving.is_some()
+        });
+        let leaving = leaving.unwrap();
+        let vm = leaving["vm_id"].as_i64().unwrap();
+        agent_performing(&stack, &founded, &first_root, first, "sync");
+        wait_for("the member removed", || {
+            control_plane(&stack, founded.cluster).len() == remaining
+        });
+        let index = etcd
+            .roots
+            .iter()
+            .position(|r| r.ends_with(format!("vm-{vm}")))
+            .unwrap();
+        etcd.stop(index);
+        for node in control_plane(&stack, founded.cluster) {
+            let vm = node["vm_id"].as_i64().unwrap();
+            agent_ok(&stack, &founded, &dir.join(format!("vm-{vm}")), vm, "sync");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (samples, longest) = watcher.join().expect("quorum held throughout");
+    assert!(samples > 5, "the sampler ran ({samples} samples)");
+    eprintln!("{samples} health samples; longest leaderless moment {longest:?}");
+    let shrunk = control_plane(&stack, founded.cluster);
+    check_members(&first_root, &shrunk, 1, client);
+    let done = view(&stack, founded.cluster);
+    for kind in ["ScalingUp", "ScalingDown"] {
+        let condition = done["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .unwrap()
+            .clone();
+        assert_eq!(condition["reason"], "AtDesiredSize", "{condition}");
+    }
+}
+
+/// etcd lists exactly the control plane's `count` nodes, all voting, each healthy and serving
+/// every key.
+fn check_members(root: &Path, nodes: &[Value], count: usize, client: (&str, &str)) {
+    assert_eq!(nodes.len(), count);
     assert!(nodes.iter().all(|n| n["etcd_membership"] == "voter"));
     let urls: Vec<String> = nodes
         .iter()
         .map(|n| format!("https://{}:2379", n["private_ipv4"].as_str().unwrap()))
         .collect();
-    let list = members(&first_root, &urls.join(",")).unwrap();
-    assert_eq!(list.len(), 3);
+    let list = members(root, &urls.join(",")).unwrap();
+    assert_eq!(list.len(), count, "{list:?}");
     assert!(list.iter().all(|(_, learner)| !learner), "{list:?}");
     for url in &urls {
         let (ok, out) = etcdctl(
-            &first_root,
+            root,
             url,
             client.0,
             client.1,
@@ -234,26 +325,19 @@ fn scale_to_three(stack: Stack, dir: &Path) {
         );
         let keys = out.lines().filter(|l| l.starts_with("/k/")).count();
         assert!(ok && keys == 1000, "{url}: {keys} keys");
+        let (ok, out) = etcdctl(
+            root,
+            url,
+            HEALTHCHECK.0,
+            HEALTHCHECK.1,
+            &["endpoint", "health"],
+        );
+        assert!(ok, "{url}: {out}");
     }
-    etcd.wait_healthy(
-        &urls.join(","),
-        HEALTHCHECK.0,
-        HEALTHCHECK.1,
-        Duration::from_secs(60),
-    );
-    let done = view(&stack, founded.cluster);
-    let scaling = done["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "ScalingUp")
-        .unwrap()
-        .clone();
-    assert_eq!(scaling["reason"], "AtDesiredSize", "{scaling}");
 }
 
 #[test]
-fn a_control_plane_grows_to_three_on_real_etcd_on_the_sqlite_dev_stack() {
+fn a_control_plane_grows_to_three_and_back_on_real_etcd_on_the_sqlite_dev_stack() {
     let dir = tempfile::tempdir().unwrap();
     let stack = start_dev(
         &dir.path().join("dev"),
@@ -266,12 +350,12 @@ fn a_control_plane_grows_to_three_on_real_etcd_on_the_sqlite_dev_stack() {
             "6000",
         ],
     );
-    scale_to_three(stack, dir.path());
+    scale_up_and_down(stack, dir.path());
 }
 
 #[test]
-fn a_control_plane_grows_to_three_on_real_etcd_on_postgres() {
+fn a_control_plane_grows_to_three_and_back_on_real_etcd_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let stack = start_postgres_serve(dir.path(), "127.0.22.0/24");
-    scale_to_three(stack, dir.path());
+    scale_up_and_down(stack, dir.path());
 }

@@ -40,6 +40,8 @@ pub enum HostAction<'a> {
     DrainNode(super::drain::Drain<'a>),
     EtcdJoin(super::membership::Membership),
     EtcdPromote(super::membership::Membership),
+    /// A leaving member (its client URL) removed.
+    EtcdRemove(super::membership::Membership, String),
 }
 
 impl fmt::Display for HostAction<'_> {
@@ -91,6 +93,13 @@ impl fmt::Display for HostAction<'_> {
             Self::EtcdPromote(m) => write!(
                 f,
                 "promote etcd learner {} through {} (up to {}s)",
+                m.peer_url,
+                m.voters.join(","),
+                m.timeout.as_secs()
+            ),
+            Self::EtcdRemove(m, leaving) => write!(
+                f,
+                "remove etcd member {} ({leaving}) through {} (up to {}s)",
                 m.peer_url,
                 m.voters.join(","),
                 m.timeout.as_secs()
@@ -195,6 +204,9 @@ impl Host for RecordingHost {
             }
             (Some(root), HostAction::EtcdPromote(m)) if perform_etcd => {
                 Some(super::membership::promote(root, m))
+            }
+            (Some(root), HostAction::EtcdRemove(m, leaving)) if perform_etcd => {
+                Some(super::membership::remove(root, m, leaving))
             }
             _ => None,
         };
@@ -321,6 +333,7 @@ impl Host for SystemHost {
             HostAction::DrainNode(drain) => super::drain::perform(drain),
             HostAction::EtcdJoin(m) => super::membership::join(&self.root, m),
             HostAction::EtcdPromote(m) => super::membership::promote(&self.root, m),
+            HostAction::EtcdRemove(m, leaving) => super::membership::remove(&self.root, m, leaving),
         };
         result.map_err(|reason| step_error(action, reason))
     }

@@ -23,12 +23,16 @@ pub struct Membership {
 }
 
 fn clients(root: &Path, m: &Membership) -> Result<Vec<Etcd>, String> {
+    clients_of(root, m, &m.voters)
+}
+
+fn clients_of(root: &Path, m: &Membership, endpoints: &[String]) -> Result<Vec<Etcd>, String> {
     let read = |path: &Path| {
         let full = root.join(path.strip_prefix("/").unwrap_or(path));
         std::fs::read(&full).map_err(|e| format!("reading {}: {e}", full.display()))
     };
     let (ca, cert, key) = (read(&m.ca_file)?, read(&m.cert_file)?, read(&m.key_file)?);
-    m.voters
+    endpoints
         .iter()
         .map(|endpoint| Etcd::new(endpoint, &ca, &cert, &key))
         .collect()
@@ -37,6 +41,16 @@ fn clients(root: &Path, m: &Membership) -> Result<Vec<Etcd>, String> {
 pub(super) fn join(root: &Path, m: &Membership) -> Result<(), String> {
     etcd_members::join(&clients(root, m)?, &m.peer_url)
         .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Removes a leaving member (`leaving`: its client URL; `m.peer_url`: its peer URL).
+pub(super) fn remove(root: &Path, m: &Membership, leaving: &str) -> Result<(), String> {
+    let clients = clients(root, m)?;
+    let leaving = clients_of(root, m, &[leaving.to_owned()])?
+        .pop()
+        .ok_or_else(|| "no client for the leaving member".to_owned())?;
+    etcd_members::remove_member(&clients, &leaving, &m.peer_url, PROMOTE_EVERY, m.timeout)
         .map_err(|e| e.to_string())
 }
 

@@ -41,7 +41,8 @@ fn phase_of(step: &PlanStep) -> BootPhase {
         PlanStep::DaemonReload {} | PlanStep::EnableStart { .. } => BootPhase::Services,
         PlanStep::WaitEtcdHealthy { .. }
         | PlanStep::EtcdJoin { .. }
-        | PlanStep::EtcdPromote { .. } => BootPhase::Etcd,
+        | PlanStep::EtcdPromote { .. }
+        | PlanStep::EtcdRemove { .. } => BootPhase::Etcd,
         PlanStep::WaitApiserverReady { .. }
         | PlanStep::InstallStaticPod { .. }
         | PlanStep::WaitStaticPod { .. } => BootPhase::Apiserver,
@@ -212,6 +213,27 @@ fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), A
                 key_file,
                 *timeout_secs,
             )))?;
+        }
+        PlanStep::EtcdRemove {
+            voters,
+            member_client_url,
+            member_peer_url,
+            ca_file,
+            cert_file,
+            key_file,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::EtcdRemove(
+                membership(
+                    voters,
+                    member_peer_url,
+                    ca_file,
+                    cert_file,
+                    key_file,
+                    *timeout_secs,
+                ),
+                member_client_url.to_string(),
+            ))?;
         }
         PlanStep::DrainNode {
             kubeconfig,

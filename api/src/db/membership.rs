@@ -148,3 +148,23 @@ pub async fn set<'c>(
         .await?;
     Ok(())
 }
+
+/// Marks `node_id` leaving, removed from etcd by the control-plane node `remover` at its
+/// generation `generation`.
+pub async fn start_leaving(
+    tx: &mut sqlx::AnyConnection,
+    node_id: i64,
+    remover: i64,
+    generation: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_nodes SET etcd_membership = 'leaving', drain_by = $1, drain_generation = $2 \
+         WHERE id = $3",
+    )
+    .bind(remover)
+    .bind(generation)
+    .bind(node_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

@@ -378,6 +378,7 @@ pub async fn take_update(
            AND (role <> 'control-plane' OR handed_generation >= desired_generation OR NOT EXISTS ( \
                SELECT 1 FROM cluster_nodes o \
                WHERE o.cluster_id = $2 AND o.id <> $1 AND o.role = 'control-plane' \
+                 AND COALESCE(o.etcd_membership, '') <> 'leaving' \
                  AND (o.handed_generation > o.applied_generation \
                       OR o.phase NOT IN ('complete', 'sync') OR o.phase_state <> 'succeeded'))) \
          RETURNING serial, handed_generation",

@@ -223,7 +223,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
     let machines = super::conditions::machines(&nodes, last_report.unwrap_or(row.created_at));
     let desired_control_plane_count = db::membership::desired(&state.db.pool, row.id).await?;
     let membership_error = db::membership::error(&state.db.pool, row.id).await?;
-    let scaling = super::conditions::scaling_up(
+    let [scaling_up, scaling_down] = super::conditions::scaling(
         &nodes,
         desired_control_plane_count,
         membership_error.as_deref(),
@@ -285,7 +285,8 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         conditions: vec![
             super::conditions::certificates(&certificates),
             machines,
-            scaling,
+            scaling_up,
+            scaling_down,
         ],
         node_pools,
         desired_control_plane_count,

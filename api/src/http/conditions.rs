@@ -1,7 +1,7 @@
 //! The cluster's conditions, in Cluster API v1beta2's shape: `CertificatesAvailable` (from the
 //! certificate inventory) and `MachinesReady` (every machine — control-plane nodes and pool
 //! workers not on their way out — finished booting and last reported healthy) and
-//! `ScalingUp` (the control plane is growing to the size asked for).
+//! `ScalingUp`/`ScalingDown` (the control plane is changing to the size asked for).
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -95,25 +95,30 @@ pub(super) fn machines(nodes: &[NodeRow], since: i64) -> Condition {
     }
 }
 
-/// `ScalingUp`: True while voters are fewer than asked, with the step in progress.
-pub(super) fn scaling_up(
+/// `ScalingUp` and `ScalingDown`: True while the control plane grows or shrinks to the size
+/// asked for, with the step in progress.
+pub(super) fn scaling(
     nodes: &[NodeRow],
     desired: Option<i64>,
     error: Option<&str>,
     since: i64,
-) -> Condition {
+) -> [Condition; 2] {
     use crate::db::phase::EtcdMembership;
     let control_plane = || {
         nodes
             .iter()
             .filter(|n| n.role == exk8s_common::contract::Role::ControlPlane)
     };
+    let with = |m: EtcdMembership| control_plane().find(move |n| n.etcd_membership == Some(m));
     let voters = control_plane()
         .filter(|n| n.etcd_membership == Some(EtcdMembership::Voter))
         .count();
     let voters = i64::try_from(voters).unwrap_or(i64::MAX);
-    let joining = control_plane().find(|n| n.etcd_membership == Some(EtcdMembership::Joining));
-    let (status, reason, message) = match (desired, joining) {
+    let settled = || match error {
+        Some(e) => ("False", "ChangeStopped", e.to_owned()),
+        None => ("False", "AtDesiredSize", format!("{voters} voting members")),
+    };
+    let up = match (desired, with(EtcdMembership::Joining)) {
         (_, Some(node)) => (
             "True",
             "MemberJoining",
@@ -127,16 +132,32 @@ pub(super) fn scaling_up(
             "WaitingForRollout",
             format!("{voters} of {asked} members; the next joins once every member is up to date"),
         ),
-        _ => match error {
-            Some(e) => ("False", "ChangeStopped", e.to_owned()),
-            None => ("False", "AtDesiredSize", format!("{voters} voting members")),
-        },
+        _ => settled(),
     };
-    Condition {
-        type_: "ScalingUp".into(),
+    let down = match (desired, with(EtcdMembership::Leaving)) {
+        (_, Some(node)) => (
+            "True",
+            "MemberLeaving",
+            format!(
+                "{} is being drained and removed from etcd by the oldest member",
+                node.node_name
+            ),
+        ),
+        (Some(asked), None) if asked < voters => (
+            "True",
+            "WaitingForRollout",
+            format!(
+                "{voters} members, {asked} asked; the next leaves once every member is up to date"
+            ),
+        ),
+        _ => settled(),
+    };
+    let condition = |type_: &str, (status, reason, message): (&str, &str, String)| Condition {
+        type_: type_.into(),
         status: status.into(),
         reason: reason.into(),
         message,
         last_transition_time: rfc3339(since),
-    }
+    };
+    [condition("ScalingUp", up), condition("ScalingDown", down)]
 }

@@ -55,8 +55,8 @@ pub fn control_plane_node(node: &NodeRow) -> Result<ControlPlaneNode, IssuanceEr
             .ok_or_else(|| unusable(node, "pod range"))?,
         membership: match node.etcd_membership {
             Some(EtcdMembership::Joining) => Membership::Joining,
-            // A leaving member votes until it is removed.
-            Some(EtcdMembership::Voter | EtcdMembership::Leaving) => Membership::Voter,
+            Some(EtcdMembership::Leaving) => Membership::Leaving,
+            Some(EtcdMembership::Voter) => Membership::Voter,
             None => return Err(unusable(node, "etcd membership")),
         },
     })

@@ -7,7 +7,9 @@
 //!    shared DNS record lists it; one that failed, or did not finish within the join timeout,
 //!    is released and the change ends with its reason;
 //! 3. while any member is unhealthy, in flight or behind its generation, nothing starts;
-//! 4. otherwise one member is added: VM, address, serving certificates, node row (`joining`).
+//! 4. otherwise one member is added (VM, address, serving certificates, node row `joining`) or
+//!    the newest one leaves: the oldest voter's next generation drains it and removes it from
+//!    etcd; once that generation is applied its VM and row go and every member follows.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -116,6 +118,23 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
             continue;
         }
 
+        if let Some(leaving) = control_plane
+            .iter()
+            .find(|n| n.etcd_membership == Some(EtcdMembership::Leaving))
+        {
+            let remover = control_plane
+                .iter()
+                .find(|n| Some(n.id) == leaving.drain_by);
+            let removed = match (remover, leaving.drain_generation) {
+                (Some(r), Some(generation)) => r.applied_generation >= generation,
+                _ => false,
+            };
+            if !removed {
+                return Ok(Outcome::Waiting);
+            }
+            left(state, &cluster, leaving, &journal).await?;
+            continue;
+        }
         if let Some(joining) = control_plane
             .iter()
             .find(|n| n.etcd_membership == Some(EtcdMembership::Joining))
@@ -162,6 +181,10 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
             add_member(state, &cluster).await?;
             continue;
         }
+        if voters > desired {
+            start_leaving(state, &cluster, &control_plane).await?;
+            continue;
+        }
         return Ok(Outcome::Converged);
     }
 }
@@ -200,6 +223,94 @@ async fn promoted(
         if let Err(e) = dns.upsert_a(&cluster.control_plane_dns_name, &ips).await {
             tracing::warn!(cluster_id = cluster.id, error = %e, "the shared DNS record does not list the new member yet");
         }
+    }
+    Ok(())
+}
+
+/// The newest member leaves: the oldest voter gets a generation whose bundle removes it.
+async fn start_leaving(
+    state: &AppState,
+    cluster: &ClusterRow,
+    control_plane: &[NodeRow],
+) -> Result<(), ConvergeError> {
+    let (Some(remover), Some(leaving)) = (
+        control_plane.iter().min_by_key(|n| n.ordinal),
+        control_plane.iter().max_by_key(|n| n.ordinal),
+    ) else {
+        return Ok(());
+    };
+    let mut tx = state.db.begin().await?;
+    let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
+    db::membership::start_leaving(&mut tx, leaving.id, remover.id, generation).await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id = cluster.id,
+        vm_id = leaving.vm_id,
+        remover = remover.vm_id,
+        "control-plane member leaving"
+    );
+    Ok(())
+}
+
+/// A member etcd no longer lists: its VM goes, then its row, and every member follows.
+async fn left(
+    state: &AppState,
+    cluster: &ClusterRow,
+    node: &NodeRow,
+    journal: &[db::resources::Resource],
+) -> Result<(), ConvergeError> {
+    release_vm(state, node, journal).await?;
+    let mut tx = state.db.begin().await?;
+    db::removals::delete(&mut *tx, node.id).await?;
+    db::nodes::bump_generations(&mut tx, cluster.id).await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id = cluster.id,
+        vm_id = node.vm_id,
+        "control-plane member removed"
+    );
+    update_dns(state, cluster).await
+}
+
+async fn release_vm(
+    state: &AppState,
+    node: &NodeRow,
+    journal: &[db::resources::Resource],
+) -> Result<(), ConvergeError> {
+    match journal
+        .iter()
+        .find(|r| r.ordinal == Some(node.ordinal) && r.pool_id.is_none())
+    {
+        Some(resource) => machines::release(state, resource).await?,
+        None => state
+            .compute
+            .delete_vm(node.vm_id)
+            .await
+            .map_err(|source| MachineError::Compute {
+                step: "VM deletion",
+                source,
+            })?,
+    }
+    Ok(())
+}
+
+/// The shared name lists the control plane's members.
+async fn update_dns(state: &AppState, cluster: &ClusterRow) -> Result<(), ConvergeError> {
+    let (Some(dns), true) = (&state.dns, cluster.dns_configured) else {
+        return Ok(());
+    };
+    let nodes = db::nodes::list(&state.db.pool, cluster.id).await?;
+    let ips: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .map(|n| {
+            n.public_ipv4
+                .clone()
+                .unwrap_or_else(|| n.private_ipv4.clone())
+        })
+        .collect();
+    if let Err(e) = dns.upsert_a(&cluster.control_plane_dns_name, &ips).await {
+        tracing::warn!(cluster_id = cluster.id, error = %e, "the shared DNS record does not follow the members yet");
     }
     Ok(())
 }

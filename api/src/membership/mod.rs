@@ -5,7 +5,10 @@
 //! apiserver hold throughout. After each promotion every control-plane node gets a new
 //! generation (the apiservers' `--etcd-servers` follow), rolled one node at a time.
 //!
-//! Scaling down and replacing members build on this and are not available yet.
+//! Scaling down removes the newest member first, one at a time: the oldest voter's agent drains
+//! it and removes it from etcd (leadership moved off it first); once that agent reports the
+//! generation applied, the VM is deleted and every member follows. Replacing a member builds on
+//! this and is not available yet.
 
 pub mod converge;
 
@@ -130,18 +133,13 @@ pub async fn scale(
             unhealthy.desired_generation
         )));
     }
-    if count < voters {
-        return Err(MembershipError::Conflict(format!(
-            "scaling the control plane down ({voters} → {count}) is not available yet"
-        )));
-    }
     db::membership::set_desired(&state.db.pool, cluster_id, count).await?;
-    if count > voters {
+    if count != voters {
         tracing::info!(
             cluster_id,
             from = voters,
             to = count,
-            "control plane scaling up"
+            "control plane changing size"
         );
         converge::spawn(state.clone(), cluster_id);
     }

@@ -202,6 +202,47 @@ pub(super) fn worker_steps() -> Result<Vec<PlanStep>, RenderError> {
     ])
 }
 
+/// The oldest voter removes leaving members (an update's work): each is drained, then leaves
+/// etcd through the members that stay.
+fn removals(
+    input: &RenderInput<'_>,
+    voters: &[HttpUrl],
+    admin: &BundlePath,
+) -> Result<Vec<PlanStep>, RenderError> {
+    let p = &PATHS;
+    let remover = input
+        .peers
+        .iter()
+        .find(|peer| peer.membership == super::Membership::Voter);
+    let is_remover = remover.is_some_and(|r| r.vm_id == input.node.vm_id);
+    if !is_remover || input.issuance.kind != BundleKind::Update {
+        return Ok(Vec::new());
+    }
+    let mut steps = Vec::new();
+    for leaving in input
+        .peers
+        .iter()
+        .filter(|peer| peer.membership == super::Membership::Leaving)
+    {
+        let ip = leaving.addresses.private_ipv4;
+        steps.push(PlanStep::DrainNode {
+            kubeconfig: admin.clone(),
+            node: leaving.addresses.name.clone(),
+            timeout_secs: DRAIN_SECS,
+        });
+        steps.push(PlanStep::EtcdRemove {
+            voters: voters.to_vec(),
+            member_client_url: HttpUrl::new(format!("https://{ip}:2379")).map_err(invalid)?,
+            member_peer_url: HttpUrl::new(format!("https://{ip}:2380")).map_err(invalid)?,
+            ca_file: path(p.etcd_ca_cert)?,
+            cert_file: path(p.etcd_healthcheck_client_cert)?,
+            key_file: path(p.etcd_healthcheck_client_key)?,
+            timeout_secs: PROMOTE_SECS,
+        });
+    }
+    Ok(steps)
+}
+
 /// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files changed) and wait for it
 /// first. A bootstrap bundle then places the static pod manifests and starts the kubelet, which
 /// starts every pod. An update restarts one component at a time while the kubelet runs: each
@@ -260,7 +301,7 @@ pub(super) fn steps(
     // A learner answers /health; it votes (and the rest may start) once promoted.
     if joining {
         steps.push(PlanStep::EtcdPromote {
-            voters,
+            voters: voters.clone(),
             peer_url,
             ca_file: path(p.etcd_ca_cert)?,
             cert_file: path(p.etcd_healthcheck_client_cert)?,
@@ -297,6 +338,7 @@ pub(super) fn steps(
             timeout_secs: DRAIN_SECS,
         });
     }
+    steps.extend(removals(input, &voters, &admin)?);
     if installs_addons(input) {
         let versions = &input.cluster.versions;
         steps.extend([

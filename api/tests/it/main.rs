@@ -19,6 +19,7 @@ mod etcd_cluster;
 mod founding;
 mod helpers;
 mod membership;
+mod membership_down;
 mod pki;
 mod pki_cases;
 mod pool_crash;

@@ -23,7 +23,7 @@ use crate::crash::wait_until;
 use crate::helpers::text;
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
-async fn view(app: &TestApp, cluster: i64) -> Value {
+pub(crate) async fn view(app: &TestApp, cluster: i64) -> Value {
     json_of(
         app.get(&format!("/clusters/{cluster}"))
             .send()
@@ -33,7 +33,7 @@ async fn view(app: &TestApp, cluster: i64) -> Value {
     .await
 }
 
-fn control_plane(view: &Value) -> Vec<Value> {
+pub(crate) fn control_plane(view: &Value) -> Vec<Value> {
     view["nodes"]
         .as_array()
         .unwrap()
@@ -43,7 +43,7 @@ fn control_plane(view: &Value) -> Vec<Value> {
         .collect()
 }
 
-async fn scale(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
+pub(crate) async fn scale(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
     app.patch(&format!("/clusters/{cluster}"))
         .json(&body)
         .send()
@@ -72,7 +72,7 @@ async fn joining(app: &TestApp, cluster: i64) -> Node {
     }
 }
 
-fn condition(view: &Value, kind: &str) -> Value {
+pub(crate) fn condition(view: &Value, kind: &str) -> Value {
     view["conditions"]
         .as_array()
         .unwrap()
@@ -83,7 +83,7 @@ fn condition(view: &Value, kind: &str) -> Value {
 }
 
 /// Every member applies its newest generation (one at a time, as their timers would).
-async fn roll(app: &TestApp, members: &[(Node, NodeKey)]) {
+pub(crate) async fn roll(app: &TestApp, members: &[(Node, NodeKey)]) {
     for (node, key) in members {
         let response = fetch_update(app, node, key).await;
         if response.status() == 204 {

@@ -1,0 +1,101 @@
+//! Shrinking a running control plane through the API, on SQLite and PostgreSQL (the agents'
+//! side acted by the test; real etcd proves it in tests/tests/scale.rs): `PATCH` from 3 to 1
+//! removes the newest member first, one at a time — the oldest voter's next bundle drains it
+//! and removes it from etcd through the members that stay; its VM goes only once that bundle
+//! is reported applied, and every member then follows.
+
+use std::time::Duration;
+
+use exk8s_common::node_auth::NodeKey;
+use exk8s_common::payload::PlanStep;
+use serde_json::json;
+
+use crate::app::{Backend, both_backends, credentials_for, json_of, spawn_app};
+use crate::bootstrap::report;
+use crate::crash::wait_until;
+use crate::membership::{condition, control_plane, roll, scale, view};
+use crate::sync::{fetch_update, register, sync_report, update_payload};
+
+async fn a_control_plane_shrinks_newest_first(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut members = Vec::new();
+    for node in credentials_for(&app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        members.push((node, key));
+    }
+    let started = scale(&app, cluster, json!({"control_plane_count": 1})).await;
+    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
+
+    for left in [2, 1] {
+        let leaving_vm = members[left].0.vm;
+        wait_until(
+            "the newest member leaving",
+            Duration::from_secs(20),
+            || async {
+                control_plane(&view(&app, cluster).await)
+                    .iter()
+                    .any(|n| n["vm_id"] == leaving_vm && n["etcd_membership"] == "leaving")
+            },
+        )
+        .await;
+        let now = view(&app, cluster).await;
+        assert_eq!(condition(&now, "ScalingDown")["reason"], "MemberLeaving");
+        let busy = scale(&app, cluster, json!({"control_plane_count": 3})).await;
+        assert_eq!(busy.status(), 409, "one change at a time");
+        let leaving = control_plane(&now)
+            .into_iter()
+            .find(|n| n["vm_id"] == leaving_vm)
+            .unwrap();
+        let ip = leaving["private_ipv4"].as_str().unwrap();
+
+        let (remover, key) = &members[0];
+        let update = update_payload(&app, fetch_update(&app, remover, key).await).await;
+        let drained: Vec<&str> = update
+            .plan
+            .iter()
+            .filter_map(|s| match s {
+                PlanStep::DrainNode { node, .. } => Some(node.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(drained, [leaving["name"].as_str().unwrap()]);
+        let removal = update
+            .plan
+            .iter()
+            .find_map(|s| match s {
+                PlanStep::EtcdRemove {
+                    voters,
+                    member_client_url,
+                    member_peer_url,
+                    ..
+                } => Some((voters.clone(), member_client_url, member_peer_url)),
+                _ => None,
+            })
+            .expect("a removal step");
+        assert_eq!(removal.1.to_string(), format!("https://{ip}:2379"));
+        assert_eq!(removal.2.to_string(), format!("https://{ip}:2380"));
+        assert_eq!(removal.0.len(), left, "through the members that stay");
+        assert!(
+            app.sims.compute.vms().iter().any(|vm| vm.id == leaving_vm),
+            "no VM goes before etcd let it go"
+        );
+        sync_report(&app, remover, key, "succeeded", update.identity.generation).await;
+        wait_until("the member gone", Duration::from_secs(20), || async {
+            control_plane(&view(&app, cluster).await).len() == left
+        })
+        .await;
+        assert!(app.sims.compute.vms().iter().all(|vm| vm.id != leaving_vm));
+        members.truncate(left);
+        roll(&app, &members).await;
+    }
+    let done = view(&app, cluster).await;
+    assert_eq!(control_plane(&done).len(), 1);
+    assert_eq!(condition(&done, "ScalingDown")["reason"], "AtDesiredSize");
+    assert_eq!(app.sims.compute.vms().len(), 1);
+}
+
+both_backends!(a_control_plane_shrinks_newest_first);
