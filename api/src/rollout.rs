@@ -41,9 +41,12 @@ pub fn gate(node: &NodeRow, cluster_nodes: &[NodeRow]) -> Result<(), Hold> {
     if node.role != Role::ControlPlane || node.handed_generation >= node.desired_generation {
         return Ok(());
     }
-    let others = cluster_nodes
-        .iter()
-        .filter(|n| n.id != node.id && n.role == Role::ControlPlane);
+    // A member being removed holds nobody: it may be dead, and its removal is the update.
+    let others = cluster_nodes.iter().filter(|n| {
+        n.id != node.id
+            && n.role == Role::ControlPlane
+            && n.etcd_membership != Some(crate::db::phase::EtcdMembership::Leaving)
+    });
     for other in others {
         if other.in_flight() {
             return Err(Hold::AnotherNodeUpdating);

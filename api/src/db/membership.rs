@@ -35,6 +35,20 @@ pub async fn set_desired<'c>(
     Ok(())
 }
 
+/// Nothing is asked any more (a single member's removal sets its own course).
+pub async fn forget_desired<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET desired_control_plane_count = NULL, membership_error = NULL WHERE id = $1",
+    )
+    .bind(cluster_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Ends a change that stopped: nothing more is asked; `error` says why.
 pub async fn abandon<'c>(
     db: impl Executor<'c, Database = Any>,
@@ -119,7 +133,6 @@ pub async fn needing_work<'c>(
 ) -> Result<Vec<i64>, DbError> {
     let rows = sqlx::query(
         "SELECT c.id FROM clusters c WHERE c.phase = 'founded' \
-         AND c.desired_control_plane_count IS NOT NULL \
          AND (c.membership_lease_until IS NULL OR c.membership_lease_until < $1) \
          AND (c.desired_control_plane_count <> (SELECT COUNT(*) FROM cluster_nodes n \
                  WHERE n.cluster_id = c.id AND n.etcd_membership = 'voter') \

@@ -81,3 +81,38 @@ pub async fn scale(
     })
     .await
 }
+
+/// Removes one control-plane member — the oldest other member's agent drains it and removes
+/// it from etcd, then its VM goes. 409 when it is the only member or a majority would not hold.
+#[utoipa::path(
+    delete, path = "/clusters/{id}/nodes/{vm_id}",
+    params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
+    responses((status = 202, body = ScalingView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn remove_member(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath((cluster_id, vm_id)): ApiPath<(i64, i64)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let key = super::idempotent::key(&headers)?;
+    let scope = format!("DELETE /clusters/{cluster_id}/nodes/{vm_id}\n");
+    let request = super::idempotent::Request {
+        scope: &scope,
+        body: b"",
+    };
+    super::idempotent::run(&state, operator.org_id, key, request, || async {
+        let scaling = membership::remove(&state, operator.org_id, cluster_id, vm_id).await?;
+        let view = ScalingView {
+            cluster_id,
+            desired: scaling.desired,
+            voters: scaling.voters,
+        };
+        Ok((
+            StatusCode::ACCEPTED,
+            serde_json::to_vec(&view).map_err(ApiError::internal)?,
+        ))
+    })
+    .await
+}

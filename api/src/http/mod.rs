@@ -44,6 +44,7 @@ use crate::app::AppState;
         certificates::rotate_ca,
         clusters::delete_cluster,
         membership::scale,
+        membership::remove_member,
         pools::create_pool,
         pools::list_pools,
         pools::get_pool,
@@ -132,6 +133,7 @@ pub fn router(state: AppState) -> Router {
             get(pools::get_pool).patch(pools::update_pool).delete(pools::delete_pool),
         )
         .route("/clusters/{id}/nodes/{vm_id}/rearm", axum::routing::post(bootstrap::rearm))
+        .route("/clusters/{id}/nodes/{vm_id}", axum::routing::delete(membership::remove_member))
         .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle))
         .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))
         .route("/bootstrap/keys", get(bootstrap::keys))

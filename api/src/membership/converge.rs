@@ -55,10 +55,20 @@ pub fn spawn(state: AppState, cluster_id: i64) {
 
 /// After a control-plane node reported: a change in progress may move on.
 pub async fn after_report(state: &AppState, cluster_id: i64) {
-    if matches!(
-        db::membership::desired(&state.db.pool, cluster_id).await,
-        Ok(Some(_))
-    ) {
+    let changing = async {
+        let asked = db::membership::desired(&state.db.pool, cluster_id).await?;
+        let moving = db::nodes::list(&state.db.pool, cluster_id)
+            .await?
+            .iter()
+            .any(|n| {
+                matches!(
+                    n.etcd_membership,
+                    Some(EtcdMembership::Joining | EtcdMembership::Leaving)
+                )
+            });
+        Ok::<bool, DbError>(asked.is_some() || moving)
+    };
+    if changing.await.unwrap_or(true) {
         spawn(state.clone(), cluster_id);
     }
 }
@@ -89,9 +99,6 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
             .filter(|c| c.phase == ClusterPhase::Founded)
         else {
             return Ok(Outcome::Gone);
-        };
-        let Some(desired) = db::membership::desired(&state.db.pool, cluster_id).await? else {
-            return Ok(Outcome::Converged);
         };
         let control_plane: Vec<NodeRow> = db::nodes::list(&state.db.pool, cluster_id)
             .await?
@@ -176,6 +183,10 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
         {
             return Ok(Outcome::Waiting);
         }
+        // A member removed by `DELETE` leaves whatever size was asked; nothing more is.
+        let Some(desired) = db::membership::desired(&state.db.pool, cluster_id).await? else {
+            return Ok(Outcome::Converged);
+        };
         let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
         if voters < desired {
             add_member(state, &cluster).await?;

@@ -148,3 +148,93 @@ pub async fn scale(
         voters,
     })
 }
+
+/// Removes one control-plane member (`DELETE /clusters/{id}/nodes/{vm_id}`) — a healthy one, or
+/// a dead one — through the oldest other member's agent, as scaling down does. Refused when it
+/// is the only member, when the change could not reach a majority of the members now, or when
+/// the members left would not have a majority of their own healthy.
+pub async fn remove(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    vm_id: i64,
+) -> Result<Scaling, MembershipError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(MembershipError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(MembershipError::Conflict(format!(
+            "cluster {cluster_id} is {}, not founded",
+            cluster.phase
+        )));
+    }
+    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let target = nodes
+        .iter()
+        .find(|n| n.vm_id == vm_id)
+        .ok_or(MembershipError::NotFound)?;
+    if target.role != Role::ControlPlane {
+        return Err(MembershipError::Conflict(format!(
+            "VM {vm_id} is a worker: change its pool's count instead"
+        )));
+    }
+    let control_plane: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .collect();
+    if let Some(changing) = control_plane
+        .iter()
+        .find(|n| n.etcd_membership != Some(EtcdMembership::Voter))
+    {
+        return Err(MembershipError::Conflict(format!(
+            "a membership change is in progress: {} is {}",
+            changing.node_name,
+            changing
+                .etcd_membership
+                .map_or("without membership", EtcdMembership::as_str)
+        )));
+    }
+    let voters = control_plane.len();
+    if voters == 1 {
+        return Err(MembershipError::Conflict(format!(
+            "VM {vm_id} is the cluster's only control-plane member; a cluster cannot be left without one"
+        )));
+    }
+    let healthy_others = control_plane
+        .iter()
+        .filter(|n| n.id != target.id && n.phase.healthy())
+        .count();
+    let healthy_now = healthy_others + usize::from(target.phase.healthy());
+    if healthy_now <= voters / 2 {
+        return Err(MembershipError::Conflict(format!(
+            "only {healthy_now} of {voters} members are healthy: etcd cannot change its membership without a majority"
+        )));
+    }
+    if healthy_others <= (voters - 1) / 2 {
+        return Err(MembershipError::Conflict(format!(
+            "after the removal {healthy_others} of {} members would be healthy: no majority",
+            voters - 1
+        )));
+    }
+    // The oldest other member removes it (the rule its bundle is rendered by).
+    let Some(remover) = control_plane.iter().find(|n| n.id != target.id) else {
+        return Err(MembershipError::Conflict("no member to remove it".into()));
+    };
+    let mut tx = state.db.begin().await?;
+    let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
+    db::membership::start_leaving(&mut tx, target.id, remover.id, generation).await?;
+    db::membership::forget_desired(&mut *tx, cluster_id).await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id,
+        vm_id,
+        remover = remover.vm_id,
+        "control-plane member removal started"
+    );
+    converge::spawn(state.clone(), cluster_id);
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    Ok(Scaling {
+        desired: count(voters - 1),
+        voters: count(voters),
+    })
+}

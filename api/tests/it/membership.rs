@@ -72,6 +72,25 @@ async fn joining(app: &TestApp, cluster: i64) -> Node {
     }
 }
 
+/// Waits until no process is changing the cluster's membership.
+async fn idle(app: &TestApp, cluster: i64) {
+    use sqlx::Row as _;
+    wait_until(
+        "the membership change to pause",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query("SELECT membership_lease_until FROM clusters WHERE id = $1")
+                .bind(cluster)
+                .fetch_one(&app.state.db.pool)
+                .await
+                .unwrap()
+                .get::<Option<i64>, _>("membership_lease_until")
+                .is_none()
+        },
+    )
+    .await;
+}
+
 pub(crate) fn condition(view: &Value, kind: &str) -> Value {
     view["conditions"]
         .as_array()
@@ -216,6 +235,7 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
         202
     );
     let d = joining(&app, cluster).await;
+    idle(&app, cluster).await;
     exk8s_api::founding::reconcile::memberships(&app.state).await;
     assert_eq!(
         control_plane(&view(&app, cluster).await).len(),

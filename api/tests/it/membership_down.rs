@@ -99,3 +99,80 @@ async fn a_control_plane_shrinks_newest_first(backend: Backend) {
 }
 
 both_backends!(a_control_plane_shrinks_newest_first);
+
+async fn one_member_is_removed_even_a_dead_one_and_never_the_last(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut members = Vec::new();
+    for node in credentials_for(&app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        members.push((node, key));
+    }
+    let delete = |vm: i64| {
+        app.delete(&format!("/clusters/{cluster}/nodes/{vm}"))
+            .send()
+    };
+    assert_eq!(delete(999_999).await.unwrap().status(), 404);
+
+    // The second member dies (its last sync failed).
+    let (dead, dead_key) = &members[1];
+    sync_report(&app, dead, dead_key, "failed", 1).await;
+    let (third, _) = &members[2];
+    let refused = delete(third.vm).await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let message = json_of(refused).await["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("would be healthy: no majority"),
+        "{message}"
+    );
+
+    let dead_ip = control_plane(&view(&app, cluster).await)[1]["private_ipv4"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let accepted = delete(dead.vm).await.unwrap();
+    assert_eq!(accepted.status(), 202);
+    let (remover, key) = &members[0];
+    let update = update_payload(&app, fetch_update(&app, remover, key).await).await;
+    let removes_it = update.plan.iter().any(|s| {
+        matches!(s, PlanStep::EtcdRemove { member_client_url, .. }
+            if member_client_url.to_string() == format!("https://{dead_ip}:2379"))
+    });
+    assert!(removes_it, "{:?}", update.plan);
+    sync_report(&app, remover, key, "succeeded", update.identity.generation).await;
+    let dead_vm = dead.vm;
+    wait_until("the dead member gone", Duration::from_secs(20), || async {
+        control_plane(&view(&app, cluster).await).len() == 2
+    })
+    .await;
+    assert!(app.sims.compute.vms().iter().all(|vm| vm.id != dead_vm));
+    members.remove(1);
+    roll(&app, &members).await;
+
+    // Down to one, and the last one stays.
+    let third_vm = members[1].0.vm;
+    assert_eq!(delete(third_vm).await.unwrap().status(), 202);
+    let (remover, key) = &members[0];
+    let update = update_payload(&app, fetch_update(&app, remover, key).await).await;
+    sync_report(&app, remover, key, "succeeded", update.identity.generation).await;
+    wait_until("one member left", Duration::from_secs(20), || async {
+        control_plane(&view(&app, cluster).await).len() == 1
+    })
+    .await;
+    let last = delete(members[0].0.vm).await.unwrap();
+    assert_eq!(last.status(), 409);
+    assert!(
+        json_of(last).await["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("only control-plane member")
+    );
+}
+
+both_backends!(one_member_is_removed_even_a_dead_one_and_never_the_last);

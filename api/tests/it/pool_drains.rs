@@ -19,7 +19,7 @@ use crate::app::{
 };
 use crate::bootstrap::report;
 use crate::crash::wait_until;
-use crate::pools::{pool, pool_body, settled, worker_vms};
+use crate::pools::{idle, pool, pool_body, settled, worker_vms};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
 /// Registers and completes every worker of the pool, as their agents would.
@@ -189,6 +189,7 @@ async fn booted_workers_are_drained_by_a_control_plane_node_before_their_vms_go(
         removals(&app, cluster, id).await == [json!("draining")]
     })
     .await;
+    idle(&app, id).await;
     assert_eq!(exk8s_api::founding::reconcile::pools(&app.state).await, 0);
     assert_eq!(
         worker_vms(&app, "blue").len(),

@@ -48,6 +48,24 @@ pub(crate) async fn settled(app: &TestApp, cluster: i64, id: i64, count: usize) 
     pool(app, cluster, id).await
 }
 
+/// Waits until no convergence holds the pool (the background one a change started is done).
+pub(crate) async fn idle(app: &TestApp, pool: i64) {
+    use sqlx::Row as _;
+    wait_until(
+        "the pool's convergence to end",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query("SELECT lease_until FROM node_pools WHERE id = $1")
+                .bind(pool)
+                .fetch_optional(&app.state.db.pool)
+                .await
+                .unwrap()
+                .is_none_or(|r| r.get::<Option<i64>, _>("lease_until").is_none())
+        },
+    )
+    .await;
+}
+
 /// The simulator's worker VMs of `pool`, by id.
 pub(crate) fn worker_vms(app: &TestApp, pool: &str) -> BTreeSet<i64> {
     app.sims
@@ -429,6 +447,7 @@ async fn a_creation_left_half_made_is_undone_and_the_pool_converged(backend: Bac
     .await;
     let id = created["id"].as_i64().unwrap();
     settled(&app, cluster, id, 0).await;
+    idle(&app, id).await;
 
     // What a process killed between the compute call and the node record leaves: a journaled
     // VM that exists, and one journaled whose create never answered.
