@@ -87,7 +87,7 @@ pub async fn scale(
 #[utoipa::path(
     delete, path = "/clusters/{id}/nodes/{vm_id}",
     params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
-    responses((status = 202, body = ScalingView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    responses((status = 202, body = ScalingView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody, description = "the Idempotency-Key was used with another request")),
     security(("operator_token" = [])),
 )]
 pub async fn remove_member(
