@@ -220,22 +220,7 @@ async fn promoted(
         vm_id = node.vm_id,
         "control-plane member joined"
     );
-    if let (Some(dns), true) = (&state.dns, cluster.dns_configured) {
-        let nodes = db::nodes::list(&state.db.pool, cluster.id).await?;
-        let ips: Vec<String> = nodes
-            .iter()
-            .filter(|n| n.role == Role::ControlPlane)
-            .map(|n| {
-                n.public_ipv4
-                    .clone()
-                    .unwrap_or_else(|| n.private_ipv4.clone())
-            })
-            .collect();
-        if let Err(e) = dns.upsert_a(&cluster.control_plane_dns_name, &ips).await {
-            tracing::warn!(cluster_id = cluster.id, error = %e, "the shared DNS record does not list the new member yet");
-        }
-    }
-    Ok(())
+    update_dns(state, cluster).await
 }
 
 /// The newest member leaves: the oldest voter gets a generation whose bundle removes it.

@@ -71,6 +71,23 @@ impl ScaleRequest {
     }
 }
 
+/// Refuses while a member is joining or leaving: one change at a time.
+fn no_change_in_progress(control_plane: &[&db::nodes::NodeRow]) -> Result<(), MembershipError> {
+    match control_plane
+        .iter()
+        .find(|n| n.etcd_membership != Some(EtcdMembership::Voter))
+    {
+        Some(changing) => Err(MembershipError::Conflict(format!(
+            "a membership change is in progress: {} is {}",
+            changing.node_name,
+            changing
+                .etcd_membership
+                .map_or("without membership", EtcdMembership::as_str)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Records the size asked for and starts the change; refused unless the cluster is founded,
 /// healthy, up to date and not changing already.
 pub async fn scale(
@@ -101,18 +118,7 @@ pub async fn scale(
         .iter()
         .filter(|n| n.role == Role::ControlPlane)
         .collect();
-    if let Some(changing) = control_plane
-        .iter()
-        .find(|n| n.etcd_membership != Some(EtcdMembership::Voter))
-    {
-        return Err(MembershipError::Conflict(format!(
-            "a membership change is in progress: {} is {}",
-            changing.node_name,
-            changing
-                .etcd_membership
-                .map_or("without membership", EtcdMembership::as_str)
-        )));
-    }
+    no_change_in_progress(&control_plane)?;
     let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
     if let Some(asked) = db::membership::desired(&state.db.pool, cluster_id).await? {
         if asked != voters && asked != count {
@@ -182,18 +188,7 @@ pub async fn remove(
         .iter()
         .filter(|n| n.role == Role::ControlPlane)
         .collect();
-    if let Some(changing) = control_plane
-        .iter()
-        .find(|n| n.etcd_membership != Some(EtcdMembership::Voter))
-    {
-        return Err(MembershipError::Conflict(format!(
-            "a membership change is in progress: {} is {}",
-            changing.node_name,
-            changing
-                .etcd_membership
-                .map_or("without membership", EtcdMembership::as_str)
-        )));
-    }
+    no_change_in_progress(&control_plane)?;
     let voters = control_plane.len();
     if voters == 1 {
         return Err(MembershipError::Conflict(format!(
