@@ -176,3 +176,59 @@ async fn one_member_is_removed_even_a_dead_one_and_never_the_last(backend: Backe
 }
 
 both_backends!(one_member_is_removed_even_a_dead_one_and_never_the_last);
+
+async fn another_orgs_day_two_requests_find_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let id = created["cluster_id"].as_i64().unwrap();
+    let vm = created["control_plane_vm_ids"][0].as_i64().unwrap();
+    let other_org =
+        crate::app::operator_token(&app.state, 8, exk8s_api::tokens::Scope::Operator, 3600).await;
+    for (method, path, body) in [
+        (
+            reqwest::Method::PATCH,
+            format!("/clusters/{id}"),
+            json!({"control_plane_count": 3}),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/clusters/{id}/node-pools"),
+            crate::pools::pool_body("other", 1),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("/clusters/{id}/node-pools"),
+            json!({}),
+        ),
+        (
+            reqwest::Method::DELETE,
+            format!("/clusters/{id}/nodes/{vm}"),
+            json!({}),
+        ),
+    ] {
+        let response = app
+            .http
+            .request(method.clone(), format!("{}{path}", app.url))
+            .bearer_auth(&other_org)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{method} {path}");
+        let unauthenticated = app
+            .http
+            .request(method.clone(), format!("{}{path}", app.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(unauthenticated.status(), 401, "{method} {path}");
+    }
+    // Nothing moved for the cluster's own org.
+    let view = view(&app, id).await;
+    assert!(view.get("desired_control_plane_count").is_none(), "{view}");
+    assert_eq!(view["node_pools"], json!([]), "{view}");
+    assert_eq!(app.sims.compute.vms().len(), 1);
+}
+
+both_backends!(another_orgs_day_two_requests_find_nothing);
