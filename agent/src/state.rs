@@ -43,6 +43,22 @@ pub struct State {
     pub files: BTreeMap<String, String>,
     /// artifact name → what is installed.
     pub artifacts: BTreeMap<String, InstalledArtifact>,
+    /// How `sync` checks this node's etcd between updates: the applied plan's health probe
+    /// (control-plane nodes only).
+    #[serde(default)]
+    pub etcd_health: Option<EtcdHealth>,
+    /// A sync reported this node's etcd unhealthy; the next healthy check says it recovered.
+    #[serde(default)]
+    pub reported_unhealthy: bool,
+}
+
+/// Where a control-plane node's etcd answers `/health`, and the client identity to ask with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdHealth {
+    pub endpoint: String,
+    pub ca_file: String,
+    pub cert_file: String,
+    pub key_file: String,
 }
 
 pub fn state_dir(root: &Path) -> PathBuf {

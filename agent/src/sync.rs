@@ -81,8 +81,8 @@ pub fn sync(
                     "generation already applied",
                 );
         }
-        log_info!("generation {applied} is applied and current; nothing to do");
-        return Ok(());
+        log_info!("generation {applied} is applied and current");
+        return check_etcd(&node, net, root, &root_dir, state, applied);
     }
     log_info!(
         "generation {} is wanted (applied: {applied}); asking for it",
@@ -161,4 +161,44 @@ pub fn sync(
         Duration::from_secs(net.request_timeout_secs),
         &reporter,
     )
+}
+
+/// Between updates a control-plane node says when its etcd stops answering healthy (the API
+/// then counts it out, e.g. replaces it by removing it first) and when it recovers.
+fn check_etcd(
+    node: &NodeApi<'_>,
+    net: &NetConfig,
+    root: Option<&Path>,
+    root_dir: &Path,
+    mut state: State,
+    applied: u64,
+) -> Result<(), AgentError> {
+    let Some(health) = state.etcd_health.clone() else {
+        return Ok(());
+    };
+    let reporter = Reporter::to(Target::Node(node)).with_generation(applied);
+    let checked = crate::apply::check_etcd(
+        root,
+        root_dir,
+        &health,
+        Duration::from_secs(net.request_timeout_secs),
+    );
+    match checked {
+        Ok(()) => {
+            if state.reported_unhealthy {
+                reporter.outcome(BootPhase::Sync, Phase::Succeeded, "etcd is healthy again");
+                state.reported_unhealthy = false;
+                state.save(root_dir)?;
+            }
+            log_info!("etcd is healthy; nothing to do");
+            Ok(())
+        }
+        Err(e) => {
+            let why = format!("etcd on this node is not healthy: {}", chain(&e));
+            reporter.outcome(BootPhase::Sync, Phase::Failed, &why);
+            state.reported_unhealthy = true;
+            state.save(root_dir)?;
+            Err(e)
+        }
+    }
 }

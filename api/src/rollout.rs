@@ -135,6 +135,7 @@ mod tests {
             drain_by: None,
             drain_generation: None,
             etcd_membership: Some(crate::db::phase::EtcdMembership::Voter),
+            replace_since: None,
             created_at: 0,
         }
     }

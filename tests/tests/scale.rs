@@ -16,196 +16,18 @@
     reason = "a test: failures should stop it loudly"
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use exk8s_tests::cluster::{Founded, agent_ok, found, operator, view};
+use exk8s_tests::cluster::{agent_ok, found, operator, view};
 use exk8s_tests::dev::{Stack, start_dev, start_postgres_serve};
-use exk8s_tests::etcd::{EtcdCluster, etcdctl, put_keys};
-use exk8s_tests::procs::binary;
-use serde_json::{Value, json};
-
-const HEALTHCHECK: (&str, &str) = (
-    "/etc/exk8s/pki/etcd-healthcheck-client.pem",
-    "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
-);
-
-/// etcd's members as `member list -w json` shows them: (client URLs, is learner).
-fn members(root: &Path, endpoints: &str) -> Option<Vec<(Vec<String>, bool)>> {
-    let (ok, out) = etcdctl(
-        root,
-        endpoints,
-        HEALTHCHECK.0,
-        HEALTHCHECK.1,
-        &["member", "list", "-w", "json"],
-    );
-    if !ok {
-        return None;
-    }
-    let doc: Value = serde_json::from_str(&out).ok()?;
-    Some(
-        doc["members"]
-            .as_array()?
-            .iter()
-            .map(|m| {
-                let urls = m["clientURLs"]
-                    .as_array()
-                    .map(|u| {
-                        u.iter()
-                            .filter_map(|u| u.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                (urls, m["isLearner"].as_bool().unwrap_or(false))
-            })
-            .collect(),
-    )
-}
-
-/// The longest a majority of voters may fail `endpoint health` in a row: a leader change (the
-/// removal moves leadership off the leaving member) leaves etcd without a leader for an
-/// election's length, which health checks see; losing quorum would last until repaired.
-const LONGEST_BLIP: Duration = Duration::from_secs(3);
-
-/// Samples, until stopped, whether a majority of voters answers `endpoint health`; panics when
-/// none has for longer than [`LONGEST_BLIP`]. Returns (samples, the longest blip seen).
-fn sampler(
-    root: PathBuf,
-    first: String,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(usize, Duration)> {
-    std::thread::spawn(move || {
-        let (mut samples, mut longest) = (0, Duration::ZERO);
-        let mut failing_since: Option<Instant> = None;
-        while !stop.load(Ordering::SeqCst) {
-            if let Some(list) = members(&root, &first) {
-                let voters: Vec<String> = list
-                    .iter()
-                    .filter(|(_, learner)| !learner)
-                    .flat_map(|(urls, _)| urls.first().cloned())
-                    .collect();
-                let healthy = voters
-                    .iter()
-                    .filter(|url| {
-                        etcdctl(
-                            &root,
-                            url,
-                            HEALTHCHECK.0,
-                            HEALTHCHECK.1,
-                            &["endpoint", "health"],
-                        )
-                        .0
-                    })
-                    .count();
-                if healthy > voters.len() / 2 {
-                    failing_since = None;
-                } else {
-                    let since = *failing_since.get_or_insert_with(Instant::now);
-                    longest = longest.max(since.elapsed());
-                    assert!(
-                        since.elapsed() < LONGEST_BLIP,
-                        "quorum lost: {healthy} of {} voters healthy for {:?}",
-                        voters.len(),
-                        since.elapsed()
-                    );
-                }
-                samples += 1;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        (samples, longest)
-    })
-}
-
-fn control_plane(stack: &Stack, cluster: i64) -> Vec<Value> {
-    view(stack, cluster)["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|n| n["role"] == "control-plane")
-        .cloned()
-        .collect()
-}
-
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "timed out: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// `exk8s-agent <command>` for `vm` in `root`, performing its etcd membership steps for real.
-fn agent_command(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command: &str) -> Command {
-    let mut agent = Command::new(binary("exk8s-agent"));
-    agent
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
-        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")
-        .arg("--keys-dir")
-        .arg(&founded.keys)
-        .args([command, "--root"])
-        .arg(root)
-        .args([
-            "--api-url",
-            &stack.base,
-            "--imds-url",
-            &format!("{}/sim/imds/{vm}", stack.base),
-            "--insecure-http",
-        ]);
-    agent
-}
-
-/// Runs `agent_command` and panics with its log unless it succeeds.
-fn agent_performing(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command: &str) {
-    let out = agent_command(stack, founded, root, vm, command)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "exk8s-agent {command} for vm {vm}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// One member joins: the agent runs (performing its etcd steps), the test starts etcd from the
-/// root once etcd lists the learner, the agent promotes it and completes.
-fn join_one(stack: &Stack, founded: &Founded, dir: &Path, etcd: &mut EtcdCluster, voters: &str) {
-    let mut joining = None;
-    wait_for("a member joining", || {
-        joining = control_plane(stack, founded.cluster)
-            .into_iter()
-            .find(|n| n["etcd_membership"] == "joining");
-        joining.is_some()
-    });
-    let node = joining.unwrap();
-    let vm = node["vm_id"].as_i64().unwrap();
-    let root = dir.join(format!("vm-{vm}"));
-    let agent = agent_command(stack, founded, &root, vm, "run")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.join(format!("agent-{vm}.log"))).unwrap())
-        .spawn()
-        .unwrap();
-    let first_root = &etcd.roots[0].clone();
-    wait_for("etcd to list the learner", || {
-        members(first_root, voters).is_some_and(|list| list.iter().any(|(_, learner)| *learner))
-    });
-    etcd.add(&root);
-    let out = agent.wait_with_output().unwrap();
-    let log = std::fs::read_to_string(dir.join(format!("agent-{vm}.log"))).unwrap();
-    assert!(out.status.success(), "the joining agent: {log}");
-    assert!(log.contains("performed and recorded"), "{log}");
-    wait_for("the new member voting", || {
-        control_plane(stack, founded.cluster)
-            .iter()
-            .any(|n| n["vm_id"] == vm && n["etcd_membership"] == "voter")
-    });
-}
+use exk8s_tests::etcd::{EtcdCluster, put_keys};
+use exk8s_tests::members::{
+    HEALTHCHECK, agent_performing, check_members, control_plane, join_one, sampler, wait_for,
+};
+use serde_json::json;
 
 fn scale_up_and_down(stack: Stack, dir: &Path) {
     let founded = found(
@@ -300,39 +122,6 @@ fn scale_up_and_down(stack: Stack, dir: &Path) {
             .unwrap()
             .clone();
         assert_eq!(condition["reason"], "AtDesiredSize", "{condition}");
-    }
-}
-
-/// etcd lists exactly the control plane's `count` nodes, all voting, each healthy and serving
-/// every key.
-fn check_members(root: &Path, nodes: &[Value], count: usize, client: (&str, &str)) {
-    assert_eq!(nodes.len(), count);
-    assert!(nodes.iter().all(|n| n["etcd_membership"] == "voter"));
-    let urls: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("https://{}:2379", n["private_ipv4"].as_str().unwrap()))
-        .collect();
-    let list = members(root, &urls.join(",")).unwrap();
-    assert_eq!(list.len(), count, "{list:?}");
-    assert!(list.iter().all(|(_, learner)| !learner), "{list:?}");
-    for url in &urls {
-        let (ok, out) = etcdctl(
-            root,
-            url,
-            client.0,
-            client.1,
-            &["get", "/k/", "--prefix", "--keys-only"],
-        );
-        let keys = out.lines().filter(|l| l.starts_with("/k/")).count();
-        assert!(ok && keys == 1000, "{url}: {keys} keys");
-        let (ok, out) = etcdctl(
-            root,
-            url,
-            HEALTHCHECK.0,
-            HEALTHCHECK.1,
-            &["endpoint", "health"],
-        );
-        assert!(ok, "{url}: {out}");
     }
 }
 

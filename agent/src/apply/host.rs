@@ -28,6 +28,8 @@ pub enum HostAction<'a> {
     InstallPackages(Vec<&'a PackageName>),
     InstallArtifact(&'a Artifact),
     WaitEtcd(waits::EtcdProbe),
+    /// Between updates (`sync`): is this node's etcd still healthy?
+    CheckEtcd(waits::EtcdProbe),
     WaitApiserver(waits::ApiserverProbe),
     WaitStaticPod(waits::StaticPodProbe),
     /// A helm or kubectl invocation with `KUBECONFIG` set.
@@ -65,6 +67,12 @@ impl fmt::Display for HostAction<'_> {
             Self::WaitEtcd(probe) => write!(
                 f,
                 "wait for etcd health at {} (up to {}s)",
+                probe.endpoint,
+                probe.timeout.as_secs()
+            ),
+            Self::CheckEtcd(probe) => write!(
+                f,
+                "check etcd health at {} (up to {}s)",
                 probe.endpoint,
                 probe.timeout.as_secs()
             ),
@@ -180,7 +188,7 @@ const FAIL_ACTION_HOOK: &str = "EXK8S_AGENT_TEST_FAIL_ACTION";
 static FAILED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Test hook: when set (to anything), a [`RecordingHost`] with a root performs the etcd
-/// membership steps for real — against etcd members a test runs from the roots — and records
+/// membership steps and a sync's etcd health check for real — against etcd members a test runs from the roots — and records
 /// them too; every other action stays recorded only. Unset in production.
 const PERFORM_ETCD_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_ETCD";
 
@@ -207,6 +215,9 @@ impl Host for RecordingHost {
             }
             (Some(root), HostAction::EtcdRemove(m, leaving)) if perform_etcd => {
                 Some(super::membership::remove(root, m, leaving))
+            }
+            (Some(root), HostAction::CheckEtcd(probe)) if perform_etcd => {
+                Some(waits::etcd(root, probe))
             }
             _ => None,
         };
@@ -321,7 +332,9 @@ impl Host for SystemHost {
             HostAction::InstallArtifact(artifact) => {
                 return super::artifacts::install(&self.root, artifact, self.request_timeout);
             }
-            HostAction::WaitEtcd(probe) => waits::etcd(&self.root, probe),
+            HostAction::WaitEtcd(probe) | HostAction::CheckEtcd(probe) => {
+                waits::etcd(&self.root, probe)
+            }
             HostAction::WaitApiserver(probe) => waits::apiserver(&self.root, probe),
             HostAction::WaitStaticPod(probe) => waits::static_pod(&self.root, probe),
             HostAction::Command {

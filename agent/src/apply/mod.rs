@@ -18,7 +18,8 @@ mod steps;
 pub mod waits;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use exk8s_common::payload::{BundlePayload, PlanStep};
 
@@ -206,6 +207,8 @@ fn apply_steps(
         state.applied_serial = Some(bundle.freshness.serial);
         state.applied_generation = Some(bundle.identity.generation);
         state.pending.clear();
+        state.etcd_health = etcd_health(bundle);
+        state.reported_unhealthy = false;
         state.save(root)?;
         crate::state::mark_done(root, bundle.freshness.serial)
     });
@@ -289,4 +292,52 @@ pub fn prerequisites(
         }
     }
     Ok(())
+}
+
+/// The probe a later `sync` checks etcd with: the plan's own etcd health wait.
+fn etcd_health(bundle: &BundlePayload) -> Option<crate::state::EtcdHealth> {
+    bundle.plan.iter().find_map(|step| match step {
+        PlanStep::WaitEtcdHealthy {
+            endpoint,
+            ca_file,
+            cert_file,
+            key_file,
+            ..
+        } => Some(crate::state::EtcdHealth {
+            endpoint: endpoint.to_string(),
+            ca_file: ca_file.as_str().to_owned(),
+            cert_file: cert_file.as_str().to_owned(),
+            key_file: key_file.as_str().to_owned(),
+        }),
+        _ => None,
+    })
+}
+
+/// How long a sync's etcd health check waits for a healthy answer.
+const CHECK_ETCD: Duration = Duration::from_secs(6);
+
+/// Checks this node's etcd between updates, through the host that would perform an apply
+/// (`root`: recorded under it, as `apply` does).
+pub fn check_etcd(
+    root: Option<&Path>,
+    root_dir: &Path,
+    health: &crate::state::EtcdHealth,
+    request_timeout: Duration,
+) -> Result<(), AgentError> {
+    let action = HostAction::CheckEtcd(waits::EtcdProbe {
+        endpoint: health.endpoint.clone(),
+        ca_file: health.ca_file.clone().into(),
+        cert_file: health.cert_file.clone().into(),
+        key_file: health.key_file.clone().into(),
+        timeout: CHECK_ETCD,
+    });
+    if root.is_some() {
+        host::RecordingHost::new(root_dir, true).perform(&action)
+    } else {
+        host::SystemHost {
+            root: root_dir.to_path_buf(),
+            request_timeout,
+        }
+        .perform(&action)
+    }
 }

@@ -49,9 +49,10 @@ pub async fn forget_desired<'c>(
     Ok(())
 }
 
-/// Ends a change that stopped: nothing more is asked; `error` says why.
-pub async fn abandon<'c>(
-    db: impl Executor<'c, Database = Any>,
+/// Ends a change that stopped: nothing more is asked (a replacement neither); `error` says
+/// why.
+pub async fn abandon(
+    tx: &mut sqlx::AnyConnection,
     cluster_id: i64,
     error: &str,
 ) -> Result<(), DbError> {
@@ -60,8 +61,26 @@ pub async fn abandon<'c>(
     )
     .bind(error)
     .bind(cluster_id)
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    sqlx::query("UPDATE cluster_nodes SET replace_since = NULL WHERE cluster_id = $1")
+        .bind(cluster_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Records that the operator asked (at `now`) to replace the control-plane node `node_id`.
+pub async fn mark_replaced<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE cluster_nodes SET replace_since = $1 WHERE id = $2")
+        .bind(now)
+        .bind(node_id)
+        .execute(db)
+        .await?;
     Ok(())
 }
 
@@ -125,8 +144,8 @@ pub async fn release_lease<'c>(
     Ok(())
 }
 
-/// Founded clusters whose membership differs from what was asked (or has a member joining)
-/// and that nobody is changing.
+/// Founded clusters whose membership differs from what was asked (or has a member joining,
+/// leaving or to be replaced) and that nobody is changing.
 pub async fn needing_work<'c>(
     db: impl Executor<'c, Database = Any>,
     now: i64,
@@ -137,7 +156,7 @@ pub async fn needing_work<'c>(
          AND (c.desired_control_plane_count <> (SELECT COUNT(*) FROM cluster_nodes n \
                  WHERE n.cluster_id = c.id AND n.etcd_membership = 'voter') \
               OR EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.cluster_id = c.id \
-                 AND n.etcd_membership IN ('joining', 'leaving'))) \
+                 AND (n.etcd_membership IN ('joining', 'leaving') OR n.replace_since IS NOT NULL))) \
          ORDER BY c.id",
     )
     .bind(now)
@@ -177,6 +196,23 @@ pub async fn start_leaving(
     .bind(remover)
     .bind(generation)
     .bind(node_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// When the node that installs the cluster-wide addons has left: the oldest control-plane
+/// voter of `cluster_id` takes that role (a cluster renders with exactly one).
+pub async fn hand_over_initial(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_nodes SET is_initial = 1 WHERE id = (SELECT id FROM cluster_nodes \
+         WHERE cluster_id = $1 AND etcd_membership = 'voter' ORDER BY ordinal LIMIT 1) \
+         AND NOT EXISTS (SELECT 1 FROM cluster_nodes WHERE cluster_id = $1 AND is_initial = 1)",
+    )
+    .bind(cluster_id)
     .execute(&mut *tx)
     .await?;
     Ok(())

@@ -45,6 +45,8 @@ pub struct NodeRow {
     pub drain_generation: Option<i64>,
     /// A control-plane node's place in etcd (None for workers).
     pub etcd_membership: Option<EtcdMembership>,
+    /// When the operator asked to replace this control-plane member (None: not asked).
+    pub replace_since: Option<i64>,
     pub created_at: i64,
 }
 
@@ -62,7 +64,7 @@ impl NodeRow {
 pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pod_range, pool_id, removal, removal_since, \
-    drain_by, drain_generation, etcd_membership, created_at";
+    drain_by, drain_generation, etcd_membership, replace_since, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -97,6 +99,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         drain_by: r.try_get("drain_by")?,
         drain_generation: r.try_get("drain_generation")?,
         etcd_membership: optional(r, "etcd_membership")?,
+        replace_since: r.try_get("replace_since")?,
         created_at: r.try_get("created_at")?,
     })
 }

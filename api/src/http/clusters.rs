@@ -70,6 +70,10 @@ pub struct NodeView {
     /// A control-plane node's place in etcd: `voter`, `joining` or `leaving`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd_membership: Option<crate::db::phase::EtcdMembership>,
+    /// The operator asked to replace this control-plane member (its replacement joins first,
+    /// or after it when it is down).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replacing: bool,
 }
 
 /// A cluster's status (the fields of Cluster API's infrastructure contract, and per-node phases).
@@ -308,6 +312,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
                 desired_generation: n.desired_generation,
                 applied_generation: n.applied_generation,
                 etcd_membership: n.etcd_membership,
+                replacing: n.replace_since.is_some(),
             })
             .collect(),
         created_at: row.created_at,

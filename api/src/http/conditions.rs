@@ -127,6 +127,16 @@ pub(super) fn scaling(
                 node.node_name, node.phase
             ),
         ),
+        (_, None) if control_plane().any(|n| n.replace_since.is_some()) => (
+            "True",
+            "ReplacementPending",
+            format!(
+                "{} is to be replaced: its replacement joins (or, when it is down, follows its removal) once every other member is healthy and up to date",
+                control_plane()
+                    .find(|n| n.replace_since.is_some())
+                    .map_or("a member", |n| n.node_name.as_str())
+            ),
+        ),
         (Some(asked), None) if asked > voters => (
             "True",
             "WaitingForRollout",
@@ -139,8 +149,11 @@ pub(super) fn scaling(
             "True",
             "MemberLeaving",
             format!(
-                "{} is being drained and removed from etcd by the oldest member",
-                node.node_name
+                "{} is being drained and removed from etcd by {}",
+                node.node_name,
+                control_plane()
+                    .find(|n| Some(n.id) == node.drain_by)
+                    .map_or("another member", |n| n.node_name.as_str())
             ),
         ),
         (Some(asked), None) if asked < voters => (

@@ -116,3 +116,39 @@ pub async fn remove_member(
     })
     .await
 }
+
+/// Replaces one control-plane member: a new member joins first and the old one leaves after
+/// it — or, when the old one is down, it leaves first and its replacement joins after. Its
+/// progress shows in `GET /clusters/{id}` (`replacing`, `etcd_membership`, the conditions).
+#[utoipa::path(
+    post, path = "/clusters/{id}/nodes/{vm_id}/replace",
+    params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
+    responses((status = 202, body = ScalingView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody, description = "the Idempotency-Key was used with another request")),
+    security(("operator_token" = [])),
+)]
+pub async fn replace_member(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath((cluster_id, vm_id)): ApiPath<(i64, i64)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let key = super::idempotent::key(&headers)?;
+    let scope = format!("POST /clusters/{cluster_id}/nodes/{vm_id}/replace\n");
+    let request = super::idempotent::Request {
+        scope: &scope,
+        body: b"",
+    };
+    super::idempotent::run(&state, operator.org_id, key, request, || async {
+        let scaling = membership::replace(&state, operator.org_id, cluster_id, vm_id).await?;
+        let view = ScalingView {
+            cluster_id,
+            desired: scaling.desired,
+            voters: scaling.voters,
+        };
+        Ok((
+            StatusCode::ACCEPTED,
+            serde_json::to_vec(&view).map_err(ApiError::internal)?,
+        ))
+    })
+    .await
+}

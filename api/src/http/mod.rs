@@ -45,6 +45,7 @@ use crate::app::AppState;
         clusters::delete_cluster,
         membership::scale,
         membership::remove_member,
+        membership::replace_member,
         pools::create_pool,
         pools::list_pools,
         pools::get_pool,
@@ -134,6 +135,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/clusters/{id}/nodes/{vm_id}/rearm", axum::routing::post(bootstrap::rearm))
         .route("/clusters/{id}/nodes/{vm_id}", axum::routing::delete(membership::remove_member))
+        .route("/clusters/{id}/nodes/{vm_id}/replace", axum::routing::post(membership::replace_member))
         .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle))
         .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))
         .route("/bootstrap/keys", get(bootstrap::keys))

@@ -43,8 +43,11 @@ pub fn addresses(node: &NodeRow) -> Result<NodeAddresses, IssuanceError> {
     })
 }
 
-/// A control-plane node as rendering sees it.
-pub fn control_plane_node(node: &NodeRow) -> Result<ControlPlaneNode, IssuanceError> {
+/// A control-plane node as rendering sees it; `all` resolves who removes a leaving one.
+pub fn control_plane_node(
+    node: &NodeRow,
+    all: &[NodeRow],
+) -> Result<ControlPlaneNode, IssuanceError> {
     Ok(ControlPlaneNode {
         vm_id: u64::try_from(node.vm_id).map_err(|_| unusable(node, "VM id"))?,
         addresses: addresses(node)?,
@@ -55,7 +58,13 @@ pub fn control_plane_node(node: &NodeRow) -> Result<ControlPlaneNode, IssuanceEr
             .ok_or_else(|| unusable(node, "pod range"))?,
         membership: match node.etcd_membership {
             Some(EtcdMembership::Joining) => Membership::Joining,
-            Some(EtcdMembership::Leaving) => Membership::Leaving,
+            Some(EtcdMembership::Leaving) => Membership::Leaving {
+                by: all
+                    .iter()
+                    .find(|n| Some(n.id) == node.drain_by)
+                    .and_then(|n| u64::try_from(n.vm_id).ok())
+                    .ok_or_else(|| unusable(node, "remover"))?,
+            },
             Some(EtcdMembership::Voter) => Membership::Voter,
             None => return Err(unusable(node, "etcd membership")),
         },

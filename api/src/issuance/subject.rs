@@ -102,11 +102,11 @@ pub(super) async fn load(
         Role::ControlPlane => {
             let rows = db::nodes::list(&state.db.pool, cluster.id).await?;
             Subject::ControlPlane {
-                this: load::control_plane_node(node)?,
+                this: load::control_plane_node(node, &rows)?,
                 peers: rows
                     .iter()
                     .filter(|p| p.role == Role::ControlPlane)
-                    .map(load::control_plane_node)
+                    .map(|p| load::control_plane_node(p, &rows))
                     .collect::<Result<Vec<_>, _>>()?,
                 serving: load::serving_certs(state, cluster.id, node).await?,
                 drains: db::removals::drained_by(&state.db.pool, node.id)

@@ -137,6 +137,15 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
                 _ => false,
             };
             if !removed {
+                // A remover that died (or failed) hands the removal to another healthy voter.
+                if remover.is_none_or(|r| !r.phase.healthy()) {
+                    if let Some(other) = super::remover(&control_plane, leaving) {
+                        if remover.is_none_or(|r| r.id != other.id) {
+                            start_leaving(state, &cluster, &control_plane, leaving).await?;
+                            continue;
+                        }
+                    }
+                }
                 return Ok(Outcome::Waiting);
             }
             left(state, &cluster, leaving, &journal).await?;
@@ -166,16 +175,34 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
                 } else {
                     format!("it did not finish within {timeout}s")
                 };
-                withdraw(state, &cluster, joining, &journal).await?;
                 let voters = control_plane.len() - 1;
                 let reason = format!(
                     "the join of {} was abandoned ({why}); the control plane stays at {voters}",
                     joining.node_name
                 );
-                db::membership::abandon(&state.db.pool, cluster_id, &reason).await?;
+                withdraw(state, &cluster, &control_plane, joining, &journal, &reason).await?;
                 return Err(ConvergeError::Failed(reason));
             }
             return Ok(Outcome::Waiting);
+        }
+        let desired = db::membership::desired(&state.db.pool, cluster_id).await?;
+        let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
+        if let Some(old) = control_plane.iter().find(|n| n.replace_since.is_some()) {
+            // Replacing: the others healthy and current, then a surge, or the old one first.
+            if control_plane
+                .iter()
+                .any(|n| n.id != old.id && (!n.phase.healthy() || n.in_flight() || !n.up_to_date()))
+            {
+                return Ok(Outcome::Waiting);
+            }
+            if voters > desired.unwrap_or(voters) || !old.phase.healthy() {
+                start_leaving(state, &cluster, &control_plane, old).await?;
+            } else if old.in_flight() || !old.up_to_date() {
+                return Ok(Outcome::Waiting);
+            } else {
+                add_member(state, &cluster).await?;
+            }
+            continue;
         }
         if control_plane
             .iter()
@@ -184,16 +211,18 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
             return Ok(Outcome::Waiting);
         }
         // A member removed by `DELETE` leaves whatever size was asked; nothing more is.
-        let Some(desired) = db::membership::desired(&state.db.pool, cluster_id).await? else {
+        let Some(desired) = desired else {
             return Ok(Outcome::Converged);
         };
-        let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
         if voters < desired {
             add_member(state, &cluster).await?;
             continue;
         }
         if voters > desired {
-            start_leaving(state, &cluster, &control_plane).await?;
+            // The newest member leaves.
+            if let Some(leaving) = control_plane.iter().max_by_key(|n| n.ordinal) {
+                start_leaving(state, &cluster, &control_plane, leaving).await?;
+            }
             continue;
         }
         return Ok(Outcome::Converged);
@@ -223,17 +252,18 @@ async fn promoted(
     update_dns(state, cluster).await
 }
 
-/// The newest member leaves: the oldest voter gets a generation whose bundle removes it.
+/// `leaving` leaves: the oldest healthy other voter gets a generation whose bundle removes it.
 async fn start_leaving(
     state: &AppState,
     cluster: &ClusterRow,
     control_plane: &[NodeRow],
+    leaving: &NodeRow,
 ) -> Result<(), ConvergeError> {
-    let (Some(remover), Some(leaving)) = (
-        control_plane.iter().min_by_key(|n| n.ordinal),
-        control_plane.iter().max_by_key(|n| n.ordinal),
-    ) else {
-        return Ok(());
+    let Some(remover) = super::remover(control_plane, leaving) else {
+        return Err(ConvergeError::Failed(format!(
+            "no healthy member is left to remove {} from etcd",
+            leaving.node_name
+        )));
     };
     let mut tx = state.db.begin().await?;
     let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
@@ -258,6 +288,7 @@ async fn left(
     release_vm(state, node, journal).await?;
     let mut tx = state.db.begin().await?;
     db::removals::delete(&mut *tx, node.id).await?;
+    db::membership::hand_over_initial(&mut tx, cluster.id).await?;
     db::nodes::bump_generations(&mut tx, cluster.id).await?;
     tx.commit().await?;
     tracing::info!(
@@ -311,32 +342,36 @@ async fn update_dns(state: &AppState, cluster: &ClusterRow) -> Result<(), Conver
     Ok(())
 }
 
-/// Releases a join that failed: its VM, then its node row.
+/// Abandons a join that failed, saying why: the joining member leaves like any other — a
+/// healthy voter's agent removes its learner if etcd lists one (its own agent may have died
+/// before withdrawing it), and only then does its VM go. With no healthy voter to do that the
+/// VM goes at once.
 async fn withdraw(
     state: &AppState,
     cluster: &ClusterRow,
+    control_plane: &[NodeRow],
     node: &NodeRow,
     journal: &[db::resources::Resource],
+    reason: &str,
 ) -> Result<(), ConvergeError> {
-    match journal
-        .iter()
-        .find(|r| r.ordinal == Some(node.ordinal) && r.pool_id.is_none())
-    {
-        Some(resource) => machines::release(state, resource).await?,
-        None => state
-            .compute
-            .delete_vm(node.vm_id)
-            .await
-            .map_err(|source| MachineError::Compute {
-                step: "VM deletion",
-                source,
-            })?,
+    let mut tx = state.db.begin().await?;
+    db::membership::abandon(&mut tx, cluster.id, reason).await?;
+    match super::remover(control_plane, node) {
+        Some(remover) => {
+            let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
+            db::membership::start_leaving(&mut tx, node.id, remover.id, generation).await?;
+            tx.commit().await?;
+        }
+        None => {
+            tx.commit().await?;
+            release_vm(state, node, journal).await?;
+            db::removals::delete(&state.db.pool, node.id).await?;
+        }
     }
-    db::removals::delete(&state.db.pool, node.id).await?;
     tracing::warn!(
         cluster_id = cluster.id,
         vm_id = node.vm_id,
-        "a control-plane join was abandoned and its VM released"
+        "a control-plane join was abandoned; its learner and VM are being released"
     );
     Ok(())
 }

@@ -7,10 +7,15 @@
 //!
 //! Scaling down removes the newest member first, one at a time: the oldest voter's agent drains
 //! it and removes it from etcd (leadership moved off it first); once that agent reports the
-//! generation applied, the VM is deleted and every member follows. Replacing a member builds on
-//! this and is not available yet.
+//! generation applied, the VM is deleted and every member follows. Replacing a member
+//! ([`replace`]) combines the two: the new member joins first and the old one leaves after it
+//! — or, when the old one is down (etcd refuses new members while a voter is unreachable), it
+//! leaves first and its replacement joins after.
 
 pub mod converge;
+mod replace;
+
+pub use replace::replace;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -71,8 +76,31 @@ impl ScaleRequest {
     }
 }
 
-/// Refuses while a member is joining or leaving: one change at a time.
+/// Who removes `leaving` from etcd: the oldest other voter whose agent last reported healthy
+/// (its bundle carries the removal; a dead member could not perform it).
+pub(crate) fn remover<'a>(
+    control_plane: impl IntoIterator<Item = &'a db::nodes::NodeRow>,
+    leaving: &db::nodes::NodeRow,
+) -> Option<&'a db::nodes::NodeRow> {
+    control_plane
+        .into_iter()
+        .filter(|n| {
+            n.id != leaving.id
+                && n.role == Role::ControlPlane
+                && n.etcd_membership == Some(EtcdMembership::Voter)
+                && n.phase.healthy()
+        })
+        .min_by_key(|n| n.ordinal)
+}
+
+/// Refuses while a member is joining, leaving or being replaced: one change at a time.
 fn no_change_in_progress(control_plane: &[&db::nodes::NodeRow]) -> Result<(), MembershipError> {
+    if let Some(replaced) = control_plane.iter().find(|n| n.replace_since.is_some()) {
+        return Err(MembershipError::Conflict(format!(
+            "a membership change is in progress: {} is being replaced",
+            replaced.node_name
+        )));
+    }
     match control_plane
         .iter()
         .find(|n| n.etcd_membership != Some(EtcdMembership::Voter))
@@ -165,55 +193,23 @@ pub async fn remove(
     cluster_id: i64,
     vm_id: i64,
 ) -> Result<Scaling, MembershipError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
-        .await?
-        .ok_or(MembershipError::NotFound)?;
-    if cluster.phase != ClusterPhase::Founded {
-        return Err(MembershipError::Conflict(format!(
-            "cluster {cluster_id} is {}, not founded",
-            cluster.phase
-        )));
-    }
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
-    let target = nodes
-        .iter()
-        .find(|n| n.vm_id == vm_id)
-        .ok_or(MembershipError::NotFound)?;
-    if target.role != Role::ControlPlane {
-        return Err(MembershipError::Conflict(format!(
-            "VM {vm_id} is a worker: change its pool's count instead"
-        )));
-    }
+    let nodes = member_of(state, org_id, cluster_id, vm_id).await?;
+    let target = target_of(&nodes, vm_id)?;
     let control_plane: Vec<_> = nodes
         .iter()
         .filter(|n| n.role == Role::ControlPlane)
         .collect();
-    no_change_in_progress(&control_plane)?;
     let voters = control_plane.len();
     if voters == 1 {
         return Err(MembershipError::Conflict(format!(
             "VM {vm_id} is the cluster's only control-plane member; a cluster cannot be left without one"
         )));
     }
-    let healthy_others = control_plane
-        .iter()
-        .filter(|n| n.id != target.id && n.phase.healthy())
-        .count();
-    let healthy_now = healthy_others + usize::from(target.phase.healthy());
-    if healthy_now <= voters / 2 {
-        return Err(MembershipError::Conflict(format!(
-            "only {healthy_now} of {voters} members are healthy: etcd cannot change its membership without a majority"
-        )));
-    }
-    if healthy_others <= (voters - 1) / 2 {
-        return Err(MembershipError::Conflict(format!(
-            "after the removal {healthy_others} of {} members would be healthy: no majority",
-            voters - 1
-        )));
-    }
-    // The oldest other member removes it (the rule its bundle is rendered by).
-    let Some(remover) = control_plane.iter().find(|n| n.id != target.id) else {
-        return Err(MembershipError::Conflict("no member to remove it".into()));
+    majority_without(&control_plane, target, "the removal")?;
+    let Some(remover) = remover(control_plane.iter().copied(), target) else {
+        return Err(MembershipError::Conflict(
+            "no other healthy member to remove it".into(),
+        ));
     };
     let mut tx = state.db.begin().await?;
     let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
@@ -232,4 +228,83 @@ pub async fn remove(
         desired: count(voters - 1),
         voters: count(voters),
     })
+}
+
+/// The nodes of `cluster_id` — founded, with no CA rotation and no membership change in
+/// progress — for a change to the member `vm_id`.
+async fn member_of(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    vm_id: i64,
+) -> Result<Vec<db::nodes::NodeRow>, MembershipError> {
+    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(MembershipError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(MembershipError::Conflict(format!(
+            "cluster {cluster_id} is {}, not founded",
+            cluster.phase
+        )));
+    }
+    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    target_of(&nodes, vm_id)?;
+    if db::rotations::get(&state.db.pool, cluster_id)
+        .await?
+        .is_some()
+    {
+        return Err(MembershipError::Conflict(
+            "a CA rotation is in progress; change the control plane after it".into(),
+        ));
+    }
+    let control_plane: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .collect();
+    no_change_in_progress(&control_plane)?;
+    Ok(nodes)
+}
+
+/// The control-plane member `vm_id` among `nodes`.
+fn target_of(
+    nodes: &[db::nodes::NodeRow],
+    vm_id: i64,
+) -> Result<&db::nodes::NodeRow, MembershipError> {
+    let target = nodes
+        .iter()
+        .find(|n| n.vm_id == vm_id)
+        .ok_or(MembershipError::NotFound)?;
+    if target.role != Role::ControlPlane {
+        return Err(MembershipError::Conflict(format!(
+            "VM {vm_id} is a worker: change its pool's count instead"
+        )));
+    }
+    Ok(target)
+}
+
+/// Refuses `what` (removing `target`) unless a majority of the members is healthy now and the
+/// members left would have a healthy majority of their own.
+fn majority_without(
+    control_plane: &[&db::nodes::NodeRow],
+    target: &db::nodes::NodeRow,
+    what: &str,
+) -> Result<(), MembershipError> {
+    let voters = control_plane.len();
+    let healthy_others = control_plane
+        .iter()
+        .filter(|n| n.id != target.id && n.phase.healthy())
+        .count();
+    let healthy_now = healthy_others + usize::from(target.phase.healthy());
+    if healthy_now <= voters / 2 {
+        return Err(MembershipError::Conflict(format!(
+            "only {healthy_now} of {voters} members are healthy: etcd cannot change its membership without a majority"
+        )));
+    }
+    if healthy_others <= voters.saturating_sub(1) / 2 {
+        return Err(MembershipError::Conflict(format!(
+            "after {what} {healthy_others} of {} members would be healthy: no majority",
+            voters.saturating_sub(1)
+        )));
+    }
+    Ok(())
 }

@@ -151,8 +151,9 @@ pub enum Membership {
     /// Added after founding and not promoted yet: it adds itself as a learner through the
     /// voters, starts etcd into the existing cluster and is promoted once caught up.
     Joining,
-    /// Being removed: the oldest voter's agent drains it and removes it from etcd.
-    Leaving,
+    /// Being removed: the agent of the voter `by` (a VM id, chosen by the API: the oldest
+    /// healthy other voter) drains it and removes it from etcd.
+    Leaving { by: u64 },
 }
 
 /// The certificates and keys this node receives. No CA private key is here, by design.

@@ -202,28 +202,24 @@ pub(super) fn worker_steps() -> Result<Vec<PlanStep>, RenderError> {
     ])
 }
 
-/// The oldest voter removes leaving members (an update's work): each is drained, then leaves
-/// etcd through the members that stay.
+/// The voter the API chose removes leaving members (an update's work): each is drained, then
+/// leaves etcd through the members that stay.
 fn removals(
     input: &RenderInput<'_>,
     voters: &[HttpUrl],
     admin: &BundlePath,
 ) -> Result<Vec<PlanStep>, RenderError> {
     let p = &PATHS;
-    let remover = input
-        .peers
-        .iter()
-        .find(|peer| peer.membership == super::Membership::Voter);
-    let is_remover = remover.is_some_and(|r| r.vm_id == input.node.vm_id);
-    if !is_remover || input.issuance.kind != BundleKind::Update {
+    if input.issuance.kind != BundleKind::Update {
         return Ok(Vec::new());
     }
     let mut steps = Vec::new();
-    for leaving in input
-        .peers
-        .iter()
-        .filter(|peer| peer.membership == super::Membership::Leaving)
-    {
+    for leaving in input.peers.iter().filter(|peer| {
+        peer.membership
+            == super::Membership::Leaving {
+                by: input.node.vm_id,
+            }
+    }) {
         let ip = leaving.addresses.private_ipv4;
         steps.push(PlanStep::DrainNode {
             kubeconfig: admin.clone(),

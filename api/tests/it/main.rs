@@ -30,6 +30,7 @@ mod render_join;
 mod render_validators;
 mod render_worker;
 mod renewal;
+mod replace;
 mod rotation;
 mod schema;
 mod sync;

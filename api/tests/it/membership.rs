@@ -52,7 +52,7 @@ pub(crate) async fn scale(app: &TestApp, cluster: i64, body: Value) -> reqwest::
 }
 
 /// Waits for the joining member; its credentials.
-async fn joining(app: &TestApp, cluster: i64) -> Node {
+pub(crate) async fn joining(app: &TestApp, cluster: i64) -> Node {
     wait_until("a member joining", Duration::from_secs(20), || async {
         control_plane(&view(app, cluster).await)
             .iter()
@@ -73,7 +73,7 @@ async fn joining(app: &TestApp, cluster: i64) -> Node {
 }
 
 /// Waits until no process is changing the cluster's membership.
-async fn idle(app: &TestApp, cluster: i64) {
+pub(crate) async fn idle(app: &TestApp, cluster: i64) {
     use sqlx::Row as _;
     wait_until(
         "the membership change to pause",
@@ -111,6 +111,37 @@ pub(crate) async fn roll(app: &TestApp, members: &[(Node, NodeKey)]) {
         let update = update_payload(app, response).await;
         sync_report(app, node, key, "succeeded", update.identity.generation).await;
     }
+}
+
+/// An abandoned join leaves like any member: the oldest voter's update removes its learner
+/// (whatever its own agent managed), and only once that is applied does its VM go.
+async fn withdrawn(app: &TestApp, cluster: i64, members: &[(Node, NodeKey)], vm: i64) {
+    let abandoned = control_plane(&view(app, cluster).await)
+        .into_iter()
+        .find(|n| n["vm_id"] == vm)
+        .expect("the abandoned member is recorded until its learner is removed");
+    assert_eq!(abandoned["etcd_membership"], "leaving");
+    assert!(app.sims.compute.vms().iter().any(|v| v.id == vm));
+    let peer = format!(
+        "https://{}:2380",
+        abandoned["private_ipv4"].as_str().unwrap()
+    );
+    let (remover, key) = &members[0];
+    let update = update_payload(app, fetch_update(app, remover, key).await).await;
+    assert!(
+        update.plan.iter().any(|step| matches!(step,
+            PlanStep::EtcdRemove { member_peer_url, .. } if member_peer_url.as_str() == peer)),
+        "{:?}",
+        update.plan
+    );
+    sync_report(app, remover, key, "succeeded", update.identity.generation).await;
+    wait_until(
+        "the abandoned VM released",
+        Duration::from_secs(20),
+        || async { app.sims.compute.vms().iter().all(|v| v.id != vm) },
+    )
+    .await;
+    roll(app, members).await;
 }
 
 async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
@@ -220,6 +251,7 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
         || async { view(&app, cluster).await.get("membership_error").is_some() },
     )
     .await;
+    withdrawn(&app, cluster, &members, c_vm).await;
     let stopped = view(&app, cluster).await;
     assert_eq!(control_plane(&stopped).len(), 2);
     assert!(app.sims.compute.vms().iter().all(|vm| vm.id != c_vm));
@@ -246,6 +278,7 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
         i64::try_from(join_timeout.as_secs()).unwrap() + 1,
     ));
     exk8s_api::founding::reconcile::memberships(&app.state).await;
+    withdrawn(&app, cluster, &members, d.vm).await;
     let late = view(&app, cluster).await;
     assert_eq!(control_plane(&late).len(), 2);
     assert!(app.sims.compute.vms().iter().all(|vm| vm.id != d.vm));

@@ -214,7 +214,7 @@ pub(super) fn files(
             node_ip: node_ip.clone(),
             initial_cluster: &initial_cluster,
             initial_cluster_state: match input.node.membership {
-                Membership::Voter | Membership::Leaving => "new",
+                Membership::Voter | Membership::Leaving { .. } => "new",
                 Membership::Joining => "existing",
             },
             cluster_token: format!("exk8s-{}", cluster.cluster_id),
