@@ -41,7 +41,7 @@ pubs=("$keys"/*.pub)
 [ ${#pubs[@]} -gt 0 ] || { echo "no *.pub key in $keys" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")" && pwd)
-install -D -m 0755 "$agent" "$root/usr/local/bin/exk8s-agent"
+install -D -m 0755 "$agent" "$root/usr/bin/exk8s-agent"
 install -D -m 0644 "$here/exk8s-agent.service" "$root/etc/systemd/system/exk8s-agent.service"
 mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
 ln -sfn ../exk8s-agent.service "$root/etc/systemd/system/multi-user.target.wants/exk8s-agent.service"

@@ -53,4 +53,7 @@ bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHE
 log "packaging: static agent, image bake, unit verification"
 bash scripts/test-packaging.sh
 
+log "Debian packages: lintian, install, files and units, remove and purge"
+bash scripts/test-deb.sh
+
 log "all checks passed"

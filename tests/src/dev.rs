@@ -74,8 +74,9 @@ fn run_api(args: &[&str]) -> String {
 }
 
 /// `exk8s-api serve` on a fresh PostgreSQL database with the simulators (compute, DNS, IMDS)
-/// in-process, addresses from `sim_cidr`, keys and `api.log` under `dir`, and an operator token.
-pub fn start_postgres_serve(dir: &Path, sim_cidr: &str) -> Stack {
+/// in-process, addresses from `sim_cidr`, `extra` arguments, keys and `api.log` under `dir`, and
+/// an operator token.
+pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack {
     let db_url = crate::postgres::fresh_shared_database("e2e");
     let kek = dir.join("kek.key").display().to_string();
     let signing = dir.join("signing.key").display().to_string();
@@ -115,6 +116,7 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str) -> Stack {
                 "--bootstrap-rate-per-source",
                 "6000",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

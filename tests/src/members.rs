@@ -178,6 +178,18 @@ pub fn agent_performing(stack: &Stack, founded: &Founded, root: &Path, vm: i64, 
     );
 }
 
+/// Waits for the control plane's joining member; its VM id.
+pub fn joining_member(stack: &Stack, cluster: i64) -> i64 {
+    let mut joining = None;
+    wait_for("a member joining", || {
+        joining = control_plane(stack, cluster)
+            .into_iter()
+            .find(|n| n["etcd_membership"] == "joining");
+        joining.is_some()
+    });
+    joining.unwrap()["vm_id"].as_i64().unwrap()
+}
+
 /// One member joins: the agent runs (performing its etcd steps), the test starts etcd from the
 /// root once etcd lists the learner, the agent promotes it and completes.
 pub fn join_one(
@@ -187,15 +199,7 @@ pub fn join_one(
     etcd: &mut EtcdCluster,
     voters: &str,
 ) {
-    let mut joining = None;
-    wait_for("a member joining", || {
-        joining = control_plane(stack, founded.cluster)
-            .into_iter()
-            .find(|n| n["etcd_membership"] == "joining");
-        joining.is_some()
-    });
-    let node = joining.unwrap();
-    let vm = node["vm_id"].as_i64().unwrap();
+    let vm = joining_member(stack, founded.cluster);
     let root = dir.join(format!("vm-{vm}"));
     let agent = agent_command(stack, founded, &root, vm, "run")
         .stdout(std::process::Stdio::null())

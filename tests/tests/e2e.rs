@@ -446,6 +446,6 @@ fn boot_path_on_the_sqlite_dev_stack() {
 #[test]
 fn boot_path_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_postgres_serve(dir.path(), "127.0.12.0/24");
+    let stack = start_postgres_serve(dir.path(), "127.0.12.0/24", &[]);
     boot_path(stack, dir.path());
 }

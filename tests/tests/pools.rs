@@ -295,6 +295,6 @@ fn a_pool_lives_and_goes_on_the_sqlite_dev_stack() {
 #[test]
 fn a_pool_lives_and_goes_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_postgres_serve(dir.path(), "127.0.18.0/24");
+    let stack = start_postgres_serve(dir.path(), "127.0.18.0/24", &[]);
     pool_lifecycle(stack, dir.path());
 }

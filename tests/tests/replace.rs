@@ -129,6 +129,6 @@ fn a_dead_member_is_replaced_on_real_etcd_on_the_sqlite_dev_stack() {
 #[test]
 fn a_dead_member_is_replaced_on_real_etcd_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
-    let stack = start_postgres_serve(dir.path(), "127.0.24.0/24");
+    let stack = start_postgres_serve(dir.path(), "127.0.24.0/24", &[]);
     replace_a_dead_member(stack, dir.path());
 }

@@ -45,6 +45,8 @@ pub(super) enum TokensCommand {
 pub(super) enum KeysCommand {
     /// Generate an ed25519 bundle-signing key (written 0600) and print its public line.
     Generate {
+        /// Where to write it; never over an existing file. The packaged service reads
+        /// /etc/exk8s/credentials/signing-key.
         #[arg(long)]
         out: PathBuf,
     },
@@ -56,6 +58,8 @@ pub(super) enum KeysCommand {
     /// Generate a key-encryption key file (written 0600). To rotate: serve with
     /// `--kek-file NEW,OLD` (NEW seals, both open), then drop OLD once re-sealed.
     GenerateKek {
+        /// Where to write it; never over an existing file. The packaged service reads
+        /// /etc/exk8s/credentials/kek.
         #[arg(long)]
         out: PathBuf,
         /// The KEK's id, stored beside every ciphertext it seals.

@@ -38,6 +38,8 @@ pub(super) struct DevArgs {
     artifact_catalog: Option<PathBuf>,
     #[command(flatten)]
     rates: super::limits::NodeRateArgs,
+    #[command(flatten)]
+    changes: super::limits::ChangeArgs,
 }
 
 /// Creates a key file with `make` the first time; later starts reuse it.
@@ -91,6 +93,8 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         artifacts,
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
+        reconcile_interval: args.changes.reconcile_interval(),
+        member_join_timeout: args.changes.member_join_timeout(),
         ..ApiConfig::default()
     };
     let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());

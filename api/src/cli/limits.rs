@@ -1,4 +1,6 @@
-//! The rate limits on node requests, shared by `serve` and `dev`.
+//! The rate limits on node requests and the pace of day-2 changes, shared by `serve` and `dev`.
+
+use std::time::Duration;
 
 use clap::Args;
 
@@ -25,5 +27,26 @@ impl NodeRateArgs {
                 burst: self.bootstrap_rate_per_source.div_ceil(5).max(1),
             },
         )
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub(super) struct ChangeArgs {
+    /// Seconds between reconciler passes.
+    #[arg(long, env = "EXK8S_RECONCILE_INTERVAL_SECS", default_value_t = 60)]
+    reconcile_interval_secs: u64,
+    /// Seconds a new control-plane member may take to join etcd before it is released.
+    #[arg(long, env = "EXK8S_MEMBER_JOIN_TIMEOUT_SECS", default_value_t = 1800)]
+    member_join_timeout_secs: u64,
+}
+
+impl ChangeArgs {
+    /// How often the reconciler runs (at least once a second).
+    pub(super) fn reconcile_interval(&self) -> Duration {
+        Duration::from_secs(self.reconcile_interval_secs.max(1))
+    }
+
+    pub(super) fn member_join_timeout(&self) -> Duration {
+        Duration::from_secs(self.member_join_timeout_secs)
     }
 }

@@ -87,15 +87,9 @@ pub(super) struct ServeArgs {
     /// Seconds after which a cluster stuck in provisioning is compensated.
     #[arg(long, env = "EXK8S_PROVISIONING_DEADLINE_SECS", default_value_t = 600)]
     provisioning_deadline_secs: u64,
-    /// Seconds between reconciler passes.
-    #[arg(long, env = "EXK8S_RECONCILE_INTERVAL_SECS", default_value_t = 60)]
-    reconcile_interval_secs: u64,
     /// Seconds a worker being removed may take to drain before its VM is deleted anyway.
     #[arg(long, env = "EXK8S_NODE_DRAIN_TIMEOUT_SECS", default_value_t = 600)]
     node_drain_timeout_secs: u64,
-    /// Seconds a new control-plane member may take to join etcd before it is released.
-    #[arg(long, env = "EXK8S_MEMBER_JOIN_TIMEOUT_SECS", default_value_t = 1800)]
-    member_join_timeout_secs: u64,
     /// Renew a leaf certificate when less than this share of its validity remains.
     #[arg(long, env = "EXK8S_RENEW_WHEN_REMAINING", default_value = "1/3", value_parser = crate::renewal::RenewAt::parse)]
     renew_when_remaining: crate::renewal::RenewAt,
@@ -110,6 +104,8 @@ pub(super) struct ServeArgs {
     bootstrap_deadline_ms: u64,
     #[command(flatten)]
     rates: super::limits::NodeRateArgs,
+    #[command(flatten)]
+    changes: super::limits::ChangeArgs,
     /// Pinned downloads of node binaries: a TOML file of `[[artifact]]` entries with `name`
     /// (etcd, etcdctl, kubelet, kubectl, helm), `version`, `url` and `sha256` (of the file at
     /// url). Checked at start. Without an entry nodes use the upstream URL and its published
@@ -152,10 +148,10 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         kubernetes_versions: args.kubernetes_versions,
         address_timeout: Duration::from_secs(args.address_timeout_secs),
         provisioning_deadline: Duration::from_secs(args.provisioning_deadline_secs),
-        reconcile_interval: Duration::from_secs(args.reconcile_interval_secs.max(1)),
+        reconcile_interval: args.changes.reconcile_interval(),
         renew_at: args.renew_when_remaining,
         node_drain_timeout: Duration::from_secs(args.node_drain_timeout_secs),
-        member_join_timeout: Duration::from_secs(args.member_join_timeout_secs),
+        member_join_timeout: args.changes.member_join_timeout(),
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
         bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),

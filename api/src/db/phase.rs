@@ -90,6 +90,18 @@ impl NodePhase {
         )
     }
 
+    /// Its last report said something failed (a step, or its etcd between updates). A node
+    /// that is busy applying has `Started` and is neither healthy nor failed.
+    pub fn failed(self) -> bool {
+        matches!(
+            self,
+            Self::Reported {
+                state: ReportState::Failed,
+                ..
+            }
+        )
+    }
+
     /// The two stored columns, `phase` and `phase_state`.
     pub fn columns(self) -> (&'static str, &'static str) {
         match self {

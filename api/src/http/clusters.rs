@@ -12,7 +12,7 @@ use super::conditions::Condition;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
-use crate::db::{self, phase::ClusterPhase};
+use crate::db::{self, phase::ClusterPhase, phase::EtcdMembership};
 use crate::founding::{self, request::CreateClusterRequest};
 use exk8s_common::contract::Role;
 
@@ -104,12 +104,51 @@ pub struct ClusterView {
     /// Why the last control-plane change stopped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub membership_error: Option<String>,
+    /// The control plane's etcd members: how many are asked for and where each one stands.
+    pub control_plane_members: MembersView,
     pub created_at: i64,
     /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`, `MachinesReady`.
     pub conditions: Vec<Condition>,
     /// A CA rotation in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotationView>,
+}
+
+/// A control plane's etcd members, counted from what the agents last reported (a joining
+/// member votes once its agent reported it promoted; a leaving one until etcd no longer lists it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MembersView {
+    /// The size asked for with `PATCH`, or else the members that are not leaving.
+    pub desired: i64,
+    /// Voting members.
+    pub voters: i64,
+    /// Members joining: learners until promoted.
+    pub joining: i64,
+    /// Members being removed from etcd.
+    pub leaving: i64,
+}
+
+impl MembersView {
+    fn of(nodes: &[db::nodes::NodeRow], asked: Option<i64>) -> Self {
+        let count = |m: EtcdMembership| {
+            let n = nodes
+                .iter()
+                .filter(|n| n.role == Role::ControlPlane && n.etcd_membership == Some(m))
+                .count();
+            i64::try_from(n).unwrap_or(i64::MAX)
+        };
+        let (voters, joining, leaving) = (
+            count(EtcdMembership::Voter),
+            count(EtcdMembership::Joining),
+            count(EtcdMembership::Leaving),
+        );
+        Self {
+            desired: asked.unwrap_or(voters + joining),
+            voters,
+            joining,
+            leaving,
+        }
+    }
 }
 
 /// A worker pool's counts.
@@ -293,6 +332,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
             scaling_down,
         ],
         node_pools,
+        control_plane_members: MembersView::of(&nodes, desired_control_plane_count),
         desired_control_plane_count,
         membership_error,
         ca_rotation,

@@ -137,8 +137,10 @@ async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError
                 _ => false,
             };
             if !removed {
-                // A remover that died (or failed) hands the removal to another healthy voter.
-                if remover.is_none_or(|r| !r.phase.healthy()) {
+                // A remover that is gone, or whose last report failed, hands the removal to
+                // another healthy voter. One busy applying (its report `started`) is working
+                // on it: re-picking then would hand the removal to a node nobody syncs yet.
+                if remover.is_none_or(|r| r.phase.failed()) {
                     if let Some(other) = super::remover(&control_plane, leaving) {
                         if remover.is_none_or(|r| r.id != other.id) {
                             start_leaving(state, &cluster, &control_plane, leaving).await?;

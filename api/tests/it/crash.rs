@@ -43,6 +43,26 @@ where
     }
 }
 
+/// A fresh instance-metadata token of `vm` (org 7), written where the metadata service writes
+/// them (`imds_tokens`), valid for ten minutes.
+pub async fn imds_token(db: &exk8s_api::db::Db, vm: i64) -> String {
+    let imds = exk8s_api::tokens::generate("exk8s_imds")
+        .unwrap()
+        .to_string();
+    let now = exk8s_api::db::now();
+    exk8s_api::db::tokens::insert_imds_token(
+        &db.pool,
+        &exk8s_api::tokens::hash(&imds),
+        vm,
+        7,
+        now,
+        now + 600,
+    )
+    .await
+    .unwrap();
+    imds
+}
+
 /// Generates a KEK and a signing key with the CLI; returns their paths.
 pub fn keys(dir: &Path) -> (String, String) {
     let kek = dir.join("kek").display().to_string();
@@ -457,22 +477,7 @@ async fn two_replicas_one_killed_mid_run_the_other_serves_and_no_serial_repeats(
     let mut vms = Vec::new();
     for vm in founded["control_plane_vm_ids"].as_array().unwrap() {
         let vm = vm.as_i64().unwrap();
-        let imds = format!(
-            "exk8s_imds_replica_test_{vm}_{}",
-            uuid::Uuid::new_v4().simple()
-        );
-        let now = exk8s_api::db::now();
-        exk8s_api::db::tokens::insert_imds_token(
-            &db.pool,
-            &exk8s_api::tokens::hash(&imds),
-            vm,
-            7,
-            now,
-            now + 600,
-        )
-        .await
-        .unwrap();
-        vms.push((vm, imds));
+        vms.push((vm, imds_token(&db, vm).await));
     }
     let keys_text = stack
         .http

@@ -18,6 +18,7 @@ mod disk_full;
 mod etcd_cluster;
 mod founding;
 mod helpers;
+mod member_crash;
 mod membership;
 mod membership_down;
 mod pki;

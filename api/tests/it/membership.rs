@@ -121,6 +121,9 @@ async fn withdrawn(app: &TestApp, cluster: i64, members: &[(Node, NodeKey)], vm:
         .find(|n| n["vm_id"] == vm)
         .expect("the abandoned member is recorded until its learner is removed");
     assert_eq!(abandoned["etcd_membership"], "leaving");
+    let counted = &view(app, cluster).await["control_plane_members"];
+    assert_eq!(counted["leaving"], 1, "{counted}");
+    assert_eq!(counted["joining"], 0, "{counted}");
     assert!(app.sims.compute.vms().iter().any(|v| v.id == vm));
     let peer = format!(
         "https://{}:2380",
@@ -178,12 +181,36 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
             .status(),
         404
     );
+    // A member whose etcd went down (its sync said so) holds every change until it recovers.
+    let (a, a_key) = &members[0];
+    sync_report(&app, a, a_key, "failed", 1).await;
+    let unhealthy = scale(&app, cluster, json!({"control_plane_count": 3})).await;
+    assert_eq!(unhealthy.status(), 409);
+    let said = json_of(unhealthy).await["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(said.contains("not healthy"), "{said}");
+    sync_report(&app, a, a_key, "succeeded", 1).await;
     let same = scale(&app, cluster, json!({"control_plane_count": 1})).await;
     assert_eq!(same.status(), 200, "already that size");
 
-    let started = scale(&app, cluster, json!({"control_plane_count": 3})).await;
+    let keyed = |count: i64| {
+        app.patch(&format!("/clusters/{cluster}"))
+            .header("Idempotency-Key", "grow-to-three")
+            .json(&json!({"control_plane_count": count}))
+            .send()
+    };
+    let started = keyed(3).await.unwrap();
     assert_eq!(started.status(), 202);
-    assert_eq!(json_of(started).await["voters"], 1);
+    let first_answer = json_of(started).await;
+    assert_eq!(first_answer["voters"], 1);
+    // A retry with its key gets the first answer (not "in progress"); the key with another
+    // body is refused.
+    let retried = keyed(3).await.unwrap();
+    assert_eq!(retried.status(), 202);
+    assert_eq!(json_of(retried).await, first_answer);
+    assert_eq!(keyed(5).await.unwrap().status(), 422);
     let b = joining(&app, cluster).await;
     let busy = scale(&app, cluster, json!({"control_plane_count": 5})).await;
     assert_eq!(busy.status(), 409);
@@ -193,7 +220,12 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
             .unwrap()
             .contains("in progress")
     );
-    let scaling = condition(&view(&app, cluster).await, "ScalingUp");
+    let growing = view(&app, cluster).await;
+    assert_eq!(
+        growing["control_plane_members"],
+        json!({"desired": 3, "voters": 1, "joining": 1, "leaving": 0})
+    );
+    let scaling = condition(&growing, "ScalingUp");
     assert_eq!(scaling["status"], "True");
     assert_eq!(scaling["reason"], "MemberJoining");
 
@@ -310,6 +342,10 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
     roll(&app, &members).await;
     let done = view(&app, cluster).await;
     assert_eq!(done["desired_control_plane_count"], 3);
+    assert_eq!(
+        done["control_plane_members"],
+        json!({"desired": 3, "voters": 3, "joining": 0, "leaving": 0})
+    );
     assert_eq!(condition(&done, "ScalingUp")["reason"], "AtDesiredSize");
     assert_eq!(app.sims.compute.vms().len(), 3, "no VM leaked");
 }

@@ -100,6 +100,108 @@ async fn a_control_plane_shrinks_newest_first(backend: Backend) {
 
 both_backends!(a_control_plane_shrinks_newest_first);
 
+/// Moves the cluster's change on once, waiting out a pass a report started.
+async fn converge_once(app: &crate::app::TestApp, cluster: i64) {
+    use exk8s_api::membership::converge::{Outcome, converge};
+    wait_until("a converge pass", Duration::from_secs(20), || async {
+        converge(&app.state, cluster).await.unwrap() != Outcome::Busy
+    })
+    .await;
+}
+
+/// Whether `remover`'s next update removes the member with address `ip` from etcd.
+async fn removes(
+    app: &crate::app::TestApp,
+    remover: &(crate::app::Node, NodeKey),
+    ip: &str,
+) -> (bool, u64) {
+    let update = update_payload(app, fetch_update(app, &remover.0, &remover.1).await).await;
+    let removes = update.plan.iter().any(|s| {
+        matches!(s, PlanStep::EtcdRemove { member_client_url, .. }
+            if member_client_url.to_string() == format!("https://{ip}:2379"))
+    });
+    (removes, update.identity.generation)
+}
+
+async fn a_remover_busy_applying_keeps_the_removal_and_a_failed_one_hands_it_on(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut members = Vec::new();
+    for node in credentials_for(&app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        members.push((node, key));
+    }
+    let started = scale(&app, cluster, json!({"control_plane_count": 1})).await;
+    assert_eq!(started.status(), 202);
+    let leaving_vm = members[2].0.vm;
+    wait_until(
+        "the newest member leaving",
+        Duration::from_secs(20),
+        || async {
+            control_plane(&view(&app, cluster).await)
+                .iter()
+                .any(|n| n["vm_id"] == leaving_vm && n["etcd_membership"] == "leaving")
+        },
+    )
+    .await;
+    let now = view(&app, cluster).await;
+    let name = |vm: i64| {
+        control_plane(&now)
+            .into_iter()
+            .find(|n| n["vm_id"] == vm)
+            .unwrap()["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (first_name, second_name) = (name(members[0].0.vm), name(members[1].0.vm));
+    let ip = control_plane(&now)
+        .into_iter()
+        .find(|n| n["vm_id"] == leaving_vm)
+        .unwrap()["private_ipv4"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let remover_named = |view: &serde_json::Value, who: &str| {
+        condition(view, "ScalingDown")["message"]
+            .as_str()
+            .unwrap()
+            .contains(who)
+    };
+    assert!(remover_named(&now, &first_name), "{now}");
+
+    // The oldest member is applying the removal: it stays the remover.
+    let (removes_it, generation) = removes(&app, &members[0], &ip).await;
+    assert!(removes_it);
+    sync_report(&app, &members[0].0, &members[0].1, "started", generation).await;
+    converge_once(&app, cluster).await;
+    let busy = view(&app, cluster).await;
+    assert!(remover_named(&busy, &first_name), "{busy}");
+
+    // Its apply failed: the removal goes to the next voter. The failed node's own retry no
+    // longer removes anything; once it is healthy again, the next voter's update does.
+    sync_report(&app, &members[0].0, &members[0].1, "failed", generation).await;
+    converge_once(&app, cluster).await;
+    let failed = view(&app, cluster).await;
+    assert!(remover_named(&failed, &second_name), "{failed}");
+    let (removes_it, generation) = removes(&app, &members[0], &ip).await;
+    assert!(!removes_it);
+    sync_report(&app, &members[0].0, &members[0].1, "succeeded", generation).await;
+    let (removes_it, generation) = removes(&app, &members[1], &ip).await;
+    assert!(removes_it);
+    sync_report(&app, &members[1].0, &members[1].1, "succeeded", generation).await;
+    wait_until("the member gone", Duration::from_secs(20), || async {
+        control_plane(&view(&app, cluster).await).len() == 2
+    })
+    .await;
+    assert!(app.sims.compute.vms().iter().all(|vm| vm.id != leaving_vm));
+}
+
+both_backends!(a_remover_busy_applying_keeps_the_removal_and_a_failed_one_hands_it_on);
+
 async fn one_member_is_removed_even_a_dead_one_and_never_the_last(backend: Backend) {
     let app = spawn_app(backend).await;
     let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
@@ -136,8 +238,18 @@ async fn one_member_is_removed_even_a_dead_one_and_never_the_last(backend: Backe
         .as_str()
         .unwrap()
         .to_owned();
-    let accepted = delete(dead.vm).await.unwrap();
+    let keyed = || {
+        app.delete(&format!("/clusters/{cluster}/nodes/{}", dead.vm))
+            .header("Idempotency-Key", "remove-the-dead-one")
+            .send()
+    };
+    let accepted = keyed().await.unwrap();
     assert_eq!(accepted.status(), 202);
+    let first_answer = json_of(accepted).await;
+    // A retry with its key gets the first answer, not "a change is in progress".
+    let retried = keyed().await.unwrap();
+    assert_eq!(retried.status(), 202);
+    assert_eq!(json_of(retried).await, first_answer);
     let (remover, key) = &members[0];
     let update = update_payload(&app, fetch_update(&app, remover, key).await).await;
     let removes_it = update.plan.iter().any(|s| {

@@ -56,6 +56,15 @@ fn member(view: &Value, vm: i64) -> Option<Value> {
 
 /// The remover's next update removes `vm`'s etcd member; applied, `vm` leaves for good.
 async fn removed_by(app: &TestApp, cluster: i64, remover: &(Node, NodeKey), vm: i64) {
+    // The last report's convergence marks it leaving in the background.
+    wait_until(
+        "the old member leaving",
+        Duration::from_secs(20),
+        || async {
+            member(&view(app, cluster).await, vm).is_some_and(|n| n["etcd_membership"] == "leaving")
+        },
+    )
+    .await;
     let ip = member(&view(app, cluster).await, vm).unwrap()["private_ipv4"]
         .as_str()
         .unwrap()
@@ -97,13 +106,23 @@ async fn a_healthy_member_is_replaced_new_one_first(backend: Backend) {
     let (cluster, mut members) = founded(&app, 3).await;
     assert_eq!(replace(&app, cluster, 999_999).await.status(), 404);
     let old = members[1].0.vm;
-    let started = replace(&app, cluster, old).await;
+    let keyed = |vm: i64| {
+        app.post(&format!("/clusters/{cluster}/nodes/{vm}/replace"))
+            .header("Idempotency-Key", "replace-once")
+            .send()
+    };
+    let started = keyed(old).await.unwrap();
     assert_eq!(started.status(), 202);
     let body = json_of(started).await;
     assert_eq!(
         (body["desired"].as_i64(), body["voters"].as_i64()),
         (Some(3), Some(3))
     );
+    // A retry with its key gets the first answer; the key on another member is refused.
+    let retried = keyed(old).await.unwrap();
+    assert_eq!(retried.status(), 202);
+    assert_eq!(json_of(retried).await, body);
+    assert_eq!(keyed(members[2].0.vm).await.unwrap().status(), 422);
     // One change at a time.
     let again = replace(&app, cluster, members[2].0.vm).await;
     assert_eq!(again.status(), 409);

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the Debian packages into target/debian/: exk8s-api (release build) and exk8s-agent
+# (the static musl binary). Installs cargo-deb and dpkg-dev when missing.
+#
+#   scripts/package.sh            # -> target/debian/exk8s-api_<version>-1_amd64.deb, exk8s-agent_…
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/ensure.sh
+source scripts/lib/ensure.sh
+
+ensure_packages dpkg-shlibdeps:dpkg-dev
+if ! have cargo-deb; then
+  log "installing cargo-deb"
+  cargo install --locked cargo-deb --version 3.8.0
+fi
+
+log "building exk8s-api (release)"
+cargo build --locked --release -p exk8s-api
+bash scripts/build-static-agent.sh
+
+out=target/debian
+mkdir -p "$out"
+rm -f "$out"/exk8s-api_*.deb "$out"/exk8s-agent_*.deb
+log "packaging exk8s-api"
+cargo deb --locked --no-build -p exk8s-api --output "$out"
+log "packaging exk8s-agent (static, x86_64-unknown-linux-musl)"
+cargo deb --locked --no-build -p exk8s-agent --target x86_64-unknown-linux-musl --output "$out"
+ls -l "$out"/*.deb
