@@ -234,7 +234,13 @@ async fn sign_with_new(
         .keks
         .open_text(&cluster_aad(cluster_id, NEW_KEY), sealed)?;
     // Checks the pair before anything is written.
-    CertAuthority::from_pem(rotation.ca, new_cert, SecretPem::new(key.to_string()))?;
+    let algorithm: crate::pki::KeyAlgorithm = cluster.key_algorithm.parse()?;
+    CertAuthority::from_pem(
+        rotation.ca,
+        new_cert,
+        SecretPem::new(key.to_string()),
+        algorithm,
+    )?;
     let (cert_column, key_column) = match rotation.ca {
         CaRole::Cluster => (&mut cluster.ca_cert, &mut cluster.ca_key_sealed),
         CaRole::Etcd => (&mut cluster.etcd_ca_cert, &mut cluster.etcd_ca_key_sealed),

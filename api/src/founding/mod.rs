@@ -14,6 +14,7 @@ mod dns;
 pub mod reconcile;
 pub mod release;
 pub mod request;
+pub mod supplied;
 pub mod trust;
 
 use std::collections::BTreeMap;
@@ -27,12 +28,12 @@ use crate::db::{
 use crate::machines::{self, MachineError, NewMachine};
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
 use crate::pki::{
-    ClientIdentity, ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, SecretPem,
-    ServiceCidr,
+    ClientIdentity, ClusterNetwork, ClusterPki, ImportTerms, NodeAddresses, NodeServingCerts,
+    SecretPem, ServiceCidr,
 };
 use crate::render::EncryptionKey;
 use exk8s_common::contract::Role;
-use request::ClusterSpecRequest;
+use request::{ClusterSpecRequest, SuppliedCasRequest};
 
 /// A founded cluster, as the response reports it.
 #[derive(Debug)]
@@ -140,22 +141,34 @@ impl Failure {
     }
 }
 
-/// Runs `POST /clusters` for an org.
+/// Runs `POST /clusters` for an org, founding it on the CAs it brought (`supplied`, checked
+/// first) and new ones for the rest.
 pub async fn found(
     state: &AppState,
     org_id: i64,
     spec: &ClusterSpecRequest,
+    supplied: Option<SuppliedCasRequest>,
 ) -> Result<Founded, FoundingError> {
     let config = &state.config;
     let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(FoundingError::internal)?;
-    let subnet = check_placement(state, spec).await?;
     let algorithm = spec.key_algorithm;
     let now = state.clock.now();
     let leaf_lifetime = time::Duration::days(spec.leaf_lifetime_days);
+    let terms = ImportTerms {
+        leaf_algorithm: algorithm,
+        leaf_lifetime,
+        now,
+    };
+    let supplied = state
+        .cpu
+        .run(move || supplied::check(supplied.as_ref(), terms))
+        .await
+        .map_err(FoundingError::internal)??;
+    let subnet = check_placement(state, spec).await?;
     let pki = state
         .cpu
         .run(move || {
-            let mut pki = ClusterPki::generate(algorithm, now)?;
+            let mut pki = ClusterPki::with_supplied(algorithm, now, supplied)?;
             pki.set_leaf_lifetime(leaf_lifetime);
             Ok::<_, crate::pki::PkiError>(pki)
         })

@@ -49,6 +49,34 @@ pub struct CreateClusterRequest {
     /// renewed automatically before they expire.
     #[schema(minimum = 1, maximum = 3650)]
     pub leaf_lifetime_days: Option<i64>,
+    /// CAs to found the cluster on instead of new ones (bring your own CA). Each given one is
+    /// checked before anything is created: a CA certificate (CA:TRUE, keyCertSign) with an
+    /// RSA (2048–8192 bits), P-256 or P-384 key, valid now and for one leaf lifetime more, and
+    /// its matching private key. The keys are sealed like generated ones and never returned.
+    pub certificate_authorities: Option<SuppliedCasRequest>,
+}
+
+/// The CAs an operator brings, by role; a role left out gets a CA made by the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SuppliedCasRequest {
+    /// Signs the apiservers', kubelets' and every Kubernetes client certificate.
+    pub cluster: Option<SuppliedCaRequest>,
+    /// Signs etcd's serving and peer certificates and its clients'.
+    pub etcd: Option<SuppliedCaRequest>,
+    /// Signs the front-proxy (aggregation layer) client certificate.
+    pub front_proxy: Option<SuppliedCaRequest>,
+}
+
+/// One CA: its certificate and private key, PEM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SuppliedCaRequest {
+    /// One `CERTIFICATE` PEM block.
+    pub cert_pem: Option<String>,
+    /// The private key, PEM (PKCS#8, SEC1 or PKCS#1). Never logged or returned.
+    #[schema(value_type = Option<String>, format = Password)]
+    pub key_pem: Option<crate::pki::SecretPem>,
 }
 
 /// A request that passed every check, with defaults applied.

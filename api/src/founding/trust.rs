@@ -64,6 +64,7 @@ pub fn seal(
 /// Opens a cluster row's PKI (CAs as issuers, the service-account pair).
 pub fn open(keks: &Keyring, row: &ClusterRow) -> Result<Arc<ClusterPki>, TrustError> {
     let missing = || TrustError::Missing(row.id);
+    let algorithm: KeyAlgorithm = row.key_algorithm.parse()?;
     let ca = |role: CaRole,
               cert: &Option<String>,
               sealed: &Option<String>,
@@ -77,13 +78,13 @@ pub fn open(keks: &Keyring, row: &ClusterRow) -> Result<Arc<ClusterPki>, TrustEr
             role,
             cert.as_deref().ok_or_else(missing)?,
             SecretPem::new(key.to_string()),
+            algorithm,
         )?)
     };
     let sa_key = keks.open_text(
         &cluster_aad(row.id, "sa_key"),
         row.sa_key_sealed.as_deref().ok_or_else(missing)?,
     )?;
-    let algorithm: KeyAlgorithm = row.key_algorithm.parse()?;
     let mut pki = ClusterPki {
         algorithm,
         cluster_ca: ca(CaRole::Cluster, &row.ca_cert, &row.ca_key_sealed, "ca_key")?,

@@ -226,6 +226,7 @@ pub async fn create_cluster(
     ApiJson(request): ApiJson<CreateClusterRequest>,
 ) -> Result<Response, ApiError> {
     let key = super::idempotent::key(&headers)?;
+    let supplied = request.certificate_authorities.clone();
     let spec = request
         .clone()
         .validate(&state.config.kubernetes_versions)?;
@@ -235,7 +236,7 @@ pub async fn create_cluster(
         body: &body,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let founded = founding::found(&state, operator.org_id, &spec).await?;
+        let founded = founding::found(&state, operator.org_id, &spec, supplied).await?;
         let body =
             serde_json::to_vec(&created_response(&state, &founded)).map_err(ApiError::internal)?;
         Ok((StatusCode::CREATED, body))

@@ -43,13 +43,39 @@ impl fmt::Display for CaRole {
     }
 }
 
+/// What a CA's own key is. The API's CAs use the cluster's algorithm; an imported one may use
+/// another allowed key (its leaves still use the cluster's algorithm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaKey {
+    EcdsaP256,
+    EcdsaP384,
+    Rsa { bits: usize },
+}
+
+impl fmt::Display for CaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EcdsaP256 => f.write_str("ECDSA P-256"),
+            Self::EcdsaP384 => f.write_str("ECDSA P-384"),
+            Self::Rsa { bits } => write!(f, "RSA-{bits}"),
+        }
+    }
+}
+
+/// RSA CA keys exk8s signs with: at least 2048 bits (NIST SP 800-57), at most 8192.
+pub const CA_RSA_BITS: std::ops::RangeInclusive<usize> = 2048..=8192;
+
 /// A CA: its certificate, its (secret) key, and an issuer ready to sign.
 pub struct CertAuthority {
     role: CaRole,
-    algorithm: KeyAlgorithm,
+    key: CaKey,
+    /// The algorithm of the leaves it issues (the cluster's).
+    leaf_algorithm: KeyAlgorithm,
     cert_pem: String,
     key_pem: SecretPem,
     not_after: OffsetDateTime,
+    /// Its SubjectPublicKeyInfo (DER).
+    public_key: Vec<u8>,
     /// How long the leaves it issues last (capped at its own expiry).
     leaf_lifetime: Duration,
     issuer: Issuer<'static, KeyPair>,
@@ -59,7 +85,8 @@ impl fmt::Debug for CertAuthority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CertAuthority")
             .field("role", &self.role)
-            .field("algorithm", &self.algorithm)
+            .field("ca_key", &self.key)
+            .field("leaf_algorithm", &self.leaf_algorithm)
             .field("not_after", &self.not_after)
             .field("key", &self.key_pem)
             .finish_non_exhaustive()
@@ -92,12 +119,22 @@ impl CertAuthority {
                 what: role.to_string(),
                 source,
             })?;
-        Self::from_pem(role, &cert.pem(), SecretPem::new(key.serialize_pem()))
+        Self::from_pem(
+            role,
+            &cert.pem(),
+            SecretPem::new(key.serialize_pem()),
+            algorithm,
+        )
     }
 
-    /// Loads a stored CA (certificate PEM + private key PEM) as an issuer, checking that the
-    /// certificate is a CA and that the key is the certificate's key.
-    pub fn from_pem(role: CaRole, cert_pem: &str, key_pem: SecretPem) -> Result<Self, PkiError> {
+    /// Loads a stored CA (certificate PEM + private key PEM) as an issuer of `leaf_algorithm`
+    /// leaves, checking that the certificate is a CA and that the key is the certificate's key.
+    pub fn from_pem(
+        role: CaRole,
+        cert_pem: &str,
+        key_pem: SecretPem,
+        leaf_algorithm: KeyAlgorithm,
+    ) -> Result<Self, PkiError> {
         let invalid = |reason: &str| PkiError::InvalidCa {
             role,
             reason: reason.to_owned(),
@@ -116,16 +153,20 @@ impl CertAuthority {
         if cert.public_key().raw != key.subject_public_key_info().as_slice() {
             return Err(invalid("the private key does not match the certificate"));
         }
-        let algorithm = algorithm_of(&key).ok_or_else(|| invalid("unsupported key algorithm"))?;
+        let ca_key =
+            ca_key(&cert).map_err(|reason| invalid(&format!("its certificate {reason}")))?;
         let not_after = cert.validity().not_after.to_datetime();
+        let public_key = cert.public_key().raw.to_vec();
         let issuer = Issuer::from_ca_cert_der(&der.into(), key)
             .map_err(|_| invalid("rcgen cannot use the certificate as an issuer"))?;
         Ok(Self {
             role,
-            algorithm,
+            key: ca_key,
+            leaf_algorithm,
             cert_pem: cert_pem.to_owned(),
             key_pem,
             not_after,
+            public_key,
             leaf_lifetime: LEAF_LIFETIME,
             issuer,
         })
@@ -140,8 +181,14 @@ impl CertAuthority {
         self.role
     }
 
-    pub fn algorithm(&self) -> KeyAlgorithm {
-        self.algorithm
+    /// Its own key.
+    pub fn key_kind(&self) -> CaKey {
+        self.key
+    }
+
+    /// The algorithm of the leaves it issues.
+    pub fn leaf_algorithm(&self) -> KeyAlgorithm {
+        self.leaf_algorithm
     }
 
     pub fn cert_pem(&self) -> &str {
@@ -153,11 +200,16 @@ impl CertAuthority {
         &self.key_pem
     }
 
+    /// Its SubjectPublicKeyInfo (DER).
+    pub fn public_key_der(&self) -> &[u8] {
+        &self.public_key
+    }
+
     pub fn not_after(&self) -> OffsetDateTime {
         self.not_after
     }
 
-    /// Issues a leaf with a fresh key of the CA's algorithm.
+    /// Issues a leaf with a fresh key of the leaf algorithm.
     pub fn issue(&self, spec: &LeafSpec, now: OffsetDateTime) -> Result<IssuedCert, PkiError> {
         if now >= self.not_after {
             return Err(PkiError::CaExpired {
@@ -165,10 +217,10 @@ impl CertAuthority {
                 not_after: self.not_after,
             });
         }
-        let key = self.algorithm.generate()?;
+        let key = self.leaf_algorithm.generate()?;
         let params = leaf_params(
             spec,
-            self.algorithm,
+            self.leaf_algorithm,
             now,
             self.leaf_lifetime,
             self.not_after,
@@ -187,36 +239,66 @@ impl CertAuthority {
 }
 
 /// Decodes the first `CERTIFICATE` block of a PEM text.
-fn first_certificate_der(pem_text: &str) -> Option<Vec<u8>> {
+pub(super) fn first_certificate_der(pem_text: &str) -> Option<Vec<u8>> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(pem_text.as_bytes()).ok()?;
     (pem.label == "CERTIFICATE").then_some(pem.contents)
 }
 
-fn algorithm_of(key: &KeyPair) -> Option<KeyAlgorithm> {
+/// The kind of a CA certificate's public key, or why exk8s does not sign with it.
+pub(super) fn ca_key(cert: &X509Certificate<'_>) -> Result<CaKey, String> {
+    use x509_parser::oid_registry::{OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY, OID_NIST_EC_P384};
     use x509_parser::public_key::PublicKey;
-    use x509_parser::x509::SubjectPublicKeyInfo;
 
-    let alg = key.algorithm();
-    if alg == &rcgen::PKCS_ECDSA_P256_SHA256 {
-        return Some(KeyAlgorithm::EcdsaP256);
+    let allowed = "allowed: RSA of 2048 to 8192 bits, ECDSA P-256 or P-384";
+    let spki = cert.public_key();
+    match spki.parsed() {
+        Ok(PublicKey::RSA(rsa)) => {
+            let bits = rsa.key_size();
+            if CA_RSA_BITS.contains(&bits) {
+                Ok(CaKey::Rsa { bits })
+            } else {
+                Err(format!(
+                    "has an RSA-{bits} key, which is not allowed ({allowed})"
+                ))
+            }
+        }
+        Ok(PublicKey::EC(_)) if spki.algorithm.algorithm == OID_KEY_TYPE_EC_PUBLIC_KEY => {
+            let curve = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok());
+            match curve {
+                Some(c) if c == OID_EC_P256 => Ok(CaKey::EcdsaP256),
+                Some(c) if c == OID_NIST_EC_P384 => Ok(CaKey::EcdsaP384),
+                Some(c) => Err(format!(
+                    "has an EC key on curve {}, which is not allowed ({allowed})",
+                    oid_name(&c.to_id_string())
+                )),
+                None => Err(format!(
+                    "has an EC key without a named curve, which is not allowed ({allowed})"
+                )),
+            }
+        }
+        _ => Err(format!(
+            "has a key of type {}, which is not allowed ({allowed})",
+            oid_name(&spki.algorithm.algorithm.to_id_string())
+        )),
     }
-    if alg == &rcgen::PKCS_ECDSA_P384_SHA384 {
-        return Some(KeyAlgorithm::EcdsaP384);
-    }
-    if alg != &rcgen::PKCS_RSA_SHA256 {
-        return None;
-    }
-    let spki = key.subject_public_key_info();
-    let (_, info) = SubjectPublicKeyInfo::from_der(&spki).ok()?;
-    match info.parsed().ok()? {
-        PublicKey::RSA(rsa) => match rsa.key_size() {
-            2048 => Some(KeyAlgorithm::Rsa2048),
-            3072 => Some(KeyAlgorithm::Rsa3072),
-            4096 => Some(KeyAlgorithm::Rsa4096),
-            _ => None,
-        },
-        _ => None,
-    }
+}
+
+/// A readable name for the key types and curves operators meet, else the OID itself.
+fn oid_name(oid: &str) -> String {
+    let name = match oid {
+        "1.3.132.0.35" => "P-521",
+        "1.3.132.0.10" => "secp256k1",
+        "1.3.101.112" => "Ed25519",
+        "1.3.101.113" => "Ed448",
+        "1.2.840.10040.4.1" => "DSA",
+        "1.2.840.113549.1.1.10" => "RSA-PSS",
+        _ => return oid.to_owned(),
+    };
+    format!("{name} ({oid})")
 }
 
 /// The service-account keypair: the public key verifies tokens (`--service-account-key-file`),

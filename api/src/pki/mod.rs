@@ -17,18 +17,20 @@ mod algorithm;
 mod ca;
 mod facts;
 mod identities;
+mod import;
 pub mod kubeconfig;
 mod leaf;
 mod network;
 mod secret;
 
 pub use algorithm::KeyAlgorithm;
-pub use ca::{CaRole, CertAuthority, ServiceAccountKey};
+pub use ca::{CA_RSA_BITS, CaKey, CaRole, CertAuthority, ServiceAccountKey};
 pub use facts::{CertFacts, facts};
 pub use identities::{
     BundleCerts, ClientIdentity, ControlPlaneCerts, NodeCerts, NodeServingCerts, apiserver_spec,
     etcd_member_spec, kubelet_serving_spec,
 };
+pub use import::{CaPart, ImportError, ImportTerms, SuppliedCa, check_distinct, import};
 pub use leaf::{IssuedCert, LeafSpec, Usage};
 pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};
 pub use secret::SecretPem;
@@ -71,6 +73,14 @@ pub enum PkiError {
     Unreadable(String),
 }
 
+/// CAs checked by [`import`], by role; `None` where the API makes its own.
+#[derive(Debug, Default)]
+pub struct SuppliedCas {
+    pub cluster: Option<CertAuthority>,
+    pub etcd: Option<CertAuthority>,
+    pub front_proxy: Option<CertAuthority>,
+}
+
 /// A cluster's long-lived trust, made once at founding and stored sealed by the API.
 #[derive(Debug)]
 pub struct ClusterPki {
@@ -88,11 +98,25 @@ pub struct ClusterPki {
 impl ClusterPki {
     /// Makes the three CAs and the service-account keypair with one algorithm.
     pub fn generate(algorithm: KeyAlgorithm, now: OffsetDateTime) -> Result<Self, PkiError> {
+        Self::with_supplied(algorithm, now, SuppliedCas::default())
+    }
+
+    /// The CAs the operator brought (by role, see [`import`]), the others made with
+    /// `algorithm`, and a new service-account keypair.
+    pub fn with_supplied(
+        algorithm: KeyAlgorithm,
+        now: OffsetDateTime,
+        supplied: SuppliedCas,
+    ) -> Result<Self, PkiError> {
+        let ca = |given: Option<CertAuthority>, role| match given {
+            Some(ca) => Ok(ca),
+            None => CertAuthority::generate(role, algorithm, now),
+        };
         Ok(Self {
             algorithm,
-            cluster_ca: CertAuthority::generate(CaRole::Cluster, algorithm, now)?,
-            etcd_ca: CertAuthority::generate(CaRole::Etcd, algorithm, now)?,
-            front_proxy_ca: CertAuthority::generate(CaRole::FrontProxy, algorithm, now)?,
+            cluster_ca: ca(supplied.cluster, CaRole::Cluster)?,
+            etcd_ca: ca(supplied.etcd, CaRole::Etcd)?,
+            front_proxy_ca: ca(supplied.front_proxy, CaRole::FrontProxy)?,
             service_account: ServiceAccountKey::generate(algorithm)?,
         })
     }

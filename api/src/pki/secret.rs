@@ -25,6 +25,20 @@ impl fmt::Debug for SecretPem {
     }
 }
 
+/// Read from a request body (a CA key the operator brings) straight into wiped memory.
+impl<'de> serde::Deserialize<'de> for SecretPem {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
+/// Written only where a request is hashed for idempotency; never logged.
+impl serde::Serialize for SecretPem {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.expose())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

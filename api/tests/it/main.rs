@@ -34,5 +34,6 @@ mod renewal;
 mod replace;
 mod rotation;
 mod schema;
+mod supplied_ca;
 mod sync;
 mod workers;

@@ -4,7 +4,7 @@
 
 use exk8s_api::pki::kubeconfig::{self, KubeconfigSpec};
 use exk8s_api::pki::{
-    BundleCerts, CaRole, CertAuthority, ClusterPki, KeyAlgorithm, PkiError, ServiceCidr,
+    BundleCerts, CaKey, CaRole, CertAuthority, ClusterPki, KeyAlgorithm, PkiError, ServiceCidr,
 };
 use exk8s_common::names::NodeName;
 use time::Duration;
@@ -16,10 +16,15 @@ use crate::pki::verify;
 fn a_stored_ca_reloads_from_pem_and_keeps_signing() {
     let f = cluster(KeyAlgorithm::EcdsaP256);
     let stored = &f.pki.etcd_ca;
-    let reloaded =
-        CertAuthority::from_pem(CaRole::Etcd, stored.cert_pem(), stored.key_pem().clone()).unwrap();
+    let reloaded = CertAuthority::from_pem(
+        CaRole::Etcd,
+        stored.cert_pem(),
+        stored.key_pem().clone(),
+        KeyAlgorithm::EcdsaP256,
+    )
+    .unwrap();
     assert_eq!(reloaded.not_after(), stored.not_after());
-    assert_eq!(reloaded.algorithm(), KeyAlgorithm::EcdsaP256);
+    assert_eq!(reloaded.key_kind(), CaKey::EcdsaP256);
     let spec = exk8s_api::pki::etcd_member_spec(&f.nodes[2]);
     let leaf = reloaded.issue(&spec, f.now).unwrap();
     assert_eq!(
@@ -38,9 +43,10 @@ fn a_stored_ca_reloads_from_pem_and_keeps_signing() {
         CaRole::Cluster,
         rsa.pki.cluster_ca.cert_pem(),
         rsa.pki.cluster_ca.key_pem().clone(),
+        KeyAlgorithm::Rsa3072,
     )
     .unwrap();
-    assert_eq!(reloaded.algorithm(), KeyAlgorithm::Rsa3072);
+    assert_eq!(reloaded.key_kind(), CaKey::Rsa { bits: 3072 });
 }
 
 #[test]
@@ -50,12 +56,18 @@ fn a_ca_with_the_wrong_key_or_a_leaf_posing_as_ca_is_refused() {
         CaRole::Etcd,
         f.pki.etcd_ca.cert_pem(),
         f.pki.cluster_ca.key_pem().clone(),
+        KeyAlgorithm::EcdsaP256,
     )
     .unwrap_err();
     assert!(err.to_string().contains("does not match"), "{err}");
     let leaf = &f.serving[0].apiserver;
-    let err =
-        CertAuthority::from_pem(CaRole::Cluster, &leaf.cert_pem, leaf.key_pem.clone()).unwrap_err();
+    let err = CertAuthority::from_pem(
+        CaRole::Cluster,
+        &leaf.cert_pem,
+        leaf.key_pem.clone(),
+        KeyAlgorithm::EcdsaP256,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("not a CA"), "{err}");
     assert!(!err.to_string().contains("PRIVATE"), "{err}");
 }
