@@ -24,6 +24,20 @@ pub struct Founded {
     pub created: Value,
 }
 
+/// The API's published bundle-signing keys, in `dir/keys` for the agents to trust.
+pub fn trusted_keys(stack: &Stack, dir: &Path) -> PathBuf {
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let published = http()
+        .get(&format!("{}/bootstrap/keys", stack.base))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    std::fs::write(keys.join("api.pub"), published).unwrap();
+    keys
+}
+
 /// An operator request with the stack's token.
 pub fn operator(stack: &Stack, method: &str, path: &str) -> ureq::Request {
     http()
@@ -54,15 +68,7 @@ pub fn found(stack: &Stack, dir: &Path, body: &Value) -> Founded {
         .iter()
         .map(|v| v.as_i64().unwrap())
         .collect();
-    let keys = dir.join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    let published = http()
-        .get(&format!("{}/bootstrap/keys", stack.base))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    std::fs::write(keys.join("api.pub"), published).unwrap();
+    let keys = trusted_keys(stack, dir);
     let ip_of = view(stack, cluster)["nodes"]
         .as_array()
         .unwrap()

@@ -1,0 +1,127 @@
+//! Calls to the exk8s API with the operator's token: JSON in and out, and every error body
+//! (`{"error": {"code", "message", "field"}}`) turned into a [`CliError::Api`].
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::config::Session;
+use crate::error::CliError;
+
+/// The largest answer read (a cluster list of hundreds of clusters fits many times).
+const MAX_BODY: u64 = 64 * 1024 * 1024;
+
+pub(crate) struct Api {
+    session: Session,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    pub(crate) fn new(session: Session) -> Self {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(10))
+            .timeout(Duration::from_secs(300))
+            .user_agent(concat!("exk8s-cli/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Self { session, agent }
+    }
+
+    fn request(&self, method: &str, path: &str) -> ureq::Request {
+        self.agent
+            .request(method, &format!("{}{path}", self.session.api))
+            .set(
+                "Authorization",
+                &format!("Bearer {}", self.session.token.expose()),
+            )
+    }
+
+    /// `GET path` as JSON.
+    pub(crate) fn get(&self, path: &str) -> Result<Value, CliError> {
+        let response = self.call(self.request("GET", path).call())?;
+        json(response)
+    }
+
+    /// `GET path` as text (a kubeconfig).
+    pub(crate) fn get_text(&self, path: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
+        let response = self.call(self.request("GET", path).call())?;
+        read(response).map(zeroize::Zeroizing::new)
+    }
+
+    /// `method path` with an optional JSON body and Idempotency-Key; the answer's JSON,
+    /// `Null` when it has none.
+    pub(crate) fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value, CliError> {
+        let mut request = self.request(method, path);
+        if let Some(key) = idempotency_key {
+            request = request.set("Idempotency-Key", key);
+        }
+        let sent = match body {
+            Some(body) => request.send_json(body),
+            None => request.call(),
+        };
+        let response = self.call(sent)?;
+        if response.status() == 204 {
+            return Ok(Value::Null);
+        }
+        json(response)
+    }
+
+    fn call(
+        &self,
+        result: Result<ureq::Response, ureq::Error>,
+    ) -> Result<ureq::Response, CliError> {
+        match result {
+            Ok(response) => Ok(response),
+            Err(ureq::Error::Status(status, response)) => Err(refusal(status, response)),
+            Err(ureq::Error::Transport(t)) => Err(CliError::Unreachable {
+                url: self.session.api.clone(),
+                reason: t.to_string(),
+            }),
+        }
+    }
+}
+
+fn read(response: ureq::Response) -> Result<String, CliError> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    response
+        .into_reader()
+        .take(MAX_BODY)
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::Unexpected(format!("reading the answer: {e}")))?;
+    Ok(text)
+}
+
+fn json(response: ureq::Response) -> Result<Value, CliError> {
+    let status = response.status();
+    let text = read(response)?;
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::Unexpected(format!("status {status}, not JSON: {e}")))
+}
+
+/// An error answer as the operator should read it.
+fn refusal(status: u16, response: ureq::Response) -> CliError {
+    let body = read(response).ok();
+    let error = body
+        .as_deref()
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .map(|v| v["error"].clone())
+        .filter(Value::is_object);
+    match error {
+        Some(e) => CliError::Api {
+            status,
+            field: e["field"].as_str().map(str::to_owned),
+            message: e["message"].as_str().unwrap_or("no message").to_owned(),
+        },
+        None => CliError::Api {
+            status,
+            field: None,
+            message: "the answer carried no error body".into(),
+        },
+    }
+}

@@ -1,0 +1,174 @@
+//! `exk8s kubeconfig NAME --merge`: the cluster's fresh admin kubeconfig merged into the
+//! operator's own (`$KUBECONFIG`'s first file, else `~/.kube/config`) the way `kubectl config`
+//! would keep it: entries of other clusters stay untouched, this cluster's cluster, user and
+//! context entries are replaced by name, and its context becomes the current one. The file is
+//! replaced whole (temporary file, rename) with mode 0600.
+
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use serde_yaml::{Mapping, Value};
+use zeroize::Zeroizing;
+
+use crate::error::CliError;
+
+/// The kubeconfig file `--merge` writes to.
+pub(crate) fn target() -> Result<PathBuf, CliError> {
+    if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        if let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty()) {
+            return Ok(first);
+        }
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| CliError::Config("neither KUBECONFIG nor HOME is set".into()))?;
+    Ok(PathBuf::from(home).join(".kube").join("config"))
+}
+
+fn parse(text: &str, what: &str) -> Result<Mapping, CliError> {
+    if text.trim().is_empty() {
+        return Ok(Mapping::new());
+    }
+    match serde_yaml::from_str::<Value>(text) {
+        Ok(Value::Mapping(m)) => Ok(m),
+        Ok(_) => Err(CliError::Failed(format!(
+            "{what} is not a kubeconfig (not a mapping)"
+        ))),
+        Err(e) => Err(CliError::Failed(format!("{what} is not valid YAML: {e}"))),
+    }
+}
+
+/// `existing` with `new`'s entries merged in and its context current.
+pub(crate) fn merge(existing: &str, new: &str, existing_name: &str) -> Result<String, CliError> {
+    let mut into = parse(existing, existing_name)?;
+    let from = parse(new, "the API's kubeconfig")?;
+    for key in ["apiVersion", "kind"] {
+        if !into.contains_key(key) {
+            if let Some(v) = from.get(key) {
+                into.insert(key.into(), v.clone());
+            }
+        }
+    }
+    for list in ["clusters", "users", "contexts"] {
+        let incoming = match from.get(list) {
+            Some(Value::Sequence(s)) => s.clone(),
+            _ => Vec::new(),
+        };
+        let entries = into
+            .entry(list.into())
+            .or_insert_with(|| Value::Sequence(Vec::new()));
+        let Value::Sequence(entries) = entries else {
+            return Err(CliError::Failed(format!(
+                "{existing_name}: `{list}` is not a list"
+            )));
+        };
+        for entry in incoming {
+            let name = entry.get("name").cloned();
+            match entries.iter_mut().find(|e| e.get("name") == name.as_ref()) {
+                Some(slot) => *slot = entry,
+                None => entries.push(entry),
+            }
+        }
+    }
+    if let Some(current) = from.get("current-context") {
+        into.insert("current-context".into(), current.clone());
+    }
+    serde_yaml::to_string(&Value::Mapping(into))
+        .map_err(|e| CliError::Failed(format!("encoding the merged kubeconfig: {e}")))
+}
+
+/// Merges `new` into `file` (created when missing); the context it made current.
+pub(crate) fn merge_into(file: &Path, new: &str) -> Result<String, CliError> {
+    let shown = file.display().to_string();
+    let existing = match std::fs::read_to_string(file) {
+        Ok(text) => Zeroizing::new(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Zeroizing::new(String::new()),
+        Err(e) => return Err(CliError::io(format!("reading {shown}"), e)),
+    };
+    let merged = Zeroizing::new(merge(&existing, new, &shown)?);
+    write_private(file, merged.as_bytes())?;
+    let context = parse(new, "the API's kubeconfig")?
+        .get("current-context")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    Ok(context)
+}
+
+fn write_private(file: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let shown = file.display().to_string();
+    if let Some(dir) = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::io(format!("creating {}", dir.display()), e))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| CliError::io(format!("restricting {}", dir.display()), e))?;
+    }
+    let mut temp_name = file.as_os_str().to_owned();
+    temp_name.push(".exk8s-tmp");
+    let temp = PathBuf::from(temp_name);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .and_then(|mut out| {
+            out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            out.write_all(bytes)?;
+            out.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temp, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(CliError::io(format!("writing {shown}"), e));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OTHER: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: other\n  cluster:\n    server: https://other:6443\nusers:\n- name: me\n  user:\n    token: t\ncontexts:\n- name: other\n  context:\n    cluster: other\n    user: me\ncurrent-context: other\npreferences: {}\n";
+    const NEW: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c1\n  cluster:\n    server: https://c1:6443\nusers:\n- name: exk8s-admin\n  user:\n    client-certificate-data: AA==\ncontexts:\n- name: exk8s-admin@c1\n  context:\n    cluster: c1\n    user: exk8s-admin\ncurrent-context: exk8s-admin@c1\n";
+
+    fn names(doc: &str, list: &str) -> Vec<String> {
+        let v: Value = serde_yaml::from_str(doc).unwrap_or(Value::Null);
+        v[list]
+            .as_sequence()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|e| e["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn merging_keeps_other_entries_and_replaces_this_clusters() {
+        let once = merge(OTHER, NEW, "config").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(names(&once, "clusters"), ["other", "c1"]);
+        assert_eq!(names(&once, "contexts"), ["other", "exk8s-admin@c1"]);
+        let twice = merge(&once, NEW, "config").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(names(&twice, "users"), ["me", "exk8s-admin"]);
+        let v: Value = serde_yaml::from_str(&twice).unwrap_or(Value::Null);
+        assert_eq!(v["current-context"].as_str(), Some("exk8s-admin@c1"));
+        assert!(v.get("preferences").is_some());
+    }
+
+    #[test]
+    fn a_broken_kubeconfig_is_refused_not_overwritten() {
+        let e = merge("clusters: [", NEW, "~/.kube/config")
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("not valid YAML"), "{e}");
+        let e = merge("clusters: 5\n", NEW, "~/.kube/config")
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("not a list"), "{e}");
+    }
+}

@@ -1,0 +1,145 @@
+//! `exk8s`, the operator CLI of exk8s: log in once, then found clusters and watch them come
+//! up, list, inspect, scale and delete them, and merge their kubeconfigs — each answer as a
+//! table, or as the API's JSON or YAML (`-o json|yaml`). Errors name the API's field and
+//! message; the exit status is 1 on any failure, 2 on a usage error.
+
+mod client;
+mod commands;
+mod config;
+mod error;
+mod kubeconfig;
+mod output;
+mod watch;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use output::Format;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "exk8s",
+    version,
+    about = "Found and run Kubernetes control planes with exk8s"
+)]
+struct Cli {
+    /// The API's base URL (default: the one `exk8s login` saved).
+    #[arg(long, env = "EXK8S_API", global = true)]
+    api: Option<String>,
+    /// The operator token (default: the one `exk8s login` saved; prefer EXK8S_TOKEN to this
+    /// flag, which other users of the machine can see in its process list).
+    #[arg(long, env = "EXK8S_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// How answers are shown.
+    #[arg(short, long, value_enum, default_value = "table", global = true)]
+    output: Format,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Save the API's URL and an operator token (read from stdin) in a private config file.
+    Login {
+        /// Save without checking the token against the API first.
+        #[arg(long)]
+        no_verify: bool,
+    },
+    /// Found, list, inspect and delete clusters.
+    #[command(subcommand)]
+    Clusters(Clusters),
+    /// A cluster's nodes: role, phase, generations, etcd membership.
+    Nodes { cluster: String },
+    /// A cluster's certificates, soonest expiry first.
+    Certs { cluster: String },
+    /// A fresh admin kubeconfig: printed, or merged into your kubeconfig with --merge.
+    Kubeconfig {
+        cluster: String,
+        /// Merge into $KUBECONFIG (its first file) or ~/.kube/config and make it current.
+        #[arg(long)]
+        merge: bool,
+    },
+    /// Grow or shrink a cluster's control plane (1, 3, 5 or 7 members), one member at a time.
+    Scale {
+        cluster: String,
+        #[arg(long = "control-plane")]
+        control_plane: i64,
+    },
+    /// Shell completions, e.g. `exk8s completions bash > /etc/bash_completion.d/exk8s`.
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Subcommand)]
+enum Clusters {
+    /// Every cluster of your organisation.
+    List,
+    /// One cluster, by id or name.
+    Get { cluster: String },
+    /// Found a cluster; with --wait, follow it until it is ready.
+    Create(CreateArgs),
+    /// Delete a cluster and its VMs.
+    Delete {
+        cluster: String,
+        /// Confirm: the cluster's VMs and data are destroyed.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateArgs {
+    /// Control-plane members: 1 or 3.
+    #[arg(long = "control-plane", default_value_t = 1)]
+    pub(crate) control_plane: i64,
+    /// Image id of the control-plane VMs.
+    #[arg(long)]
+    pub(crate) image: i64,
+    /// Instance type of the control-plane VMs.
+    #[arg(long = "instance-type")]
+    pub(crate) instance_type: String,
+    /// Subnet the VMs join.
+    #[arg(long)]
+    pub(crate) subnet: i64,
+    /// Zone of the VMs (default 1).
+    #[arg(long)]
+    pub(crate) zone: Option<i64>,
+    /// ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.
+    #[arg(long = "key-algorithm")]
+    pub(crate) key_algorithm: Option<String>,
+    /// One of the versions the API offers (default: its first).
+    #[arg(long = "kubernetes-version")]
+    pub(crate) kubernetes_version: Option<String>,
+    /// An OpenSSH public key file for the VMs.
+    #[arg(long = "ssh-key-file")]
+    pub(crate) ssh_key_file: Option<std::path::PathBuf>,
+    /// Give the VMs public IPv4 addresses.
+    #[arg(long = "public-ip")]
+    pub(crate) public_ip: bool,
+    /// Days every leaf certificate lasts (default 365); renewed automatically.
+    #[arg(long = "leaf-lifetime-days")]
+    pub(crate) leaf_lifetime_days: Option<i64>,
+    /// Sent as Idempotency-Key: a retry with the same key founds nothing twice.
+    #[arg(long = "idempotency-key")]
+    pub(crate) idempotency_key: Option<String>,
+    /// Follow the cluster until it is ready.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// How long --wait waits, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub(crate) timeout: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match commands::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(match e {
+                error::CliError::Usage(_) => 2,
+                _ => 1,
+            })
+        }
+    }
+}
