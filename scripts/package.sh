@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Debian packages into target/debian/: exk8s-api (release build) and exk8s-agent
-# (the static musl binary). Installs cargo-deb and dpkg-dev when missing.
+# Builds the Debian packages into target/debian/: exk8s-api (release build), exk8s-agent
+# (the static musl binary) and exk8s-cli (the operator CLI, with its shell completions).
+# Installs cargo-deb and dpkg-dev when missing.
 #
 #   scripts/package.sh            # -> target/debian/exk8s-api_<version>-1_amd64.deb, exk8s-agent_…
 set -euo pipefail
@@ -14,15 +15,21 @@ if ! have cargo-deb; then
   cargo install --locked cargo-deb --version 3.8.0
 fi
 
-log "building exk8s-api (release)"
-cargo build --locked --release -p exk8s-api
+log "building exk8s-api and exk8s (release)"
+cargo build --locked --release -p exk8s-api -p exk8s-cli
+mkdir -p target/completions
+target/release/exk8s completions bash >target/completions/exk8s.bash
+target/release/exk8s completions zsh >target/completions/_exk8s
+target/release/exk8s completions fish >target/completions/exk8s.fish
 bash scripts/build-static-agent.sh
 
 out=target/debian
 mkdir -p "$out"
-rm -f "$out"/exk8s-api_*.deb "$out"/exk8s-agent_*.deb
+rm -f "$out"/exk8s-api_*.deb "$out"/exk8s-agent_*.deb "$out"/exk8s-cli_*.deb
 log "packaging exk8s-api"
 cargo deb --locked --no-build -p exk8s-api --output "$out"
+log "packaging exk8s-cli"
+cargo deb --locked --no-build -p exk8s-cli --output "$out"
 log "packaging exk8s-agent (static, x86_64-unknown-linux-musl)"
 cargo deb --locked --no-build -p exk8s-agent --target x86_64-unknown-linux-musl --output "$out"
 ls -l "$out"/*.deb

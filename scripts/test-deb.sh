@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian package checks (run by scripts/test.sh, as root): builds both packages, runs lintian,
+# Debian package checks (run by scripts/test.sh, as root): builds the three packages, runs lintian,
 # installs them into this machine with dpkg, checks files, modes, owners, conffiles, the system
 # user and the units (systemd-analyze verify, and the API's exposure score from
 # `systemd-analyze security --offline=yes`), then removes and purges them as Debian policy says.
@@ -20,17 +20,18 @@ ensure_packages lintian:lintian
 bash scripts/package.sh
 api_deb=$(ls target/debian/exk8s-api_*.deb)
 agent_deb=$(ls target/debian/exk8s-agent_*.deb)
+cli_deb=$(ls target/debian/exk8s-cli_*.deb)
 
 log "lintian (errors fail)"
-for deb in "$api_deb" "$agent_deb"; do
+for deb in "$api_deb" "$agent_deb" "$cli_deb"; do
   lintian --fail-on error "$deb"
 done
 
 # A clean slate: an earlier run on this machine may have left them installed.
-as_root dpkg --purge exk8s-api exk8s-agent >/dev/null 2>&1 || true
+as_root dpkg --purge exk8s-api exk8s-agent exk8s-cli >/dev/null 2>&1 || true
 
-log "installing both packages with dpkg"
-as_root dpkg -i "$api_deb" "$agent_deb"
+log "installing the packages with dpkg"
+as_root dpkg -i "$api_deb" "$agent_deb" "$cli_deb"
 
 # expect PATH MODE OWNER GROUP
 expect() {
@@ -43,6 +44,12 @@ unit_dir=/usr/lib/systemd/system
 [ -e "$unit_dir/exk8s-api.service" ] || unit_dir=/lib/systemd/system
 expect /usr/bin/exk8s-api 755 root root
 expect /usr/bin/exk8s-agent 755 root root
+expect /usr/bin/exk8s 755 root root
+expect /usr/share/bash-completion/completions/exk8s 644 root root
+expect /usr/share/zsh/vendor-completions/_exk8s 644 root root
+expect /usr/share/fish/vendor_completions.d/exk8s.fish 644 root root
+grep -q "clusters" /usr/share/bash-completion/completions/exk8s || fail "empty bash completions"
+/usr/bin/exk8s --version | grep -q "^exk8s " || fail "the installed exk8s does not run"
 expect /etc/exk8s/api.env 600 root root
 expect /etc/exk8s/agent.toml 644 root root
 expect "$unit_dir/exk8s-api.service" 644 root root
@@ -104,8 +111,8 @@ expect /etc/exk8s/credentials/signing-key 600 root root
 echo "state" | as_root tee /var/lib/exk8s/marker >/dev/null
 
 log "remove: binaries and units go; state, keys and conffiles stay"
-as_root dpkg --remove exk8s-api exk8s-agent
-for gone in /usr/bin/exk8s-api /usr/bin/exk8s-agent "$unit_dir/exk8s-api.service" \
+as_root dpkg --remove exk8s-api exk8s-agent exk8s-cli
+for gone in /usr/bin/exk8s-api /usr/bin/exk8s-agent /usr/bin/exk8s "$unit_dir/exk8s-api.service" \
   "$unit_dir/exk8s-agent.service" "$unit_dir/exk8s-agent-sync.timer"; do
   [ ! -e "$gone" ] || fail "$gone is still there after remove"
 done
@@ -114,7 +121,7 @@ for kept in /var/lib/exk8s/marker /etc/exk8s/api.env /etc/exk8s/agent.toml /etc/
 done
 
 log "purge: state and conffiles go; keys an operator made stay"
-as_root dpkg --purge exk8s-api exk8s-agent
+as_root dpkg --purge exk8s-api exk8s-agent exk8s-cli
 for gone in /var/lib/exk8s /etc/exk8s/api.env /etc/exk8s/agent.toml \
   /etc/systemd/system/multi-user.target.wants/exk8s-agent.service; do
   [ ! -e "$gone" ] || fail "$gone is still there after purge"

@@ -17,6 +17,8 @@ ensure_packages openssl:openssl
 ensure_packages etcd:etcd-server etcdctl:etcd-client shellcheck:shellcheck \
   systemd-analyze:systemd python3:python3
 ensure_packages psql:postgresql-client
+# kubectl (client-go) reads the kubeconfigs the CLI merges.
+ensure_packages kubectl:kubernetes-client
 ensure_postgres
 ensure_postgres_server_binaries
 drop_test_databases

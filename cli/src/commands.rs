@@ -211,12 +211,36 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
             .map_err(|e| CliError::io(format!("reading {}", file.display()), e))?;
         body["ssh_pubkey"] = Value::from(key.trim());
     }
-    let created = api.send(
+    let brought = [
+        ("cluster", &args.cluster_ca_cert, &args.cluster_ca_key),
+        ("etcd", &args.etcd_ca_cert, &args.etcd_ca_key),
+        (
+            "front_proxy",
+            &args.front_proxy_ca_cert,
+            &args.front_proxy_ca_key,
+        ),
+    ];
+    for (role, cert, key) in brought {
+        if let (Some(cert), Some(key)) = (cert, key) {
+            let read = |file: &std::path::Path| {
+                std::fs::read_to_string(file)
+                    .map(zeroize::Zeroizing::new)
+                    .map_err(|e| CliError::io(format!("reading {}", file.display()), e))
+            };
+            let (cert, key) = (read(cert)?, read(key)?);
+            body["certificate_authorities"][role] =
+                json!({"cert_pem": cert.as_str(), "key_pem": key.as_str()});
+        }
+    }
+    let sent = api.send(
         "POST",
         "/clusters",
         Some(&body),
         args.idempotency_key.as_deref(),
-    )?;
+    );
+    // The request held CA keys when some were brought: wipe its copy.
+    zeroize_json(&mut body);
+    let created = sent?;
     let id = created["cluster_id"]
         .as_i64()
         .ok_or_else(|| CliError::Unexpected("the answer has no cluster_id".into()))?;
@@ -231,6 +255,17 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
         api.get(&format!("/clusters/{id}"))?
     };
     show(format, &view, cluster_detail)
+}
+
+/// Overwrites every string in `value` (a request that carried private keys).
+fn zeroize_json(value: &mut Value) {
+    use zeroize::Zeroize as _;
+    match value {
+        Value::String(s) => s.zeroize(),
+        Value::Array(items) => items.iter_mut().for_each(zeroize_json),
+        Value::Object(map) => map.values_mut().for_each(zeroize_json),
+        _ => {}
+    }
 }
 
 fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {

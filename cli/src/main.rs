@@ -119,6 +119,24 @@ pub(crate) struct CreateArgs {
     /// Days every leaf certificate lasts (default 365); renewed automatically.
     #[arg(long = "leaf-lifetime-days")]
     pub(crate) leaf_lifetime_days: Option<i64>,
+    /// Bring your own cluster CA: its certificate (PEM file; with --cluster-ca-key).
+    #[arg(long = "cluster-ca-cert", requires = "cluster_ca_key")]
+    pub(crate) cluster_ca_cert: Option<std::path::PathBuf>,
+    /// The cluster CA's private key (PEM file).
+    #[arg(long = "cluster-ca-key", requires = "cluster_ca_cert")]
+    pub(crate) cluster_ca_key: Option<std::path::PathBuf>,
+    /// Bring your own etcd CA: its certificate (PEM file; with --etcd-ca-key).
+    #[arg(long = "etcd-ca-cert", requires = "etcd_ca_key")]
+    pub(crate) etcd_ca_cert: Option<std::path::PathBuf>,
+    /// The etcd CA's private key (PEM file).
+    #[arg(long = "etcd-ca-key", requires = "etcd_ca_cert")]
+    pub(crate) etcd_ca_key: Option<std::path::PathBuf>,
+    /// Bring your own front-proxy CA: its certificate (PEM file; with --front-proxy-ca-key).
+    #[arg(long = "front-proxy-ca-cert", requires = "front_proxy_ca_key")]
+    pub(crate) front_proxy_ca_cert: Option<std::path::PathBuf>,
+    /// The front-proxy CA's private key (PEM file).
+    #[arg(long = "front-proxy-ca-key", requires = "front_proxy_ca_cert")]
+    pub(crate) front_proxy_ca_key: Option<std::path::PathBuf>,
     /// Sent as Idempotency-Key: a retry with the same key founds nothing twice.
     #[arg(long = "idempotency-key")]
     pub(crate) idempotency_key: Option<String>,

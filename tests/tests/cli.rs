@@ -106,6 +106,64 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     assert!(said.contains("control_plane_count"), "{said}");
     assert!(said.starts_with("error: "), "{said}");
 
+    // A brought CA that is not one: refused naming its field; half a CA is a usage error.
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-nodes", "-newkey", "rsa:2048", "-days", "30",
+        ])
+        .args([
+            "-subj",
+            "/CN=not-a-ca",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("leaf-key.pem"))
+        .arg("-out")
+        .arg(dir.join("leaf.pem"))
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let out = exk8s(dir)
+        .args([
+            "clusters",
+            "create",
+            "--image",
+            "1",
+            "--instance-type",
+            "dev.small",
+        ])
+        .args(["--subnet", "1", "--cluster-ca-cert"])
+        .arg(dir.join("leaf.pem"))
+        .arg("--cluster-ca-key")
+        .arg(dir.join("leaf-key.pem"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("certificate_authorities.cluster.cert_pem") && said.contains("not a CA"),
+        "{said}"
+    );
+    let out = exk8s(dir)
+        .args([
+            "clusters",
+            "create",
+            "--image",
+            "1",
+            "--instance-type",
+            "dev.small",
+        ])
+        .args(["--subnet", "1", "--cluster-ca-cert"])
+        .arg(dir.join("leaf.pem"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap refuses half a CA");
+
     // create --wait follows the cluster while its node boots.
     let create = exk8s(dir)
         .args([
