@@ -77,7 +77,7 @@ enum Clusters {
     /// One cluster, by id or name.
     Get { cluster: String },
     /// Found a cluster; with --wait, follow it until it is ready.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Delete a cluster and its VMs.
     Delete {
         cluster: String,
