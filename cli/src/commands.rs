@@ -117,7 +117,16 @@ fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError
 }
 
 fn cluster_table(list: &Value) -> comfy_table::Table {
-    let mut t = table(&["id", "name", "phase", "ready", "nodes", "version", "age"]);
+    let mut t = table(&[
+        "id",
+        "name",
+        "phase",
+        "ready",
+        "control plane",
+        "nodes",
+        "version",
+        "age",
+    ]);
     let now = output::now();
     for c in list.as_array().into_iter().flatten() {
         let nodes = c["nodes"].as_array().map_or(0, Vec::len);
@@ -126,8 +135,9 @@ fn cluster_table(list: &Value) -> comfy_table::Table {
             cell(&c["name"]),
             cell(&c["phase"]),
             cell(&c["ready"]),
+            format!("{}/{}", cell(&c["ready_replicas"]), cell(&c["replicas"])),
             nodes.to_string(),
-            cell(&c["kubernetes_version"]),
+            cell(&c["version"]),
             age(&c["created_at"], now),
         ]);
     }
@@ -141,8 +151,12 @@ fn cluster_detail(c: &Value) -> comfy_table::Table {
         "name",
         "phase",
         "ready",
+        "initialized",
+        "replicas",
+        "ready_replicas",
+        "up_to_date_replicas",
         "control_plane_dns_name",
-        "kubernetes_version",
+        "version",
         "key_algorithm",
         "service_cidr",
         "pod_cidr",

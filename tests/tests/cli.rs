@@ -224,6 +224,10 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     let cluster_name = shown["name"].as_str().unwrap();
     assert!(table.starts_with("ID"), "{table}");
     assert!(table.contains(cluster_name), "{table}");
+    assert!(
+        table.contains(" 1/1 "),
+        "one ready control-plane machine of one: {table}"
+    );
     let yaml = ok(&exk8s(dir)
         .args(["nodes", cluster_name, "-o", "yaml"])
         .output()

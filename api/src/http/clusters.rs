@@ -106,8 +106,19 @@ pub struct ClusterView {
     pub membership_error: Option<String>,
     /// The control plane's etcd members: how many are asked for and where each one stands.
     pub control_plane_members: MembersView,
+    /// Control-plane machines (Cluster API's `replicas`), leaving ones included.
+    pub replicas: i64,
+    /// Control-plane machines whose agent last reported healthy (`readyReplicas`).
+    pub ready_replicas: i64,
+    /// Control-plane machines running their newest generation (`upToDateReplicas`).
+    pub up_to_date_replicas: i64,
+    /// The Kubernetes version the control plane runs (`version`).
+    pub version: String,
+    /// A control-plane machine finished its boot: the control plane came up (`initialized`).
+    pub initialized: bool,
     pub created_at: i64,
-    /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`, `MachinesReady`.
+    /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`, `MachinesReady`,
+    /// `ScalingUp`, `ScalingDown`, `Deleting`.
     pub conditions: Vec<Condition>,
     /// A CA rotation in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -312,7 +323,14 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
             })
             .collect()
     };
+    let replicas = super::conditions::replicas(&nodes);
+    let deleting = super::conditions::deleting(row.phase, row.updated_at);
     Ok(ClusterView {
+        replicas: replicas.replicas,
+        ready_replicas: replicas.ready,
+        up_to_date_replicas: replicas.up_to_date,
+        version: row.kubernetes_version.clone(),
+        initialized: founded && replicas.initialized,
         id: row.id,
         name: row.name,
         phase: row.phase,
@@ -331,6 +349,7 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
             machines,
             scaling_up,
             scaling_down,
+            deleting,
         ],
         node_pools,
         control_plane_members: MembersView::of(&nodes, desired_control_plane_count),

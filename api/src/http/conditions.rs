@@ -1,7 +1,8 @@
 //! The cluster's conditions, in Cluster API v1beta2's shape: `CertificatesAvailable` (from the
 //! certificate inventory) and `MachinesReady` (every machine — control-plane nodes and pool
 //! workers not on their way out — finished booting and last reported healthy) and
-//! `ScalingUp`/`ScalingDown` (the control plane is changing to the size asked for).
+//! `ScalingUp`/`ScalingDown` (the control plane is changing to the size asked for) and
+//! `Deleting`; and the control plane's replica counts in Cluster API's sense.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -173,4 +174,77 @@ pub(super) fn scaling(
         last_transition_time: rfc3339(since),
     };
     [condition("ScalingUp", up), condition("ScalingDown", down)]
+}
+
+/// `Deleting`: true from the moment a deletion was accepted (`since`: the cluster's last change).
+pub(super) fn deleting(phase: crate::db::phase::ClusterPhase, since: i64) -> Condition {
+    let (status, reason, message) = if phase == crate::db::phase::ClusterPhase::Deleting {
+        (
+            "True",
+            "Deleting",
+            "the cluster is being deleted: its VMs, security group and DNS records are released",
+        )
+    } else {
+        ("False", "NotDeleting", "the cluster is not being deleted")
+    };
+    Condition {
+        type_: "Deleting".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: rfc3339(since),
+    }
+}
+
+/// The control plane's machines counted as Cluster API's KubeadmControlPlane counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Replicas {
+    /// Control-plane machines (leaving ones included, until they are gone).
+    pub(super) replicas: i64,
+    /// Those whose agent last reported healthy.
+    pub(super) ready: i64,
+    /// Those running their newest generation.
+    pub(super) up_to_date: i64,
+    /// One of them finished its boot: the control plane came up at least once.
+    pub(super) initialized: bool,
+}
+
+pub(super) fn replicas(nodes: &[NodeRow]) -> Replicas {
+    let control_plane: Vec<&NodeRow> = nodes
+        .iter()
+        .filter(|n| n.role == exk8s_common::contract::Role::ControlPlane)
+        .collect();
+    let count = |keep: &dyn Fn(&NodeRow) -> bool| {
+        i64::try_from(control_plane.iter().filter(|n| keep(n)).count()).unwrap_or(i64::MAX)
+    };
+    Replicas {
+        replicas: count(&|_| true),
+        ready: count(&|n| n.phase.healthy()),
+        up_to_date: count(&|n| n.up_to_date()),
+        initialized: control_plane.iter().any(|n| n.phase.completed()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::phase::ClusterPhase;
+
+    #[test]
+    fn deleting_is_true_only_while_the_cluster_is_deleted() {
+        let gone = deleting(ClusterPhase::Deleting, 1_700_000_000);
+        assert_eq!(
+            (gone.status.as_str(), gone.reason.as_str()),
+            ("True", "Deleting")
+        );
+        assert_eq!(gone.last_transition_time, "2023-11-14T22:13:20Z");
+        for phase in [
+            ClusterPhase::Provisioning,
+            ClusterPhase::Founded,
+            ClusterPhase::Compensating,
+            ClusterPhase::Failed,
+        ] {
+            assert_eq!(deleting(phase, 0).status, "False", "{phase:?}");
+        }
+    }
 }

@@ -34,6 +34,7 @@ mod renewal;
 mod replace;
 mod rotation;
 mod schema;
+mod status;
 mod supplied_ca;
 mod sync;
 mod workers;

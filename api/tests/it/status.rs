@@ -1,0 +1,67 @@
+//! A cluster's status in Cluster API's terms, on SQLite and PostgreSQL, following its nodes'
+//! reports: `replicas`, `ready_replicas`, `up_to_date_replicas`, `version`, `initialized` and
+//! the `Deleting` condition, from founding through boot and a rollout.
+
+use exk8s_common::node_auth::NodeKey;
+use serde_json::{Value, json};
+
+use crate::app::{Backend, both_backends, credentials_for, json_of, spawn_app};
+use crate::bootstrap::report;
+use crate::membership::{condition, roll, view};
+use crate::sync::register;
+
+fn counts(view: &Value) -> [i64; 3] {
+    ["replicas", "ready_replicas", "up_to_date_replicas"].map(|k| view[k].as_i64().unwrap())
+}
+
+async fn replicas_follow_the_reports_from_founding_through_a_rollout(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+
+    let founded = view(&app, cluster).await;
+    assert_eq!(
+        counts(&founded),
+        [3, 0, 0],
+        "no node fetched its bundle yet"
+    );
+    assert_eq!(founded["initialized"], false);
+    assert_eq!(founded["version"], founded["kubernetes_version"]);
+    assert!(founded["version"].as_str().unwrap().starts_with('v'));
+    let deleting = condition(&founded, "Deleting");
+    assert_eq!(deleting["status"], "False", "{deleting}");
+    assert_eq!(deleting["reason"], "NotDeleting");
+
+    let mut members = Vec::new();
+    for (booted, node) in credentials_for(&app, 7, &created)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "etcd", "started").await, 204);
+        let booting = view(&app, cluster).await;
+        assert_eq!(booting["initialized"], booted > 0, "{booted} booted");
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        let up = view(&app, cluster).await;
+        let booted = i64::try_from(booted).unwrap() + 1;
+        assert_eq!(counts(&up), [3, booted, booted]);
+        assert_eq!(up["initialized"], true);
+        members.push((node, key));
+    }
+
+    let started = app
+        .post(&format!("/clusters/{cluster}/rollout"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    assert_eq!(counts(&view(&app, cluster).await), [3, 3, 0]);
+    roll(&app, &members).await;
+    let rolled = view(&app, cluster).await;
+    assert_eq!(counts(&rolled), [3, 3, 3]);
+    assert_eq!(rolled["initialized"], true);
+}
+
+both_backends!(replicas_follow_the_reports_from_founding_through_a_rollout);
