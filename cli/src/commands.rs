@@ -10,7 +10,7 @@ use crate::client::Api;
 use crate::config::{self, Config, Session, Token};
 use crate::error::CliError;
 use crate::output::{self, Format, age, cell, line, show, table};
-use crate::{Cli, Clusters, Command, CreateArgs, kubeconfig, watch};
+use crate::{Cli, Clusters, Command, CreateArgs, day2, kubeconfig, watch};
 
 pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
     let format = cli.output;
@@ -32,6 +32,21 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     cluster,
                     control_plane,
                 } => scale(&api, &cluster, control_plane, format),
+                Command::NodePools(p) => day2::pools(&api, p, format),
+                Command::Members(m) => day2::members(&api, m),
+                Command::Rollout { cluster } => {
+                    day2::start(&api, &cluster, "rollout", None, format)
+                }
+                Command::RenewCerts { cluster } => {
+                    day2::start(&api, &cluster, "certificates/renew", None, format)
+                }
+                Command::RotateCa { cluster, ca } => day2::start(
+                    &api,
+                    &cluster,
+                    "certificates/rotate-ca",
+                    Some(json!({"ca": ca})),
+                    format,
+                ),
                 Command::Login { .. } | Command::Completions { .. } => Ok(()),
             }
         }
@@ -76,7 +91,7 @@ fn login(api: Option<String>, token: Option<String>, no_verify: bool) -> Result<
 }
 
 /// A cluster named by id or by name.
-fn resolve(api: &Api, cluster: &str) -> Result<i64, CliError> {
+pub(crate) fn resolve(api: &Api, cluster: &str) -> Result<i64, CliError> {
     if let Ok(id) = cluster.parse::<i64>() {
         return Ok(id);
     }

@@ -6,6 +6,7 @@
 mod client;
 mod commands;
 mod config;
+mod day2;
 mod error;
 mod kubeconfig;
 mod output;
@@ -65,6 +66,22 @@ enum Command {
         cluster: String,
         #[arg(long = "control-plane")]
         control_plane: i64,
+    },
+    /// Worker pools: list, get, create, scale, delete.
+    #[command(subcommand, name = "node-pools")]
+    NodePools(day2::Pools),
+    /// Control-plane members: replace or remove one.
+    #[command(subcommand)]
+    Members(day2::Members),
+    /// Give every node a new generation (re-issues every leaf), one control-plane node at a time.
+    Rollout { cluster: String },
+    /// Renew every leaf certificate now (after a suspected key leak).
+    RenewCerts { cluster: String },
+    /// Replace one of the cluster's CAs in three phases, no client ever cut off.
+    RotateCa {
+        cluster: String,
+        #[arg(long, value_parser = ["cluster", "etcd", "front-proxy"])]
+        ca: String,
     },
     /// Shell completions, e.g. `exk8s completions bash > /etc/bash_completion.d/exk8s`.
     Completions { shell: clap_complete::Shell },

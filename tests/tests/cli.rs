@@ -274,6 +274,55 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
+    // Day 2: a worker pool, a rollout, and a refusal for removing the last member.
+    let pool: Value = serde_json::from_str(&ok(&exk8s(dir)
+        .args([
+            "node-pools",
+            "create",
+            cluster_name,
+            "--name",
+            "blue",
+            "--count",
+            "1",
+        ])
+        .args([
+            "--instance-type",
+            "dev.small",
+            "--image",
+            "1",
+            "--subnet",
+            "1",
+        ])
+        .args(["--label", "node.kubernetes.io/pool=blue"])
+        .args(["--taint", "dedicated=blue:NoSchedule", "-o", "json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(pool["name"], "blue", "{pool}");
+    assert_eq!(pool["taints"][0]["effect"], "NoSchedule", "{pool}");
+    let pools = ok(&exk8s(dir)
+        .args(["node-pools", "list", cluster_name])
+        .output()
+        .unwrap());
+    assert!(pools.contains("blue"), "{pools}");
+    ok(&exk8s(dir)
+        .args(["node-pools", "delete", cluster_name, "blue", "--yes"])
+        .output()
+        .unwrap());
+    let rollout: Value = serde_json::from_str(&ok(&exk8s(dir)
+        .args(["rollout", cluster_name, "-o", "json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(rollout["nodes"][0]["vm_id"].as_i64(), Some(vm), "{rollout}");
+    let out = exk8s(dir)
+        .args(["members", "remove", cluster_name, &vm.to_string(), "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("409"), "{said}");
+
     // delete asks for --yes, then deletes.
     let out = exk8s(dir)
         .args(["clusters", "delete", cluster_name])
