@@ -41,6 +41,26 @@ impl Api {
         json(response)
     }
 
+    /// Every page of a paged list (`GET path`, then each `Link: <…>; rel="next"`), joined.
+    pub(crate) fn get_all(&self, path: &str) -> Result<Value, CliError> {
+        let mut all = Vec::new();
+        let mut next = Some(path.to_owned());
+        while let Some(path) = next.take() {
+            let response = self.call(self.request("GET", &path).call())?;
+            next = response.header("link").and_then(next_page);
+            match json(response)? {
+                Value::Array(items) => all.extend(items),
+                other => {
+                    return Err(CliError::Unexpected(format!(
+                        "a list was expected from {path}, got {}",
+                        other.to_string().chars().take(80).collect::<String>()
+                    )));
+                }
+            }
+        }
+        Ok(Value::Array(all))
+    }
+
     /// `GET path` as text (a kubeconfig).
     pub(crate) fn get_text(&self, path: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
         let response = self.call(self.request("GET", path).call())?;
@@ -86,6 +106,23 @@ impl Api {
     }
 }
 
+/// The path of a `Link` header's `rel="next"` target.
+fn next_page(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (target, params) = part.trim().split_once(';')?;
+        params
+            .split(';')
+            .any(|p| p.trim() == "rel=\"next\"")
+            .then(|| {
+                target
+                    .trim()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_owned()
+            })
+    })
+}
+
 fn read(response: ureq::Response) -> Result<String, CliError> {
     use std::io::Read as _;
     let mut text = String::new();
@@ -123,5 +160,23 @@ fn refusal(status: u16, response: ureq::Response) -> CliError {
             field: None,
             message: "the answer carried no error body".into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_page;
+
+    #[test]
+    fn the_next_page_is_read_from_a_link_header() {
+        assert_eq!(
+            next_page("</clusters?limit=2&cursor=c2>; rel=\"next\"").as_deref(),
+            Some("/clusters?limit=2&cursor=c2")
+        );
+        assert_eq!(
+            next_page("</a>; rel=\"prev\", </b>; rel=\"next\"").as_deref(),
+            Some("/b")
+        );
+        assert_eq!(next_page("</a>; rel=\"prev\""), None);
     }
 }

@@ -95,7 +95,7 @@ pub(crate) fn resolve(api: &Api, cluster: &str) -> Result<i64, CliError> {
     if let Ok(id) = cluster.parse::<i64>() {
         return Ok(id);
     }
-    let list = api.get("/clusters")?;
+    let list = api.get_all("/clusters")?;
     list.as_array()
         .into_iter()
         .flatten()
@@ -107,7 +107,7 @@ pub(crate) fn resolve(api: &Api, cluster: &str) -> Result<i64, CliError> {
 fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError> {
     match command {
         Clusters::List => {
-            let list = api.get("/clusters")?;
+            let list = api.get_all("/clusters")?;
             show(format, &list, cluster_table)
         }
         Clusters::Get { cluster } => {

@@ -279,14 +279,20 @@ pub async fn get_by_id<'c>(
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
-pub async fn list<'c>(
+/// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
+/// `GET /clusters`; the `(org_id, id)` index serves it without a sort).
+pub async fn list_page<'c>(
     db: impl Executor<'c, Database = Any>,
     org_id: i64,
+    after: i64,
+    limit: i64,
 ) -> Result<Vec<ClusterRow>, DbError> {
     let rows = sqlx::query(&format!(
-        "SELECT {COLUMNS} FROM clusters WHERE org_id = $1 ORDER BY id"
+        "SELECT {COLUMNS} FROM clusters WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     ))
     .bind(org_id)
+    .bind(after)
+    .bind(limit)
     .fetch_all(db)
     .await?;
     Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)

@@ -379,18 +379,46 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
     })
 }
 
-/// The org's clusters.
-#[utoipa::path(get, path = "/clusters", responses((status = 200, body = Vec<ClusterView>), (status = 401, body = ErrorBody)), security(("operator_token" = [])))]
+/// The org's clusters, a page at a time (`limit` ≤ 500, default 500); a fuller list says so
+/// with `Link: <…>; rel="next"`.
+#[utoipa::path(
+    get, path = "/clusters",
+    params(
+        ("limit" = Option<i64>, Query, description = "rows per page, 1–500 (default 500)"),
+        ("cursor" = Option<String>, Query, description = "from the previous page's Link header"),
+    ),
+    responses(
+        (status = 200, body = Vec<ClusterView>, headers(("Link" = String, description = "the next page, when there is one"))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    ),
+    security(("operator_token" = [])),
+)]
 pub async fn list_clusters(
     State(state): State<AppState>,
     operator: Operator,
-) -> Result<Json<Vec<ClusterView>>, ApiError> {
-    let rows = db::clusters::list(&state.db.pool, operator.org_id).await?;
+    axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let page = super::paging::parse(&params)?;
+    let mut rows =
+        db::clusters::list_page(&state.db.pool, operator.org_id, page.after, page.limit + 1)
+            .await?;
+    let more = i64::try_from(rows.len()).unwrap_or(i64::MAX) > page.limit;
+    rows.truncate(usize::try_from(page.limit).unwrap_or(usize::MAX));
+    let next = more
+        .then(|| {
+            rows.last()
+                .map(|r| super::paging::next_link("/clusters", page, r.id))
+        })
+        .flatten();
     let mut views = Vec::with_capacity(rows.len());
     for row in rows {
         views.push(view(&state, row).await?);
     }
-    Ok(Json(views))
+    let mut response = Json(views).into_response();
+    if let Some(link) = next.and_then(|l| header::HeaderValue::from_str(&l).ok()) {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    Ok(response)
 }
 
 async fn owned(

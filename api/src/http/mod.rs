@@ -12,6 +12,7 @@ pub mod health;
 mod idempotent;
 pub mod membership;
 pub mod nodes;
+pub mod paging;
 pub mod pools;
 pub mod server;
 

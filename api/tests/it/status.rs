@@ -65,3 +65,59 @@ async fn replicas_follow_the_reports_from_founding_through_a_rollout(backend: Ba
 }
 
 both_backends!(replicas_follow_the_reports_from_founding_through_a_rollout);
+
+async fn the_cluster_list_comes_in_pages(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut made = Vec::new();
+    for _ in 0..5 {
+        let created = json_of(app.found(1, json!({"control_plane_image_id": 42})).await).await;
+        made.push(created["cluster_id"].as_i64().unwrap());
+    }
+    let mut seen = Vec::new();
+    let mut path = "/clusters?limit=2".to_owned();
+    let mut pages = 0;
+    loop {
+        let page = app.get(&path).send().await.unwrap();
+        assert_eq!(page.status(), 200);
+        let next = page
+            .headers()
+            .get("link")
+            .map(|l| l.to_str().unwrap().to_owned());
+        let rows = json_of(page).await;
+        let ids: Vec<i64> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_i64().unwrap())
+            .collect();
+        assert!(ids.len() <= 2, "{ids:?}");
+        seen.extend(ids);
+        pages += 1;
+        let Some(link) = next else { break };
+        assert!(link.ends_with(">; rel=\"next\""), "{link}");
+        path = link
+            .trim_start_matches('<')
+            .split('>')
+            .next()
+            .unwrap()
+            .to_owned();
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen, made, "every cluster once, in id order");
+    let all = app.get("/clusters").send().await.unwrap();
+    assert!(all.headers().get("link").is_none(), "one page holds five");
+    assert_eq!(json_of(all).await.as_array().unwrap().len(), 5);
+
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("cursor=2", "cursor"),
+        ("page=2", "page"),
+    ] {
+        let refused = app.get(&format!("/clusters?{query}")).send().await.unwrap();
+        assert_eq!(refused.status(), 400, "{query}");
+        assert_eq!(json_of(refused).await["error"]["field"], field, "{query}");
+    }
+}
+
+both_backends!(the_cluster_list_comes_in_pages);
