@@ -108,6 +108,8 @@ pub struct AppState {
     pub cpu: crate::cpu::CpuPool,
     /// What certificate lifetimes are made and judged by (a manual clock in tests).
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// Clusters' opened trust, kept between bundle requests.
+    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
 }
 
 /// The bootstrap routes' rate limiters: every request is charged to its source address; only

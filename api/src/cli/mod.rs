@@ -221,6 +221,9 @@ fn build_state(
         draining: Arc::new(AtomicBool::new(false)),
         cpu: crate::cpu::CpuPool::per_core(),
         clock: Arc::new(crate::clock::SystemClock),
+        issuers: Arc::new(crate::issuance::issuers::IssuerCache::new(
+            crate::issuance::issuers::DEFAULT_CAPACITY,
+        )),
     }
 }
 

@@ -79,7 +79,10 @@ pub struct Cluster {
 
 /// Opens `cluster`'s PKI and secrets-encryption key and checks its stored facts.
 pub fn cluster(state: &AppState, cluster: &ClusterRow) -> Result<Cluster, IssuanceError> {
-    let pki = trust::open(&state.keks, cluster).map_err(IssuanceError::internal)?;
+    let pki = state
+        .issuers
+        .open(&state.keks, cluster)
+        .map_err(IssuanceError::internal)?;
     let encryption_key =
         trust::open_encryption_key(&state.keks, cluster).map_err(IssuanceError::internal)?;
     let network = ClusterNetwork::new(

@@ -7,6 +7,7 @@
 //! which check failed, the audit row and the log say.
 
 pub mod auth;
+pub mod issuers;
 pub mod load;
 pub mod report;
 pub mod signed;

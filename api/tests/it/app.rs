@@ -159,6 +159,9 @@ pub async fn spawn_clocked(
         cpu: exk8s_api::cpu::CpuPool::per_core(),
         limits: Arc::new(exk8s_api::app::BootstrapLimits::new(&config)),
         clock,
+        issuers: Arc::new(exk8s_api::issuance::issuers::IssuerCache::new(
+            exk8s_api::issuance::issuers::DEFAULT_CAPACITY,
+        )),
     };
     let app = Application::build(state.clone(), "127.0.0.1:0")
         .await

@@ -18,6 +18,7 @@ mod disk_full;
 mod etcd_cluster;
 mod founding;
 mod helpers;
+mod issuers;
 mod member_crash;
 mod membership;
 mod membership_down;
