@@ -54,6 +54,7 @@ if [ "$what" = all ] || [ "$what" = agent ]; then
   for _ in $(seq 100); do curl -sf "$base/healthz" >/dev/null && break; sleep 0.1; done
   token=$(cat "$work/dev/operator.token")
   curl -sf -X POST "$base/clusters" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -H 'Prefer: wait=300' \
     -d '{"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "bench", "subnet_id": 1}' >/dev/null
   imds=$(curl -sf "$base/sim/imds/101/token")
   access=$(curl -sf -H "X-exc-imds-token: $imds" "$base/sim/imds/101/latest/identity/access-token" | jq -r .access_token)

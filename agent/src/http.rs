@@ -75,6 +75,70 @@ pub fn mutual_tls(
     Ok(Arc::new(config))
 }
 
+/// TLS to a control-plane component's own port on loopback, whose serving certificate it
+/// signed itself at start: the chain is not checked (as the kubelet's probe does not check it),
+/// the handshake's signatures are. Use only for `https://127.0.0.1:<port>/healthz`.
+pub fn loopback_tls() -> Result<Arc<ClientConfig>, AgentError> {
+    let provider = provider();
+    let verifier = Arc::new(SelfSignedLoopback(Arc::clone(&provider)));
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error("TLS", e))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Accepts any server certificate chain; see [`loopback_tls`].
+#[derive(Debug)]
+struct SelfSignedLoopback(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for SelfSignedLoopback {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 /// A blocking HTTP agent: no redirects (credentials never follow one), per-request timeout
 /// covering the whole exchange including the body.
 pub fn agent(tls: Arc<ClientConfig>, request_timeout: Duration) -> ureq::Agent {

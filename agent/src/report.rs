@@ -1,13 +1,18 @@
 //! Phase reports to the API: during the first boot to `POST /bootstrap/control-plane/{vm_id}/status`
 //! (bootstrap token), afterwards to `POST /nodes/{vm_id}/status` (signed with the node key).
+//! Each report carries the components' health the run's probes saw so far.
 //! Progress reports are best effort: one attempt, a failure logged and forgotten. The outcome
 //! (`complete` or `sync`, succeeded or failed) is what the API's rollout waits for, so it is
 //! retried on rate limits, server errors and network faults for up to a minute; it still never
 //! aborts the work (the next sync says it again).
 
 pub use exk8s_common::contract::ReportState as State;
-use exk8s_common::contract::{BootPhase, IMDS_TOKEN_HEADER, MAX_REPORT_MESSAGE_CHARS, PhaseReport};
+use exk8s_common::contract::{
+    BootPhase, Component, ComponentHealth, IMDS_TOKEN_HEADER, MAX_REPORT_MESSAGE_CHARS, PhaseReport,
+};
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::http::{Attempt, classify, retry};
@@ -32,25 +37,36 @@ pub enum Target<'a> {
     Node(&'a NodeApi<'a>),
 }
 
-/// Sends phase reports for one VM, naming the generation being applied once it is known.
+/// Sends phase reports for one VM, naming the generation being applied once it is known and
+/// every component health seen so far.
 pub struct Reporter<'a> {
     pub target: Target<'a>,
     pub generation: Option<u64>,
+    /// Components' health as this run's probes saw them; each report carries them.
+    seen: RefCell<BTreeMap<Component, ComponentHealth>>,
 }
 
 impl<'a> Reporter<'a> {
     pub fn none() -> Self {
-        Reporter {
-            target: Target::None,
-            generation: None,
-        }
+        Self::to(Target::None)
     }
 
     pub fn to(target: Target<'a>) -> Self {
         Reporter {
             target,
             generation: None,
+            seen: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// Records what a probe saw of a component; the next reports carry it.
+    pub fn saw(&self, health: ComponentHealth) {
+        self.seen.borrow_mut().insert(health.component, health);
+    }
+
+    /// The components' health seen so far.
+    pub fn seen(&self) -> Vec<ComponentHealth> {
+        self.seen.borrow().values().cloned().collect()
     }
 
     /// The same target, reporting `generation` from now on.
@@ -84,6 +100,7 @@ impl<'a> Reporter<'a> {
             state,
             message: message.chars().take(MAX_REPORT_MESSAGE_CHARS).collect(),
             generation: self.generation,
+            components: self.seen.borrow().values().cloned().collect(),
         };
         let attempt = || match &self.target {
             Target::None => Attempt::Done(()),

@@ -50,6 +50,12 @@ pub struct State {
     /// A sync reported this node's etcd unhealthy; the next healthy check says it recovered.
     #[serde(default)]
     pub reported_unhealthy: bool,
+    /// How `sync` probes the node's other components between updates (from the applied plans).
+    #[serde(default)]
+    pub component_checks: Vec<crate::apply::components::Check>,
+    /// The components' health last reported: a sync reports again when it differs.
+    #[serde(default)]
+    pub reported_components: Vec<exk8s_common::contract::ComponentHealth>,
 }
 
 /// Where a control-plane node's etcd answers `/health`, and the client identity to ask with.

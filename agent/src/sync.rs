@@ -3,7 +3,8 @@
 //!
 //! 1. instance metadata gives the VM id and a session token (no bootstrap token: after the
 //!    first bundle the node proves itself with its own key, [`crate::nodekey`]);
-//! 2. `GET /nodes/{vm}/generation`; nothing to do when the applied generation is current;
+//! 2. `GET /nodes/{vm}/generation`; when the applied generation is current, probe the node's
+//!    components once and report what changed since the last report;
 //! 3. `GET /nodes/{vm}/bundle`: the update bundle, or "wait" while the rollout updates another
 //!    control-plane node (the next sync asks again);
 //! 4. every check `verify` makes, plus: kind `update`, the echoed nonce, a serial above the
@@ -14,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use exk8s_common::contract::{BootPhase, BundleKind};
+use exk8s_common::contract::{BootPhase, BundleKind, Component, ComponentHealth};
 use exk8s_common::{Disposition, Expected, verify};
 
 use crate::apply::Options;
@@ -82,7 +83,7 @@ pub fn sync(
                 );
         }
         log_info!("generation {applied} is applied and current");
-        return check_etcd(&node, net, root, &root_dir, state, applied);
+        return check_components(&node, net, root, &root_dir, state, applied);
     }
     log_info!(
         "generation {} is wanted (applied: {applied}); asking for it",
@@ -163,9 +164,11 @@ pub fn sync(
     )
 }
 
-/// Between updates a control-plane node says when its etcd stops answering healthy (the API
-/// then counts it out, e.g. replaces it by removing it first) and when it recovers.
-fn check_etcd(
+/// Between updates the node probes its components once. A control-plane node whose etcd stops
+/// answering reports the sync failed (the API then counts it out, e.g. replaces it by removing
+/// it first) and says when it recovers; any other change in what the probes see is reported
+/// with the sync succeeded, so each component's condition follows.
+fn check_components(
     node: &NodeApi<'_>,
     net: &NetConfig,
     root: Option<&Path>,
@@ -173,32 +176,60 @@ fn check_etcd(
     mut state: State,
     applied: u64,
 ) -> Result<(), AgentError> {
-    let Some(health) = state.etcd_health.clone() else {
+    let request_timeout = Duration::from_secs(net.request_timeout_secs);
+    let mut seen =
+        crate::apply::check_components(root, root_dir, &state.component_checks, request_timeout);
+    let etcd = state
+        .etcd_health
+        .clone()
+        .map(|health| crate::apply::check_etcd(root, root_dir, &health, request_timeout));
+    if let Some(result) = &etcd {
+        let result = result.as_ref().map(|_| ()).map_err(|e| chain(e));
+        seen.push(crate::apply::components::health(Component::Etcd, result));
+    }
+    // What was last reported, with what these probes saw in place of it (a component no
+    // probe checks keeps its last report).
+    let mut merged: std::collections::BTreeMap<Component, ComponentHealth> = state
+        .reported_components
+        .iter()
+        .map(|h| (h.component, h.clone()))
+        .collect();
+    merged.extend(seen.iter().map(|h| (h.component, h.clone())));
+    let seen: Vec<ComponentHealth> = merged.into_values().collect();
+    let etcd_failed = matches!(etcd, Some(Err(_)));
+    let recovered = state.reported_unhealthy && !etcd_failed;
+    if seen == state.reported_components && !etcd_failed && !recovered {
+        log_info!("every component is as last reported; nothing to do");
         return Ok(());
-    };
+    }
     let reporter = Reporter::to(Target::Node(node)).with_generation(applied);
-    let checked = crate::apply::check_etcd(
-        root,
-        root_dir,
-        &health,
-        Duration::from_secs(net.request_timeout_secs),
-    );
-    match checked {
-        Ok(()) => {
-            if state.reported_unhealthy {
-                reporter.outcome(BootPhase::Sync, Phase::Succeeded, "etcd is healthy again");
-                state.reported_unhealthy = false;
-                state.save(root_dir)?;
-            }
-            log_info!("etcd is healthy; nothing to do");
-            Ok(())
-        }
-        Err(e) => {
+    for health in &seen {
+        reporter.saw(health.clone());
+    }
+    let unhealthy: Vec<&str> = seen
+        .iter()
+        .filter(|h| !h.healthy)
+        .map(|h| h.component.as_str())
+        .collect();
+    state.reported_unhealthy = etcd_failed;
+    state.reported_components = seen;
+    state.save(root_dir)?;
+    match etcd {
+        Some(Err(e)) => {
             let why = format!("etcd on this node is not healthy: {}", chain(&e));
             reporter.outcome(BootPhase::Sync, Phase::Failed, &why);
-            state.reported_unhealthy = true;
-            state.save(root_dir)?;
             Err(e)
+        }
+        _ => {
+            let message = if recovered {
+                "etcd is healthy again".to_owned()
+            } else if unhealthy.is_empty() {
+                "every component is healthy".to_owned()
+            } else {
+                format!("unhealthy: {}", unhealthy.join(", "))
+            };
+            reporter.outcome(BootPhase::Sync, Phase::Succeeded, &message);
+            Ok(())
         }
     }
 }

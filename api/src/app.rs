@@ -39,6 +39,14 @@ pub struct ApiConfig {
     pub node_drain_timeout: Duration,
     /// How long a new control-plane member may take to join before it is released.
     pub member_join_timeout: Duration,
+    /// Bundle requests that may wait per core for the CPU pool, at most; beyond them (or when
+    /// the waiting work would outlast the bootstrap deadline) one is refused at once (503,
+    /// `Retry-After`).
+    pub cpu_queue_per_core: usize,
+    /// Foundings run at once in the background.
+    pub founding_workers: usize,
+    /// Foundings accepted at once (running or waiting); beyond it `POST /clusters` is 503.
+    pub founding_queue: usize,
     /// How long `/healthz` answers 418 before the server stops accepting.
     pub drain: Duration,
     /// Bundle lifetime.
@@ -72,6 +80,9 @@ impl Default for ApiConfig {
             reconcile_interval: Duration::from_secs(60),
             node_drain_timeout: Duration::from_secs(600),
             member_join_timeout: Duration::from_secs(1800),
+            cpu_queue_per_core: crate::cpu::CpuPool::QUEUE_PER_SLOT,
+            founding_workers: crate::founding::queue::Founders::DEFAULT_WORKERS,
+            founding_queue: crate::founding::queue::Founders::DEFAULT_ADMITTED,
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
             bootstrap_deadline: Duration::from_secs(10),
@@ -110,6 +121,8 @@ pub struct AppState {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Clusters' opened trust, kept between bundle requests.
     pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    /// Where foundings run after `POST /clusters` answered.
+    pub founders: crate::founding::queue::Founders,
 }
 
 /// The bootstrap routes' rate limiters: every request is charged to its source address; only

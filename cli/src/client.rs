@@ -11,6 +11,9 @@ use crate::error::CliError;
 /// The largest answer read (a cluster list of hundreds of clusters fits many times).
 const MAX_BODY: u64 = 64 * 1024 * 1024;
 
+/// How long one event stream is read before it is reopened where it stopped.
+const STREAM_FOR: Duration = Duration::from_secs(600);
+
 pub(crate) struct Api {
     session: Session,
     agent: ureq::Agent,
@@ -65,6 +68,24 @@ impl Api {
     pub(crate) fn get_text(&self, path: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
         let response = self.call(self.request("GET", path).call())?;
         read(response).map(zeroize::Zeroizing::new)
+    }
+
+    /// `GET path` as a Server-Sent Event stream, resumed after `last_event_id`: its body, read
+    /// as it arrives (a stream lives at most `STREAM_FOR`; the caller resumes it).
+    pub(crate) fn events(
+        &self,
+        path: &str,
+        last_event_id: Option<i64>,
+    ) -> Result<Box<dyn std::io::Read + Send + Sync>, CliError> {
+        let mut request = self
+            .request("GET", path)
+            .timeout(STREAM_FOR)
+            .set("Accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.set("Last-Event-ID", &id.to_string());
+        }
+        let response = self.call(request.call())?;
+        Ok(response.into_reader())
     }
 
     /// `method path` with an optional JSON body and Idempotency-Key; the answer's JSON,

@@ -219,6 +219,7 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
         "allocate_public_ipv4": args.public_ip,
     });
     let optional = [
+        ("name", args.name.clone().map(Value::from)),
         ("zone_id", args.zone.map(Value::from)),
         ("key_algorithm", args.key_algorithm.clone().map(Value::from)),
         (
@@ -269,15 +270,17 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
     );
     // The request held CA keys when some were brought: wipe its copy.
     zeroize_json(&mut body);
-    let created = sent?;
-    let id = created["cluster_id"]
+    let accepted = sent?;
+    // 202: the cluster, founding in the background (`id`); 201 (a founding that ended within
+    // a preferred wait): `cluster_id`.
+    let id = accepted["id"]
         .as_i64()
-        .ok_or_else(|| CliError::Unexpected("the answer has no cluster_id".into()))?;
+        .or_else(|| accepted["cluster_id"].as_i64())
+        .ok_or_else(|| CliError::Unexpected("the answer names no cluster id".into()))?;
     eprintln!(
-        "cluster {} ({id}) founded; its VMs boot and their agents report",
-        created["name"].as_str().unwrap_or("?")
+        "cluster {} ({id}) accepted; it is being founded, then its VMs boot and their agents report",
+        accepted["name"].as_str().unwrap_or("?")
     );
-    // The answer carries a kubeconfig: never shown here (`exk8s kubeconfig` fetches one).
     let view = if args.wait {
         watch::until_ready(api, id, Duration::from_secs(args.timeout))?
     } else {

@@ -106,6 +106,9 @@ enum Clusters {
 
 #[derive(Debug, Args)]
 pub(crate) struct CreateArgs {
+    /// The cluster's name (a-z, 0-9, '-'; starting with a letter); without one the API names
+    /// it `exk8s-<org>-<id>`. Other commands take the name or the id.
+    pub(crate) name: Option<String>,
     /// Control-plane members: 1 or 3.
     #[arg(long = "control-plane", default_value_t = 1)]
     pub(crate) control_plane: i64,

@@ -1,9 +1,10 @@
 //! `exk8s clusters create --wait`: follows the cluster until it is ready, a line (or, on a
 //! terminal, a progress bar) per node showing the phase its agent last reported, and stops
-//! with the reason when founding fails or the time is up. It polls `GET /clusters/{id}`.
+//! with the reason when founding fails or the time is up. It reads the cluster's event stream
+//! (`GET /clusters/{id}/events`), reopened after its last event when it drops.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal as _;
+use std::io::{BufRead as _, IsTerminal as _};
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -11,9 +12,6 @@ use serde_json::Value;
 
 use crate::client::Api;
 use crate::error::CliError;
-
-/// How often the cluster is read.
-const EVERY: Duration = Duration::from_secs(2);
 
 /// The boot phases an agent reports, in order: a node's bar moves along them.
 const PHASES: [&str; 9] = [
@@ -109,59 +107,201 @@ fn changed(seen: &mut BTreeMap<String, String>, what: &str, now: String) {
     }
 }
 
-/// Waits until cluster `id` is ready; its last view.
+/// Waits until cluster `id` is ready, following its event stream (resumed with its last event
+/// id when it drops); its last view.
 pub(crate) fn until_ready(api: &Api, id: i64, timeout: Duration) -> Result<Value, CliError> {
-    let start = Instant::now();
     let mut display = Display::new();
-    let result = loop {
-        let view = api.get(&format!("/clusters/{id}"))?;
-        let phase = view["phase"].as_str().unwrap_or("unknown").to_owned();
-        let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
-        let done = nodes
-            .iter()
-            .filter(|n| position(n["phase"].as_str().unwrap_or("")) == PHASES.len() as u64)
-            .count();
-        display.cluster(format!(
-            "cluster {}: {phase}, {done}/{} nodes up",
-            view["name"].as_str().unwrap_or("?"),
-            nodes.len()
-        ));
-        for node in &nodes {
-            display.node(
-                node["name"].as_str().unwrap_or("?"),
-                node["phase"].as_str().unwrap_or("pending"),
-            );
-        }
-        if view["ready"] == true {
-            break Ok(view);
-        }
-        if matches!(phase.as_str(), "failed" | "compensating" | "deleting") {
-            let why = view["error_message"]
-                .as_str()
-                .or(view["error_reason"].as_str())
-                .unwrap_or("no reason recorded");
-            break Err(CliError::Failed(format!("cluster {id} is {phase}: {why}")));
-        }
-        if let Some(failed) = nodes
-            .iter()
-            .find(|n| n["phase"].as_str().is_some_and(|p| p.ends_with(":failed")))
-        {
-            break Err(CliError::Failed(format!(
-                "node {} reported {}; `exk8s nodes {id}` shows every node",
-                failed["name"].as_str().unwrap_or("?"),
-                failed["phase"].as_str().unwrap_or("?")
-            )));
-        }
-        if start.elapsed() >= timeout {
-            break Err(CliError::Failed(format!(
-                "cluster {id} was not ready after {}s (phase {phase}, {done}/{} nodes up); \
-                 it goes on in the background: `exk8s clusters get {id}`",
-                timeout.as_secs(),
-                nodes.len()
-            )));
-        }
-        std::thread::sleep(EVERY);
+    let mut follow = Follow {
+        api,
+        id,
+        deadline: Instant::now() + timeout,
+        timeout,
+        name: String::new(),
+        names: BTreeMap::new(),
+        phases: BTreeMap::new(),
+        phase: "provisioning".into(),
+        last: None,
     };
+    follow.learn_names()?;
+    let result = follow.run(&mut display);
     display.finish();
     result
+}
+
+/// One Server-Sent Event as read: its id, type and data.
+#[derive(Debug, Default)]
+struct Sse {
+    id: Option<i64>,
+    kind: String,
+    data: String,
+}
+
+/// Times a dropped stream is reopened in a row before giving up.
+const REOPENS: u32 = 5;
+
+struct Follow<'a> {
+    api: &'a Api,
+    id: i64,
+    deadline: Instant,
+    timeout: Duration,
+    name: String,
+    /// Node names by VM id, from the cluster's view.
+    names: BTreeMap<i64, String>,
+    /// Each node's last phase, by VM id.
+    phases: BTreeMap<i64, String>,
+    phase: String,
+    last: Option<i64>,
+}
+
+impl Follow<'_> {
+    fn run(&mut self, display: &mut Display) -> Result<Value, CliError> {
+        let path = format!("/clusters/{}/events", self.id);
+        let mut reopened = 0;
+        loop {
+            let body = match self.api.events(&path, self.last) {
+                Ok(body) => body,
+                Err(e @ CliError::Unreachable { .. }) if reopened < REOPENS => {
+                    reopened += 1;
+                    eprintln!("the event stream is out of reach ({e}); retrying");
+                    std::thread::sleep(Duration::from_secs(2));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut event = Sse::default();
+            for line in std::io::BufReader::new(body).lines() {
+                self.check_time()?;
+                let Ok(line) = line else { break };
+                if line.is_empty() {
+                    let done = self.apply(std::mem::take(&mut event), display)?;
+                    if let Some(view) = done {
+                        return Ok(view);
+                    }
+                    reopened = 0;
+                    continue;
+                }
+                let (field, value) = line.split_once(':').unwrap_or((line.as_str(), ""));
+                let value = value.strip_prefix(' ').unwrap_or(value);
+                match field {
+                    "id" => event.id = value.parse().ok(),
+                    "event" => event.kind = value.to_owned(),
+                    "data" => event.data.push_str(value),
+                    _ => {}
+                }
+            }
+            self.check_time()?;
+            reopened += 1;
+            if reopened > REOPENS {
+                return Err(CliError::Failed(format!(
+                    "the event stream of cluster {} keeps dropping; `exk8s clusters get {}` \
+                     shows where it stands",
+                    self.id, self.id
+                )));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn check_time(&self) -> Result<(), CliError> {
+        if Instant::now() < self.deadline {
+            return Ok(());
+        }
+        let up = self
+            .phases
+            .values()
+            .filter(|p| position(p) == PHASES.len() as u64);
+        Err(CliError::Failed(format!(
+            "cluster {} was not ready after {}s (phase {}, {}/{} nodes up); it goes on in the \
+             background: `exk8s clusters get {}`",
+            self.id,
+            self.timeout.as_secs(),
+            self.phase,
+            up.count(),
+            self.phases.len(),
+            self.id
+        )))
+    }
+
+    /// The cluster's name and its nodes' names.
+    fn learn_names(&mut self) -> Result<(), CliError> {
+        let view = self.api.get(&format!("/clusters/{}", self.id))?;
+        self.name = view["name"].as_str().unwrap_or("?").to_owned();
+        for node in view["nodes"].as_array().into_iter().flatten() {
+            if let (Some(vm), Some(name)) = (node["vm_id"].as_i64(), node["name"].as_str()) {
+                self.names.insert(vm, name.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// Shows one event; the cluster's view once it is ready, an error when it failed.
+    fn apply(&mut self, event: Sse, display: &mut Display) -> Result<Option<Value>, CliError> {
+        if event.data.is_empty() {
+            return Ok(None);
+        }
+        if event.id.is_some() {
+            self.last = event.id;
+        }
+        let data: Value = serde_json::from_str(&event.data)
+            .map_err(|e| CliError::Unexpected(format!("an event the CLI cannot read ({e})")))?;
+        let text = |key: &str| data[key].as_str().unwrap_or("").to_owned();
+        match event.kind.as_str() {
+            "cluster" => {
+                self.phase = text("phase");
+                if matches!(self.phase.as_str(), "failed" | "compensating" | "deleting") {
+                    let why = [text("message"), text("error_reason")]
+                        .into_iter()
+                        .find(|t| !t.is_empty())
+                        .unwrap_or_else(|| "no reason recorded".into());
+                    return Err(CliError::Failed(format!(
+                        "cluster {} is {}: {why}",
+                        self.id, self.phase
+                    )));
+                }
+            }
+            "node" | "report" => {
+                let Some(vm) = data["vm_id"].as_i64() else {
+                    return Ok(None);
+                };
+                if !self.names.contains_key(&vm) {
+                    self.learn_names()?;
+                }
+                let name = self
+                    .names
+                    .get(&vm)
+                    .cloned()
+                    .unwrap_or_else(|| format!("vm {vm}"));
+                let phase = text("phase");
+                display.node(&name, &phase);
+                if phase.ends_with(":failed") {
+                    let said = text("message");
+                    return Err(CliError::Failed(format!(
+                        "node {name} reported {phase}{}; `exk8s nodes {}` shows every node",
+                        if said.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {said}")
+                        },
+                        self.id
+                    )));
+                }
+                self.phases.insert(vm, phase);
+            }
+            "status" => {
+                self.phase = text("phase");
+                display.cluster(format!(
+                    "cluster {}: {}, {}/{} control-plane nodes ready",
+                    self.name, self.phase, data["ready_replicas"], data["replicas"]
+                ));
+                if data["ready"] == true {
+                    return self.api.get(&format!("/clusters/{}", self.id)).map(Some);
+                }
+            }
+            "deleted" => {
+                return Err(CliError::Failed(format!("cluster {} was deleted", self.id)));
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
 }

@@ -160,7 +160,54 @@ macro_rules! text_enum {
     };
 }
 
+/// A node component whose health an agent reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Component {
+    #[serde(rename = "etcd")]
+    Etcd,
+    #[serde(rename = "kube-apiserver")]
+    Apiserver,
+    #[serde(rename = "kube-controller-manager")]
+    ControllerManager,
+    #[serde(rename = "kube-scheduler")]
+    Scheduler,
+    #[serde(rename = "kubelet")]
+    Kubelet,
+}
+
+impl Component {
+    pub const ALL: [Self; 5] = [
+        Self::Etcd,
+        Self::Apiserver,
+        Self::ControllerManager,
+        Self::Scheduler,
+        Self::Kubelet,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Etcd => "etcd",
+            Self::Apiserver => "kube-apiserver",
+            Self::ControllerManager => "kube-controller-manager",
+            Self::Scheduler => "kube-scheduler",
+            Self::Kubelet => "kubelet",
+        }
+    }
+}
+
+/// One component's health as the agent's probe last saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentHealth {
+    pub component: Component,
+    pub healthy: bool,
+    /// What the probe saw when unhealthy; at most [`MAX_REPORT_MESSAGE_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
 text_enum!(Role);
+text_enum!(Component);
 text_enum!(BundleKind);
 text_enum!(BootPhase);
 text_enum!(ReportState);
@@ -178,6 +225,10 @@ pub struct PhaseReport {
     /// generations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    /// The components this node's probes checked, at most one entry each; absent from agents
+    /// that predate component reports and from reports that checked none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<ComponentHealth>,
 }
 
 #[cfg(test)]

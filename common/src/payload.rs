@@ -248,6 +248,23 @@ pub enum PlanStep {
         kubeconfig: BundlePath,
         timeout_secs: u32,
     },
+    /// Polls a control-plane component's `/healthz` on this node, `https://127.0.0.1:<port>`,
+    /// until it answers `ok`. Like the kubelet's own probe of these pods, the component's
+    /// self-signed serving certificate is not verified: the probe reaches loopback only and
+    /// sends nothing but the request line.
+    WaitComponentHealthy {
+        /// The component, as reports name it (`kube-controller-manager`).
+        component: K8sName,
+        port: u16,
+        timeout_secs: u32,
+    },
+    /// Waits until this node's kubelet registered its Node object `node`, read through
+    /// `kubeconfig`'s apiserver (the kubelet's own kubeconfig: a kubelet may read its Node).
+    WaitNodeRegistered {
+        kubeconfig: BundlePath,
+        node: NodeName,
+        timeout_secs: u32,
+    },
     /// Installs a static pod's manifest — one of the bundle's files — here instead of with the
     /// other files, so the kubelet (re)starts the pod only after the steps before it (etcd
     /// healthy). An unchanged manifest is left alone.

@@ -390,6 +390,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             let t = Instant::now();
             let response = http
                 .post(format!("{base}/clusters"))
+                .header("Prefer", "wait=300")
                 .bearer_auth(&token)
                 .json(&body)
                 .timeout(Duration::from_secs(300))

@@ -57,6 +57,7 @@ pub fn view(stack: &Stack, cluster: i64) -> Value {
 /// Founds a cluster with `body`; publishes the API's keys under `dir/keys`.
 pub fn found(stack: &Stack, dir: &Path, body: &Value) -> Founded {
     let created: Value = operator(stack, "POST", "/clusters")
+        .set("Prefer", "wait=600")
         .send_json(body)
         .unwrap()
         .into_json()

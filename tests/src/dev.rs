@@ -148,11 +148,13 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
 }
 
 impl Stack {
-    /// `POST /clusters` for `count` nodes; the response status and body.
+    /// `POST /clusters` for `count` nodes, waiting for founding to end; the response status and
+    /// body.
     pub fn found(&self, count: i64) -> (u16, serde_json::Value) {
         let response = http()
             .post(&format!("{}/clusters", self.base))
             .set("Authorization", &format!("Bearer {}", self.token))
+            .set("Prefer", "wait=600")
             .send_json(serde_json::json!({"control_plane_count": count, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}));
         match response {
             Ok(r) => (r.status(), r.into_json().unwrap()),

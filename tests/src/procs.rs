@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Child;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Kills and reaps a child process when dropped.
@@ -16,13 +17,28 @@ impl Drop for Proc {
     }
 }
 
+/// A loopback port nothing listens on, for a child process to bind.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // A port from `bind(:0)` lies in the kernel's ephemeral range, where any outgoing
+    // connection may take it between this call and the child's own bind — that raced etcd
+    // ("address already in use") in CI. Ports below the range are never handed out by the
+    // kernel, so only deliberate binds compete: a per-process counter keeps this process's
+    // ports distinct and the pid spreads concurrent test binaries apart.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = std::process::id() % SPAN * 7;
+    for _ in 0..SPAN {
+        let port = FIRST + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(port).expect("FIRST + SPAN fits in a port");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {FIRST}..{}", FIRST + SPAN)
 }
+
+/// Test ports: below Linux's default ephemeral range (32768–60999).
+const FIRST: u32 = 20_000;
+const SPAN: u32 = 12_000;
 
 /// A binary of this workspace, built by `cargo test --workspace` (or `cargo build`). Panics —
 /// never skips — when it is missing.

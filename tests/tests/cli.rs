@@ -169,6 +169,7 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .args([
             "clusters",
             "create",
+            "shop",
             "--image",
             "1",
             "--instance-type",
@@ -218,10 +219,26 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         "{progress}"
     );
     assert!(progress.contains("founded"), "{progress}");
+    assert!(
+        progress.contains("1/1 control-plane nodes ready"),
+        "the status events of the cluster's stream: {progress}"
+    );
 
     // Tables and YAML.
     let table = ok(&exk8s(dir).args(["clusters", "list"]).output().unwrap());
     let cluster_name = shown["name"].as_str().unwrap();
+    assert_eq!(cluster_name, "shop", "the name asked for");
+    // A name is unique in the org, and checked.
+    for (name, said) in [("shop", "already exists"), ("Shop", "may hold only a-z")] {
+        let out = exk8s(dir)
+            .args(["clusters", "create", name, "--image", "1"])
+            .args(["--instance-type", "dev.small", "--subnet", "1"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{name}: {stderr}");
+    }
     assert!(table.starts_with("ID"), "{table}");
     assert!(table.contains(cluster_name), "{table}");
     assert!(

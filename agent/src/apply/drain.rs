@@ -86,6 +86,17 @@ mod tests {
 
     /// A stand-in for kubectl (the real one is not installable here) that records its
     /// arguments and the kubeconfig it was given, and knows the nodes listed in `known`.
+    /// Held by each test for its whole run: a script one test is still writing must not be
+    /// open in a child another test forks, or executing it fails with ETXTBSY ("Text file
+    /// busy"). These are the only tests of this binary that start processes.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn kubectl(dir: &Path, known: &str) -> PathBuf {
         let path = dir.join("kubectl");
         let script = format!(
@@ -110,6 +121,7 @@ mod tests {
 
     #[test]
     fn a_registered_node_is_drained_through_eviction_then_deleted() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let node = NodeName::new("blue-104.cluster-1.internal").unwrap();
         let drain = Drain {
@@ -136,6 +148,7 @@ mod tests {
 
     #[test]
     fn a_node_the_apiserver_does_not_know_is_already_drained() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let node = NodeName::new("blue-105.cluster-1.internal").unwrap();
         let drain = Drain {
@@ -150,6 +163,7 @@ mod tests {
 
     #[test]
     fn a_failing_kubectl_fails_the_drain_with_its_words() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let failing = dir.path().join("kubectl");
         std::fs::write(

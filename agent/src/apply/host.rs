@@ -31,6 +31,8 @@ pub enum HostAction<'a> {
     /// Between updates (`sync`): is this node's etcd still healthy?
     CheckEtcd(waits::EtcdProbe),
     WaitApiserver(waits::ApiserverProbe),
+    WaitComponent(waits::ComponentProbe),
+    WaitNodeRegistered(waits::NodeProbe),
     WaitStaticPod(waits::StaticPodProbe),
     /// A helm or kubectl invocation with `KUBECONFIG` set.
     Command {
@@ -79,6 +81,20 @@ impl fmt::Display for HostAction<'_> {
             Self::WaitApiserver(probe) => write!(
                 f,
                 "wait for apiserver /readyz via {} (up to {}s)",
+                probe.kubeconfig.display(),
+                probe.timeout.as_secs()
+            ),
+            Self::WaitComponent(probe) => write!(
+                f,
+                "wait for {} /healthz at {} (up to {}s)",
+                probe.component,
+                probe.url(),
+                probe.timeout.as_secs()
+            ),
+            Self::WaitNodeRegistered(probe) => write!(
+                f,
+                "wait for node {} to be registered via {} (up to {}s)",
+                probe.node,
                 probe.kubeconfig.display(),
                 probe.timeout.as_secs()
             ),
@@ -336,6 +352,8 @@ impl Host for SystemHost {
                 waits::etcd(&self.root, probe)
             }
             HostAction::WaitApiserver(probe) => waits::apiserver(&self.root, probe),
+            HostAction::WaitComponent(probe) => waits::component(probe),
+            HostAction::WaitNodeRegistered(probe) => waits::node_registered(&self.root, probe),
             HostAction::WaitStaticPod(probe) => waits::static_pod(&self.root, probe),
             HostAction::Command {
                 program,

@@ -9,6 +9,7 @@
 //! and reports the failure; the next sync tries again.
 
 pub mod artifacts;
+pub mod components;
 mod drain;
 pub mod files;
 pub mod host;
@@ -209,6 +210,8 @@ fn apply_steps(
         state.pending.clear();
         state.etcd_health = etcd_health(bundle);
         state.reported_unhealthy = false;
+        state.component_checks = components::checks(bundle, &state.component_checks);
+        state.reported_components = reporter.seen();
         state.save(root)?;
         crate::state::mark_done(root, bundle.freshness.serial)
     });
@@ -331,13 +334,33 @@ pub fn check_etcd(
         key_file: health.key_file.clone().into(),
         timeout: CHECK_ETCD,
     });
+    between_updates(root, root_dir, request_timeout).perform(&action)
+}
+
+/// Probes this node's other components once each, as [`check_etcd`] does etcd.
+pub fn check_components(
+    root: Option<&Path>,
+    root_dir: &Path,
+    checks: &[components::Check],
+    request_timeout: Duration,
+) -> Vec<exk8s_common::contract::ComponentHealth> {
+    let mut host = between_updates(root, root_dir, request_timeout);
+    components::probe(checks, CHECK_ETCD, |action| host.perform(action))
+}
+
+/// The host a check between updates goes through: the one an apply would use (`root`:
+/// recorded under it).
+fn between_updates(
+    root: Option<&Path>,
+    root_dir: &Path,
+    request_timeout: Duration,
+) -> Box<dyn Host> {
     if root.is_some() {
-        host::RecordingHost::new(root_dir, true).perform(&action)
+        Box::new(host::RecordingHost::new(root_dir, true))
     } else {
-        host::SystemHost {
+        Box::new(host::SystemHost {
             root: root_dir.to_path_buf(),
             request_timeout,
-        }
-        .perform(&action)
+        })
     }
 }

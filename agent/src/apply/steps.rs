@@ -1,4 +1,5 @@
-//! Running the plan: each step in order, the phase it belongs to reported. A unit restarts
+//! Running the plan: each step in order, the phase it belongs to reported, with the health of
+//! each component a wait proved (or found failing). A unit restarts
 //! only when a file it watches changed; a static pod manifest is installed at its step (not
 //! with the other files), and its wait runs only when it changed. While putting a failed
 //! update back, manifests are not installed again (the restore wrote the previous ones) and
@@ -44,6 +45,8 @@ fn phase_of(step: &PlanStep) -> BootPhase {
         | PlanStep::EtcdPromote { .. }
         | PlanStep::EtcdRemove { .. } => BootPhase::Etcd,
         PlanStep::WaitApiserverReady { .. }
+        | PlanStep::WaitComponentHealthy { .. }
+        | PlanStep::WaitNodeRegistered { .. }
         | PlanStep::InstallStaticPod { .. }
         | PlanStep::WaitStaticPod { .. } => BootPhase::Apiserver,
         // Cluster-wide work done by this node's agent.
@@ -70,7 +73,19 @@ pub(super) fn run_plan(
             reporter.report(name, Phase::Started, "");
             current = Some(name);
         }
-        if let Err(e) = run_step(step, run, host) {
+        let ran = run_step(step, run, host);
+        // A static pod wait skipped (its manifest unchanged) proves nothing.
+        let waited = match step {
+            PlanStep::WaitStaticPod { manifest, .. } => {
+                run.deferred.is_some() && run.changed.contains(manifest.as_str())
+            }
+            _ => true,
+        };
+        if let Some(component) = super::components::proven_by(step).filter(|_| waited) {
+            let seen = ran.as_ref().map(|_| ()).map_err(|e| chain(e));
+            reporter.saw(super::components::health(component, seen));
+        }
+        if let Err(e) = ran {
             reporter.report(name, Phase::Failed, &chain(&e));
             return Err(e);
         }
@@ -183,6 +198,28 @@ fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), A
         } => {
             host.perform(&HostAction::WaitApiserver(waits::ApiserverProbe {
                 kubeconfig: kubeconfig.as_str().into(),
+                timeout: secs(timeout_secs),
+            }))?;
+        }
+        PlanStep::WaitComponentHealthy {
+            component,
+            port,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::WaitComponent(waits::ComponentProbe {
+                component: component.to_string(),
+                port: *port,
+                timeout: secs(timeout_secs),
+            }))?;
+        }
+        PlanStep::WaitNodeRegistered {
+            kubeconfig,
+            node,
+            timeout_secs,
+        } => {
+            host.perform(&HostAction::WaitNodeRegistered(waits::NodeProbe {
+                kubeconfig: kubeconfig.as_str().into(),
+                node: node.to_string(),
                 timeout: secs(timeout_secs),
             }))?;
         }

@@ -1,5 +1,6 @@
 //! Waiting for the control plane: etcd's `/health` over mutual TLS with the healthcheck client
-//! certificate, the apiserver's `/readyz` with the identity and CA of a kubeconfig, and a
+//! certificate, the apiserver's `/readyz` with the identity and CA of a kubeconfig, the
+//! controller-manager's and scheduler's `/healthz` on loopback, this node's Node object, and a
 //! static pod's mirror pod running the inputs its new manifest names (what kubeadm's upgrade
 //! waits for with `kubernetes.io/config.hash`). Each polls every two seconds until healthy or
 //! its deadline (from the plan) passes.
@@ -26,6 +27,28 @@ pub struct EtcdProbe {
 #[derive(Debug, Clone)]
 pub struct ApiserverProbe {
     pub kubeconfig: PathBuf,
+    pub timeout: Duration,
+}
+
+/// A control-plane component answering `/healthz` on this node's loopback.
+#[derive(Debug, Clone)]
+pub struct ComponentProbe {
+    pub component: String,
+    pub port: u16,
+    pub timeout: Duration,
+}
+
+impl ComponentProbe {
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}/healthz", self.port)
+    }
+}
+
+/// This node's Node object, read through a kubeconfig's apiserver.
+#[derive(Debug, Clone)]
+pub struct NodeProbe {
+    pub kubeconfig: PathBuf,
+    pub node: String,
     pub timeout: Duration,
 }
 
@@ -136,6 +159,29 @@ pub fn apiserver(root: &Path, probe: &ApiserverProbe) -> Result<(), String> {
     })
 }
 
+pub fn component(probe: &ComponentProbe) -> Result<(), String> {
+    let tls = http::loopback_tls().map_err(|e| e.to_string())?;
+    let agent = http::agent(tls, Duration::from_secs(5));
+    poll(&agent, &probe.url(), probe.timeout, |body| {
+        body.trim_ascii() == b"ok"
+    })
+}
+
+pub fn node_registered(root: &Path, probe: &NodeProbe) -> Result<(), String> {
+    let id = identity(&read(root, &probe.kubeconfig)?)?;
+    let tls = http::mutual_tls(&id.ca, &id.cert, &id.key).map_err(|e| e.to_string())?;
+    let agent = http::agent(tls, Duration::from_secs(5));
+    let url = format!(
+        "{}/api/v1/nodes/{}",
+        id.server.trim_end_matches('/'),
+        probe.node
+    );
+    poll(&agent, &url, probe.timeout, |body| {
+        serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|node| node["kind"] == "Node" && node["metadata"]["name"] == probe.node)
+    })
+}
+
 /// Whether a mirror pod (JSON) runs `inputs` and is Ready.
 pub fn runs_inputs(pod: &serde_json::Value, inputs: &str) -> bool {
     let annotated = pod["metadata"]["annotations"][INPUTS_ANNOTATION] == inputs;
@@ -163,7 +209,73 @@ pub fn static_pod(root: &Path, probe: &StaticPodProbe) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::runs_inputs;
+    use std::io::{Read as _, Write as _};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    use super::{ComponentProbe, component, runs_inputs};
+
+    /// A component on loopback with a certificate it signed itself, answering every request
+    /// with `body`; its port.
+    fn component_serving(body: &'static str) -> u16 {
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let certs = vec![CertificateDer::from_pem_slice(made.cert.pem().as_bytes()).unwrap()];
+        let key =
+            PrivateKeyDer::from_pem_slice(made.signing_key.serialize_pem().as_bytes()).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+                let mut tls = rustls::StreamOwned::new(connection, stream);
+                let mut request = [0u8; 1024];
+                if tls.read(&mut request).is_err() {
+                    continue;
+                }
+                let _ = write!(
+                    tls,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        });
+        port
+    }
+
+    fn probe(port: u16) -> ComponentProbe {
+        ComponentProbe {
+            component: "kube-scheduler".into(),
+            port,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_component_with_its_own_certificate_is_healthy_when_it_says_ok() {
+        component(&probe(component_serving("ok"))).unwrap();
+        let sick = component(&probe(component_serving("[-]leaderElection failed"))).unwrap_err();
+        assert!(sick.contains("leaderElection failed"), "{sick}");
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let down = component(&probe(port)).unwrap_err();
+        assert!(down.contains("not healthy after 1s"), "{down}");
+    }
 
     #[test]
     fn only_a_ready_pod_with_the_new_inputs_counts() {

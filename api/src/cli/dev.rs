@@ -95,6 +95,9 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         rate_per_source: args.rates.limits().1,
         reconcile_interval: args.changes.reconcile_interval(),
         member_join_timeout: args.changes.member_join_timeout(),
+        cpu_queue_per_core: args.rates.cpu_queue_per_core,
+        founding_workers: args.changes.founding().0,
+        founding_queue: args.changes.founding().1,
         ..ApiConfig::default()
     };
     let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());

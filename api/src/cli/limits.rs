@@ -1,4 +1,5 @@
-//! The rate limits on node requests and the pace of day-2 changes, shared by `serve` and `dev`.
+//! The rate limits on node requests, the pace of day-2 changes and the founding workers,
+//! shared by `serve` and `dev`.
 
 use std::time::Duration;
 
@@ -15,6 +16,11 @@ pub(super) struct NodeRateArgs {
     /// Node requests allowed per source address per minute; a fifth of it at once.
     #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_SOURCE", default_value_t = 600)]
     bootstrap_rate_per_source: u32,
+    /// Bundle requests that may wait per core for key generation, at most. A request is refused
+    /// at once with 503 and Retry-After beyond it, or sooner when the work already waiting
+    /// would keep it from finishing before the bootstrap deadline.
+    #[arg(long, env = "EXK8S_CPU_QUEUE_PER_CORE", default_value_t = crate::cpu::CpuPool::QUEUE_PER_SLOT)]
+    pub(super) cpu_queue_per_core: usize,
 }
 
 impl NodeRateArgs {
@@ -38,6 +44,13 @@ pub(super) struct ChangeArgs {
     /// Seconds a new control-plane member may take to join etcd before it is released.
     #[arg(long, env = "EXK8S_MEMBER_JOIN_TIMEOUT_SECS", default_value_t = 1800)]
     member_join_timeout_secs: u64,
+    /// Foundings run at once in the background (each mostly waits on the compute API).
+    #[arg(long, env = "EXK8S_FOUNDING_WORKERS", default_value_t = crate::founding::queue::Founders::DEFAULT_WORKERS)]
+    founding_workers: usize,
+    /// Foundings accepted at once, running or waiting for a worker; `POST /clusters` beyond
+    /// it answers 503 with Retry-After.
+    #[arg(long, env = "EXK8S_FOUNDING_QUEUE", default_value_t = crate::founding::queue::Founders::DEFAULT_ADMITTED)]
+    founding_queue: usize,
 }
 
 impl ChangeArgs {
@@ -48,5 +61,10 @@ impl ChangeArgs {
 
     pub(super) fn member_join_timeout(&self) -> Duration {
         Duration::from_secs(self.member_join_timeout_secs)
+    }
+
+    /// (foundings running at once, foundings accepted at once).
+    pub(super) fn founding(&self) -> (usize, usize) {
+        (self.founding_workers, self.founding_queue)
     }
 }

@@ -216,10 +216,14 @@ fn build_state(
         compute,
         dns,
         limits: Arc::new(crate::app::BootstrapLimits::new(&config)),
+        cpu: crate::cpu::CpuPool::per_core_with_queue(config.cpu_queue_per_core),
+        founders: crate::founding::queue::Founders::new(
+            config.founding_workers,
+            config.founding_queue,
+        ),
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
-        cpu: crate::cpu::CpuPool::per_core(),
         clock: Arc::new(crate::clock::SystemClock),
         issuers: Arc::new(crate::issuance::issuers::IssuerCache::new(
             crate::issuance::issuers::DEFAULT_CAPACITY,

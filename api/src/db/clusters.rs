@@ -90,10 +90,14 @@ pub struct NewCluster<'a> {
     pub dns_zone: &'a str,
     /// The machines founding makes, ordinals 1 to this; later machines take the next ones.
     pub machines: i64,
+    /// The name the operator asked for; `None`: `exk8s-<org>-<id hex>`.
+    pub name: Option<&'a str>,
 }
 
-/// Inserts a `provisioning` cluster and names it from its id: `exk8s-<org>-<id hex>`, with the
-/// control-plane DNS name `<name>.<zone>`. Returns (id, name, dns name).
+/// Inserts a `provisioning` cluster named as asked, or from its id (`exk8s-<org>-<id hex>`); its
+/// control-plane DNS name is always `exk8s-<org>-<id hex>.<zone>` (names are unique per org,
+/// DNS names everywhere). A name the org already uses is [`DbError::Duplicate`]. Returns (id,
+/// name, dns name).
 pub async fn insert_provisioning(
     tx: &mut sqlx::AnyConnection,
     new: &NewCluster<'_>,
@@ -102,7 +106,7 @@ pub async fn insert_provisioning(
     let row = sqlx::query(
         "INSERT INTO clusters (org_id, name, phase, spec_json, key_algorithm, kubernetes_version, \
          service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, created_at, updated_at) \
-         VALUES ($1, '', 'provisioning', $2, $3, $4, $5, $6, $7, '', $8, $8) RETURNING id",
+         VALUES ($1, $9, 'provisioning', $2, $3, $4, $5, $6, $7, '', $8, $8) RETURNING id",
     )
     .bind(new.org_id)
     .bind(new.spec_json)
@@ -112,11 +116,13 @@ pub async fn insert_provisioning(
     .bind(new.pod_cidr)
     .bind(new.cluster_domain)
     .bind(now)
+    .bind(new.name.unwrap_or(""))
     .fetch_one(&mut *tx)
     .await?;
     let id: i64 = row.try_get("id")?;
-    let name = format!("exk8s-{}-{:x}", new.org_id, id);
-    let dns_name = format!("{name}.{}", new.dns_zone);
+    let generated = format!("exk8s-{}-{:x}", new.org_id, id);
+    let dns_name = format!("{generated}.{}", new.dns_zone);
+    let name = new.name.map_or(generated, str::to_owned);
     sqlx::query(
         "UPDATE clusters SET name = $1, control_plane_dns_name = $2, last_ordinal = $3 WHERE id = $4",
     )
@@ -197,6 +203,22 @@ pub async fn set_phase<'c>(
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// Marks a `provisioning` cluster alive now, as a founding worker takes it up: false when it
+/// is no longer `provisioning` (the reconciler released it while it waited).
+pub async fn resume_provisioning<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    now: i64,
+) -> Result<bool, DbError> {
+    let done =
+        sqlx::query("UPDATE clusters SET updated_at = $1 WHERE id = $2 AND phase = 'provisioning'")
+            .bind(now)
+            .bind(id)
+            .execute(db)
+            .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 pub async fn set_security_group<'c>(

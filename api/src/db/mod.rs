@@ -5,6 +5,8 @@
 
 pub mod certificates;
 pub mod clusters;
+pub mod components;
+pub mod events;
 pub mod idempotency;
 pub mod issuances;
 pub mod membership;

@@ -1,6 +1,6 @@
 //! Founding a cluster (`POST /clusters`): validate → placement (subnet and security groups
-//! exist; nothing is created before) → PKI → journal the cluster row
-//! (`provisioning`) → security group → one VM per ordinal (each journaled before and after its
+//! exist; nothing is created before) → record the cluster row (`provisioning`) and answer;
+//! then, on a founding worker ([`queue`]): PKI → security group → one VM per ordinal (each journaled before and after its
 //! call, each in its own commit) → wait for addresses → serving certificates → node rows →
 //! `founded` → DNS, best effort.
 //!
@@ -11,6 +11,8 @@
 //! `provisioning`; [`reconcile`] finishes the compensation once it is stale.
 
 mod dns;
+mod job;
+pub mod queue;
 pub mod reconcile;
 pub mod release;
 pub mod request;
@@ -19,6 +21,9 @@ pub mod trust;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use crate::app::AppState;
 use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Subnet, Vm};
@@ -31,7 +36,6 @@ use crate::pki::{
     ClientIdentity, ClusterNetwork, ClusterPki, ImportTerms, NodeAddresses, NodeServingCerts,
     SecretPem, ServiceCidr,
 };
-use crate::render::EncryptionKey;
 use exk8s_common::contract::Role;
 use request::{ClusterSpecRequest, SuppliedCasRequest};
 
@@ -66,6 +70,12 @@ pub enum FoundingError {
     Upstream(String),
     #[error(transparent)]
     Db(#[from] DbError),
+    /// The org already has a cluster of the name asked for (409).
+    #[error("a cluster named `{0}` already exists in this org")]
+    NameTaken(String),
+    /// Every founding place is taken (503 with `Retry-After`).
+    #[error("too many clusters are being founded; retry in {retry_after_secs} s")]
+    Busy { retry_after_secs: u64 },
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -141,23 +151,47 @@ impl Failure {
     }
 }
 
-/// Runs `POST /clusters` for an org, founding it on the CAs it brought (`supplied`, checked
-/// first) and new ones for the rest.
-pub async fn found(
+/// A founding accepted and running in the background.
+#[derive(Debug)]
+pub struct Started {
+    /// The cluster, recorded `provisioning`.
+    pub id: i64,
+    done: oneshot::Receiver<Result<Founded, FoundingError>>,
+}
+
+impl Started {
+    /// The founding's outcome if it ends within `wait`; `None` while it still runs (it goes on
+    /// without a waiter).
+    pub async fn outcome_within(self, wait: Duration) -> Option<Result<Founded, FoundingError>> {
+        if wait.is_zero() {
+            return None;
+        }
+        match tokio::time::timeout(wait, self.done).await {
+            Ok(Ok(outcome)) => Some(outcome),
+            Ok(Err(stopped)) => Some(Err(FoundingError::internal(stopped))),
+            Err(_) => None,
+        }
+    }
+}
+
+/// Accepts `POST /clusters` for an org: checks the CAs it brought (`supplied`) and the
+/// placement, records the cluster `provisioning`, and hands the rest to a founding worker.
+/// Every refusal here leaves nothing behind; past it, failures are recorded on the cluster.
+pub async fn start(
     state: &AppState,
     org_id: i64,
     spec: &ClusterSpecRequest,
     supplied: Option<SuppliedCasRequest>,
-) -> Result<Founded, FoundingError> {
+) -> Result<Started, FoundingError> {
+    let admission = state.founders.admit().ok_or(FoundingError::Busy {
+        retry_after_secs: BUSY_RETRY_SECS,
+    })?;
     let config = &state.config;
     let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(FoundingError::internal)?;
-    let algorithm = spec.key_algorithm;
-    let now = state.clock.now();
-    let leaf_lifetime = time::Duration::days(spec.leaf_lifetime_days);
     let terms = ImportTerms {
-        leaf_algorithm: algorithm,
-        leaf_lifetime,
-        now,
+        leaf_algorithm: spec.key_algorithm,
+        leaf_lifetime: time::Duration::days(spec.leaf_lifetime_days),
+        now: state.clock.now(),
     };
     let supplied = state
         .cpu
@@ -165,18 +199,6 @@ pub async fn found(
         .await
         .map_err(FoundingError::internal)??;
     let subnet = check_placement(state, spec).await?;
-    let pki = state
-        .cpu
-        .run(move || {
-            let mut pki = ClusterPki::with_supplied(algorithm, now, supplied)?;
-            pki.set_leaf_lifetime(leaf_lifetime);
-            Ok::<_, crate::pki::PkiError>(pki)
-        })
-        .await
-        .map_err(FoundingError::internal)?
-        .map_err(FoundingError::internal)?;
-    let pki = Arc::new(pki);
-    let encryption = EncryptionKey::generate().map_err(FoundingError::internal)?;
 
     // The cluster's age (and its service-account key's) is judged by the same clock.
     let now = state.clock.unix();
@@ -185,77 +207,41 @@ pub async fn found(
     let new = NewCluster {
         org_id,
         spec_json: &spec_json,
-        key_algorithm: algorithm.as_str(),
+        key_algorithm: spec.key_algorithm.as_str(),
         kubernetes_version: &spec.kubernetes_version,
         service_cidr: &config.service_cidr,
         pod_cidr: &config.pod_cidr,
         cluster_domain: &config.cluster_domain,
         dns_zone: &config.dns_zone,
         machines: spec.control_plane_count,
+        name: spec.name.as_deref(),
     };
-    let (id, name, dns_name) = db::clusters::insert_provisioning(&mut tx, &new, now).await?;
-    let trust = trust::seal(&state.keks, id, &pki, &encryption).map_err(FoundingError::internal)?;
-    db::clusters::set_trust(&mut *tx, id, &trust).await?;
+    let (id, name, dns_name) = match db::clusters::insert_provisioning(&mut tx, &new, now).await {
+        Err(DbError::Duplicate(_)) => {
+            return Err(FoundingError::NameTaken(
+                spec.name.clone().unwrap_or_default(),
+            ));
+        }
+        inserted => inserted?,
+    };
     tx.commit().await?;
-    tracing::info!(cluster_id = id, org_id, %name, "founding started");
-
-    let network = ClusterNetwork::new(service_cidr, &config.cluster_domain, &dns_name)
-        .map_err(FoundingError::internal)?;
-    let mut created = release::Created::default();
-    let target = Target {
+    tracing::info!(cluster_id = id, org_id, %name, "founding accepted");
+    let job = job::Job {
+        state: state.clone(),
         id,
-        name: &name,
-        network: &network,
-        subnet: &subnet,
+        name,
+        dns_name,
+        service_cidr,
+        spec: spec.clone(),
+        supplied,
+        subnet,
     };
-    match provision(state, &target, spec, &pki, &mut created).await {
-        Ok(mut founded) => {
-            state.metrics.clusters_founded.inc();
-            founded.dns_name = dns_name;
-            dns::configure(state, &mut founded).await;
-            Ok(founded)
-        }
-        Err(failure) => {
-            state.metrics.clusters_failed.inc();
-            tracing::warn!(cluster_id = id, reason = failure.reason, error = %failure.error, "founding failed; compensating");
-            let message = failure.error.to_string();
-            if failure.error.is_db_unavailable() {
-                // The database is out of reach: every journal write would wait out the pool's
-                // timeout. Release what this call created now; the reconciler records it.
-                release::release_created(state, id, &created).await;
-                return Err(failure.error);
-            }
-            let _ = db::clusters::set_error(
-                &state.db.pool,
-                id,
-                ClusterPhase::Compensating,
-                failure.reason,
-                &message,
-                db::now(),
-            )
-            .await;
-            match release::release_all(state, id).await {
-                Ok(()) => {
-                    let _ = db::clusters::set_error(
-                        &state.db.pool,
-                        id,
-                        ClusterPhase::Failed,
-                        failure.reason,
-                        &message,
-                        db::now(),
-                    )
-                    .await;
-                    state.metrics.compensations.inc();
-                }
-                Err(e) => {
-                    tracing::warn!(cluster_id = id, error = %crate::error_chain(&e), "the journal is out of reach; releasing what this call created from memory");
-                    release::release_created(state, id, &created).await;
-                }
-            }
-            Err(failure.error)
-        }
-    }
+    let done = state.founders.spawn(admission, job.run());
+    Ok(Started { id, done })
 }
+
+/// Seconds a refused `POST /clusters` is told to wait when every founding place is taken.
+const BUSY_RETRY_SECS: u64 = 10;
 
 /// Checks, before anything is created, that the subnet and every given security group exist:
 /// a request refused here leaves no row and no resource behind.

@@ -2,7 +2,8 @@
 //! `provisioning` (or `compensating`) past the deadline — a process that crashed mid-founding,
 //! or a compensation the compute API interrupted — runs certificate renewal
 //! ([`crate::renewal::pass`]), moves CA rotations on ([`crate::rotation::advance`]) and
-//! converges node pools nobody converges ([`pools`]). Claims are atomic in the database, so
+//! converges node pools nobody converges ([`pools`]) and forgets old cluster events. Claims
+//! are atomic in the database, so
 //! several API replicas never compensate the same cluster (or converge the same pool) at once.
 
 use crate::app::AppState;
@@ -125,8 +126,22 @@ pub async fn memberships(state: &AppState) {
     }
 }
 
-/// Runs [`pass`], the certificate renewal pass, CA rotations, pools and control-plane changes now and then every `reconcile_interval`,
-/// until the process stops.
+/// How long a cluster's changes stay readable by `GET /clusters/{id}/events`.
+pub const EVENT_RETENTION_SECS: i64 = 30 * 86_400;
+
+/// Forgets clusters' changes older than [`EVENT_RETENTION_SECS`].
+pub async fn prune_events(state: &AppState) {
+    match db::events::prune(&state.db.pool, db::now() - EVENT_RETENTION_SECS).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(pruned = n, "reconciler: forgot old cluster events"),
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot prune cluster events");
+        }
+    }
+}
+
+/// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes and
+/// event pruning now and then every `reconcile_interval`, until the process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -137,6 +152,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             rotations(&state).await;
             pools(&state).await;
             memberships(&state).await;
+            prune_events(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

@@ -15,6 +15,11 @@ use crate::pki::KeyAlgorithm;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateClusterRequest {
+    /// The cluster's name in its org (its kubeconfig's cluster and context): 1–40 of a-z, 0-9
+    /// and '-', starting with a letter, not ending with '-', not starting with `exk8s-` (the
+    /// names the API gives: `exk8s-<org>-<id hex>` when none is asked for). Unique in the org.
+    #[schema(pattern = "^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$", max_length = 40)]
+    pub name: Option<String>,
     /// Control-plane VMs: 1 (default) or 3. Even counts are refused (etcd quorum).
     #[schema(minimum = 1, maximum = 3)]
     pub control_plane_count: Option<i64>,
@@ -82,6 +87,9 @@ pub struct SuppliedCaRequest {
 /// A request that passed every check, with defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterSpecRequest {
+    /// The name asked for; `None`: the API names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub control_plane_count: i64,
     pub control_plane_image_id: i64,
     pub control_plane_instance_type: String,
@@ -179,9 +187,44 @@ pub fn validate_ssh_pubkey(line: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a cluster name the operator asks for (see [`CreateClusterRequest::name`]).
+pub fn validate_name(name: &str) -> Result<(), FieldError> {
+    let refuse = |why: &str| {
+        Err(FieldError::new(
+            "name",
+            format!("name `{}` {why}", name.chars().take(60).collect::<String>()),
+        ))
+    };
+    if name.is_empty() || name.len() > MAX_NAME {
+        return refuse(&format!("must be 1–{MAX_NAME} characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return refuse("may hold only a-z, 0-9 and '-'");
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) || name.ends_with('-') {
+        return refuse("must start with a letter and not end with '-'");
+    }
+    if name.starts_with(GENERATED_PREFIX) {
+        return refuse(&format!(
+            "starts with `{GENERATED_PREFIX}`, kept for the names the API gives"
+        ));
+    }
+    Ok(())
+}
+
+const MAX_NAME: usize = 40;
+/// Names the API gives start with it (`exk8s-<org>-<id hex>`).
+pub const GENERATED_PREFIX: &str = "exk8s-";
+
 impl CreateClusterRequest {
     /// Applies defaults and checks every field; `versions` is the configured allow-list.
     pub fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, FieldError> {
+        if let Some(name) = &self.name {
+            validate_name(name)?;
+        }
         let count = self.control_plane_count.unwrap_or(1);
         if !(1..=3).contains(&count) {
             return Err(FieldError::new(
@@ -299,6 +342,7 @@ impl CreateClusterRequest {
             ));
         }
         Ok(ClusterSpecRequest {
+            name: self.name,
             leaf_lifetime_days: leaf_days,
             control_plane_count: count,
             control_plane_image_id: image,
@@ -318,6 +362,29 @@ impl CreateClusterRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_lowercase_labels_that_cannot_pass_for_an_id_or_a_given_name() {
+        for good in ["prod", "a", "eu-west-1", "a1b2", &"x".repeat(40)] {
+            validate_name(good).unwrap();
+        }
+        for bad in [
+            "",
+            "Prod",
+            "1prod",
+            "42",
+            "prod-",
+            "-prod",
+            "pro_d",
+            "pro d",
+            "exk8s-7-1f",
+            "ünïcode",
+            &"x".repeat(41),
+        ] {
+            let e = validate_name(bad).unwrap_err();
+            assert_eq!(e.field, "name", "{bad}");
+        }
+    }
 
     fn ed25519_line() -> String {
         let mut blob = Vec::new();

@@ -14,7 +14,7 @@ use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db;
 use crate::issuance::{self, NONCE_HEADER};
-use exk8s_common::contract::{BootPhase, ReportState};
+use exk8s_common::contract::{BootPhase, Component, ComponentHealth, ReportState};
 use exk8s_common::node_auth::NODE_KEY_HEADER;
 
 /// A phase report (`exk8s_common::contract::PhaseReport` on the wire).
@@ -34,6 +34,23 @@ pub struct StatusReport {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub generation: Option<u64>,
+    /// The components this node's probes checked, at most one entry each.
+    #[serde(default)]
+    #[schema(max_items = 5)]
+    pub components: Vec<ComponentReport>,
+}
+
+/// One component's health as the node's probe saw it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentReport {
+    /// etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kubelet.
+    #[schema(value_type = String, pattern = "^(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet)$")]
+    pub component: Component,
+    pub healthy: bool,
+    /// What the probe saw when unhealthy (up to 1000 characters).
+    #[serde(default)]
+    pub message: String,
 }
 
 impl StatusReport {
@@ -43,6 +60,15 @@ impl StatusReport {
             state: self.state,
             message: &self.message,
             generation: self.generation,
+            components: self
+                .components
+                .iter()
+                .map(|c| ComponentHealth {
+                    component: c.component,
+                    healthy: c.healthy,
+                    message: c.message.clone(),
+                })
+                .collect(),
         }
     }
 }

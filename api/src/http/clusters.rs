@@ -74,6 +74,11 @@ pub struct NodeView {
     /// or after it when it is down).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replacing: bool,
+    /// Its components' health as its agent last reported it: `EtcdMemberHealthy`,
+    /// `APIServerPodHealthy`, `ControllerManagerPodHealthy`, `SchedulerPodHealthy` and
+    /// `KubeletHealthy` (a worker: `KubeletHealthy`).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
 }
 
 /// A cluster's status (the fields of Cluster API's infrastructure contract, and per-node phases).
@@ -117,8 +122,9 @@ pub struct ClusterView {
     /// A control-plane machine finished its boot: the control plane came up (`initialized`).
     pub initialized: bool,
     pub created_at: i64,
-    /// Conditions in Cluster API v1beta2's shape: `CertificatesAvailable`, `MachinesReady`,
-    /// `ScalingUp`, `ScalingDown`, `Deleting`.
+    /// Conditions in Cluster API v1beta2's shape: `Available`, `EtcdClusterHealthy`,
+    /// `ControlPlaneComponentsHealthy`, `CertificatesAvailable`, `MachinesReady`, `ScalingUp`,
+    /// `ScalingDown`, `Deleting`.
     pub conditions: Vec<Condition>,
     /// A CA rotation in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -218,12 +224,20 @@ fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
     }
 }
 
-/// Found a cluster.
+/// Found a cluster. The request is checked (fields, placement, brought CAs) and recorded, and
+/// the answer is `202 Accepted` with the cluster, `provisioning`, at its `Location`: founding
+/// goes on in the background (follow it with `GET /clusters/{id}` or its events). A client
+/// that sends `Prefer: wait=N` gets `201 Created` with the kubeconfig when founding ends within
+/// N seconds, or the founding's error.
 #[utoipa::path(
     post, path = "/clusters", request_body = CreateClusterRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): wait up to N seconds (at most 3600) for founding to end"),
+    ),
     responses(
-        (status = 201, body = ClusterCreated),
+        (status = 201, body = ClusterCreated, description = "founded within the preferred wait", headers(("Location" = String))),
+        (status = 202, body = ClusterView, description = "accepted; founding goes on", headers(("Location" = String))),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, body = ErrorBody),
@@ -237,6 +251,7 @@ pub async fn create_cluster(
     ApiJson(request): ApiJson<CreateClusterRequest>,
 ) -> Result<Response, ApiError> {
     let key = super::idempotent::key(&headers)?;
+    let wait = super::prefer::wait(&headers)?;
     let supplied = request.certificate_authorities.clone();
     let spec = request
         .clone()
@@ -245,17 +260,43 @@ pub async fn create_cluster(
     let request = super::idempotent::Request {
         scope: "",
         body: &body,
+        locate: Some(cluster_location),
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let founded = founding::found(&state, operator.org_id, &spec, supplied).await?;
-        let body =
-            serde_json::to_vec(&created_response(&state, &founded)).map_err(ApiError::internal)?;
-        Ok((StatusCode::CREATED, body))
+        let started = founding::start(&state, operator.org_id, &spec, supplied).await?;
+        let id = started.id;
+        match started.outcome_within(wait).await {
+            Some(founded) => {
+                let created = created_response(&state, &founded?);
+                let body = serde_json::to_vec(&created).map_err(ApiError::internal)?;
+                Ok((StatusCode::CREATED, body))
+            }
+            None => {
+                let row = owned_by(&state, operator.org_id, id).await?;
+                let body =
+                    serde_json::to_vec(&view(&state, row).await?).map_err(ApiError::internal)?;
+                Ok((StatusCode::ACCEPTED, body))
+            }
+        }
     })
     .await
 }
 
-async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<ClusterView, ApiError> {
+/// `/clusters/{id}` of a founding's answer (201: `cluster_id`; 202: the cluster's `id`).
+fn cluster_location(status: StatusCode, body: &[u8]) -> Option<String> {
+    let field = match status {
+        StatusCode::CREATED => "cluster_id",
+        StatusCode::ACCEPTED => "id",
+        _ => return None,
+    };
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value[field].as_i64().map(|id| format!("/clusters/{id}"))
+}
+
+pub(super) async fn view(
+    state: &AppState,
+    row: db::clusters::ClusterRow,
+) -> Result<ClusterView, ApiError> {
     let nodes = db::nodes::list(&state.db.pool, row.id).await?;
     let inventory = crate::certificates::inventory(state, row.org_id, row.id)
         .await
@@ -325,6 +366,10 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
     };
     let replicas = super::conditions::replicas(&nodes);
     let deleting = super::conditions::deleting(row.phase, row.updated_at);
+    let reported = db::components::for_cluster(&state.db.pool, row.id).await?;
+    let health = super::component_conditions::Health::new(&nodes, &reported);
+    let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
+    let node_conditions: Vec<Vec<Condition>> = nodes.iter().map(|n| health.node(n)).collect();
     Ok(ClusterView {
         replicas: replicas.replicas,
         ready_replicas: replicas.ready,
@@ -345,6 +390,9 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
         conditions: vec![
+            available,
+            etcd_healthy,
+            components_healthy,
             super::conditions::certificates(&certificates),
             machines,
             scaling_up,
@@ -358,7 +406,9 @@ async fn view(state: &AppState, row: db::clusters::ClusterRow) -> Result<Cluster
         ca_rotation,
         nodes: nodes
             .into_iter()
-            .map(|n| NodeView {
+            .zip(node_conditions)
+            .map(|(n, conditions)| NodeView {
+                conditions,
                 up_to_date: n.up_to_date(),
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,
@@ -426,7 +476,15 @@ async fn owned(
     operator: &Operator,
     id: i64,
 ) -> Result<db::clusters::ClusterRow, ApiError> {
-    db::clusters::get(&state.db.pool, operator.org_id, id)
+    owned_by(state, operator.org_id, id).await
+}
+
+async fn owned_by(
+    state: &AppState,
+    org_id: i64,
+    id: i64,
+) -> Result<db::clusters::ClusterRow, ApiError> {
+    db::clusters::get(&state.db.pool, org_id, id)
         .await?
         .ok_or(ApiError::NotFound)
 }

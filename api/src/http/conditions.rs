@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use crate::db::nodes::NodeRow;
 
 /// One condition, as Cluster API v1beta2 writes it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -23,7 +23,7 @@ pub struct Condition {
     pub last_transition_time: String,
 }
 
-fn rfc3339(unix: i64) -> String {
+pub(super) fn rfc3339(unix: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(unix)
         .ok()
         .and_then(|t| {

@@ -156,6 +156,8 @@ impl From<crate::founding::FoundingError> for ApiError {
                 message,
             },
             F::Upstream(message) => Self::BadGateway(message),
+            F::Busy { retry_after_secs } => Self::Unavailable { retry_after_secs },
+            e @ F::NameTaken(_) => Self::Conflict(e.to_string()),
             F::Db(db) => db.into(),
             F::Internal(source) => Self::Internal(source),
         }
@@ -175,6 +177,7 @@ impl From<crate::issuance::IssuanceError> for ApiError {
             I::Invalid(field) => field.into(),
             I::InvalidHeader { header, message } => Self::invalid(header, message),
             I::Sealed => Self::Gone(I::Sealed.to_string()),
+            I::Busy { retry_after_secs } => Self::Unavailable { retry_after_secs },
             I::Db(db) => db.into(),
             e @ I::Corrupt { .. } => Self::internal(e),
             I::Internal(source) => Self::Internal(source),

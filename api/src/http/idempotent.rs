@@ -35,7 +35,13 @@ pub(super) fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 pub(super) struct Request<'a> {
     pub(super) scope: &'a str,
     pub(super) body: &'a [u8],
+    /// The `Location` an answer names, read from its status and body (a replay answers the
+    /// same `Location` as the first).
+    pub(super) locate: Option<Locate>,
 }
+
+/// Reads the `Location` of an answer from its status and body.
+pub(super) type Locate = fn(StatusCode, &[u8]) -> Option<String>;
 
 /// Runs `work` once per key; without a key, every time.
 pub(super) async fn run<F, Fut>(
@@ -49,8 +55,17 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<(StatusCode, Vec<u8>), ApiError>>,
 {
+    let locate = request.locate;
     let json = |(status, body): (StatusCode, Vec<u8>)| {
-        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        let location = locate
+            .and_then(|locate| locate(status, &body))
+            .and_then(|l| header::HeaderValue::try_from(l).ok());
+        let mut response =
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if let Some(location) = location {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        response
     };
     let Some(key) = key else {
         return work().await.map(json);

@@ -61,6 +61,7 @@ pub async fn scale(
     let request = super::idempotent::Request {
         scope: &scope,
         body: &body,
+        locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
         let scaling = membership::scale(&state, operator.org_id, cluster_id, count).await?;
@@ -101,6 +102,7 @@ pub async fn remove_member(
     let request = super::idempotent::Request {
         scope: &scope,
         body: b"",
+        locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
         let scaling = membership::remove(&state, operator.org_id, cluster_id, vm_id).await?;
@@ -137,6 +139,7 @@ pub async fn replace_member(
     let request = super::idempotent::Request {
         scope: &scope,
         body: b"",
+        locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
         let scaling = membership::replace(&state, operator.org_id, cluster_id, vm_id).await?;

@@ -4,9 +4,11 @@ pub mod bootstrap;
 pub mod certificates;
 pub mod clusters;
 mod common_responses;
+mod component_conditions;
 pub mod conditions;
 use common_responses::CommonResponses;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod health;
 mod idempotent;
@@ -14,6 +16,7 @@ pub mod membership;
 pub mod nodes;
 pub mod paging;
 pub mod pools;
+mod prefer;
 pub mod server;
 
 use std::time::Instant;
@@ -40,6 +43,7 @@ use crate::app::AppState;
         clusters::list_clusters,
         clusters::get_cluster,
         clusters::get_kubeconfig,
+        events::cluster_events,
         certificates::inventory,
         certificates::renew,
         certificates::rotate_ca,
@@ -64,7 +68,7 @@ use crate::app::AppState;
         health::readyz,
         health::metrics,
     ),
-    components(schemas(error::ErrorBody, error::ErrorDetail)),
+    components(schemas(error::ErrorBody, error::ErrorDetail, events::ChangeEvent, events::StatusEvent)),
     modifiers(&SecuritySchemes, &CommonResponses),
 )]
 pub struct ApiDoc;
@@ -129,6 +133,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(clusters::delete_cluster),
         )
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
+        .route("/clusters/{id}/events", get(events::cluster_events))
         .route("/clusters/{id}/node-pools", get(pools::list_pools).post(pools::create_pool))
         .route(
             "/clusters/{id}/node-pools/{pool}",

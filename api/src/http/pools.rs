@@ -152,6 +152,7 @@ pub async fn create_pool(
     let request = super::idempotent::Request {
         scope: &scope,
         body: &body,
+        locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
         accepted(pools::create(&state, operator.org_id, cluster_id, &spec).await?)

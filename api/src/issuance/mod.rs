@@ -49,11 +49,17 @@ pub enum IssuanceError {
     /// A stored record cannot be used (a defect, never the caller's fault).
     #[error("node {vm_id} has an unusable stored {what}")]
     Corrupt { vm_id: i64, what: &'static str },
+    /// The CPU pool cannot start the work before the request's deadline (503, `Retry-After`).
+    #[error("too many bundles are being made; retry in {retry_after_secs} s")]
+    Busy { retry_after_secs: u64 },
     #[error(transparent)]
     Db(#[from] DbError),
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// Seconds a bundle request refused for a saturated CPU pool is told to wait.
+const BUSY_RETRY_SECS: u64 = 2;
 
 impl IssuanceError {
     pub(crate) fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {
@@ -182,11 +188,22 @@ async fn sign_bundle(
     let minting_addresses = loaded.addresses().clone();
     let role = loaded.role();
     let minting_at = state.clock.now();
+    // Refused at once when the pool cannot start it in time; stopped before its next key when
+    // the request is dropped (client gone, deadline passed).
     let minted = state
         .cpu
-        .run(move || BundleCerts::mint(&minting_pki, &minting_addresses, role, minting_at))
+        .admit(state.config.bootstrap_deadline, move |stop| {
+            BundleCerts::mint_unless(&minting_pki, &minting_addresses, role, minting_at, &|| {
+                stop.requested()
+            })
+        })
         .await
-        .map_err(IssuanceError::internal)?
+        .map_err(|e| match e {
+            crate::cpu::CpuError::Saturated => IssuanceError::Busy {
+                retry_after_secs: BUSY_RETRY_SECS,
+            },
+            other => IssuanceError::internal(other),
+        })?
         .map_err(IssuanceError::internal)?;
 
     let mut tx = state.db.begin().await?;

@@ -1,8 +1,9 @@
 //! A node's phase reports, from its first boot (bootstrap token) and from its syncs (node key):
 //! each is kept in `node_reports` and becomes the node's current phase; a succeeded `complete`
-//! or `sync` marks the reported generation applied.
+//! or `sync` marks the reported generation applied. The components a report checked are kept
+//! per node (`node_components`).
 
-use exk8s_common::contract::{BootPhase, MAX_REPORT_MESSAGE_CHARS, ReportState};
+use exk8s_common::contract::{BootPhase, ComponentHealth, MAX_REPORT_MESSAGE_CHARS, ReportState};
 
 use crate::app::AppState;
 use crate::db::{self, phase::NodePhase};
@@ -17,6 +18,31 @@ pub struct Report<'a> {
     pub state: ReportState,
     pub message: &'a str,
     pub generation: Option<u64>,
+    /// What the node's probes saw, one entry per component at most.
+    pub components: Vec<ComponentHealth>,
+}
+
+/// At most one entry per component, each message within the report's limit.
+fn check_components(components: &[ComponentHealth]) -> Result<(), FieldError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for c in components {
+        if !seen.insert(c.component) {
+            return Err(FieldError::new(
+                "components",
+                format!("components names {} twice", c.component),
+            ));
+        }
+        if c.message.chars().count() > MAX_REPORT_MESSAGE_CHARS {
+            return Err(FieldError::new(
+                "components",
+                format!(
+                    "the message of {} must be at most {MAX_REPORT_MESSAGE_CHARS} characters",
+                    c.component
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks and records `report` for `vm`.
@@ -28,6 +54,7 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
         )
         .into());
     }
+    check_components(&report.components)?;
     let generation = report
         .generation
         .map(|g| {
@@ -53,6 +80,7 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
         state: report.state,
     };
     db::nodes::record_report(&mut *tx, vm.node.id, phase, generation).await?;
+    db::components::record(&mut tx, vm.node.id, &report.components, now).await?;
     tx.commit().await?;
     if phase.healthy() {
         // The last node to apply a rotation phase moves the rotation on.

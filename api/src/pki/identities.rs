@@ -164,10 +164,29 @@ impl NodeCerts {
         node: &NodeAddresses,
         now: OffsetDateTime,
     ) -> Result<Self, PkiError> {
+        Self::mint_unless(pki, node, now, &|| false)
+    }
+
+    /// As [`Self::mint`], checking `stop` before each key: [`PkiError::Stopped`] when it says so.
+    pub fn mint_unless(
+        pki: &ClusterPki,
+        node: &NodeAddresses,
+        now: OffsetDateTime,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Self, PkiError> {
+        let go = || {
+            if stop() {
+                Err(PkiError::Stopped)
+            } else {
+                Ok(())
+            }
+        };
         Ok(Self {
-            kubelet_serving: pki.cluster_ca.issue(&kubelet_serving_spec(node), now)?,
-            kubelet_client: ClientIdentity::KubeletClient(node.name.clone()).issue(pki, now)?,
-            kube_proxy: ClientIdentity::KubeProxy.issue(pki, now)?,
+            kubelet_serving: go()
+                .and_then(|()| pki.cluster_ca.issue(&kubelet_serving_spec(node), now))?,
+            kubelet_client: go()
+                .and_then(|()| ClientIdentity::KubeletClient(node.name.clone()).issue(pki, now))?,
+            kube_proxy: go().and_then(|()| ClientIdentity::KubeProxy.issue(pki, now))?,
         })
     }
 }
@@ -189,7 +208,21 @@ pub struct ControlPlaneCerts {
 
 impl ControlPlaneCerts {
     pub fn mint(pki: &ClusterPki, now: OffsetDateTime) -> Result<Self, PkiError> {
-        let client = |identity: ClientIdentity| identity.issue(pki, now);
+        Self::mint_unless(pki, now, &|| false)
+    }
+
+    /// As [`Self::mint`], checking `stop` before each key: [`PkiError::Stopped`] when it says so.
+    pub fn mint_unless(
+        pki: &ClusterPki,
+        now: OffsetDateTime,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Self, PkiError> {
+        let client = |identity: ClientIdentity| {
+            if stop() {
+                return Err(PkiError::Stopped);
+            }
+            identity.issue(pki, now)
+        };
         Ok(Self {
             apiserver_kubelet_client: client(ClientIdentity::ApiserverKubeletClient)?,
             apiserver_etcd_client: client(ClientIdentity::ApiserverEtcdClient)?,
@@ -222,11 +255,23 @@ impl BundleCerts {
         role: Role,
         now: OffsetDateTime,
     ) -> Result<Self, PkiError> {
-        let node_certs = NodeCerts::mint(pki, node, now)?;
+        Self::mint_unless(pki, node, role, now, &|| false)
+    }
+
+    /// As [`Self::mint`], checking `stop` before each key (a bundle whose client left stops
+    /// there): [`PkiError::Stopped`] when it says so.
+    pub fn mint_unless(
+        pki: &ClusterPki,
+        node: &NodeAddresses,
+        role: Role,
+        now: OffsetDateTime,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Self, PkiError> {
+        let node_certs = NodeCerts::mint_unless(pki, node, now, stop)?;
         Ok(match role {
             Role::ControlPlane => Self::ControlPlane {
                 node: node_certs,
-                control_plane: Box::new(ControlPlaneCerts::mint(pki, now)?),
+                control_plane: Box::new(ControlPlaneCerts::mint_unless(pki, now, stop)?),
             },
             Role::Worker => Self::Worker { node: node_certs },
         })

@@ -71,6 +71,9 @@ pub enum PkiError {
     Random,
     #[error("a certificate the API made cannot be read back: {0}")]
     Unreadable(String),
+    /// Nobody waits for the certificates any more; minting stopped before the next key.
+    #[error("minting stopped: nobody waits for it")]
+    Stopped,
 }
 
 /// CAs checked by [`import`], by role; `None` where the API makes its own.

@@ -15,6 +15,7 @@ use super::{RenderError, RenderInput};
 /// How long each wait may take before the agent reports the step failed.
 const WAIT_ETCD_SECS: u32 = 600;
 const WAIT_APISERVER_SECS: u32 = 600;
+const WAIT_COMPONENT_SECS: u32 = 300;
 const ADDON_SECS: u32 = 600;
 /// How long a joining member may take to catch up before its learner is withdrawn.
 const PROMOTE_SECS: u32 = 600;
@@ -202,6 +203,93 @@ pub(super) fn worker_steps() -> Result<Vec<PlanStep>, RenderError> {
     ])
 }
 
+/// Where each component other than the apiserver answers `/healthz` on loopback (the ports
+/// templates/kube-controller-manager.yaml and kube-scheduler.yaml bind and probe).
+fn healthz_port(pod: &str) -> Option<u16> {
+    match pod {
+        "kube-controller-manager" => Some(10257),
+        "kube-scheduler" => Some(10259),
+        _ => None,
+    }
+}
+
+/// A first boot brings the control plane up one component at a time, each waited for before
+/// the next: the kubelet (which runs the static pods), the apiserver and its `/readyz`, then the
+/// controller-manager and scheduler and their `/healthz`, then this node's registration.
+fn bring_up(
+    input: &RenderInput<'_>,
+    static_pods: &[StaticPod],
+    admin: &BundlePath,
+) -> Result<Vec<PlanStep>, RenderError> {
+    let install = |pod: &StaticPod| {
+        Ok::<_, RenderError>(PlanStep::InstallStaticPod {
+            manifest: path(pod.manifest)?,
+        })
+    };
+    let (apiservers, others): (Vec<&StaticPod>, Vec<&StaticPod>) = static_pods
+        .iter()
+        .partition(|pod| pod.name == "kube-apiserver");
+    let mut steps = vec![kubelet_step()?];
+    for pod in apiservers {
+        steps.push(install(pod)?);
+    }
+    steps.push(PlanStep::WaitApiserverReady {
+        kubeconfig: admin.clone(),
+        timeout_secs: WAIT_APISERVER_SECS,
+    });
+    for pod in &others {
+        steps.push(install(pod)?);
+    }
+    for pod in &others {
+        if let Some(port) = healthz_port(pod.name) {
+            steps.push(PlanStep::WaitComponentHealthy {
+                component: name(pod.name)?,
+                port,
+                timeout_secs: WAIT_COMPONENT_SECS,
+            });
+        }
+    }
+    // Read with the kubelet's own identity, which the Node authorizer lets read its own Node
+    // (the admin group is bound to cluster-admin only by the first node's addon step).
+    steps.push(PlanStep::WaitNodeRegistered {
+        kubeconfig: path(PATHS.kubelet_kubeconfig)?,
+        node: input.node.addresses.name.clone(),
+        timeout_secs: WAIT_APISERVER_SECS,
+    });
+    Ok(steps)
+}
+
+/// An update restarts one component at a time while the kubelet runs: each manifest lands
+/// after the one before it runs its new inputs (apiserver, controller-manager, scheduler),
+/// and the kubelet itself restarts last.
+fn roll_components(
+    input: &RenderInput<'_>,
+    static_pods: &[StaticPod],
+    admin: &BundlePath,
+) -> Result<Vec<PlanStep>, RenderError> {
+    let mut steps = Vec::new();
+    for pod in static_pods {
+        steps.push(PlanStep::InstallStaticPod {
+            manifest: path(pod.manifest)?,
+        });
+        steps.push(PlanStep::WaitStaticPod {
+            kubeconfig: admin.clone(),
+            manifest: path(pod.manifest)?,
+            mirror_pod: name(&format!("{}-{}", pod.name, input.node.addresses.name))?,
+            inputs_sha256: pod.inputs_sha256,
+            timeout_secs: WAIT_APISERVER_SECS,
+        });
+    }
+    steps.extend([
+        kubelet_step()?,
+        PlanStep::WaitApiserverReady {
+            kubeconfig: admin.clone(),
+            timeout_secs: WAIT_APISERVER_SECS,
+        },
+    ]);
+    Ok(steps)
+}
+
 /// The voter the API chose removes leaving members (an update's work): each is drained, then
 /// leaves etcd through the members that stay.
 fn removals(
@@ -239,11 +327,9 @@ fn removals(
     Ok(steps)
 }
 
-/// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files changed) and wait for it
-/// first. A bootstrap bundle then places the static pod manifests and starts the kubelet, which
-/// starts every pod. An update restarts one component at a time while the kubelet runs: each
-/// manifest lands after the one before it runs its new inputs (apiserver, controller-manager,
-/// scheduler), and the kubelet itself restarts last.
+/// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files
+/// changed) and wait for it first. A bootstrap bundle then brings the other components up in
+/// order ([`bring_up`]); an update rolls them one at a time ([`roll_components`]).
 pub(super) fn steps(
     input: &RenderInput<'_>,
     static_pods: &[StaticPod],
@@ -305,27 +391,11 @@ pub(super) fn steps(
             timeout_secs: PROMOTE_SECS,
         });
     }
-    for pod in static_pods {
-        steps.push(PlanStep::InstallStaticPod {
-            manifest: path(pod.manifest)?,
-        });
-        if input.issuance.kind == BundleKind::Update {
-            steps.push(PlanStep::WaitStaticPod {
-                kubeconfig: admin.clone(),
-                manifest: path(pod.manifest)?,
-                mirror_pod: name(&format!("{}-{}", pod.name, input.node.addresses.name))?,
-                inputs_sha256: pod.inputs_sha256,
-                timeout_secs: WAIT_APISERVER_SECS,
-            });
-        }
+    if input.issuance.kind == BundleKind::Update {
+        steps.extend(roll_components(input, static_pods, &admin)?);
+    } else {
+        steps.extend(bring_up(input, static_pods, &admin)?);
     }
-    steps.extend([
-        kubelet_step()?,
-        PlanStep::WaitApiserverReady {
-            kubeconfig: admin.clone(),
-            timeout_secs: WAIT_APISERVER_SECS,
-        },
-    ]);
     // Workers being removed, drained once this node's own components are up.
     for node in &input.issuance.drains {
         steps.push(PlanStep::DrainNode {

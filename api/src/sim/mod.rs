@@ -37,6 +37,8 @@ pub struct Faults {
     /// Added to every call.
     pub latency_ms: u64,
     pub fail_dns: bool,
+    /// `create_vm` waits while this is set (a test holds founding at its first VM).
+    pub hold_vm_create: bool,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -166,6 +168,9 @@ impl ComputeSim {
 impl Compute for ComputeSim {
     async fn create_vm(&self, request: &CreateVm) -> Result<Vm, ComputeError> {
         self.delay().await;
+        while lock(&self.faults).hold_vm_create {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let faults = self.faults();
         let mut state = lock(&self.state);
         if let Some((vm, ..)) = state

@@ -156,12 +156,16 @@ pub async fn spawn_clocked(
         config: Arc::new(config.clone()),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
-        cpu: exk8s_api::cpu::CpuPool::per_core(),
+        cpu: exk8s_api::cpu::CpuPool::per_core_with_queue(config.cpu_queue_per_core),
         limits: Arc::new(exk8s_api::app::BootstrapLimits::new(&config)),
         clock,
         issuers: Arc::new(exk8s_api::issuance::issuers::IssuerCache::new(
             exk8s_api::issuance::issuers::DEFAULT_CAPACITY,
         )),
+        founders: exk8s_api::founding::queue::Founders::new(
+            config.founding_workers,
+            config.founding_queue,
+        ),
     };
     let app = Application::build(state.clone(), "127.0.0.1:0")
         .await
@@ -249,7 +253,8 @@ impl TestApp {
             .bearer_auth(&self.token)
     }
 
-    /// POST /clusters with a valid body for `count` nodes, merged with `extra`.
+    /// POST /clusters with a valid body for `count` nodes, merged with `extra`, waiting for
+    /// founding to end (201 or its error).
     pub async fn found(&self, count: i64, extra: serde_json::Value) -> reqwest::Response {
         let mut body = valid_body(count);
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
@@ -257,7 +262,12 @@ impl TestApp {
                 b.insert(k.clone(), v.clone());
             }
         }
-        self.post("/clusters").json(&body).send().await.unwrap()
+        self.post("/clusters")
+            .header(WAIT.0, WAIT.1)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn cluster_count(&self) -> i64 {
@@ -271,6 +281,10 @@ impl TestApp {
 }
 
 /// A response's JSON body; anything else fails the test with the status and the text.
+/// The preference that makes `POST /clusters` answer when founding ends (201 or its error)
+/// rather than at once (202).
+pub const WAIT: (&str, &str) = ("Prefer", "wait=600");
+
 pub async fn json_of(response: reqwest::Response) -> serde_json::Value {
     let status = response.status();
     let text = response.text().await.unwrap();
@@ -319,6 +333,7 @@ pub(crate) async fn cluster_with_credentials(app: &TestApp, org: i64, count: i64
     let response = app
         .http
         .post(format!("{}/clusters", app.url))
+        .header(WAIT.0, WAIT.1)
         .bearer_auth(&operator)
         .json(&body)
         .send()

@@ -97,6 +97,7 @@ async fn inventory_records_what_was_issued(backend: Backend) {
     let created: Value = app
         .http
         .post(format!("{}/clusters", app.url))
+        .header(crate::app::WAIT.0, crate::app::WAIT.1)
         .bearer_auth(&app.token)
         .json(&body)
         .send()

@@ -9,8 +9,8 @@ use exk8s_api::tokens::Scope;
 use serde_json::{Value, json};
 
 use crate::app::{
-    Backend, TestApp, both_backends, json_of, operator_token, spawn_app, spawn_with, test_config,
-    valid_body,
+    Backend, TestApp, WAIT, both_backends, json_of, operator_token, spawn_app, spawn_with,
+    test_config, valid_body,
 };
 
 pub(crate) fn assert_nothing_left(app: &TestApp) {
@@ -271,6 +271,7 @@ async fn idempotency_keys_replay_refuse_and_serialise(backend: Backend) {
     let app = spawn_app(backend).await;
     let send = |key: &str, body: Value| {
         app.post("/clusters")
+            .header(WAIT.0, WAIT.1)
             .header("Idempotency-Key", key)
             .json(&body)
             .send()
@@ -300,6 +301,7 @@ async fn idempotency_keys_replay_refuse_and_serialise(backend: Backend) {
     let slow = {
         let request = app
             .post("/clusters")
+            .header(WAIT.0, WAIT.1)
             .header("Idempotency-Key", "k-2")
             .json(&valid_body(1));
         tokio::spawn(async move { request.send().await.unwrap().status() })
@@ -336,6 +338,7 @@ async fn orgs_are_isolated_and_tokens_are_checked(backend: Backend) {
             reqwest::Method::POST,
             format!("/clusters/{id}/certificates/rotate-ca"),
         ),
+        (reqwest::Method::GET, format!("/clusters/{id}/events")),
         (reqwest::Method::DELETE, format!("/clusters/{id}")),
     ] {
         let response = as_other(method.clone(), path.clone()).await.unwrap();
@@ -366,26 +369,30 @@ async fn orgs_are_isolated_and_tokens_are_checked(backend: Backend) {
         .execute(&app.state.db.pool)
         .await
         .unwrap();
-    let url = format!("{}/clusters", app.url);
-    for (what, auth, status) in [
-        ("expired", Some(format!("Bearer {expired}")), 401),
-        ("revoked", Some(format!("Bearer {revoked}")), 401),
-        ("unknown", Some("Bearer exk8s_op_nope".to_owned()), 401),
-        ("malformed", Some("Basic abc".to_owned()), 401),
-        ("missing", None, 401),
-        ("bootstrap scope", Some(format!("Bearer {bootstrap}")), 403),
+    for url in [
+        format!("{}/clusters", app.url),
+        format!("{}/clusters/{id}/events", app.url),
     ] {
-        let mut request = app.http.get(&url);
-        if let Some(auth) = auth {
-            request = request.header("Authorization", auth);
+        for (what, auth, status) in [
+            ("expired", Some(format!("Bearer {expired}")), 401),
+            ("revoked", Some(format!("Bearer {revoked}")), 401),
+            ("unknown", Some("Bearer exk8s_op_nope".to_owned()), 401),
+            ("malformed", Some("Basic abc".to_owned()), 401),
+            ("missing", None, 401),
+            ("bootstrap scope", Some(format!("Bearer {bootstrap}")), 403),
+        ] {
+            let mut request = app.http.get(&url);
+            if let Some(auth) = auth {
+                request = request.header("Authorization", auth);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), status, "{what} {url}");
+            let body = json_of(response).await;
+            assert!(
+                !body.to_string().contains("exk8s_test"),
+                "{what}: the body echoes a token"
+            );
         }
-        let response = request.send().await.unwrap();
-        assert_eq!(response.status().as_u16(), status, "{what}");
-        let body = json_of(response).await;
-        assert!(
-            !body.to_string().contains("exk8s_test"),
-            "{what}: the body echoes a token"
-        );
     }
 }
 

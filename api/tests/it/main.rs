@@ -7,15 +7,19 @@
     reason = "test helpers: a failure should stop the test loudly"
 )]
 
+mod admission;
 mod adversarial;
 mod app;
+mod background;
 mod bad_input;
 mod bootstrap;
 mod certificates;
+mod component_health;
 mod crash;
 mod db_faults;
 mod disk_full;
 mod etcd_cluster;
+mod events;
 mod founding;
 mod helpers;
 mod issuers;

@@ -1,0 +1,101 @@
+//! `cluster_events`: a cluster's changes in order — its phase, each node it gained, each report
+//! a node made. Triggers write the rows (migration 0012), so this module only reads them, a
+//! page at a time after a given id, and prunes them by age.
+
+use sqlx::{Any, Executor, Row as _};
+
+use super::DbError;
+use super::phase::{ClusterPhase, NodePhase, decode};
+
+/// One change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The cluster entered `phase` (with the reason a failure recorded).
+    Cluster {
+        phase: ClusterPhase,
+        reason: Option<String>,
+        message: Option<String>,
+    },
+    /// The cluster gained a node.
+    Node { vm_id: i64, phase: NodePhase },
+    /// A node reported.
+    Report {
+        vm_id: i64,
+        phase: NodePhase,
+        message: String,
+    },
+}
+
+/// A stored change: its id (the stream's event id) and when it happened (unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    pub id: i64,
+    pub at: i64,
+    pub change: Change,
+}
+
+fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
+    let kind: String = r.try_get("kind")?;
+    let vm_id: Option<i64> = r.try_get("vm_id")?;
+    let node_phase = || {
+        let phase: String = r.try_get("phase")?;
+        let state: Option<String> = r.try_get("state")?;
+        NodePhase::from_columns(&phase, state.as_deref().unwrap_or("succeeded")).map_err(|e| {
+            sqlx::Error::ColumnDecode {
+                index: "phase".into(),
+                source: Box::new(e),
+            }
+        })
+    };
+    let change = match (kind.as_str(), vm_id) {
+        ("node", Some(vm_id)) => Change::Node {
+            vm_id,
+            phase: node_phase()?,
+        },
+        ("report", Some(vm_id)) => Change::Report {
+            vm_id,
+            phase: node_phase()?,
+            message: r
+                .try_get::<Option<String>, _>("message")?
+                .unwrap_or_default(),
+        },
+        _ => Change::Cluster {
+            phase: decode(r, "phase")?,
+            reason: r.try_get("reason")?,
+            message: r.try_get("message")?,
+        },
+    };
+    Ok(EventRow {
+        id: r.try_get("id")?,
+        at: r.try_get("created_at")?,
+        change,
+    })
+}
+
+/// At most `limit` of the cluster's changes after id `after`, in id order.
+pub async fn after<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<EventRow>, DbError> {
+    let rows = sqlx::query(
+        "SELECT id, kind, vm_id, phase, state, reason, message, created_at FROM cluster_events \
+         WHERE cluster_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+    )
+    .bind(cluster_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+}
+
+/// Deletes changes recorded before `before` (unix seconds); returns how many.
+pub async fn prune<'c>(db: impl Executor<'c, Database = Any>, before: i64) -> Result<u64, DbError> {
+    let done = sqlx::query("DELETE FROM cluster_events WHERE created_at < $1")
+        .bind(before)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}

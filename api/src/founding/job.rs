@@ -1,0 +1,137 @@
+//! A founding accepted by [`super::start`], run by a founding worker: the cluster's PKI sealed
+//! into its row, then its machines ([`super::provision`]); on failure, compensated — every VM
+//! and security group the journal knows of deleted, the cluster `failed` with the reason.
+
+use std::sync::Arc;
+
+use super::request::ClusterSpecRequest;
+use super::{Failure, Founded, FoundingError, Target, dns, provision, release, trust};
+use crate::app::AppState;
+use crate::compute::Subnet;
+use crate::db::{self, phase::ClusterPhase};
+use crate::pki::{ClusterNetwork, ClusterPki, ServiceCidr, SuppliedCas};
+use crate::render::EncryptionKey;
+
+/// An accepted founding, run by a worker.
+pub(super) struct Job {
+    pub(super) state: AppState,
+    pub(super) id: i64,
+    pub(super) name: String,
+    pub(super) dns_name: String,
+    pub(super) service_cidr: ServiceCidr,
+    pub(super) spec: ClusterSpecRequest,
+    pub(super) supplied: SuppliedCas,
+    pub(super) subnet: Subnet,
+}
+
+impl Job {
+    pub(super) async fn run(mut self) -> Result<Founded, FoundingError> {
+        let state = self.state.clone();
+        let state = &state;
+        let id = self.id;
+        // The reconciler undoes a founding that waited past the provisioning deadline.
+        if !db::clusters::resume_provisioning(&state.db.pool, id, db::now()).await? {
+            tracing::warn!(
+                cluster_id = id,
+                "founding waited past its deadline and was released"
+            );
+            return Err(FoundingError::Unprocessable {
+                field: None,
+                message: format!(
+                    "cluster {id} waited for a founding worker past the provisioning deadline \
+                     and was released"
+                ),
+            });
+        }
+        let mut created = release::Created::default();
+        match self.found(&mut created).await {
+            Ok(mut founded) => {
+                state.metrics.clusters_founded.inc();
+                founded.dns_name.clone_from(&self.dns_name);
+                dns::configure(state, &mut founded).await;
+                Ok(founded)
+            }
+            Err(failure) => Err(compensate(state, id, failure, &created).await),
+        }
+    }
+
+    /// The cluster's PKI, sealed into its row, then its machines.
+    async fn found(&mut self, created: &mut release::Created) -> Result<Founded, Failure> {
+        let state = &self.state;
+        let algorithm = self.spec.key_algorithm;
+        let leaf_lifetime = time::Duration::days(self.spec.leaf_lifetime_days);
+        let now = state.clock.now();
+        let supplied = std::mem::take(&mut self.supplied);
+        let pki = state
+            .cpu
+            .run(move || {
+                let mut pki = ClusterPki::with_supplied(algorithm, now, supplied)?;
+                pki.set_leaf_lifetime(leaf_lifetime);
+                Ok::<_, crate::pki::PkiError>(pki)
+            })
+            .await
+            .map_err(|e| Failure::internal("certificates", e))?
+            .map_err(|e| Failure::internal("certificates", e))?;
+        let pki = Arc::new(pki);
+        let encryption = EncryptionKey::generate().map_err(|e| Failure::internal("keys", e))?;
+        let trust = trust::seal(&state.keks, self.id, &pki, &encryption)
+            .map_err(|e| Failure::internal("sealing", e))?;
+        db::clusters::set_trust(&state.db.pool, self.id, &trust)
+            .await
+            .map_err(Failure::db)?;
+        let network = ClusterNetwork::new(
+            self.service_cidr,
+            &state.config.cluster_domain,
+            &self.dns_name,
+        )
+        .map_err(|e| Failure::internal("network", e))?;
+        let target = Target {
+            id: self.id,
+            name: &self.name,
+            network: &network,
+            subnet: &self.subnet,
+        };
+        provision(state, &target, &self.spec, &pki, created).await
+    }
+}
+
+/// Undoes a founding that failed: every VM and security group the journal knows of is
+/// deleted and the cluster ends `failed` with the reason; when the journal is out of reach,
+/// what this founding created is released from memory (the reconciler records it later).
+async fn compensate(
+    state: &AppState,
+    id: i64,
+    failure: Failure,
+    created: &release::Created,
+) -> FoundingError {
+    state.metrics.clusters_failed.inc();
+    tracing::warn!(cluster_id = id, reason = failure.reason, error = %failure.error, "founding failed; compensating");
+    let message = failure.error.to_string();
+    if failure.error.is_db_unavailable() {
+        // Every journal write would wait out the pool's timeout.
+        release::release_created(state, id, created).await;
+        return failure.error;
+    }
+    let record = |phase| {
+        db::clusters::set_error(
+            &state.db.pool,
+            id,
+            phase,
+            failure.reason,
+            &message,
+            db::now(),
+        )
+    };
+    let _ = record(ClusterPhase::Compensating).await;
+    match release::release_all(state, id).await {
+        Ok(()) => {
+            let _ = record(ClusterPhase::Failed).await;
+            state.metrics.compensations.inc();
+        }
+        Err(e) => {
+            tracing::warn!(cluster_id = id, error = %crate::error_chain(&e), "the journal is out of reach; releasing what this founding created from memory");
+            release::release_created(state, id, created).await;
+        }
+    }
+    failure.error
+}

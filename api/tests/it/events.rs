@@ -1,0 +1,237 @@
+//! `GET /clusters/{id}/events` on SQLite and PostgreSQL: every phase of a founding in order
+//! (accepted, each node, founded), a node's reports, a `status` event that follows readiness,
+//! a reconnect with `Last-Event-ID` that gets exactly what followed, `deleted` at the end, and
+//! the refusals (another org's cluster, a bad `Last-Event-ID`).
+
+use std::time::Duration;
+
+use exk8s_api::sim::Faults;
+use exk8s_api::tokens::Scope;
+use serde_json::{Value, json};
+
+use crate::app::{Backend, TestApp, both_backends, credentials_for, json_of, operator_token};
+use crate::bootstrap::report;
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone)]
+struct Sse {
+    id: Option<i64>,
+    kind: String,
+    data: Value,
+}
+
+/// An open event stream, read event by event.
+struct Stream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Stream {
+    async fn open(app: &TestApp, cluster: i64, last: Option<i64>) -> Self {
+        let mut request = app.get(&format!("/clusters/{cluster}/events"));
+        if let Some(last) = last {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event (keep-alive comments skipped); `None` when the stream ended.
+    async fn next(&mut self) -> Option<Sse> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut kind, mut data) = (None, String::from("message"), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().parse().unwrap());
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        kind = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(Sse {
+                    id,
+                    kind,
+                    data: serde_json::from_str(&data).unwrap(),
+                });
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), self.response.chunk())
+                .await
+                .expect("an event within 30 s")
+                .unwrap()?;
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// Events up to and including the first one `until` accepts.
+    async fn until(&mut self, until: impl Fn(&Sse) -> bool) -> Vec<Sse> {
+        let mut seen = Vec::new();
+        loop {
+            let event = self.next().await.expect("the stream ended early");
+            let done = until(&event);
+            seen.push(event);
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+fn changes(events: &[Sse]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| e.id.is_some())
+        .map(|e| (e.kind.clone(), e.data["phase"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+async fn the_stream_follows_a_founding_and_resumes(backend: Backend) {
+    let app = crate::app::spawn_app(backend).await;
+    app.sims.set_faults(Faults {
+        hold_vm_create: true,
+        ..Faults::default()
+    });
+    let accepted = app
+        .post("/clusters")
+        .json(&crate::app::valid_body(3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let cluster = json_of(accepted).await["id"].as_i64().unwrap();
+
+    let mut stream = Stream::open(&app, cluster, None).await;
+    let opening = stream.until(|e| e.kind == "status").await;
+    assert_eq!(
+        changes(&opening),
+        [("cluster".to_owned(), "provisioning".to_owned())]
+    );
+    let first_id = opening[0].id.unwrap();
+    let status = &opening.last().unwrap().data;
+    assert_eq!(status["phase"], "provisioning");
+    assert_eq!(status["ready"], false);
+
+    app.sims.set_faults(Faults::default());
+    let founding = stream
+        .until(|e| e.kind == "cluster" && e.data["phase"] == "founded")
+        .await;
+    let nodes: Vec<i64> = founding
+        .iter()
+        .filter(|e| e.kind == "node")
+        .map(|e| {
+            assert_eq!(e.data["phase"], "pending");
+            e.data["vm_id"].as_i64().unwrap()
+        })
+        .collect();
+    assert_eq!(nodes.len(), 3, "{founding:?}");
+    assert_eq!(
+        changes(&founding).last().unwrap(),
+        &("cluster".to_owned(), "founded".to_owned()),
+        "founded after its nodes"
+    );
+
+    let created = json!({"cluster_id": cluster, "control_plane_vm_ids": nodes});
+    let members = credentials_for(&app, 7, &created).await;
+    for node in &members {
+        assert_eq!(report(&app, node, "etcd", "started").await, 204);
+        assert_eq!(report(&app, node, "complete", "succeeded").await, 204);
+    }
+    let booted = stream
+        .until(|e| e.kind == "status" && e.data["ready"] == true)
+        .await;
+    let reports: Vec<(i64, String)> = booted
+        .iter()
+        .filter(|e| e.kind == "report")
+        .map(|e| {
+            (
+                e.data["vm_id"].as_i64().unwrap(),
+                e.data["phase"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(i64, String)> = nodes
+        .iter()
+        .flat_map(|vm| {
+            [
+                (*vm, "etcd:started".to_owned()),
+                (*vm, "complete".to_owned()),
+            ]
+        })
+        .collect();
+    assert_eq!(reports, expected, "every report, in order");
+    let ready = booted.last().unwrap();
+    assert_eq!(ready.data["ready_replicas"], 3);
+    assert!(
+        ready.data["conditions"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    );
+
+    // Disconnected, then resumed after the first event: exactly the same changes follow.
+    let all: Vec<Sse> = opening
+        .iter()
+        .chain(&founding)
+        .chain(&booted)
+        .filter(|e| e.id.is_some())
+        .cloned()
+        .collect();
+    drop(stream);
+    let mut resumed = Stream::open(&app, cluster, Some(first_id)).await;
+    let again = resumed.until(|e| e.id == all.last().unwrap().id).await;
+    let ids = |events: &[Sse]| events.iter().filter_map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&again),
+        ids(&all[1..]),
+        "what followed the first event, once each"
+    );
+    assert_eq!(changes(&again), changes(&all[1..]));
+
+    let deleted = app
+        .delete(&format!("/clusters/{cluster}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let end = resumed.until(|e| e.kind == "deleted").await;
+    assert_eq!(end.last().unwrap().kind, "deleted");
+    assert!(resumed.next().await.is_none(), "the stream ends");
+}
+both_backends!(the_stream_follows_a_founding_and_resumes);
+
+async fn the_stream_refuses_what_it_cannot_serve(backend: Backend) {
+    let app = crate::app::spawn_app(backend).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    for bad in ["x", "-1", "1.5", ""] {
+        let refused = app
+            .get(&format!("/clusters/{cluster}/events"))
+            .header("Last-Event-ID", bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 400, "Last-Event-ID {bad:?}");
+        assert_eq!(json_of(refused).await["error"]["field"], "Last-Event-ID");
+    }
+    let other = operator_token(&app.state, 8, Scope::Operator, 3600).await;
+    let hidden = app
+        .http
+        .get(format!("{}/clusters/{cluster}/events", app.url))
+        .bearer_auth(other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hidden.status(), 404, "another org's cluster");
+    let missing = app.get("/clusters/999999/events").send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
+both_backends!(the_stream_refuses_what_it_cannot_serve);
