@@ -43,6 +43,8 @@ pub struct ApiConfig {
     /// the waiting work would outlast the bootstrap deadline) one is refused at once (503,
     /// `Retry-After`).
     pub cpu_queue_per_core: usize,
+    /// Leaf keys the key pool holds at most (0: no pool).
+    pub key_pool_max: usize,
     /// Foundings run at once in the background.
     pub founding_workers: usize,
     /// Foundings accepted at once (running or waiting); beyond it `POST /clusters` is 503.
@@ -81,6 +83,7 @@ impl Default for ApiConfig {
             node_drain_timeout: Duration::from_secs(600),
             member_join_timeout: Duration::from_secs(1800),
             cpu_queue_per_core: crate::cpu::CpuPool::QUEUE_PER_SLOT,
+            key_pool_max: crate::keypool::DEFAULT_MAX_KEYS,
             founding_workers: crate::founding::queue::Founders::DEFAULT_WORKERS,
             founding_queue: crate::founding::queue::Founders::DEFAULT_ADMITTED,
             drain: Duration::from_secs(5),
@@ -123,6 +126,8 @@ pub struct AppState {
     pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
     /// Where foundings run after `POST /clusters` answered.
     pub founders: crate::founding::queue::Founders,
+    /// RSA leaf keys made ahead of demand.
+    pub key_pool: crate::keypool::KeyPool,
 }
 
 /// The bootstrap routes' rate limiters: every request is charged to its source address; only

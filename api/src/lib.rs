@@ -27,6 +27,7 @@ pub mod founding;
 pub mod http;
 pub mod issuance;
 pub mod keyfiles;
+pub mod keypool;
 pub mod labels;
 pub mod machines;
 pub mod membership;

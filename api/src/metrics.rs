@@ -37,6 +37,9 @@ pub struct Metrics {
     pub clusters_failed: Counter,
     pub compensations: Counter,
     pub bundles_issued: Counter,
+    /// Leaf keys bundles took from the key pool, and keys they had to make themselves.
+    pub bundle_keys_pooled: Counter,
+    pub bundle_keys_fresh: Counter,
     /// cluster id → the soonest `notAfter` (unix seconds) among its certificates.
     soonest_expiry: Mutex<BTreeMap<i64, i64>>,
 }
@@ -57,6 +60,17 @@ impl Metrics {
                 *bucket += 1;
             }
         }
+    }
+
+    /// Counts one bundle's `total` leaf keys, `fresh` of them made on the request's time.
+    pub fn count_bundle_keys(&self, total: usize, fresh: usize) {
+        let pooled = total.saturating_sub(fresh) as u64;
+        self.bundle_keys_pooled
+            .0
+            .fetch_add(pooled, Ordering::Relaxed);
+        self.bundle_keys_fresh
+            .0
+            .fetch_add(fresh as u64, Ordering::Relaxed);
     }
 
     /// Records a cluster's soonest certificate expiry (the inventory and the renewal pass do).
@@ -137,6 +151,16 @@ impl Metrics {
                 "Bootstrap bundles issued.",
                 &self.bundles_issued,
             ),
+            (
+                "exk8s_bundle_keys_pooled_total",
+                "Bundles' leaf keys taken from the key pool (made ahead of demand).",
+                &self.bundle_keys_pooled,
+            ),
+            (
+                "exk8s_bundle_keys_fresh_total",
+                "Bundles' leaf keys made while their request waited.",
+                &self.bundle_keys_fresh,
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -158,5 +182,34 @@ impl Metrics {
             let _ = writeln!(out, "{name}{{cluster_id=\"{cluster_id}\"}} {not_after}");
         }
         out
+    }
+}
+
+/// The key pool's gauges and counter, appended to the exposition.
+pub fn render_key_pool(out: &mut String, stats: crate::keypool::PoolStats) {
+    for (name, kind, help, value) in [
+        (
+            "exk8s_key_pool_ready_keys",
+            "gauge",
+            "RSA leaf keys made ahead and waiting.",
+            stats.ready as u64,
+        ),
+        (
+            "exk8s_key_pool_wanted_keys",
+            "gauge",
+            "RSA leaf keys the clusters' pending bundles will take.",
+            stats.wanted as u64,
+        ),
+        (
+            "exk8s_key_pool_made_total",
+            "counter",
+            "RSA leaf keys the key pool has made.",
+            stats.made,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
     }
 }

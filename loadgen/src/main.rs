@@ -14,6 +14,7 @@
 
 #![allow(clippy::print_stdout, reason = "the report is the program's output")]
 
+mod fleet;
 mod proxy;
 
 use std::path::PathBuf;
@@ -25,6 +26,8 @@ use clap::Parser;
 use exk8s_common::{Keyring, verify};
 use serde::Serialize;
 use serde_json::{Value, json};
+
+use fleet::{Vm, credentials, key_pool_filled, node_vms};
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Parser)]
@@ -42,6 +45,14 @@ struct Args {
     /// Control-plane nodes per cluster (1 or 3).
     #[arg(long, default_value_t = 3)]
     nodes: u32,
+    /// Workers per cluster, in one node pool added after founding: a boot storm of
+    /// `nodes + workers` VMs, each fetching once, is `--fetches <alg>=<nodes + workers>`.
+    #[arg(long, default_value_t = 0)]
+    workers: u32,
+    /// Before an algorithm's fetches, wait until the API's key pool holds every key its
+    /// clusters want (as VMs booting after founding would find it), and report how long.
+    #[arg(long)]
+    await_key_pool: bool,
     /// `algorithm=fetches` pairs: bundle fetches per algorithm.
     #[arg(
         long,
@@ -160,42 +171,6 @@ fn run_api(bin: &PathBuf, args: &[&str]) -> Result<String, String> {
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-struct Vm {
-    id: i64,
-    imds: String,
-    bearer: String,
-}
-
-async fn credentials(http: &reqwest::Client, base: &str, vm: i64) -> Result<Vm, String> {
-    let imds = format!("{base}/sim/imds/{vm}");
-    let token = http
-        .get(format!("{imds}/token"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
-    let access: Value = http
-        .get(format!("{imds}/latest/identity/access-token"))
-        .header("X-exc-imds-token", &token)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    let bearer = access["access_token"]
-        .as_str()
-        .ok_or("no access token")?
-        .to_owned();
-    Ok(Vm {
-        id: vm,
-        imds: token,
-        bearer,
-    })
 }
 
 /// Why one fetch failed.
@@ -406,11 +381,9 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             }
             latencies.push(t.elapsed());
             let created: Value = response.json().await.map_err(|e| e.to_string())?;
-            for vm in created["control_plane_vm_ids"]
-                .as_array()
-                .ok_or("no vm ids")?
-            {
-                vms.push(credentials(&http, &base, vm.as_i64().ok_or("bad vm id")?).await?);
+            let cluster_id = created["cluster_id"].as_i64().ok_or("no cluster id")?;
+            for vm in node_vms(&http, &base, &token, cluster_id, args.nodes, args.workers).await? {
+                vms.push(credentials(&http, &base, vm).await?);
             }
         }
         summaries.push(summarise(
@@ -423,6 +396,12 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         let Some((_, total)) = fetches.iter().find(|(a, _)| a == algorithm) else {
             continue;
         };
+        if args.await_key_pool {
+            let waited = key_pool_filled(&http, &base).await?;
+            eprintln!(
+                "exk8s-loadgen: {algorithm}: the key pool was full {waited:.1} s after the last VM was recorded"
+            );
+        }
         let vms = Arc::new(vms);
         let gate = Arc::new(Semaphore::new(args.concurrency));
         let mut tasks = tokio::task::JoinSet::new();

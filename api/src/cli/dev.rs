@@ -96,6 +96,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         reconcile_interval: args.changes.reconcile_interval(),
         member_join_timeout: args.changes.member_join_timeout(),
         cpu_queue_per_core: args.rates.cpu_queue_per_core,
+        key_pool_max: args.rates.key_pool_max,
         founding_workers: args.changes.founding().0,
         founding_queue: args.changes.founding().1,
         ..ApiConfig::default()
@@ -110,7 +111,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         compute,
         dns,
         config,
-    );
+    )?;
     let app = Application::build(state, &args.listen)
         .await
         .map_err(|e| crate::error_chain(&e))?

@@ -21,6 +21,10 @@ pub(super) struct NodeRateArgs {
     /// would keep it from finishing before the bootstrap deadline.
     #[arg(long, env = "EXK8S_CPU_QUEUE_PER_CORE", default_value_t = crate::cpu::CpuPool::QUEUE_PER_SLOT)]
     pub(super) cpu_queue_per_core: usize,
+    /// Leaf keys made ahead of demand for RSA clusters' boot storms, at most, in all (held in
+    /// memory only; 0 turns the pool off).
+    #[arg(long, env = "EXK8S_KEY_POOL_MAX", default_value_t = crate::keypool::DEFAULT_MAX_KEYS)]
+    pub(super) key_pool_max: usize,
 }
 
 impl NodeRateArgs {

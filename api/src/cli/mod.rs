@@ -207,8 +207,10 @@ fn build_state(
     compute: Arc<dyn Compute>,
     dns: Option<Arc<dyn Dns>>,
     config: ApiConfig,
-) -> AppState {
-    AppState {
+) -> Result<AppState, String> {
+    let key_pool = crate::keypool::KeyPool::start(config.key_pool_max)
+        .map_err(|e| format!("starting the key pool's thread: {e}"))?;
+    Ok(AppState {
         db,
         keks: Arc::new(keks),
         signer: Arc::new(signer),
@@ -228,7 +230,8 @@ fn build_state(
         issuers: Arc::new(crate::issuance::issuers::IssuerCache::new(
             crate::issuance::issuers::DEFAULT_CAPACITY,
         )),
-    }
+        key_pool,
+    })
 }
 
 /// The simulated instance-metadata service, and the simulators' state for inspection under

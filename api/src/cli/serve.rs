@@ -153,6 +153,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         node_drain_timeout: Duration::from_secs(args.node_drain_timeout_secs),
         member_join_timeout: args.changes.member_join_timeout(),
         cpu_queue_per_core: args.rates.cpu_queue_per_core,
+        key_pool_max: args.rates.key_pool_max,
         founding_workers: args.changes.founding().0,
         founding_queue: args.changes.founding().1,
         drain: Duration::from_secs(args.drain_secs),
@@ -170,7 +171,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         }
         _ => false,
     };
-    let state = build_state(db.clone(), keks, signer, extra, compute, dns, config);
+    let state = build_state(db.clone(), keks, signer, extra, compute, dns, config)?;
     let mut app = Application::build(state, &args.listen)
         .await
         .map_err(|e| crate::error_chain(&e))?;

@@ -9,6 +9,7 @@ pub mod components;
 pub mod events;
 pub mod idempotency;
 pub mod issuances;
+pub mod keys;
 pub mod membership;
 pub mod nodes;
 pub mod resources;

@@ -140,8 +140,9 @@ pub async fn prune_events(state: &AppState) {
     }
 }
 
-/// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes and
-/// event pruning now and then every `reconcile_interval`, until the process stops.
+/// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes, the
+/// key pool's demand and event pruning now and then every `reconcile_interval`, until the
+/// process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -152,6 +153,9 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             rotations(&state).await;
             pools(&state).await;
             memberships(&state).await;
+            if let Err(e) = crate::keypool::refresh(&state).await {
+                tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
+            }
             prune_events(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }

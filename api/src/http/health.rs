@@ -33,10 +33,11 @@ pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiEr
 /// Prometheus text metrics.
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], {
+        let mut text = state.metrics.render();
+        crate::metrics::render_key_pool(&mut text, state.key_pool.stats());
+        text
+    })
 }
 
 pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -21,7 +21,7 @@ use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
 
 use crate::app::AppState;
 use crate::db::{self, DbError, issuances::Audit};
-use crate::pki::BundleCerts;
+use crate::pki::{BundleCerts, KeySource};
 use crate::render::Issuance;
 use crate::rollout;
 
@@ -188,14 +188,25 @@ async fn sign_bundle(
     let minting_addresses = loaded.addresses().clone();
     let role = loaded.role();
     let minting_at = state.clock.now();
+    let (key_pool, cluster_id) = (state.key_pool.clone(), cluster.id);
     // Refused at once when the pool cannot start it in time; stopped before its next key when
-    // the request is dropped (client gone, deadline passed).
-    let minted = state
+    // the request is dropped (client gone, deadline passed). Keys made ahead for the cluster
+    // are taken only once the job runs, so a refused request wastes none.
+    let (minted, fresh) = state
         .cpu
         .admit(state.config.bootstrap_deadline, move |stop| {
-            BundleCerts::mint_unless(&minting_pki, &minting_addresses, role, minting_at, &|| {
-                stop.requested()
-            })
+            let algorithm = minting_pki.algorithm;
+            let ready = key_pool.take(cluster_id, algorithm, BundleCerts::keys(role));
+            let stopped = || stop.requested();
+            let mut keys = KeySource::new(algorithm, ready, &stopped);
+            let minted = BundleCerts::mint_from(
+                &minting_pki,
+                &minting_addresses,
+                role,
+                minting_at,
+                &mut keys,
+            );
+            minted.map(|m| (m, keys.generated()))
         })
         .await
         .map_err(|e| match e {
@@ -205,6 +216,9 @@ async fn sign_bundle(
             other => IssuanceError::internal(other),
         })?
         .map_err(IssuanceError::internal)?;
+    state
+        .metrics
+        .count_bundle_keys(BundleCerts::keys(role), fresh);
 
     let mut tx = state.db.begin().await?;
     let taken = match request.kind {

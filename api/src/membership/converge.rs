@@ -503,5 +503,6 @@ async fn record_member(
         vm_id = vm.id,
         "control-plane member joining"
     );
+    crate::keypool::refresh_cluster(state, cluster.id).await;
     Ok(())
 }

@@ -10,7 +10,7 @@ use time::{Duration, OffsetDateTime};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::leaf::{BACKDATE, CA_LIFETIME, LEAF_LIFETIME, leaf_params, random_serial, subject};
-use super::{IssuedCert, KeyAlgorithm, LeafSpec, PkiError, SecretPem};
+use super::{IssuedCert, KeyAlgorithm, LeafKey, LeafSpec, PkiError, SecretPem};
 
 /// The three trust domains of a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -211,13 +211,30 @@ impl CertAuthority {
 
     /// Issues a leaf with a fresh key of the leaf algorithm.
     pub fn issue(&self, spec: &LeafSpec, now: OffsetDateTime) -> Result<IssuedCert, PkiError> {
+        self.issue_keyed(spec, now, LeafKey::generate(self.leaf_algorithm)?)
+    }
+
+    /// Issues a leaf for `key`, which must be of the leaf algorithm (a pooled key of another
+    /// cluster's algorithm is refused, never signed).
+    pub fn issue_keyed(
+        &self,
+        spec: &LeafSpec,
+        now: OffsetDateTime,
+        key: LeafKey,
+    ) -> Result<IssuedCert, PkiError> {
+        if key.algorithm() != self.leaf_algorithm {
+            return Err(PkiError::WrongKey {
+                role: self.role,
+                expected: self.leaf_algorithm,
+                got: key.algorithm(),
+            });
+        }
         if now >= self.not_after {
             return Err(PkiError::CaExpired {
                 role: self.role,
                 not_after: self.not_after,
             });
         }
-        let key = self.leaf_algorithm.generate()?;
         let params = leaf_params(
             spec,
             self.leaf_algorithm,
@@ -226,14 +243,14 @@ impl CertAuthority {
             self.not_after,
         )?;
         let cert = params
-            .signed_by(&key, &self.issuer)
+            .signed_by(key.pair(), &self.issuer)
             .map_err(|source| PkiError::Signing {
                 what: spec.common_name.clone(),
                 source,
             })?;
         Ok(IssuedCert {
             cert_pem: cert.pem(),
-            key_pem: SecretPem::new(key.serialize_pem()),
+            key_pem: SecretPem::new(key.pair().serialize_pem()),
         })
     }
 }

@@ -13,7 +13,8 @@ use exk8s_common::names::NodeName;
 use time::OffsetDateTime;
 
 use super::{
-    CaRole, ClusterNetwork, ClusterPki, IssuedCert, LeafSpec, NodeAddresses, PkiError, Usage,
+    CaRole, ClusterNetwork, ClusterPki, IssuedCert, KeySource, LeafSpec, NodeAddresses, PkiError,
+    Usage,
 };
 
 const LOCALHOST_V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -123,6 +124,17 @@ impl ClientIdentity {
     pub fn issue(&self, pki: &ClusterPki, now: OffsetDateTime) -> Result<IssuedCert, PkiError> {
         pki.ca(self.signer()).issue(&self.spec(), now)
     }
+
+    /// As [`Self::issue`], with the next key of `keys`.
+    pub fn issue_from(
+        &self,
+        pki: &ClusterPki,
+        now: OffsetDateTime,
+        keys: &mut KeySource<'_>,
+    ) -> Result<IssuedCert, PkiError> {
+        pki.ca(self.signer())
+            .issue_keyed(&self.spec(), now, keys.next_key()?)
+    }
 }
 
 /// Serving certificates made at founding and stored with the node.
@@ -159,34 +171,33 @@ pub struct NodeCerts {
 }
 
 impl NodeCerts {
+    /// How many keys one minting takes.
+    pub const KEYS: usize = 3;
+
     pub fn mint(
         pki: &ClusterPki,
         node: &NodeAddresses,
         now: OffsetDateTime,
     ) -> Result<Self, PkiError> {
-        Self::mint_unless(pki, node, now, &|| false)
+        Self::mint_from(pki, node, now, &mut KeySource::fresh(pki.algorithm))
     }
 
-    /// As [`Self::mint`], checking `stop` before each key: [`PkiError::Stopped`] when it says so.
-    pub fn mint_unless(
+    /// As [`Self::mint`], with the keys of `keys`.
+    pub fn mint_from(
         pki: &ClusterPki,
         node: &NodeAddresses,
         now: OffsetDateTime,
-        stop: &dyn Fn() -> bool,
+        keys: &mut KeySource<'_>,
     ) -> Result<Self, PkiError> {
-        let go = || {
-            if stop() {
-                Err(PkiError::Stopped)
-            } else {
-                Ok(())
-            }
-        };
         Ok(Self {
-            kubelet_serving: go()
-                .and_then(|()| pki.cluster_ca.issue(&kubelet_serving_spec(node), now))?,
-            kubelet_client: go()
-                .and_then(|()| ClientIdentity::KubeletClient(node.name.clone()).issue(pki, now))?,
-            kube_proxy: go().and_then(|()| ClientIdentity::KubeProxy.issue(pki, now))?,
+            kubelet_serving: pki.cluster_ca.issue_keyed(
+                &kubelet_serving_spec(node),
+                now,
+                keys.next_key()?,
+            )?,
+            kubelet_client: ClientIdentity::KubeletClient(node.name.clone())
+                .issue_from(pki, now, keys)?,
+            kube_proxy: ClientIdentity::KubeProxy.issue_from(pki, now, keys)?,
         })
     }
 }
@@ -207,22 +218,20 @@ pub struct ControlPlaneCerts {
 }
 
 impl ControlPlaneCerts {
+    /// How many keys one minting takes.
+    pub const KEYS: usize = 8;
+
     pub fn mint(pki: &ClusterPki, now: OffsetDateTime) -> Result<Self, PkiError> {
-        Self::mint_unless(pki, now, &|| false)
+        Self::mint_from(pki, now, &mut KeySource::fresh(pki.algorithm))
     }
 
-    /// As [`Self::mint`], checking `stop` before each key: [`PkiError::Stopped`] when it says so.
-    pub fn mint_unless(
+    /// As [`Self::mint`], with the keys of `keys`.
+    pub fn mint_from(
         pki: &ClusterPki,
         now: OffsetDateTime,
-        stop: &dyn Fn() -> bool,
+        keys: &mut KeySource<'_>,
     ) -> Result<Self, PkiError> {
-        let client = |identity: ClientIdentity| {
-            if stop() {
-                return Err(PkiError::Stopped);
-            }
-            identity.issue(pki, now)
-        };
+        let mut client = |identity: ClientIdentity| identity.issue_from(pki, now, keys);
         Ok(Self {
             apiserver_kubelet_client: client(ClientIdentity::ApiserverKubeletClient)?,
             apiserver_etcd_client: client(ClientIdentity::ApiserverEtcdClient)?,
@@ -249,29 +258,37 @@ pub enum BundleCerts {
 }
 
 impl BundleCerts {
+    /// How many keys one bundle of `role` takes.
+    pub fn keys(role: Role) -> usize {
+        match role {
+            Role::ControlPlane => NodeCerts::KEYS + ControlPlaneCerts::KEYS,
+            Role::Worker => NodeCerts::KEYS,
+        }
+    }
+
     pub fn mint(
         pki: &ClusterPki,
         node: &NodeAddresses,
         role: Role,
         now: OffsetDateTime,
     ) -> Result<Self, PkiError> {
-        Self::mint_unless(pki, node, role, now, &|| false)
+        Self::mint_from(pki, node, role, now, &mut KeySource::fresh(pki.algorithm))
     }
 
-    /// As [`Self::mint`], checking `stop` before each key (a bundle whose client left stops
-    /// there): [`PkiError::Stopped`] when it says so.
-    pub fn mint_unless(
+    /// As [`Self::mint`], with the keys of `keys` (ready ones first; a source whose bundle's
+    /// client left stops before its next key with [`PkiError::Stopped`]).
+    pub fn mint_from(
         pki: &ClusterPki,
         node: &NodeAddresses,
         role: Role,
         now: OffsetDateTime,
-        stop: &dyn Fn() -> bool,
+        keys: &mut KeySource<'_>,
     ) -> Result<Self, PkiError> {
-        let node_certs = NodeCerts::mint_unless(pki, node, now, stop)?;
+        let node_certs = NodeCerts::mint_from(pki, node, now, keys)?;
         Ok(match role {
             Role::ControlPlane => Self::ControlPlane {
                 node: node_certs,
-                control_plane: Box::new(ControlPlaneCerts::mint_unless(pki, now, stop)?),
+                control_plane: Box::new(ControlPlaneCerts::mint_from(pki, now, keys)?),
             },
             Role::Worker => Self::Worker { node: node_certs },
         })
@@ -289,6 +306,29 @@ impl BundleCerts {
         match self {
             Self::ControlPlane { control_plane, .. } => Some(control_plane),
             Self::Worker { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::KeyAlgorithm;
+
+    #[test]
+    fn a_bundle_takes_the_keys_its_role_says() {
+        let now = OffsetDateTime::now_utc();
+        let pki = ClusterPki::generate(KeyAlgorithm::EcdsaP256, now).unwrap();
+        let node = NodeAddresses {
+            name: "cp-1".parse().unwrap(),
+            private_ipv4: Ipv4Addr::new(10, 0, 0, 5),
+            private_ipv6: None,
+            public_ipv4: None,
+        };
+        for role in [Role::ControlPlane, Role::Worker] {
+            let mut keys = KeySource::fresh(KeyAlgorithm::EcdsaP256);
+            BundleCerts::mint_from(&pki, &node, role, now, &mut keys).unwrap();
+            assert_eq!(keys.generated(), BundleCerts::keys(role), "{role:?}");
         }
     }
 }

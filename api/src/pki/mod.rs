@@ -18,6 +18,7 @@ mod ca;
 mod facts;
 mod identities;
 mod import;
+mod keys;
 pub mod kubeconfig;
 mod leaf;
 mod network;
@@ -31,6 +32,7 @@ pub use identities::{
     etcd_member_spec, kubelet_serving_spec,
 };
 pub use import::{CaPart, ImportError, ImportTerms, SuppliedCa, check_distinct, import};
+pub use keys::{KeySource, LeafKey};
 pub use leaf::{IssuedCert, LeafSpec, Usage};
 pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};
 pub use secret::SecretPem;
@@ -71,6 +73,13 @@ pub enum PkiError {
     Random,
     #[error("a certificate the API made cannot be read back: {0}")]
     Unreadable(String),
+    /// A key made for another algorithm reached a CA (a defect: pooled keys are per cluster).
+    #[error("the {role} issues {expected} leaves and was handed a {got} key")]
+    WrongKey {
+        role: CaRole,
+        expected: KeyAlgorithm,
+        got: KeyAlgorithm,
+    },
     /// Nobody waits for the certificates any more; minting stopped before the next key.
     #[error("minting stopped: nobody waits for it")]
     Stopped,

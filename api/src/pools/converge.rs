@@ -342,6 +342,7 @@ async fn record_worker(
             pod_range,
             "worker recorded"
         );
+        crate::keypool::refresh_cluster(state, cluster.id).await;
         return Ok(());
     }
 }

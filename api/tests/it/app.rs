@@ -166,6 +166,7 @@ pub async fn spawn_clocked(
             config.founding_workers,
             config.founding_queue,
         ),
+        key_pool: exk8s_api::keypool::KeyPool::start(config.key_pool_max).unwrap(),
     };
     let app = Application::build(state.clone(), "127.0.0.1:0")
         .await
