@@ -3,7 +3,7 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|found|agent|profile
+#   scripts/bench.sh pki|load|storm|found|agent|profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
@@ -34,6 +34,27 @@ if [ "$what" = all ] || [ "$what" = load ]; then
   "$loadgen" --api-bin "$api" \
     --clusters ecdsa-p256=4,rsa-2048=1 --fetches ecdsa-p256=10000,rsa-2048=32 --concurrency 64 \
     --json "$out/load-sqlite.json"
+fi
+
+if [ "$what" = all ] || [ "$what" = storm ]; then
+  ensure_postgres
+  pg_db=exk8s_bench_storm
+  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+  log "boot storm baseline: the ecdsa-p256 cluster's traffic alone"
+  "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
+    --clusters ecdsa-p256=1 --workers 29 --fetches ecdsa-p256=3000 --concurrency 32 \
+    --json "$out/storm-baseline.json"
+  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE $pg_db" -c "CREATE DATABASE $pg_db"
+  log "boot storm: 32 VMs of one rsa-2048 cluster (3 control-plane + 29 workers) fetching at once,"
+  log "beside an ecdsa-p256 cluster's traffic, default deadline, after the key pool filled"
+  "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
+    --clusters ecdsa-p256=1,rsa-2048=1 --workers 29 --fetches ecdsa-p256=3000,rsa-2048=32 \
+    --concurrency 32 --together --await-key-pool --json "$out/storm.json"
+  log "abandoned storm: 64 rsa-4096 fetches whose clients leave after 1 s (key pool off: this"
+  log "measures that abandoned work stops), then ecdsa-p256 fetches at normal latency"
+  "$loadgen" --api-bin "$api" --clusters rsa-4096=1,ecdsa-p256=1 --fetches rsa-4096=64,ecdsa-p256=200 \
+    --concurrency 64 --timeout-secs 1 --allow-hung --allow-clean-errors --idle-check \
+    --api-arg=--key-pool-max=0 --json "$out/abandoned.json"
 fi
 
 if [ "$what" = all ] || [ "$what" = found ]; then

@@ -15,6 +15,7 @@
 #![allow(clippy::print_stdout, reason = "the report is the program's output")]
 
 mod fleet;
+mod idle;
 mod proxy;
 
 use std::path::PathBuf;
@@ -53,6 +54,14 @@ struct Args {
     /// clusters want (as VMs booting after founding would find it), and report how long.
     #[arg(long)]
     await_key_pool: bool,
+    /// Play every algorithm's fetches at the same time, each with its own `--concurrency`,
+    /// once every cluster is founded (an RSA boot storm beside ECDSA traffic).
+    #[arg(long)]
+    together: bool,
+    /// After each algorithm's fetches, report how soon the API's CPU fell idle (at most 5 % of
+    /// a core over 200 ms) — with a short --timeout-secs, an abandoned storm.
+    #[arg(long)]
+    idle_check: bool,
     /// `algorithm=fetches` pairs: bundle fetches per algorithm.
     #[arg(
         long,
@@ -83,6 +92,9 @@ struct Args {
     /// Succeed when fetches fail only cleanly (429/5xx); hung or bad fetches still fail the run.
     #[arg(long)]
     allow_clean_errors: bool,
+    /// Succeed when fetches pass --timeout-secs (an abandoned storm: the client leaves).
+    #[arg(long)]
+    allow_hung: bool,
 }
 
 /// Kills the API when the run ends.
@@ -111,6 +123,9 @@ struct Summary {
     p50_ms: f64,
     p90_ms: f64,
     p99_ms: f64,
+    /// With --idle-check: seconds until the API's CPU fell idle after the set ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_after_s: Option<f64>,
 }
 
 fn summarise(
@@ -142,6 +157,7 @@ fn summarise(
         p50_ms: pick(0.50),
         p90_ms: pick(0.90),
         p99_ms: pick(0.99),
+        idle_after_s: None,
     }
 }
 
@@ -245,6 +261,79 @@ async fn fetch(
     Ok(())
 }
 
+/// Reports how long the key pool took to fill, once it is full.
+async fn await_key_pool(http: &reqwest::Client, base: &str, what: &str) -> Result<(), String> {
+    let waited = key_pool_filled(http, base).await?;
+    eprintln!(
+        "exk8s-loadgen: {what}: the key pool was full {waited:.1} s after the last VM was recorded"
+    );
+    Ok(())
+}
+
+/// One algorithm's fetches over its clusters' VMs.
+struct FetchSet {
+    algorithm: String,
+    vms: Vec<Vm>,
+    total: usize,
+}
+
+impl FetchSet {
+    /// Plays the fetches, at most `concurrency` in flight, each VM in turn.
+    async fn play(
+        self,
+        http: &reqwest::Client,
+        base: &str,
+        keys: &Arc<Keyring>,
+        concurrency: usize,
+    ) -> Result<Summary, String> {
+        let algorithm = self.algorithm;
+        let vms = Arc::new(self.vms);
+        let gate = Arc::new(Semaphore::new(concurrency));
+        let mut tasks = tokio::task::JoinSet::new();
+        let started = Instant::now();
+        for i in 0..self.total {
+            let permit = Arc::clone(&gate)
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
+            let (http, base, vms, keys) = (
+                http.clone(),
+                base.to_owned(),
+                Arc::clone(&vms),
+                Arc::clone(keys),
+            );
+            tasks.spawn(async move {
+                let vm = &vms[i % vms.len()];
+                let nonce = format!("loadgen-nonce-{i:016}");
+                let t = Instant::now();
+                let result = fetch(&http, &base, vm, &nonce, &keys).await;
+                drop(permit);
+                (t.elapsed(), result)
+            });
+        }
+        let mut latencies = Vec::new();
+        let mut failed: Vec<FetchError> = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            let (elapsed, result) = done.map_err(|e| e.to_string())?;
+            match result {
+                Ok(()) => latencies.push(elapsed),
+                Err(e) => failed.push(e),
+            }
+        }
+        if let Some(e) = failed.iter().find(|e| !matches!(e, FetchError::Clean(_))) {
+            eprintln!("exk8s-loadgen: first hung or bad fetch for {algorithm}: {e}");
+        } else if let Some(e) = failed.first() {
+            eprintln!("exk8s-loadgen: first failed fetch for {algorithm}: {e}");
+        }
+        Ok(summarise(
+            format!("fetch {algorithm} c={concurrency}"),
+            latencies,
+            &failed,
+            started.elapsed(),
+        ))
+    }
+}
+
 async fn run(args: Args) -> Result<Vec<Summary>, String> {
     let clusters = pairs(&args.clusters)?;
     let fetches = pairs(&args.fetches)?;
@@ -288,7 +377,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         .map_err(|e| e.to_string())?
         .port();
     let base = format!("http://127.0.0.1:{port}");
-    let _api = Api(Command::new(&args.api_bin)
+    let api = Api(Command::new(&args.api_bin)
         .args([
             "serve",
             "--listen",
@@ -355,6 +444,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
     }
 
     let mut summaries = Vec::new();
+    let mut together = Vec::new();
     for (algorithm, count) in &clusters {
         let mut latencies = Vec::new();
         let mut failed = Vec::new();
@@ -396,56 +486,50 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         let Some((_, total)) = fetches.iter().find(|(a, _)| a == algorithm) else {
             continue;
         };
+        let set = FetchSet {
+            algorithm: algorithm.clone(),
+            vms,
+            total: *total,
+        };
+        if args.together {
+            together.push(set);
+            continue;
+        }
         if args.await_key_pool {
-            let waited = key_pool_filled(&http, &base).await?;
-            eprintln!(
-                "exk8s-loadgen: {algorithm}: the key pool was full {waited:.1} s after the last VM was recorded"
-            );
+            await_key_pool(&http, &base, algorithm).await?;
         }
-        let vms = Arc::new(vms);
-        let gate = Arc::new(Semaphore::new(args.concurrency));
-        let mut tasks = tokio::task::JoinSet::new();
-        let started = Instant::now();
-        for i in 0..*total {
-            let permit = Arc::clone(&gate)
-                .acquire_owned()
-                .await
-                .map_err(|e| e.to_string())?;
-            let (http, base, vms, keys) = (
-                http.clone(),
-                base.clone(),
-                Arc::clone(&vms),
-                Arc::clone(&keys),
-            );
-            tasks.spawn(async move {
-                let vm = &vms[i % vms.len()];
-                let nonce = format!("loadgen-nonce-{i:016}");
-                let t = Instant::now();
-                let result = fetch(&http, &base, vm, &nonce, &keys).await;
-                drop(permit);
-                (t.elapsed(), result)
-            });
-        }
-        let mut latencies = Vec::new();
-        let mut failed: Vec<FetchError> = Vec::new();
-        while let Some(done) = tasks.join_next().await {
-            let (elapsed, result) = done.map_err(|e| e.to_string())?;
-            match result {
-                Ok(()) => latencies.push(elapsed),
-                Err(e) => failed.push(e),
+        let mut summary = set.play(&http, &base, &keys, args.concurrency).await?;
+        if args.idle_check {
+            let idle = idle::idle_after(api.0.id(), Instant::now()).await?;
+            match idle {
+                Some(s) => eprintln!(
+                    "exk8s-loadgen: {algorithm}: the API's CPU was idle {s:.2} s after the last fetch ended"
+                ),
+                None => eprintln!(
+                    "exk8s-loadgen: {algorithm}: the API's CPU was still busy 15 s after the last fetch ended"
+                ),
             }
+            summary.idle_after_s = Some(idle.unwrap_or(f64::INFINITY));
         }
-        if let Some(e) = failed.iter().find(|e| !matches!(e, FetchError::Clean(_))) {
-            eprintln!("exk8s-loadgen: first hung or bad fetch for {algorithm}: {e}");
-        } else if let Some(e) = failed.first() {
-            eprintln!("exk8s-loadgen: first failed fetch for {algorithm}: {e}");
+        summaries.push(summary);
+    }
+    if !together.is_empty() {
+        if args.await_key_pool {
+            await_key_pool(&http, &base, "every algorithm").await?;
         }
-        summaries.push(summarise(
-            format!("fetch {algorithm} c={}", args.concurrency),
-            latencies,
-            &failed,
-            started.elapsed(),
-        ));
+        let mut sets = tokio::task::JoinSet::new();
+        for (i, set) in together.into_iter().enumerate() {
+            let (http, base, keys) = (http.clone(), base.clone(), Arc::clone(&keys));
+            let concurrency = args.concurrency;
+            sets.spawn(async move { (i, set.play(&http, &base, &keys, concurrency).await) });
+        }
+        let mut played = Vec::new();
+        while let Some(done) = sets.join_next().await {
+            let (i, summary) = done.map_err(|e| e.to_string())?;
+            played.push((i, summary?));
+        }
+        played.sort_by_key(|(i, _)| *i);
+        summaries.extend(played.into_iter().map(|(_, s)| s));
     }
     Ok(summaries)
 }
@@ -453,7 +537,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let json_out = args.json.clone();
-    let allow_clean_errors = args.allow_clean_errors;
+    let (allow_clean_errors, allow_hung) = (args.allow_clean_errors, args.allow_hung);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -503,11 +587,9 @@ fn main() -> std::process::ExitCode {
                 }
             }
             let failed = |s: &Summary| {
-                if allow_clean_errors {
-                    s.hung + s.bad > 0
-                } else {
-                    s.errors > 0
-                }
+                s.bad > 0
+                    || (s.clean_errors > 0 && !allow_clean_errors)
+                    || (s.hung > 0 && !allow_hung)
             };
             if summaries.iter().any(failed) {
                 return std::process::ExitCode::from(1);
