@@ -15,6 +15,7 @@
 #![allow(clippy::print_stdout, reason = "the report is the program's output")]
 
 mod fleet;
+mod fleet_size;
 mod idle;
 mod proxy;
 
@@ -62,6 +63,13 @@ struct Args {
     /// a core over 200 ms) — with a short --timeout-secs, an abandoned storm.
     #[arg(long)]
     idle_check: bool,
+    /// Idle clusters (ecdsa-p256, `--nodes` each) founded first, never fetched from: the
+    /// measured clusters then live in a fleet of this size.
+    #[arg(long, default_value_t = 0)]
+    fleet: usize,
+    /// After the fetches, walk `GET /clusters` page by page this many times, timing each page.
+    #[arg(long, default_value_t = 0)]
+    list_walks: usize,
     /// `algorithm=fetches` pairs: bundle fetches per algorithm.
     #[arg(
         long,
@@ -444,6 +452,22 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
     }
 
     let mut summaries = Vec::new();
+    if args.fleet > 0 {
+        let started = Instant::now();
+        let failed =
+            fleet_size::found_idle(&http, &base, &token, args.fleet, args.nodes, 8).await?;
+        if failed > 0 {
+            return Err(format!(
+                "{failed} of {} idle clusters were not founded",
+                args.fleet
+            ));
+        }
+        eprintln!(
+            "exk8s-loadgen: {} idle clusters founded in {:.0} s",
+            args.fleet,
+            started.elapsed().as_secs_f64()
+        );
+    }
     let mut together = Vec::new();
     for (algorithm, count) in &clusters {
         let mut latencies = Vec::new();
@@ -530,6 +554,16 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         }
         played.sort_by_key(|(i, _)| *i);
         summaries.extend(played.into_iter().map(|(_, s)| s));
+    }
+    if args.list_walks > 0 {
+        let (pages, clusters, took) =
+            fleet_size::list_pages(&http, &base, &token, args.list_walks).await?;
+        summaries.push(summarise(
+            format!("GET /clusters pages ({clusters})"),
+            pages,
+            &[],
+            took,
+        ));
     }
     Ok(summaries)
 }

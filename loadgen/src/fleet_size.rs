@@ -1,0 +1,112 @@
+//! Fleet size: idle clusters founded before the measured ones (so issuance runs against a large
+//! database), and the timing of `GET /clusters` pages over the whole fleet.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+/// Founds `count` idle `nodes`-node ecdsa-p256 clusters, `parallel` at once; returns how many
+/// failed (each printed).
+pub(crate) async fn found_idle(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    count: usize,
+    nodes: u32,
+    parallel: usize,
+) -> Result<usize, String> {
+    let gate = Arc::new(Semaphore::new(parallel.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for i in 0..count {
+        let permit = Arc::clone(&gate)
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let (http, url, token) = (http.clone(), format!("{base}/clusters"), token.to_owned());
+        tasks.spawn(async move {
+            let body = json!({"control_plane_count": nodes, "control_plane_image_id": 1, "control_plane_instance_type": "bench", "subnet_id": 1});
+            let answer = http
+                .post(url)
+                .header("Prefer", "wait=300")
+                .bearer_auth(token)
+                .json(&body)
+                .timeout(Duration::from_secs(300))
+                .send()
+                .await;
+            drop(permit);
+            match answer {
+                Ok(r) if r.status().as_u16() == 201 => None,
+                Ok(r) => Some(format!("idle cluster {i}: HTTP {}", r.status())),
+                Err(e) => Some(format!("idle cluster {i}: {e}")),
+            }
+        });
+        if (i + 1) % 1000 == 0 {
+            eprintln!(
+                "exk8s-loadgen: {} idle clusters asked for in {:.0} s",
+                i + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let mut failed = 0;
+    while let Some(done) = tasks.join_next().await {
+        if let Some(why) = done.map_err(|e| e.to_string())? {
+            eprintln!("exk8s-loadgen: {why}");
+            failed += 1;
+        }
+    }
+    Ok(failed)
+}
+
+/// Walks `GET /clusters` from its first page to its last `walks` times, timing each page.
+pub(crate) async fn list_pages(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    walks: usize,
+) -> Result<(Vec<Duration>, usize, Duration), String> {
+    let mut latencies = Vec::new();
+    let mut clusters = 0;
+    let started = Instant::now();
+    for _ in 0..walks {
+        let mut next = Some(format!("{base}/clusters"));
+        clusters = 0;
+        while let Some(url) = next.take() {
+            let t = Instant::now();
+            let response = http
+                .get(&url)
+                .bearer_auth(token)
+                .timeout(Duration::from_secs(120))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("GET {url}: HTTP {}", response.status()));
+            }
+            next = response
+                .headers()
+                .get("link")
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| {
+                    l.split_once('<')?
+                        .1
+                        .split_once('>')
+                        .map(|(u, _)| u.to_owned())
+                })
+                .map(|u| {
+                    if u.starts_with('/') {
+                        format!("{base}{u}")
+                    } else {
+                        u
+                    }
+                });
+            let page: Vec<serde_json::Value> = response.json().await.map_err(|e| e.to_string())?;
+            latencies.push(t.elapsed());
+            clusters += page.len();
+        }
+    }
+    Ok((latencies, clusters, started.elapsed()))
+}
