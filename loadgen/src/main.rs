@@ -67,6 +67,11 @@ struct Args {
     /// measured clusters then live in a fleet of this size.
     #[arg(long, default_value_t = 0)]
     fleet: usize,
+    /// Seconds to wait after founding the idle fleet, before the measured clusters: the
+    /// database's autovacuum and statistics catch up with 10,000 new clusters, as they have
+    /// in a fleet that grew over months.
+    #[arg(long, default_value_t = 0)]
+    settle_secs: u64,
     /// After the fetches, walk `GET /clusters` page by page this many times, timing each page.
     #[arg(long, default_value_t = 0)]
     list_walks: usize,
@@ -295,6 +300,11 @@ impl FetchSet {
         concurrency: usize,
     ) -> Result<Summary, String> {
         let algorithm = self.algorithm;
+        if self.vms.is_empty() && self.total > 0 {
+            return Err(format!(
+                "no {algorithm} VM to fetch from: every founding failed"
+            ));
+        }
         let vms = Arc::new(self.vms);
         let gate = Arc::new(Semaphore::new(concurrency));
         let mut tasks = tokio::task::JoinSet::new();
@@ -467,6 +477,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             args.fleet,
             started.elapsed().as_secs_f64()
         );
+        tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
     }
     let mut together = Vec::new();
     for (algorithm, count) in &clusters {
