@@ -213,10 +213,31 @@ pub async fn inventory(
         .await?
         .ok_or(CertificatesError::NotFound)?;
     let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let rows = db::certificates::list(&state.db.pool, cluster_id).await?;
+    let inventory = inventory_of(
+        cluster_id,
+        cluster.created_at,
+        &nodes,
+        rows,
+        state.clock.unix(),
+    );
+    if let Some(soonest) = inventory.soonest_not_after() {
+        state.metrics.set_soonest_expiry(cluster_id, soonest);
+    }
+    Ok(inventory)
+}
+
+/// A cluster's inventory from its rows: what its nodes may run (see [`current`]) and its own
+/// certificates, soonest expiry first, judged at `now`.
+pub fn inventory_of(
+    cluster_id: i64,
+    created_at: i64,
+    nodes: &[db::nodes::NodeRow],
+    rows: Vec<CertRow>,
+    now: i64,
+) -> Inventory {
     let applied: BTreeMap<i64, i64> = nodes.iter().map(|n| (n.id, n.applied_generation)).collect();
     let vm_of: BTreeMap<i64, i64> = nodes.iter().map(|n| (n.id, n.vm_id)).collect();
-    let rows = db::certificates::list(&state.db.pool, cluster_id).await?;
-    let now = state.clock.unix();
     let mut certificates: Vec<Entry> = current(rows, &applied)
         .into_iter()
         .map(|row| Entry {
@@ -229,15 +250,11 @@ pub async fn inventory(
     certificates.sort_by(|a, b| {
         (a.row.not_after, a.vm_id, &a.row.name).cmp(&(b.row.not_after, b.vm_id, &b.row.name))
     });
-    let inventory = Inventory {
+    Inventory {
         cluster_id,
-        service_account_key_age_days: (now - cluster.created_at).div_euclid(86_400),
+        service_account_key_age_days: (now - created_at).div_euclid(86_400),
         certificates,
-    };
-    if let Some(soonest) = inventory.soonest_not_after() {
-        state.metrics.set_soonest_expiry(cluster_id, soonest);
     }
-    Ok(inventory)
 }
 
 /// Mints the operator's admin kubeconfig for founded cluster `row` (server: the shared DNS

@@ -145,20 +145,24 @@ pub async fn list<'c>(
     .bind(cluster_id)
     .fetch_all(db)
     .await?;
-    rows.iter()
-        .map(|r| -> Result<CertRow, DbError> {
-            Ok(CertRow {
-                id: r.try_get("id")?,
-                node_id: r.try_get("node_id")?,
-                generation: r.try_get("generation")?,
-                name: r.try_get("name")?,
-                kind: super::phase::decode(r, "kind")?,
-                subject: r.try_get("subject")?,
-                issuer: r.try_get("issuer")?,
-                serial: r.try_get("serial")?,
-                not_before: r.try_get("not_before")?,
-                not_after: r.try_get("not_after")?,
-            })
-        })
-        .collect()
+    rows.iter().map(cert_row).collect()
+}
+
+/// The columns of [`CertRow`], as the listing queries select them.
+pub(super) const CERT_COLUMNS: &str =
+    "id, node_id, generation, name, kind, subject, issuer, serial, not_before, not_after";
+
+pub(super) fn cert_row(r: &sqlx::any::AnyRow) -> Result<CertRow, DbError> {
+    Ok(CertRow {
+        id: r.try_get("id")?,
+        node_id: r.try_get("node_id")?,
+        generation: r.try_get("generation")?,
+        name: r.try_get("name")?,
+        kind: super::phase::decode(r, "kind")?,
+        subject: r.try_get("subject")?,
+        issuer: r.try_get("issuer")?,
+        serial: r.try_get("serial")?,
+        not_before: r.try_get("not_before")?,
+        not_after: r.try_get("not_after")?,
+    })
 }

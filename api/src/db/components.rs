@@ -60,15 +60,17 @@ pub async fn for_cluster<'c>(
     .fetch_all(db)
     .await?;
     rows.iter()
-        .map(|r| {
-            Ok(ComponentRow {
-                node_id: r.try_get("node_id")?,
-                component: decode(r, "component")?,
-                healthy: r.try_get::<i64, _>("healthy")? != 0,
-                message: r.try_get("message")?,
-                changed_at: r.try_get("changed_at")?,
-            })
-        })
+        .map(component_row)
         .collect::<Result<_, sqlx::Error>>()
         .map_err(DbError::from)
+}
+
+pub(super) fn component_row(r: &sqlx::any::AnyRow) -> Result<ComponentRow, sqlx::Error> {
+    Ok(ComponentRow {
+        node_id: r.try_get("node_id")?,
+        component: decode(r, "component")?,
+        healthy: r.try_get::<i64, _>("healthy")? != 0,
+        message: r.try_get("message")?,
+        changed_at: r.try_get("changed_at")?,
+    })
 }

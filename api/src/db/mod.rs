@@ -12,6 +12,7 @@ pub mod issuances;
 pub mod keys;
 pub mod membership;
 pub mod nodes;
+pub mod pages;
 pub mod resources;
 pub mod tokens;
 

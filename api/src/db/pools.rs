@@ -66,10 +66,10 @@ pub async fn insert(
     Ok(row.try_get("id")?)
 }
 
-const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
+pub(super) const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
     taints_json, desired_count, deleting, last_error, created_at, updated_at";
 
-fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
+pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
     Ok(PoolRow {
         id: r.try_get("id")?,
         cluster_id: r.try_get("cluster_id")?,

@@ -89,9 +89,16 @@ pub async fn get<'c>(
     .bind(cluster_id)
     .fetch_optional(db)
     .await?;
-    let Some(r) = row else { return Ok(None) };
+    row.as_ref().map(rotation_row).transpose()
+}
+
+/// The columns [`rotation_row`] reads.
+pub(super) const ROTATION_COLUMNS: &str =
+    "cluster_id, ca, phase, other_cert, new_key_sealed, started_at, updated_at";
+
+pub(super) fn rotation_row(r: &sqlx::any::AnyRow) -> Result<Rotation, DbError> {
     let ca: String = r.try_get("ca")?;
-    Ok(Some(Rotation {
+    Ok(Rotation {
         cluster_id: r.try_get("cluster_id")?,
         ca: ca_named(&ca).ok_or_else(|| {
             DbError::Query(sqlx::Error::ColumnDecode {
@@ -99,12 +106,12 @@ pub async fn get<'c>(
                 source: format!("unknown CA `{ca}`").into(),
             })
         })?,
-        phase: super::phase::decode(&r, "phase")?,
+        phase: super::phase::decode(r, "phase")?,
         other_cert: r.try_get("other_cert")?,
         new_key_sealed: r.try_get("new_key_sealed")?,
         started_at: r.try_get("started_at")?,
         updated_at: r.try_get("updated_at")?,
-    }))
+    })
 }
 
 /// Clusters with a rotation in progress.

@@ -146,7 +146,7 @@ pub struct MembersView {
 }
 
 impl MembersView {
-    fn of(nodes: &[db::nodes::NodeRow], asked: Option<i64>) -> Self {
+    pub(super) fn of(nodes: &[db::nodes::NodeRow], asked: Option<i64>) -> Self {
         let count = |m: EtcdMembership| {
             let n = nodes
                 .iter()
@@ -273,8 +273,8 @@ pub async fn create_cluster(
             }
             None => {
                 let row = owned_by(&state, operator.org_id, id).await?;
-                let body =
-                    serde_json::to_vec(&view(&state, row).await?).map_err(ApiError::internal)?;
+                let body = serde_json::to_vec(&super::cluster_view::view(&state, row).await?)
+                    .map_err(ApiError::internal)?;
                 Ok((StatusCode::ACCEPTED, body))
             }
         }
@@ -291,142 +291,6 @@ fn cluster_location(status: StatusCode, body: &[u8]) -> Option<String> {
     };
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     value[field].as_i64().map(|id| format!("/clusters/{id}"))
-}
-
-pub(super) async fn view(
-    state: &AppState,
-    row: db::clusters::ClusterRow,
-) -> Result<ClusterView, ApiError> {
-    let nodes = db::nodes::list(&state.db.pool, row.id).await?;
-    let inventory = crate::certificates::inventory(state, row.org_id, row.id)
-        .await
-        .map_err(super::certificates::certificates_error)?;
-    let certificates =
-        crate::certificates::availability(&inventory, row.created_at, state.clock.unix());
-    let ca_rotation = db::rotations::get(&state.db.pool, row.id)
-        .await?
-        .map(|r| CaRotationView {
-            ca: db::rotations::ca_name(r.ca).to_owned(),
-            phase: r.phase.to_string(),
-            started_at: r.started_at,
-            updated_at: r.updated_at,
-        });
-    let founded = row.phase == ClusterPhase::Founded;
-    let control_plane = || nodes.iter().filter(|n| n.role == Role::ControlPlane);
-    let ready =
-        founded && control_plane().next().is_some() && control_plane().all(|n| n.phase.completed());
-    let last_report = db::issuances::last_report_at(&state.db.pool, row.id).await?;
-    let machines = super::conditions::machines(&nodes, last_report.unwrap_or(row.created_at));
-    let desired_control_plane_count = db::membership::desired(&state.db.pool, row.id).await?;
-    let membership_error = db::membership::error(&state.db.pool, row.id).await?;
-    let [scaling_up, scaling_down] = super::conditions::scaling(
-        &nodes,
-        desired_control_plane_count,
-        membership_error.as_deref(),
-        last_report.unwrap_or(row.created_at),
-    );
-    let node_pools = db::pools::list(&state.db.pool, row.id)
-        .await?
-        .into_iter()
-        .map(|p| {
-            let active = || {
-                nodes
-                    .iter()
-                    .filter(move |n| n.pool_id == Some(p.id) && n.removal.is_none())
-            };
-            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-            PoolSummary {
-                id: p.id,
-                name: p.name.clone(),
-                desired: p.desired_count,
-                replicas: count(active().count()),
-                ready_replicas: count(active().filter(|n| n.phase.healthy()).count()),
-                up_to_date_replicas: count(
-                    active()
-                        .filter(|n| n.phase.healthy() && n.up_to_date())
-                        .count(),
-                ),
-            }
-        })
-        .collect();
-    let api_endpoints = if !founded {
-        Vec::new()
-    } else if row.dns_configured {
-        vec![format!("https://{}:6443", row.control_plane_dns_name)]
-    } else {
-        nodes
-            .iter()
-            .map(|n| {
-                format!(
-                    "https://{}:6443",
-                    n.public_ipv4.as_deref().unwrap_or(&n.private_ipv4)
-                )
-            })
-            .collect()
-    };
-    let replicas = super::conditions::replicas(&nodes);
-    let deleting = super::conditions::deleting(row.phase, row.updated_at);
-    let reported = db::components::for_cluster(&state.db.pool, row.id).await?;
-    let health = super::component_conditions::Health::new(&nodes, &reported);
-    let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
-    let node_conditions: Vec<Vec<Condition>> = nodes.iter().map(|n| health.node(n)).collect();
-    Ok(ClusterView {
-        replicas: replicas.replicas,
-        ready_replicas: replicas.ready,
-        up_to_date_replicas: replicas.up_to_date,
-        version: row.kubernetes_version.clone(),
-        initialized: founded && replicas.initialized,
-        id: row.id,
-        name: row.name,
-        phase: row.phase,
-        ready,
-        api_endpoints,
-        error_reason: row.error_reason,
-        error_message: row.error_message,
-        control_plane_dns_name: row.control_plane_dns_name,
-        dns_configured: row.dns_configured,
-        key_algorithm: row.key_algorithm,
-        kubernetes_version: row.kubernetes_version,
-        service_cidr: row.service_cidr,
-        pod_cidr: row.pod_cidr,
-        conditions: vec![
-            available,
-            etcd_healthy,
-            components_healthy,
-            super::conditions::certificates(&certificates),
-            machines,
-            scaling_up,
-            scaling_down,
-            deleting,
-        ],
-        node_pools,
-        control_plane_members: MembersView::of(&nodes, desired_control_plane_count),
-        desired_control_plane_count,
-        membership_error,
-        ca_rotation,
-        nodes: nodes
-            .into_iter()
-            .zip(node_conditions)
-            .map(|(n, conditions)| NodeView {
-                conditions,
-                up_to_date: n.up_to_date(),
-                vm_id: n.vm_id,
-                ordinal: n.ordinal,
-                name: n.node_name,
-                private_ipv4: n.private_ipv4,
-                public_ipv4: n.public_ipv4,
-                is_initial: n.is_initial,
-                role: n.role,
-                phase: n.phase.to_string(),
-                serial: n.serial,
-                desired_generation: n.desired_generation,
-                applied_generation: n.applied_generation,
-                etcd_membership: n.etcd_membership,
-                replacing: n.replace_since.is_some(),
-            })
-            .collect(),
-        created_at: row.created_at,
-    })
 }
 
 /// The org's clusters, a page at a time (`limit` ≤ 500, default 500); a fuller list says so
@@ -460,11 +324,7 @@ pub async fn list_clusters(
                 .map(|r| super::paging::next_link("/clusters", page, r.id))
         })
         .flatten();
-    let mut views = Vec::with_capacity(rows.len());
-    for row in rows {
-        views.push(view(&state, row).await?);
-    }
-    let mut response = Json(views).into_response();
+    let mut response = Json(super::cluster_view::views(&state, rows).await?).into_response();
     if let Some(link) = next.and_then(|l| header::HeaderValue::from_str(&l).ok()) {
         response.headers_mut().insert(header::LINK, link);
     }
@@ -497,7 +357,7 @@ pub async fn get_cluster(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<ClusterView>, ApiError> {
     let row = owned(&state, &operator, id).await?;
-    Ok(Json(view(&state, row).await?))
+    Ok(Json(super::cluster_view::view(&state, row).await?))
 }
 
 /// A fresh admin kubeconfig (a new client certificate each call).

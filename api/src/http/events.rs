@@ -227,7 +227,7 @@ impl Watch {
                 return;
             }
         };
-        let view = match super::clusters::view(&self.state, row).await {
+        let view = match super::cluster_view::view(&self.state, row).await {
             Ok(view) => view,
             Err(e) => {
                 tracing::warn!(cluster_id = self.id, error = %e, "events: cannot read the cluster's status");

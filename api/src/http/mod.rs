@@ -2,6 +2,7 @@
 
 pub mod bootstrap;
 pub mod certificates;
+mod cluster_view;
 pub mod clusters;
 mod common_responses;
 mod component_conditions;

@@ -108,6 +108,29 @@ async fn the_cluster_list_comes_in_pages(backend: Backend) {
     assert!(all.headers().get("link").is_none(), "one page holds five");
     assert_eq!(json_of(all).await.as_array().unwrap().len(), 5);
 
+    // Whatever a cluster holds (reports, a pool, three nodes), its entry in a page is its own
+    // view: a page is built with one query per table, a single view as a page of one.
+    let three = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let node = &credentials_for(&app, 7, &three).await[1];
+    assert_eq!(report(&app, node, "etcd", "started").await, 204);
+    let pool = json!({"name": "idle", "count": 0, "instance_type": "e2.medium", "image_id": 42, "subnet_id": 5});
+    let added = app
+        .post(&format!("/clusters/{}/node-pools", made[0]))
+        .json(&pool)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 202);
+    let listed = json_of(app.get("/clusters").send().await.unwrap()).await;
+    assert_eq!(listed.as_array().unwrap().len(), 6);
+    for entry in listed.as_array().unwrap() {
+        assert_eq!(entry, &view(&app, entry["id"].as_i64().unwrap()).await);
+    }
+    let with_pool = &listed[0];
+    assert_eq!(with_pool["node_pools"][0]["name"], "idle", "{with_pool}");
+    assert_eq!(listed[5]["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(listed[5]["nodes"][1]["phase"], "etcd:started");
+
     for (query, field) in [
         ("limit=0", "limit"),
         ("limit=501", "limit"),

@@ -1,0 +1,221 @@
+//! Clusters as operators see them ([`ClusterView`]), built a page at a time: every related
+//! table is read once for the whole page ([`db::pages`]), so a page of 500 clusters costs a
+//! handful of queries, not 500 × 10. One cluster's view is a page of one.
+
+use std::collections::HashMap;
+
+use exk8s_common::contract::Role;
+
+use super::clusters::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
+use super::conditions::Condition;
+use super::error::ApiError;
+use crate::app::AppState;
+use crate::db::{self, clusters::ClusterRow, phase::ClusterPhase};
+
+/// One cluster's related rows.
+#[derive(Default)]
+struct Parts {
+    nodes: Vec<db::nodes::NodeRow>,
+    certificates: Vec<db::certificates::CertRow>,
+    rotation: Option<db::rotations::Rotation>,
+    last_report: Option<i64>,
+    /// The asked-for control-plane size and the membership error.
+    membership: (Option<i64>, Option<String>),
+    pools: Vec<db::pools::PoolRow>,
+    components: Vec<db::components::ComponentRow>,
+}
+
+/// `rows` grouped by `key`, each group in the rows' order.
+fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> i64) -> HashMap<i64, Vec<T>> {
+    let mut groups: HashMap<i64, Vec<T>> = HashMap::new();
+    for row in rows {
+        groups.entry(key(&row)).or_default().push(row);
+    }
+    groups
+}
+
+/// The views of `rows`, in their order.
+pub(super) async fn views(
+    state: &AppState,
+    rows: Vec<ClusterRow>,
+) -> Result<Vec<ClusterView>, ApiError> {
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let pool = &state.db.pool;
+    let mut nodes = group(db::pages::nodes(pool, &ids).await?, |n| n.cluster_id);
+    let mut certificates = group(db::pages::certificates(pool, &ids).await?, |(c, _)| *c);
+    let mut rotations: HashMap<i64, db::rotations::Rotation> = db::pages::rotations(pool, &ids)
+        .await?
+        .into_iter()
+        .map(|r| (r.cluster_id, r))
+        .collect();
+    let reports = db::pages::last_reports(pool, &ids).await?;
+    let mut memberships = db::pages::memberships(pool, &ids).await?;
+    let mut pools = group(db::pages::pools(pool, &ids).await?, |p| p.cluster_id);
+    let mut components = group(db::pages::components(pool, &ids).await?, |(c, _)| *c);
+    let now = state.clock.unix();
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let id = row.id;
+            let parts = Parts {
+                nodes: nodes.remove(&id).unwrap_or_default(),
+                certificates: certificates
+                    .remove(&id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(_, c)| c)
+                    .collect(),
+                rotation: rotations.remove(&id),
+                last_report: reports.get(&id).copied(),
+                membership: memberships.remove(&id).unwrap_or_default(),
+                pools: pools.remove(&id).unwrap_or_default(),
+                components: components
+                    .remove(&id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(_, c)| c)
+                    .collect(),
+            };
+            assemble(state, row, parts, now)
+        })
+        .collect())
+}
+
+/// One cluster's view.
+pub(crate) async fn view(state: &AppState, row: ClusterRow) -> Result<ClusterView, ApiError> {
+    views(state, vec![row])
+        .await?
+        .pop()
+        .ok_or_else(|| ApiError::internal(std::io::Error::other("a page of one built no view")))
+}
+
+fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> ClusterView {
+    let nodes = parts.nodes;
+    let inventory =
+        crate::certificates::inventory_of(row.id, row.created_at, &nodes, parts.certificates, now);
+    if let Some(soonest) = inventory.soonest_not_after() {
+        state.metrics.set_soonest_expiry(row.id, soonest);
+    }
+    let certificates = crate::certificates::availability(&inventory, row.created_at, now);
+    let ca_rotation = parts.rotation.map(|r| CaRotationView {
+        ca: db::rotations::ca_name(r.ca).to_owned(),
+        phase: r.phase.to_string(),
+        started_at: r.started_at,
+        updated_at: r.updated_at,
+    });
+    let founded = row.phase == ClusterPhase::Founded;
+    let control_plane = || nodes.iter().filter(|n| n.role == Role::ControlPlane);
+    let ready =
+        founded && control_plane().next().is_some() && control_plane().all(|n| n.phase.completed());
+    let last_report = parts.last_report;
+    let machines = super::conditions::machines(&nodes, last_report.unwrap_or(row.created_at));
+    let (desired_control_plane_count, membership_error) = parts.membership;
+    let [scaling_up, scaling_down] = super::conditions::scaling(
+        &nodes,
+        desired_control_plane_count,
+        membership_error.as_deref(),
+        last_report.unwrap_or(row.created_at),
+    );
+    let node_pools = parts
+        .pools
+        .into_iter()
+        .map(|p| {
+            let active = || {
+                nodes
+                    .iter()
+                    .filter(move |n| n.pool_id == Some(p.id) && n.removal.is_none())
+            };
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            PoolSummary {
+                id: p.id,
+                name: p.name.clone(),
+                desired: p.desired_count,
+                replicas: count(active().count()),
+                ready_replicas: count(active().filter(|n| n.phase.healthy()).count()),
+                up_to_date_replicas: count(
+                    active()
+                        .filter(|n| n.phase.healthy() && n.up_to_date())
+                        .count(),
+                ),
+            }
+        })
+        .collect();
+    let api_endpoints = if !founded {
+        Vec::new()
+    } else if row.dns_configured {
+        vec![format!("https://{}:6443", row.control_plane_dns_name)]
+    } else {
+        nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "https://{}:6443",
+                    n.public_ipv4.as_deref().unwrap_or(&n.private_ipv4)
+                )
+            })
+            .collect()
+    };
+    let replicas = super::conditions::replicas(&nodes);
+    let deleting = super::conditions::deleting(row.phase, row.updated_at);
+    let reported = parts.components;
+    let health = super::component_conditions::Health::new(&nodes, &reported);
+    let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
+    let node_conditions: Vec<Vec<Condition>> = nodes.iter().map(|n| health.node(n)).collect();
+    ClusterView {
+        replicas: replicas.replicas,
+        ready_replicas: replicas.ready,
+        up_to_date_replicas: replicas.up_to_date,
+        version: row.kubernetes_version.clone(),
+        initialized: founded && replicas.initialized,
+        id: row.id,
+        name: row.name,
+        phase: row.phase,
+        ready,
+        api_endpoints,
+        error_reason: row.error_reason,
+        error_message: row.error_message,
+        control_plane_dns_name: row.control_plane_dns_name,
+        dns_configured: row.dns_configured,
+        key_algorithm: row.key_algorithm,
+        kubernetes_version: row.kubernetes_version,
+        service_cidr: row.service_cidr,
+        pod_cidr: row.pod_cidr,
+        conditions: vec![
+            available,
+            etcd_healthy,
+            components_healthy,
+            super::conditions::certificates(&certificates),
+            machines,
+            scaling_up,
+            scaling_down,
+            deleting,
+        ],
+        node_pools,
+        control_plane_members: MembersView::of(&nodes, desired_control_plane_count),
+        desired_control_plane_count,
+        membership_error,
+        ca_rotation,
+        nodes: nodes
+            .into_iter()
+            .zip(node_conditions)
+            .map(|(n, conditions)| NodeView {
+                conditions,
+                up_to_date: n.up_to_date(),
+                vm_id: n.vm_id,
+                ordinal: n.ordinal,
+                name: n.node_name,
+                private_ipv4: n.private_ipv4,
+                public_ipv4: n.public_ipv4,
+                is_initial: n.is_initial,
+                role: n.role,
+                phase: n.phase.to_string(),
+                serial: n.serial,
+                desired_generation: n.desired_generation,
+                applied_generation: n.applied_generation,
+                etcd_membership: n.etcd_membership,
+                replacing: n.replace_since.is_some(),
+            })
+            .collect(),
+        created_at: row.created_at,
+    }
+}
