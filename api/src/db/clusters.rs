@@ -301,8 +301,20 @@ pub async fn get_by_id<'c>(
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
+/// [`COLUMNS`] without the trust and the spec (read as NULL and empty): what a view shows, a
+/// fifth of the bytes of a full row. Rows read with it cannot open their cluster's trust.
+const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algorithm, \
+    kubernetes_version, service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, \
+    CAST(NULL AS TEXT) AS ca_cert, CAST(NULL AS TEXT) AS ca_key_sealed, \
+    CAST(NULL AS TEXT) AS etcd_ca_cert, CAST(NULL AS TEXT) AS etcd_ca_key_sealed, \
+    CAST(NULL AS TEXT) AS front_proxy_ca_cert, CAST(NULL AS TEXT) AS front_proxy_ca_key_sealed, \
+    CAST(NULL AS TEXT) AS sa_public, CAST(NULL AS TEXT) AS sa_key_sealed, \
+    CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
+    error_reason, error_message, created_at, updated_at";
+
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).
+/// Read with [`VIEW_COLUMNS`].
 pub async fn list_page<'c>(
     db: impl Executor<'c, Database = Any>,
     org_id: i64,
@@ -310,7 +322,7 @@ pub async fn list_page<'c>(
     limit: i64,
 ) -> Result<Vec<ClusterRow>, DbError> {
     let rows = sqlx::query(&format!(
-        "SELECT {COLUMNS} FROM clusters WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        "SELECT {VIEW_COLUMNS} FROM clusters WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3"
     ))
     .bind(org_id)
     .bind(after)
