@@ -264,11 +264,11 @@ pub async fn operator_kubeconfig(
     state: &AppState,
     row: db::clusters::ClusterRow,
 ) -> Result<crate::pki::SecretPem, CertificatesError> {
-    use crate::founding::trust;
     use crate::pki::ClientIdentity;
     use crate::pki::kubeconfig::{self, KubeconfigSpec};
 
     let keks = std::sync::Arc::clone(&state.keks);
+    let issuers = std::sync::Arc::clone(&state.issuers);
     let now = state.clock.now();
     let cluster_id = row.id;
     let rotation = db::rotations::get(&state.db.pool, cluster_id).await?;
@@ -276,7 +276,7 @@ pub async fn operator_kubeconfig(
     let (text, admin) = state
         .cpu
         .run(move || {
-            let pki = trust::open(&keks, &row)?;
+            let pki = issuers.open(&keks, &row)?;
             let admin = ClientIdentity::Admin.issue(&pki, now)?;
             let (user, _) = ClientIdentity::Admin.subject();
             let server = format!("https://{}:6443", row.control_plane_dns_name);

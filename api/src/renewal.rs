@@ -155,7 +155,7 @@ pub async fn renew_due(
         let opened = match &pki {
             Some(p) => Arc::clone(p),
             None => {
-                let opened = trust::open(&state.keks, cluster)?;
+                let opened = state.issuers.open(&state.keks, cluster)?;
                 pki = Some(Arc::clone(&opened));
                 opened
             }
@@ -277,7 +277,7 @@ pub async fn force(
             phase: cluster.phase,
         });
     }
-    let pki = trust::open(&state.keks, &cluster)?;
+    let pki = state.issuers.open(&state.keks, &cluster)?;
     let now = state.clock.now();
     let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
     let mut minted = Vec::new();

@@ -119,7 +119,7 @@ pub async fn start(
     if let Some(current) = db::rotations::get(&state.db.pool, cluster_id).await? {
         return Err(in_progress(&current));
     }
-    let algorithm = trust::open(&state.keks, &cluster)?.algorithm;
+    let algorithm = state.issuers.open(&state.keks, &cluster)?.algorithm;
     let now = state.clock.now();
     let new = state
         .cpu
@@ -259,7 +259,7 @@ async fn sign_with_new(
         .seal(&cluster_aad(cluster_id, column), key.as_bytes())?;
     let old_cert = cert_column.replace(new_cert.clone()).unwrap_or_default();
     *key_column = Some(resealed.clone());
-    let pki: Arc<ClusterPki> = trust::open(&state.keks, &cluster)?;
+    let pki: Arc<ClusterPki> = state.issuers.open(&state.keks, &cluster)?;
     let now = state.clock.now();
     let mut serving = Vec::new();
     for node in nodes.iter().filter(|n| n.role == Role::ControlPlane) {

@@ -1,4 +1,5 @@
-//! Opened cluster trust kept between requests. Unsealing a cluster's CA keys and parsing them
+//! Opened cluster trust kept between requests: bundles, renewal passes, CA rotations and
+//! operator kubeconfigs all open a cluster's trust through it. Unsealing a cluster's CA keys and parsing them
 //! (RSA keys above all) is the largest per-request cost of a bundle, and it is the same for
 //! every node of a cluster. An entry is kept per cluster with a digest of every stored trust
 //! column (certificates, sealed keys, algorithm, spec): a rotation or re-key changes a column,
