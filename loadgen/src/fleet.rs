@@ -12,25 +12,35 @@ pub(crate) struct Vm {
     pub(crate) bearer: String,
 }
 
-pub(crate) async fn credentials(http: &reqwest::Client, base: &str, vm: i64) -> Result<Vm, String> {
-    let imds = format!("{base}/sim/imds/{vm}");
-    let token = http
-        .get(format!("{imds}/token"))
+/// `GET url` (with `imds`, the simulated IMDS session header), its body as text.
+pub(crate) async fn get_text(
+    http: &reqwest::Client,
+    url: &str,
+    imds: Option<&str>,
+) -> Result<String, String> {
+    let mut request = http.get(url);
+    if let Some(token) = imds {
+        request = request.header("X-exc-imds-token", token);
+    }
+    request
         .send()
         .await
         .map_err(|e| e.to_string())?
         .text()
         .await
-        .map_err(|e| e.to_string())?;
-    let access: Value = http
-        .get(format!("{imds}/latest/identity/access-token"))
-        .header("X-exc-imds-token", &token)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+pub(crate) async fn credentials(http: &reqwest::Client, base: &str, vm: i64) -> Result<Vm, String> {
+    let imds = format!("{base}/sim/imds/{vm}");
+    let token = get_text(http, &format!("{imds}/token"), None).await?;
+    let access = get_text(
+        http,
+        &format!("{imds}/latest/identity/access-token"),
+        Some(&token),
+    )
+    .await?;
+    let access: Value = serde_json::from_str(&access).map_err(|e| e.to_string())?;
     let bearer = access["access_token"]
         .as_str()
         .ok_or("no access token")?
@@ -105,14 +115,7 @@ pub(crate) async fn key_pool_filled(http: &reqwest::Client, base: &str) -> Resul
     let start = Instant::now();
     let mut full_since = None;
     loop {
-        let text = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .text()
-            .await
-            .map_err(|e| e.to_string())?;
+        let text = get_text(http, &format!("{base}/metrics"), None).await?;
         let value = |name: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())

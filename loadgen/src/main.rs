@@ -29,7 +29,7 @@ use exk8s_common::{Keyring, verify};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use fleet::{Vm, credentials, key_pool_filled, node_vms};
+use fleet::{Vm, credentials, get_text, key_pool_filled, node_vms};
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Parser)]
@@ -437,14 +437,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let keys_text = http
-        .get(format!("{base}/bootstrap/keys"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
+    let keys_text = get_text(&http, &format!("{base}/bootstrap/keys"), None).await?;
     let mut keys = Keyring::new();
     keys.add_pub_text(&keys_text, "/bootstrap/keys")
         .map_err(|e| e.to_string())?;

@@ -120,23 +120,15 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         .pools
         .into_iter()
         .map(|p| {
-            let active = || {
-                nodes
-                    .iter()
-                    .filter(move |n| n.pool_id == Some(p.id) && n.removal.is_none())
-            };
-            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            let [replicas, ready_replicas, up_to_date_replicas] =
+                super::conditions::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)));
             PoolSummary {
                 id: p.id,
                 name: p.name.clone(),
                 desired: p.desired_count,
-                replicas: count(active().count()),
-                ready_replicas: count(active().filter(|n| n.phase.healthy()).count()),
-                up_to_date_replicas: count(
-                    active()
-                        .filter(|n| n.phase.healthy() && n.up_to_date())
-                        .count(),
-                ),
+                replicas,
+                ready_replicas,
+                up_to_date_replicas,
             }
         })
         .collect();

@@ -209,6 +209,20 @@ pub(super) struct Replicas {
     pub(super) initialized: bool,
 }
 
+/// A worker pool's `[replicas, ready, up to date]`: its nodes not being removed, those healthy,
+/// and those healthy on their desired generation.
+pub(super) fn pool_replicas<'a>(nodes: impl Iterator<Item = &'a NodeRow>) -> [i64; 3] {
+    let active: Vec<&NodeRow> = nodes.filter(|n| n.removal.is_none()).collect();
+    let count = |keep: &dyn Fn(&NodeRow) -> bool| {
+        i64::try_from(active.iter().filter(|n| keep(n)).count()).unwrap_or(i64::MAX)
+    };
+    [
+        count(&|_| true),
+        count(&|n| n.phase.healthy()),
+        count(&|n| n.phase.healthy() && n.up_to_date()),
+    ]
+}
+
 pub(super) fn replicas(nodes: &[NodeRow]) -> Replicas {
     let control_plane: Vec<&NodeRow> = nodes
         .iter()

@@ -83,16 +83,12 @@ pub struct PoolView {
 
 fn view(pool: Pool) -> Result<PoolView, ApiError> {
     let Pool { row, nodes } = pool;
-    let active = || nodes.iter().filter(|n| n.removal.is_none());
-    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let [replicas, ready_replicas, up_to_date_replicas] =
+        super::conditions::pool_replicas(nodes.iter());
     Ok(PoolView {
-        replicas: count(active().count()),
-        ready_replicas: count(active().filter(|n| n.phase.healthy()).count()),
-        up_to_date_replicas: count(
-            active()
-                .filter(|n| n.phase.healthy() && n.up_to_date())
-                .count(),
-        ),
+        replicas,
+        ready_replicas,
+        up_to_date_replicas,
         labels: serde_json::from_str(&row.labels_json).map_err(ApiError::internal)?,
         taints: serde_json::from_str(&row.taints_json).map_err(ApiError::internal)?,
         id: row.id,
