@@ -3,7 +3,9 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|storm|found|agent|profile
+#   scripts/bench.sh pki|load|storm|found|agent|profile|compare
+#   (compare: OLD=<commit> scripts/bench.sh compare — that commit's API against this one's,
+#   alternating, on the same PostgreSQL; not part of `all`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
@@ -20,6 +22,8 @@ loadgen=target/release/exk8s-loadgen
 if [ "$what" = all ] || [ "$what" = pki ]; then
   log "PKI: founding and per-bundle minting, ecdsa-p256 vs rsa-2048"
   cargo bench -p exk8s-api --bench pki -- --noplot
+  log "one bundle's CPU after minting, stage by stage (render, serialise, sign, digest)"
+  cargo bench -p exk8s-api --bench bundle -- --noplot
 fi
 
 if [ "$what" = all ] || [ "$what" = load ]; then
@@ -118,4 +122,24 @@ if [ "$what" = profile ]; then
   echo "top symbols inside exk8s-api (shares of all samples):"
   perf report -i "$out/issuance.perf" --stdio --no-children --dsos exk8s-api --sort symbol \
     | grep -E '^ +[0-9]' | head -25
+fi
+
+if [ "$what" = compare ]; then
+  ensure_postgres
+  old_rev=$(git rev-parse --short "${OLD:-HEAD~1}")
+  log "side by side: $old_rev against the working tree, ecdsa-p256, PostgreSQL, c=64, new-old-new-old"
+  git worktree remove --force "$out/old-src" 2>/dev/null || true
+  git worktree add --detach "$out/old-src" "$old_rev"
+  (cd "$out/old-src" && cargo build --release --locked -p exk8s-api --target-dir ../../old-target)
+  old_api=target/old-target/release/exk8s-api
+  pg_db=exk8s_bench_compare
+  for run in new-1 old-1 new-2 old-2; do
+    bin=$([ "${run%-*}" = new ] && echo "$api" || echo "$old_api")
+    psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+    log "$run ($([ "${run%-*}" = new ] && echo working tree || echo "$old_rev"))"
+    "$loadgen" --api-bin "$bin" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
+      --clusters ecdsa-p256=4 --fetches ecdsa-p256=10000 --concurrency 64 \
+      --json "$out/compare-$run.json"
+  done
+  git worktree remove --force "$out/old-src"
 fi

@@ -123,13 +123,30 @@ pub async fn record(
     certs: &[Issued<'_>],
     now: i64,
 ) -> Result<(), CertificatesError> {
-    let facts = certs
+    let facts = facts_of(certs)?;
+    record_read(tx, cluster_id, node, certs, &facts, now).await
+}
+
+/// What each of `certs` says of itself (CPU work: each is parsed).
+pub fn facts_of(certs: &[Issued<'_>]) -> Result<Vec<crate::pki::CertFacts>, CertificatesError> {
+    Ok(certs
         .iter()
         .map(|cert| crate::pki::facts(cert.pem))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// [`record`] with `facts` (one per certificate, as [`facts_of`] gives) already read.
+pub async fn record_read(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    node: Option<(i64, i64)>,
+    certs: &[Issued<'_>],
+    facts: &[crate::pki::CertFacts],
+    now: i64,
+) -> Result<(), CertificatesError> {
     let rows: Vec<db::certificates::NewCert<'_>> = certs
         .iter()
-        .zip(&facts)
+        .zip(facts)
         .map(|(cert, facts)| db::certificates::NewCert {
             cluster_id,
             node_id: node.map(|(id, _)| id),

@@ -375,3 +375,67 @@ impl BundlePayload {
         self.files.iter().find(|f| f.path.as_str() == path)
     }
 }
+
+/// A payload serialised in two steps, for an issuer that takes the serial and generation after
+/// the expensive part is done: [`PayloadBody::of`] serialises the files, artifacts, packages
+/// and plan; [`PayloadBody::finish`] puts identity and freshness in front. The result is
+/// byte for byte what `serde_json::to_vec` gives for the whole [`BundlePayload`] (the fields
+/// keep their declared order). The bytes hold private keys: wiped on drop, never shown.
+pub struct PayloadBody(zeroize::Zeroizing<Vec<u8>>);
+
+impl std::fmt::Debug for PayloadBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PayloadBody([{} bytes redacted])", self.0.len())
+    }
+}
+
+#[derive(Serialize)]
+struct Head<'a> {
+    identity: &'a Identity,
+    freshness: &'a Freshness,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    files: &'a [BundleFile],
+    artifacts: &'a [Artifact],
+    packages: &'a [Package],
+    plan: &'a [PlanStep],
+}
+
+impl PayloadBody {
+    /// Everything of `payload` after its identity and freshness, serialised.
+    pub fn of(payload: &BundlePayload) -> serde_json::Result<Self> {
+        let body = Body {
+            files: &payload.files,
+            artifacts: &payload.artifacts,
+            packages: &payload.packages,
+            plan: &payload.plan,
+        };
+        Ok(Self(zeroize::Zeroizing::new(serde_json::to_vec(&body)?)))
+    }
+
+    /// The whole payload's JSON with `identity` and `freshness` in front of the body.
+    pub fn finish(
+        &self,
+        identity: &Identity,
+        freshness: &Freshness,
+    ) -> serde_json::Result<zeroize::Zeroizing<Vec<u8>>> {
+        let head = serde_json::to_vec(&Head {
+            identity,
+            freshness,
+        })?;
+        // `{"identity":…,"freshness":…}` + `{"files":…}` → `{"identity":…,"freshness":…,"files":…}`
+        let (Some((b'}', head)), Some((b'{', body))) = (head.split_last(), self.0.split_first())
+        else {
+            return Err(serde::ser::Error::custom(
+                "a payload part is not a JSON object",
+            ));
+        };
+        let mut out = Vec::with_capacity(head.len() + 1 + body.len());
+        out.extend_from_slice(head);
+        out.push(b',');
+        out.extend_from_slice(body);
+        Ok(zeroize::Zeroizing::new(out))
+    }
+}

@@ -122,14 +122,20 @@ pub async fn insert(
 /// Forgets a node's certificates of generations before `keep_from` (no longer on the node).
 pub async fn prune<'c>(
     db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
     node_id: i64,
     keep_from: i64,
 ) -> Result<(), DbError> {
-    sqlx::query("DELETE FROM issued_certificates WHERE node_id = $1 AND generation < $2")
-        .bind(node_id)
-        .bind(keep_from)
-        .execute(db)
-        .await?;
+    // `cluster_id` too, so the lookup is a range of the (cluster, node, generation) index.
+    sqlx::query(
+        "DELETE FROM issued_certificates \
+         WHERE cluster_id = $1 AND node_id = $2 AND generation < $3",
+    )
+    .bind(cluster_id)
+    .bind(node_id)
+    .bind(keep_from)
+    .execute(db)
+    .await?;
     Ok(())
 }
 

@@ -3,6 +3,12 @@
 //! signature, and the serial and audit row taken in one transaction. Its failures are
 //! [`IssuanceError`]; `http/` decides how each is answered.
 //!
+//! The CPU work runs on the bounded pool, never on the async threads, and never inside the
+//! transaction: minting, rendering and serialising everything but the payload's head before
+//! it (nothing rendered depends on the serial or the generation), signing after it. The
+//! transaction holds the node's row only to take the serial, put the head in front of the
+//! serialised body, digest it and write the audit row and the inventory.
+//!
 //! Refusals fall into classes with one answer each ([`auth::Refused`]); the caller never learns
 //! which check failed, the audit row and the log say.
 
@@ -18,10 +24,11 @@ use std::sync::Arc;
 use exk8s_common::contract::BundleKind;
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
+use exk8s_common::payload::{Freshness, Identity, PayloadBody};
 
 use crate::app::AppState;
 use crate::db::{self, DbError, issuances::Audit};
-use crate::pki::{BundleCerts, KeySource};
+use crate::pki::{BundleCerts, CertFacts, KeySource, LeafKey};
 use crate::render::Issuance;
 use crate::rollout;
 
@@ -176,37 +183,59 @@ struct Request<'a> {
     node_key: Option<NodePublicKey>,
 }
 
-/// Mints, renders and signs the bundle, taking its serial (and generation) and writing its
-/// audit row in one transaction. `None` when the node may not take one now.
+/// What the CPU job makes before the transaction: the payload but for the serial and
+/// generation the transaction takes, and what the inventory records.
+struct Prepared {
+    identity: Identity,
+    freshness: Freshness,
+    body: PayloadBody,
+    facts: Vec<CertFacts>,
+    minted: BundleCerts,
+    /// Keys made in the job because none was ready in the pool.
+    fresh: usize,
+}
+
+/// Mints, renders and serialises the bundle on the CPU pool; takes its serial (and
+/// generation) and writes its audit row and inventory in one short transaction; signs it on the
+/// pool. `None` when the node may not take one now.
 async fn sign_bundle(
     state: &AppState,
     request: &Request<'_>,
 ) -> Result<Option<Vec<u8>>, IssuanceError> {
     let (cluster, node) = (&request.vm.cluster, &request.vm.node);
-    let loaded = subject::load(state, cluster, node).await?;
-    let minting_pki = Arc::clone(&loaded.pki);
-    let minting_addresses = loaded.addresses().clone();
+    let loaded = subject::load(state, cluster, node, request.kind).await?;
     let role = loaded.role();
+    let now = db::now();
+    let ttl = i64::try_from(state.config.bundle_ttl.as_secs()).unwrap_or(900);
+    let issuance = Issuance {
+        bundle_id: uuid::Uuid::new_v4(),
+        issued_at: now,
+        expires_at: now + ttl,
+        // Placeholders: the transaction takes both and they replace these in the payload's
+        // head. Nothing rendered depends on them.
+        serial: 0,
+        generation: u64::try_from(node.desired_generation).map_err(IssuanceError::internal)?,
+        nonce: request.nonce.clone(),
+        kind: request.kind,
+        drains: loaded.drains().to_vec(),
+    };
     let minting_at = state.clock.now();
-    let (key_pool, cluster_id) = (state.key_pool.clone(), cluster.id);
+    let (key_pool, cluster_id, config) = (
+        state.key_pool.clone(),
+        cluster.id,
+        Arc::clone(&state.config),
+    );
     // Refused at once when the pool cannot start it in time; stopped before its next key when
     // the request is dropped (client gone, deadline passed). Keys made ahead for the cluster
     // are taken only once the job runs, so a refused request wastes none.
-    let (minted, fresh) = state
+    let (loaded, prepared) = state
         .cpu
         .admit(state.config.bootstrap_deadline, move |stop| {
-            let algorithm = minting_pki.algorithm;
-            let ready = key_pool.take(cluster_id, algorithm, BundleCerts::keys(role));
+            let wanted = BundleCerts::keys(loaded.role());
+            let ready = key_pool.take(cluster_id, loaded.pki.algorithm, wanted);
             let stopped = || stop.requested();
-            let mut keys = KeySource::new(algorithm, ready, &stopped);
-            let minted = BundleCerts::mint_from(
-                &minting_pki,
-                &minting_addresses,
-                role,
-                minting_at,
-                &mut keys,
-            );
-            minted.map(|m| (m, keys.generated()))
+            let prepared = prepare(&loaded, &issuance, &config, minting_at, ready, &stopped);
+            (loaded, prepared)
         })
         .await
         .map_err(|e| match e {
@@ -214,8 +243,15 @@ async fn sign_bundle(
                 retry_after_secs: BUSY_RETRY_SECS,
             },
             other => IssuanceError::internal(other),
-        })?
-        .map_err(IssuanceError::internal)?;
+        })?;
+    let Prepared {
+        mut identity,
+        mut freshness,
+        body,
+        facts,
+        minted,
+        fresh,
+    } = prepared?;
     state
         .metrics
         .count_bundle_keys(BundleCerts::keys(role), fresh);
@@ -232,31 +268,13 @@ async fn sign_bundle(
         db::nodes::register_key(&mut tx, node.id, &key.to_text()).await?;
     }
     let serial = handed.serial;
-    let now = db::now();
-    let ttl = i64::try_from(state.config.bundle_ttl.as_secs()).unwrap_or(900);
-    let issuance = Issuance {
-        bundle_id: uuid::Uuid::new_v4(),
-        issued_at: now,
-        expires_at: now + ttl,
-        serial: u64::try_from(serial).map_err(IssuanceError::internal)?,
-        nonce: request.nonce.clone(),
-        kind: request.kind,
-        generation: u64::try_from(handed.generation).map_err(IssuanceError::internal)?,
-        drains: match request.kind {
-            BundleKind::Update => loaded.drains().to_vec(),
-            BundleKind::Bootstrap => Vec::new(),
-        },
-    };
-    let payload = loaded
-        .render(&minted, &issuance, &state.config.artifacts)
+    freshness.serial = u64::try_from(serial).map_err(IssuanceError::internal)?;
+    identity.generation = u64::try_from(handed.generation).map_err(IssuanceError::internal)?;
+    let payload = body
+        .finish(&identity, &freshness)
         .map_err(IssuanceError::internal)?;
-    let payload_bytes = serde_json::to_vec(&payload).map_err(IssuanceError::internal)?;
-    let envelope = state
-        .signer
-        .sign(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload_bytes);
-    let envelope = serde_json::to_vec(&envelope).map_err(IssuanceError::internal)?;
-    let bundle_id = issuance.bundle_id.to_string();
-    let digest = exk8s_common::names::Sha256Digest::of(&payload_bytes).to_hex();
+    let bundle_id = identity.bundle_id.to_string();
+    let digest = exk8s_common::names::Sha256Digest::of(&payload).to_hex();
     let key_id = state.signer.key_id().to_string();
     let audit = Audit {
         vm_id: node.vm_id,
@@ -269,21 +287,69 @@ async fn sign_bundle(
         reason: None,
         source_address: Some(request.source),
     };
-    db::issuances::insert(&mut *tx, &audit, now).await?;
+    db::issuances::insert(&mut *tx, &audit, freshness.issued_at).await?;
     // What this bundle carries becomes the node's inventory at this generation; generations
     // before the one it runs are gone from the node.
-    crate::certificates::record(
+    crate::certificates::record_read(
         &mut tx,
         cluster.id,
         Some((node.id, handed.generation)),
         &loaded.certificates(&minted),
-        now,
+        &facts,
+        freshness.issued_at,
     )
     .await
     .map_err(IssuanceError::internal)?;
-    db::certificates::prune(&mut *tx, node.id, node.applied_generation).await?;
+    // A node's rows are of generation 1 or later: before it applies generation 2 there is
+    // nothing older to forget.
+    if node.applied_generation > 1 {
+        db::certificates::prune(&mut *tx, cluster.id, node.id, node.applied_generation).await?;
+    }
     tx.commit().await?;
+    let signer = Arc::clone(&state.signer);
+    let envelope = state
+        .cpu
+        .run(move || signer.sign_to_json(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload))
+        .await
+        .map_err(IssuanceError::internal)?;
     state.metrics.bundles_issued.inc();
     tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, generation = handed.generation, kind = %request.kind, bundle_id = %bundle_id, "bundle issued");
     Ok(Some(envelope))
+}
+
+/// The CPU part of an issuance: mint (with the `ready` keys, then fresh ones until `stopped`
+/// says so), render, serialise the body, read the certificates' facts.
+fn prepare(
+    loaded: &subject::Loaded,
+    issuance: &Issuance,
+    config: &crate::app::ApiConfig,
+    minting_at: time::OffsetDateTime,
+    ready: Vec<LeafKey>,
+    stopped: &dyn Fn() -> bool,
+) -> Result<Prepared, IssuanceError> {
+    let role = loaded.role();
+    let mut source = KeySource::new(loaded.pki.algorithm, ready, stopped);
+    let minted = BundleCerts::mint_from(
+        &loaded.pki,
+        loaded.addresses(),
+        role,
+        minting_at,
+        &mut source,
+    )
+    .map_err(IssuanceError::internal)?;
+    let fresh = source.generated();
+    let payload = loaded
+        .render(&minted, issuance, &config.artifacts)
+        .map_err(IssuanceError::internal)?;
+    let body = PayloadBody::of(&payload).map_err(IssuanceError::internal)?;
+    let facts = crate::certificates::facts_of(&loaded.certificates(&minted))
+        .map_err(IssuanceError::internal)?;
+    Ok(Prepared {
+        identity: payload.identity.clone(),
+        freshness: payload.freshness.clone(),
+        body,
+        facts,
+        minted,
+        fresh,
+    })
 }

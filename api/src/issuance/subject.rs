@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use exk8s_common::contract::Role;
+use exk8s_common::contract::{BundleKind, Role};
 use exk8s_common::names::NodeName;
 use exk8s_common::payload::BundlePayload;
 use serde::Deserialize;
@@ -88,11 +88,13 @@ async fn worker(state: &AppState, node: &NodeRow) -> Result<WorkerNode, Issuance
     })
 }
 
-/// Loads what `node`'s bundle is made from.
+/// Loads what `node`'s bundle of `kind` is made from (the workers to drain only for an
+/// update: a bootstrap bundle carries none).
 pub(super) async fn load(
     state: &AppState,
     cluster: &ClusterRow,
     node: &NodeRow,
+    kind: BundleKind,
 ) -> Result<Loaded, IssuanceError> {
     let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
     // During a CA rotation trust files carry the CA trusted beside the signing one.
@@ -109,12 +111,15 @@ pub(super) async fn load(
                     .map(|p| load::control_plane_node(p, &rows))
                     .collect::<Result<Vec<_>, _>>()?,
                 serving: load::serving_certs(state, cluster.id, node).await?,
-                drains: db::removals::drained_by(&state.db.pool, node.id)
-                    .await?
-                    .iter()
-                    .map(|name| NodeName::new(name.as_str()))
-                    .collect::<Result<_, _>>()
-                    .map_err(|_| unusable(node, "drained node name"))?,
+                drains: match kind {
+                    BundleKind::Update => db::removals::drained_by(&state.db.pool, node.id)
+                        .await?
+                        .iter()
+                        .map(|name| NodeName::new(name.as_str()))
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| unusable(node, "drained node name"))?,
+                    BundleKind::Bootstrap => Vec::new(),
+                },
             }
         }
         Role::Worker => Subject::Worker(worker(state, node).await?),

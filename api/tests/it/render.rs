@@ -107,6 +107,22 @@ fn describe(bundle: &BundlePayload) -> String {
     out
 }
 
+/// Issuance renders and serialises a bundle before its transaction takes the serial and the
+/// generation, then puts them in the payload's head: nothing else may depend on them.
+#[test]
+fn only_the_head_depends_on_the_serial_and_generation() {
+    let first = golden_as(&ips(3), 1, &issuance(7));
+    let mut later = issuance(8);
+    later.generation = 5;
+    let second = golden_as(&ips(3), 1, &later);
+    assert_ne!(first.freshness, second.freshness);
+    assert_ne!(first.identity, second.identity);
+    assert_eq!(first.files, second.files);
+    assert_eq!(first.artifacts, second.artifacts);
+    assert_eq!(first.packages, second.packages);
+    assert_eq!(first.plan, second.plan);
+}
+
 fn ips(n: u8) -> Vec<Ipv4Addr> {
     (1..=n).map(|i| Ipv4Addr::new(10, 0, 0, 10 + i)).collect()
 }
