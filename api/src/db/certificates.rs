@@ -119,21 +119,26 @@ pub async fn insert(
     Ok(())
 }
 
-/// Forgets a node's certificates of generations before `keep_from` (no longer on the node).
-pub async fn prune<'c>(
+/// Forgets what a node's new bundle of `generation` supersedes: its rows of generations
+/// before `keep_from` (no longer on the node) and those of earlier bundles of `generation`
+/// itself (the inventory reads only the latest row per name of a generation, so they were
+/// dead weight: a node that fetched 10,000 times kept 10,000 bundles' rows).
+pub async fn supersede<'c>(
     db: impl Executor<'c, Database = Any>,
     cluster_id: i64,
     node_id: i64,
     keep_from: i64,
+    generation: i64,
 ) -> Result<(), DbError> {
     // `cluster_id` too, so the lookup is a range of the (cluster, node, generation) index.
     sqlx::query(
         "DELETE FROM issued_certificates \
-         WHERE cluster_id = $1 AND node_id = $2 AND generation < $3",
+         WHERE cluster_id = $1 AND node_id = $2 AND (generation < $3 OR generation = $4)",
     )
     .bind(cluster_id)
     .bind(node_id)
     .bind(keep_from)
+    .bind(generation)
     .execute(db)
     .await?;
     Ok(())

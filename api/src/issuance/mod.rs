@@ -288,8 +288,22 @@ async fn sign_bundle(
         source_address: Some(request.source),
     };
     db::issuances::insert(&mut *tx, &audit, freshness.issued_at).await?;
-    // What this bundle carries becomes the node's inventory at this generation; generations
-    // before the one it runs are gone from the node.
+    // What this bundle carries becomes the node's inventory at this generation: it replaces
+    // the rows of the node's earlier bundles of this generation, and generations before the
+    // one the node runs are gone from it. Node rows are of generation 1 or later, and rows of
+    // this generation exist only once one was handed, so a first fetch deletes nothing and
+    // skips the statement (a fetch racing it may leave a superseded row, which the inventory
+    // never reads and the node's next bundle removes).
+    if node.applied_generation > 1 || node.handed_generation >= handed.generation {
+        db::certificates::supersede(
+            &mut *tx,
+            cluster.id,
+            node.id,
+            node.applied_generation,
+            handed.generation,
+        )
+        .await?;
+    }
     crate::certificates::record_read(
         &mut tx,
         cluster.id,
@@ -300,11 +314,6 @@ async fn sign_bundle(
     )
     .await
     .map_err(IssuanceError::internal)?;
-    // A node's rows are of generation 1 or later: before it applies generation 2 there is
-    // nothing older to forget.
-    if node.applied_generation > 1 {
-        db::certificates::prune(&mut *tx, cluster.id, node.id, node.applied_generation).await?;
-    }
     tx.commit().await?;
     let signer = Arc::clone(&state.signer);
     let envelope = state

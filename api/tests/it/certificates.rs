@@ -135,9 +135,22 @@ async fn inventory_records_what_was_issued(backend: Backend) {
     // Each node's first bundle: 14 leaves, exactly the certificates its files hold.
     let nodes = crate::bootstrap::credentials_for(&app, 7, &created).await;
     let mut keys = Vec::new();
-    for node in &nodes {
+    for (i, node) in nodes.iter().enumerate() {
         let key = NodeKey::generate().unwrap();
-        let payload = register(&app, node, &key).await;
+        let mut payload = register(&app, node, &key).await;
+        if i == 0 {
+            // A re-fetch of the same generation: its rows replace the first bundle's.
+            payload = register(&app, node, &key).await;
+            let rows: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM issued_certificates WHERE node_id = \
+                 (SELECT id FROM cluster_nodes WHERE vm_id = $1)",
+            )
+            .bind(node.vm)
+            .fetch_one(&app.state.db.pool)
+            .await
+            .unwrap();
+            assert_eq!(rows, 14, "one bundle's rows per generation");
+        }
         let now = inventory(&app, cluster).await;
         let (cas, leaves) = bundle_serials(&payload);
         let entries = of_vm(&now, Some(node.vm));

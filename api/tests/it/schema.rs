@@ -234,7 +234,82 @@ async fn rows_from_before_the_node_model_migrate(backend: Backend) {
     assert_eq!(phase, "founded");
 }
 
+/// Migration 0016 drops the rows of earlier bundles of a node's generation (the inventory
+/// reads only the latest per name) and keeps everything else.
+async fn superseded_certificate_rows_are_dropped(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = fresh_database(backend, dir.path()).await;
+    let dialect = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(dialect);
+    let before = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name.to_str().unwrap() < "0016" {
+            std::fs::copy(source.join(&name), before.path().join(&name)).unwrap();
+        }
+    }
+    let db = Db::connect(&url).unwrap();
+    sqlx::migrate::Migrator::new(before.path())
+        .await
+        .unwrap()
+        .run(&db.pool)
+        .await
+        .unwrap();
+    let cluster: i64 = sqlx::query(INSERT_CLUSTER)
+        .bind("founded")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .get("id");
+    insert_node(&db, cluster, 1, "pending").await.unwrap();
+    // (node?, generation, name) in insertion order; `true` marks the rows that must stay.
+    let rows = [
+        (true, 1, "kubelet", false),
+        (true, 1, "apiserver", true),
+        (true, 1, "kubelet", false),
+        (true, 1, "kubelet", true),
+        (true, 2, "kubelet", false),
+        (true, 2, "kubelet", true),
+        (false, 0, "cluster-ca", true),
+    ];
+    let mut kept = Vec::new();
+    for (on_node, generation, name, stays) in rows {
+        let id: i64 = sqlx::query(
+            "INSERT INTO issued_certificates (cluster_id, node_id, generation, name, kind, \
+             subject, issuer, serial, not_before, not_after, created_at) \
+             VALUES ($1, (SELECT id FROM cluster_nodes WHERE $2 = 1), $3, $4, 'client', 's', \
+             'i', '01', 1, 2, 1) RETURNING id",
+        )
+        .bind(cluster)
+        .bind(i64::from(on_node))
+        .bind(generation)
+        .bind(name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .get("id");
+        if stays {
+            kept.push(id);
+        }
+    }
+    db.migrate().await.unwrap();
+    let left: Vec<i64> = sqlx::query("SELECT id FROM issued_certificates ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get("id"))
+        .collect();
+    assert_eq!(left, kept);
+}
+
 both_backends!(
     closed_sets_are_checked_by_the_database,
-    rows_from_before_the_node_model_migrate
+    rows_from_before_the_node_model_migrate,
+    superseded_certificate_rows_are_dropped
 );
