@@ -491,10 +491,13 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
                 .await
                 .map_err(|e| e.to_string())?;
             if response.status().as_u16() != 201 {
-                failed.push(FetchError::Bad(format!(
-                    "founding answered HTTP {}",
-                    response.status()
-                )));
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                let error = format!("founding answered HTTP {status}: {}", text.trim());
+                if failed.is_empty() {
+                    eprintln!("exk8s-loadgen: first failed founding for {algorithm}: {error}");
+                }
+                failed.push(FetchError::Bad(error));
                 continue;
             }
             latencies.push(t.elapsed());
