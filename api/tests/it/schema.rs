@@ -139,10 +139,10 @@ async fn closed_sets_are_checked_by_the_database(backend: Backend) {
     }
 }
 
-/// Rows of a database at migration 0002 (free-text phases) keep their meaning at 0003.
-async fn rows_from_before_the_node_model_migrate(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = fresh_database(backend, dir.path()).await;
+/// A fresh database (its SQLite file in `dir`) migrated up to, not including, the migration
+/// whose file name starts with `first_left_out`.
+async fn migrated_before(backend: Backend, dir: &std::path::Path, first_left_out: &str) -> Db {
+    let url = fresh_database(backend, dir).await;
     let dialect = match backend {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
@@ -151,8 +151,11 @@ async fn rows_from_before_the_node_model_migrate(backend: Backend) {
         .join("../migrations")
         .join(dialect);
     let early = tempfile::tempdir().unwrap();
-    for name in ["0001_schema.sql", "0002_readiness_probe.sql"] {
-        std::fs::copy(source.join(name), early.path().join(name)).unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name.to_str().unwrap() < first_left_out {
+            std::fs::copy(source.join(&name), early.path().join(&name)).unwrap();
+        }
     }
     let db = Db::connect(&url).unwrap();
     sqlx::migrate::Migrator::new(early.path())
@@ -161,6 +164,13 @@ async fn rows_from_before_the_node_model_migrate(backend: Backend) {
         .run(&db.pool)
         .await
         .unwrap();
+    db
+}
+
+/// Rows of a database at migration 0002 (free-text phases) keep their meaning at 0003.
+async fn rows_from_before_the_node_model_migrate(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = migrated_before(backend, dir.path(), "0003").await;
     let cluster: i64 = sqlx::query(INSERT_CLUSTER)
         .bind("founded")
         .fetch_one(&db.pool)
@@ -238,28 +248,7 @@ async fn rows_from_before_the_node_model_migrate(backend: Backend) {
 /// reads only the latest per name) and keeps everything else.
 async fn superseded_certificate_rows_are_dropped(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let url = fresh_database(backend, dir.path()).await;
-    let dialect = match backend {
-        Backend::Sqlite => "sqlite",
-        Backend::Postgres => "postgres",
-    };
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../migrations")
-        .join(dialect);
-    let before = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&source).unwrap() {
-        let name = entry.unwrap().file_name();
-        if name.to_str().unwrap() < "0016" {
-            std::fs::copy(source.join(&name), before.path().join(&name)).unwrap();
-        }
-    }
-    let db = Db::connect(&url).unwrap();
-    sqlx::migrate::Migrator::new(before.path())
-        .await
-        .unwrap()
-        .run(&db.pool)
-        .await
-        .unwrap();
+    let db = migrated_before(backend, dir.path(), "0016").await;
     let cluster: i64 = sqlx::query(INSERT_CLUSTER)
         .bind("founded")
         .fetch_one(&db.pool)
@@ -267,7 +256,7 @@ async fn superseded_certificate_rows_are_dropped(backend: Backend) {
         .unwrap()
         .get("id");
     insert_node(&db, cluster, 1, "pending").await.unwrap();
-    // (node?, generation, name) in insertion order; `true` marks the rows that must stay.
+    // (on the node, generation, name, stays after 0016), in insertion order.
     let rows = [
         (true, 1, "kubelet", false),
         (true, 1, "apiserver", true),
