@@ -5,7 +5,9 @@
 use exk8s_common::node_auth::NodeKey;
 use serde_json::{Value, json};
 
-use crate::app::{Backend, both_backends, credentials_for, json_of, spawn_app};
+use crate::app::{
+    Backend, both_backends, credentials_for, json_of, spawn_app, spawn_clocked, test_config,
+};
 use crate::bootstrap::report;
 use crate::membership::{condition, roll, view};
 use crate::sync::register;
@@ -67,7 +69,12 @@ async fn replicas_follow_the_reports_from_founding_through_a_rollout(backend: Ba
 both_backends!(replicas_follow_the_reports_from_founding_through_a_rollout);
 
 async fn the_cluster_list_comes_in_pages(backend: Backend) {
-    let app = spawn_app(backend).await;
+    // A clock that stands still: a page and a view read a second apart must not see a
+    // certificate's days left change between them.
+    let clock = std::sync::Arc::new(exk8s_api::clock::ManualClock::starting_at(
+        time::OffsetDateTime::now_utc(),
+    ));
+    let app = spawn_clocked(backend, test_config(), None, clock).await;
     let mut made = Vec::new();
     for _ in 0..5 {
         let created = json_of(app.found(1, json!({"control_plane_image_id": 42})).await).await;
