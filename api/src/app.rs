@@ -64,6 +64,8 @@ pub struct ApiConfig {
     pub rate_per_source: crate::ratelimit::Limit,
     /// Leaves are renewed when less than this share of their validity remains.
     pub renew_at: crate::renewal::RenewAt,
+    /// How a bundle's fresh leaf keys are made (the server: RSA keys in a killable helper).
+    pub key_maker: crate::pki::KeyMaker,
 }
 
 impl Default for ApiConfig {
@@ -99,6 +101,7 @@ impl Default for ApiConfig {
                 burst: 120,
             },
             renew_at: crate::renewal::RenewAt::THIRD,
+            key_maker: crate::pki::KeyMaker::InProcess,
         }
     }
 }

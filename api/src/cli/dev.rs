@@ -99,6 +99,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         key_pool_max: args.rates.key_pool_max,
         founding_workers: args.changes.founding().0,
         founding_queue: args.changes.founding().1,
+        key_maker: crate::pki::KeyMaker::this_binary(),
         ..ApiConfig::default()
     };
     let compute: Arc<dyn Compute> = Arc::new(sims.compute.clone());

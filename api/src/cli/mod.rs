@@ -68,6 +68,12 @@ enum Command {
     /// The whole stack on a laptop: SQLite, generated keys kept in the data dir, and the
     /// compute, DNS and instance-metadata SIMULATORS. Prints a token and what to run next.
     Dev(DevArgs),
+    /// The server's own key helper: writes one fresh private key (PKCS #8 DER) to a pipe.
+    #[command(name = crate::pki::HELPER_COMMAND, hide = true)]
+    Keygen {
+        /// ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096.
+        algorithm: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -253,6 +259,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Tokens(command) => tokens_command(command).await,
         Command::Dev(args) => dev(args).await,
         Command::Keys(command) => keys_command(command),
+        Command::Keygen { algorithm } => keygen(&algorithm),
         Command::Sim(args) => {
             let sims = Simulators::new(&args.cidr)?;
             sims.set_faults(crate::sim::Faults {
@@ -273,6 +280,9 @@ async fn run(cli: Cli) -> Result<(), String> {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Keygen { algorithm } = &cli.command {
+        return exit_code(keygen(algorithm));
+    }
     init_logging(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -281,13 +291,29 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    exit_code(runtime.block_on(run(cli)))
+}
+
+fn exit_code(result: Result<(), String>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("exk8s-api: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The key helper ([`crate::pki::KeyMaker`]): no runtime, no logging, one key to stdout.
+fn keygen(algorithm: &str) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let stdout = std::io::stdout();
+    if stdout.is_terminal() {
+        return Err(
+            "keygen writes a private key for the API server's own use, not to a terminal".into(),
+        );
+    }
+    crate::pki::write_helper_key(algorithm, &mut stdout.lock())
 }
 
 #[cfg(test)]

@@ -162,6 +162,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
         artifacts,
+        key_maker: crate::pki::KeyMaker::this_binary(),
         ..ApiConfig::default()
     };
     let imds = match (args.imds, args.compute) {

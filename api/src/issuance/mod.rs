@@ -337,7 +337,7 @@ fn prepare(
     stopped: &dyn Fn() -> bool,
 ) -> Result<Prepared, IssuanceError> {
     let role = loaded.role();
-    let mut source = KeySource::new(loaded.pki.algorithm, ready, stopped);
+    let mut source = KeySource::new(loaded.pki.algorithm, ready, &config.key_maker, stopped);
     let minted = BundleCerts::mint_from(
         &loaded.pki,
         loaded.addresses(),

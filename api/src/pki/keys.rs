@@ -1,13 +1,14 @@
 //! Leaf keys: a key pair together with the algorithm it was made for ([`LeafKey`]), and the
 //! source one bundle's minting draws its keys from ([`KeySource`]) — keys made ahead of demand
-//! first (the key pool's), fresh ones after, and nothing more once its requester has gone.
+//! first (the key pool's), fresh ones after (by its [`KeyMaker`]), and nothing more once its
+//! requester has gone.
 
 use std::fmt;
 
 use rcgen::KeyPair;
 use zeroize::Zeroize;
 
-use super::{KeyAlgorithm, PkiError};
+use super::{KeyAlgorithm, KeyMaker, PkiError};
 
 /// A private key for one leaf, used at most once. Its secret bytes are zeroized when it is
 /// dropped; `Debug` shows only the algorithm.
@@ -23,6 +24,11 @@ impl LeafKey {
             algorithm,
             pair: algorithm.generate()?,
         })
+    }
+
+    /// A key made elsewhere (a helper process) for `algorithm`.
+    pub(super) fn from_pair(algorithm: KeyAlgorithm, pair: KeyPair) -> Self {
+        Self { algorithm, pair }
     }
 
     pub fn algorithm(&self) -> KeyAlgorithm {
@@ -49,22 +55,30 @@ impl fmt::Debug for LeafKey {
 }
 
 /// Where one bundle's keys come from, in order: `ready` keys (made ahead by the key pool), then
-/// fresh ones. Before every key it asks `stop`: a bundle whose client has gone stops there.
+/// fresh ones from its maker. Before every key it asks `stop`, and the maker asks it while a key
+/// is being made: a bundle whose client has gone stops there.
 pub struct KeySource<'a> {
     algorithm: KeyAlgorithm,
     ready: Vec<LeafKey>,
+    maker: &'a KeyMaker,
     stop: &'a dyn Fn() -> bool,
     generated: usize,
 }
 
 impl<'a> KeySource<'a> {
-    /// Fresh keys only, never stopping.
+    /// Fresh keys only, made in this process, never stopping.
     pub fn fresh(algorithm: KeyAlgorithm) -> Self {
-        Self::new(algorithm, Vec::new(), &|| false)
+        Self::new(algorithm, Vec::new(), &KeyMaker::InProcess, &|| false)
     }
 
-    /// `ready` keys first, then fresh ones; a ready key of another algorithm is never used.
-    pub fn new(algorithm: KeyAlgorithm, ready: Vec<LeafKey>, stop: &'a dyn Fn() -> bool) -> Self {
+    /// `ready` keys first, then fresh ones from `maker`; a ready key of another algorithm is
+    /// never used.
+    pub fn new(
+        algorithm: KeyAlgorithm,
+        ready: Vec<LeafKey>,
+        maker: &'a KeyMaker,
+        stop: &'a dyn Fn() -> bool,
+    ) -> Self {
         let ready = ready
             .into_iter()
             .filter(|k| k.algorithm == algorithm)
@@ -72,6 +86,7 @@ impl<'a> KeySource<'a> {
         Self {
             algorithm,
             ready,
+            maker,
             stop,
             generated: 0,
         }
@@ -86,7 +101,7 @@ impl<'a> KeySource<'a> {
             Some(key) => Ok(key),
             None => {
                 self.generated += 1;
-                LeafKey::generate(self.algorithm)
+                self.maker.make(self.algorithm, self.stop)
             }
         }
     }
@@ -120,7 +135,7 @@ mod tests {
         let ready_der = ready[0].pair().serialize_der();
         let stopped = std::cell::Cell::new(false);
         let stop = || stopped.get();
-        let mut keys = KeySource::new(KeyAlgorithm::EcdsaP256, ready, &stop);
+        let mut keys = KeySource::new(KeyAlgorithm::EcdsaP256, ready, &KeyMaker::InProcess, &stop);
         // The P-384 key is not this source's algorithm: never handed out.
         assert_eq!(keys.next_key().unwrap().pair().serialize_der(), ready_der);
         let fresh = keys.next_key().unwrap();
@@ -138,7 +153,12 @@ mod tests {
         let pem = key.pair().serialize_pem();
         let body: String = pem.lines().nth(1).unwrap().chars().take(20).collect();
         let alone = format!("{key:?}");
-        let source = KeySource::new(KeyAlgorithm::EcdsaP256, vec![key], &|| false);
+        let source = KeySource::new(
+            KeyAlgorithm::EcdsaP256,
+            vec![key],
+            &KeyMaker::InProcess,
+            &|| false,
+        );
         let shown = format!("{alone} {source:?}");
         assert!(!shown.contains(&body), "{shown}");
         assert!(

@@ -18,6 +18,7 @@ mod ca;
 mod facts;
 mod identities;
 mod import;
+mod keygen;
 mod keys;
 pub mod kubeconfig;
 mod leaf;
@@ -32,6 +33,7 @@ pub use identities::{
     etcd_member_spec, kubelet_serving_spec,
 };
 pub use import::{CaPart, ImportError, ImportTerms, SuppliedCa, check_distinct, import};
+pub use keygen::{HELPER_COMMAND, KeyMaker, write_helper_key};
 pub use keys::{KeySource, LeafKey};
 pub use leaf::{IssuedCert, LeafSpec, Usage};
 pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};
@@ -51,6 +53,12 @@ pub enum PkiError {
         algorithm: KeyAlgorithm,
         #[source]
         source: rcgen::Error,
+    },
+    /// The helper process making an RSA key failed (see [`KeyMaker`]).
+    #[error("the key helper making a {algorithm} key failed: {reason}")]
+    KeyHelper {
+        algorithm: KeyAlgorithm,
+        reason: String,
     },
     #[error("signing the {what} certificate")]
     Signing {

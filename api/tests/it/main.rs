@@ -23,6 +23,7 @@ mod events;
 mod founding;
 mod helpers;
 mod issuers;
+mod key_helper;
 mod key_pool;
 mod member_crash;
 mod membership;
