@@ -14,6 +14,15 @@ use super::nodes::NodeRow;
 use super::pools::PoolRow;
 use super::rotations::{ROTATION_COLUMNS, Rotation, rotation_row};
 
+/// `rows` grouped by `key`, each group in the rows' order.
+pub fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> i64) -> HashMap<i64, Vec<T>> {
+    let mut groups: HashMap<i64, Vec<T>> = HashMap::new();
+    for row in rows {
+        groups.entry(key(&row)).or_default().push(row);
+    }
+    groups
+}
+
 /// `$1, $2, …, $n`.
 fn marks(n: usize) -> String {
     (1..=n)

@@ -5,13 +5,20 @@ use sqlx::{Any, Executor, Row};
 
 use super::DbError;
 
-/// Ids of every founded cluster.
-pub async fn founded_clusters<'c>(
+/// Ids of at most `limit` founded clusters with an id above `after`, in id order: one page of
+/// a renewal pass.
+pub async fn founded_page<'c>(
     db: impl Executor<'c, Database = Any>,
+    after: i64,
+    limit: i64,
 ) -> Result<Vec<i64>, DbError> {
-    let rows = sqlx::query("SELECT id FROM clusters WHERE phase = 'founded' ORDER BY id")
-        .fetch_all(db)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT id FROM clusters WHERE phase = 'founded' AND id > $1 ORDER BY id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
     Ok(rows
         .iter()
         .map(|r| r.try_get("id"))

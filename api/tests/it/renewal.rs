@@ -139,6 +139,48 @@ async fn leaves_renew_themselves_over_thirty_days(backend: Backend) {
 
 both_backends!(leaves_renew_themselves_over_thirty_days);
 
+async fn a_pass_reads_the_fleet_a_page_at_a_time_and_renews_every_page(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let mut vms = Vec::new();
+    for _ in 0..5 {
+        let created: Value = app
+            .found(1, json!({"leaf_lifetime_days": 3}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let node = credentials_for(&app, 7, &created).await.remove(0);
+        register(&app, &node, &NodeKey::generate().unwrap()).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        vms.push(node.vm);
+    }
+    // A day in, nothing is due: the pass reads every page and renews nothing.
+    clock.advance(Duration::days(1));
+    assert!(
+        exk8s_api::renewal::pass_in_pages(&app.state, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Past two thirds of the leaves' three days, every node of every page (2 + 2 + 1) is due.
+    clock.advance(Duration::hours(25));
+    let renewed = exk8s_api::renewal::pass_in_pages(&app.state, 2)
+        .await
+        .unwrap();
+    let renewed: Vec<i64> = renewed.iter().map(|r| r.vm_id).collect();
+    assert_eq!(renewed, vms);
+    // Each is moving to its next generation now: a second pass finds nothing to do.
+    assert!(
+        exk8s_api::renewal::pass_in_pages(&app.state, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+both_backends!(a_pass_reads_the_fleet_a_page_at_a_time_and_renews_every_page);
+
 /// What openssl says about a bundle file's certificate (`-serial` or `-ext subjectAltName`).
 fn openssl_says(payload: &exk8s_common::BundlePayload, path: &str, args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
