@@ -3,7 +3,7 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|storm|found|agent|profile|compare
+#   scripts/bench.sh pki|load|storm|fleet|found|agent|profile|compare
 #   (compare: OLD=<commit> scripts/bench.sh compare — that commit's API against this one's,
 #   alternating, on the same PostgreSQL; not part of `all`)
 set -euo pipefail
@@ -59,6 +59,19 @@ if [ "$what" = all ] || [ "$what" = storm ]; then
   "$loadgen" --api-bin "$api" --clusters rsa-4096=1,ecdsa-p256=1 --fetches rsa-4096=64,ecdsa-p256=200 \
     --concurrency 64 --timeout-secs 1 --allow-hung --allow-clean-errors --idle-check \
     --api-arg=--key-pool-max=0 --json "$out/abandoned.json"
+fi
+
+if [ "$what" = all ] || [ "$what" = fleet ]; then
+  ensure_postgres
+  for fleet in 0 9990; do
+    pg_db=exk8s_bench_fleet_$fleet
+    psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+    log "fleet size: 10 ecdsa-p256 clusters fetched from after $fleet idle ones (then ANALYZE, as"
+    log "autovacuum would), and GET /clusters walked 5 times in pages of 500"
+    "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
+      --fleet "$fleet" --analyze --clusters ecdsa-p256=10 --fetches ecdsa-p256=10000 \
+      --concurrency 64 --list-walks 5 --json "$out/fleet-$fleet.json"
+  done
 fi
 
 if [ "$what" = all ] || [ "$what" = found ]; then

@@ -72,6 +72,11 @@ struct Args {
     /// in a fleet that grew over months.
     #[arg(long, default_value_t = 0)]
     settle_secs: u64,
+    /// After founding the idle fleet, run `ANALYZE` on the PostgreSQL database (with psql):
+    /// what autovacuum does by itself in a fleet that grew over months, for a server that runs
+    /// without it (this machine's test PostgreSQL does).
+    #[arg(long)]
+    analyze: bool,
     /// After the fetches, walk `GET /clusters` page by page this many times, timing each page.
     #[arg(long, default_value_t = 0)]
     list_walks: usize,
@@ -352,6 +357,25 @@ impl FetchSet {
     }
 }
 
+/// `ANALYZE` on the PostgreSQL database at `url`, through psql.
+fn analyze(url: &str) -> Result<(), String> {
+    if !url.starts_with("postgres") {
+        return Err("--analyze needs a PostgreSQL --database-url".into());
+    }
+    let out = Command::new("psql")
+        .args([url, "-q", "-c", "ANALYZE"])
+        .output()
+        .map_err(|e| format!("running psql for --analyze: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ANALYZE failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    eprintln!("exk8s-loadgen: database analyzed");
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<Vec<Summary>, String> {
     let clusters = pairs(&args.clusters)?;
     let fetches = pairs(&args.fetches)?;
@@ -472,6 +496,9 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         );
         tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
     }
+    if args.analyze {
+        analyze(&db_url)?;
+    }
     let mut together = Vec::new();
     for (algorithm, count) in &clusters {
         let mut latencies = Vec::new();
@@ -563,13 +590,19 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         summaries.extend(played.into_iter().map(|(_, s)| s));
     }
     if args.list_walks > 0 {
-        let (pages, clusters, took) =
-            fleet_size::list_pages(&http, &base, &token, args.list_walks).await?;
+        let walked = fleet_size::list_pages(&http, &base, &token, args.list_walks).await?;
+        let parsing_took = walked.parsing.iter().sum();
         summaries.push(summarise(
-            format!("GET /clusters pages ({clusters})"),
-            pages,
+            format!("GET /clusters pages ({})", walked.clusters),
+            walked.pages,
             &[],
-            took,
+            walked.took,
+        ));
+        summaries.push(summarise(
+            "  client's JSON parse".into(),
+            walked.parsing,
+            &[],
+            parsing_took,
         ));
     }
     Ok(summaries)
