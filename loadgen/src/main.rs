@@ -14,6 +14,7 @@
 
 #![allow(clippy::print_stdout, reason = "the report is the program's output")]
 
+mod fetches;
 mod fleet;
 mod fleet_size;
 mod idle;
@@ -25,12 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use exk8s_common::{Keyring, verify};
-use serde::Serialize;
+use exk8s_common::Keyring;
 use serde_json::{Value, json};
 
-use fleet::{Vm, credentials, get_text, key_pool_filled, node_vms};
-use tokio::sync::Semaphore;
+use fetches::{FetchError, FetchSet, Summary, await_key_pool, summarise};
+use fleet::{credentials, get_text, node_vms};
 
 #[derive(Debug, Parser)]
 #[command(name = "exk8s-loadgen", version)]
@@ -125,60 +125,6 @@ impl Drop for Api {
     }
 }
 
-#[derive(Debug, Serialize)]
-struct Summary {
-    what: String,
-    count: usize,
-    errors: usize,
-    /// 429 or 5xx in the API's error format (with Retry-After where due).
-    clean_errors: usize,
-    /// Passed the client timeout.
-    hung: usize,
-    /// Any other answer, or a bundle that does not verify or is not this request's.
-    bad: usize,
-    seconds: f64,
-    per_second: f64,
-    p50_ms: f64,
-    p90_ms: f64,
-    p99_ms: f64,
-    /// With --idle-check: seconds until the API's CPU fell idle after the set ended.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    idle_after_s: Option<f64>,
-}
-
-fn summarise(
-    what: String,
-    mut latencies: Vec<Duration>,
-    failures: &[FetchError],
-    elapsed: Duration,
-) -> Summary {
-    let errors = failures.len();
-    let kind = |k: fn(&FetchError) -> bool| failures.iter().filter(|f| k(f)).count();
-    latencies.sort();
-    let pick = |q: f64| {
-        if latencies.is_empty() {
-            return 0.0;
-        }
-        let index = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[index].as_secs_f64() * 1000.0
-    };
-    let count = latencies.len() + errors;
-    Summary {
-        what,
-        count,
-        errors,
-        clean_errors: kind(|f| matches!(f, FetchError::Clean(_))),
-        hung: kind(|f| matches!(f, FetchError::Hung)),
-        bad: kind(|f| matches!(f, FetchError::Bad(_))),
-        seconds: elapsed.as_secs_f64(),
-        per_second: latencies.len() as f64 / elapsed.as_secs_f64().max(1e-9),
-        p50_ms: pick(0.50),
-        p90_ms: pick(0.90),
-        p99_ms: pick(0.99),
-        idle_after_s: None,
-    }
-}
-
 fn pairs(list: &[String]) -> Result<Vec<(String, usize)>, String> {
     list.iter()
         .map(|p| {
@@ -205,156 +151,6 @@ fn run_api(bin: &PathBuf, args: &[&str]) -> Result<String, String> {
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// Why one fetch failed.
-#[derive(Debug)]
-enum FetchError {
-    /// A refusal the API meant: 429, or a 5xx with our error body (and Retry-After if 429/503).
-    Clean(u16),
-    /// No complete answer within the client timeout.
-    Hung,
-    Bad(String),
-}
-
-impl std::fmt::Display for FetchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Clean(status) => write!(f, "clean refusal: HTTP {status}"),
-            Self::Hung => f.write_str("no answer within the timeout"),
-            Self::Bad(why) => f.write_str(why),
-        }
-    }
-}
-
-fn transport(e: reqwest::Error) -> FetchError {
-    if e.is_timeout() {
-        FetchError::Hung
-    } else {
-        FetchError::Bad(format!("transport: {e}"))
-    }
-}
-
-async fn fetch(
-    http: &reqwest::Client,
-    base: &str,
-    vm: &Vm,
-    nonce: &str,
-    keys: &Keyring,
-) -> Result<(), FetchError> {
-    let response = http
-        .get(format!("{base}/bootstrap/control-plane/{}", vm.id))
-        .header("X-exc-imds-token", &vm.imds)
-        .bearer_auth(&vm.bearer)
-        .header("X-Exk8s-Nonce", nonce)
-        .send()
-        .await
-        .map_err(transport)?;
-    let status = response.status().as_u16();
-    if status != 200 {
-        let retry_after = response.headers().contains_key("retry-after");
-        let body: Value = response.json().await.map_err(|e| {
-            if e.is_timeout() {
-                FetchError::Hung
-            } else {
-                FetchError::Bad(format!("HTTP {status} without a JSON error body"))
-            }
-        })?;
-        let formatted = body["error"]["code"].is_string();
-        let clean = (status == 429 || status >= 500)
-            && formatted
-            && (retry_after || !matches!(status, 429 | 503));
-        return Err(if clean {
-            FetchError::Clean(status)
-        } else {
-            FetchError::Bad(format!("HTTP {status}: {body}"))
-        });
-    }
-    let body = response.bytes().await.map_err(transport)?;
-    let bundle = verify(&body, keys).map_err(|e| FetchError::Bad(e.to_string()))?;
-    let p = bundle.payload();
-    if p.identity.vm_id != vm.id as u64 || p.freshness.nonce.as_str() != nonce {
-        return Err(FetchError::Bad("a bundle for another VM or request".into()));
-    }
-    Ok(())
-}
-
-/// Reports how long the key pool took to fill, once it is full.
-async fn await_key_pool(http: &reqwest::Client, base: &str, what: &str) -> Result<(), String> {
-    let waited = key_pool_filled(http, base).await?;
-    eprintln!(
-        "exk8s-loadgen: {what}: the key pool was full {waited:.1} s after the last VM was recorded"
-    );
-    Ok(())
-}
-
-/// One algorithm's fetches over its clusters' VMs.
-struct FetchSet {
-    algorithm: String,
-    vms: Vec<Vm>,
-    total: usize,
-}
-
-impl FetchSet {
-    /// Plays the fetches, at most `concurrency` in flight, each VM in turn.
-    async fn play(
-        self,
-        http: &reqwest::Client,
-        base: &str,
-        keys: &Arc<Keyring>,
-        concurrency: usize,
-    ) -> Result<Summary, String> {
-        let algorithm = self.algorithm;
-        if self.vms.is_empty() && self.total > 0 {
-            return Err(format!(
-                "no {algorithm} VM to fetch from: every founding failed"
-            ));
-        }
-        let vms = Arc::new(self.vms);
-        let gate = Arc::new(Semaphore::new(concurrency));
-        let mut tasks = tokio::task::JoinSet::new();
-        let started = Instant::now();
-        for i in 0..self.total {
-            let permit = Arc::clone(&gate)
-                .acquire_owned()
-                .await
-                .map_err(|e| e.to_string())?;
-            let (http, base, vms, keys) = (
-                http.clone(),
-                base.to_owned(),
-                Arc::clone(&vms),
-                Arc::clone(keys),
-            );
-            tasks.spawn(async move {
-                let vm = &vms[i % vms.len()];
-                let nonce = format!("loadgen-nonce-{i:016}");
-                let t = Instant::now();
-                let result = fetch(&http, &base, vm, &nonce, &keys).await;
-                drop(permit);
-                (t.elapsed(), result)
-            });
-        }
-        let mut latencies = Vec::new();
-        let mut failed: Vec<FetchError> = Vec::new();
-        while let Some(done) = tasks.join_next().await {
-            let (elapsed, result) = done.map_err(|e| e.to_string())?;
-            match result {
-                Ok(()) => latencies.push(elapsed),
-                Err(e) => failed.push(e),
-            }
-        }
-        if let Some(e) = failed.iter().find(|e| !matches!(e, FetchError::Clean(_))) {
-            eprintln!("exk8s-loadgen: first hung or bad fetch for {algorithm}: {e}");
-        } else if let Some(e) = failed.first() {
-            eprintln!("exk8s-loadgen: first failed fetch for {algorithm}: {e}");
-        }
-        Ok(summarise(
-            format!("fetch {algorithm} c={concurrency}"),
-            latencies,
-            &failed,
-            started.elapsed(),
-        ))
-    }
 }
 
 /// `ANALYZE` on the PostgreSQL database at `url`, through psql.
