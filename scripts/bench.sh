@@ -30,14 +30,17 @@ if [ "$what" = all ] || [ "$what" = load ]; then
   ensure_postgres
   pg_db=exk8s_bench_load
   psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+  # The rsa-2048 set is 32 fetches by one cluster's 3 VMs at once, straight after founding:
+  # more key generation than two cores do within the deadline, so some are refused cleanly
+  # (503 + Retry-After, counted in the "clean" column); anything else fails the run.
   log "bundle issuance under load: PostgreSQL, ecdsa-p256 and rsa-2048 in the same run"
   "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
     --clusters ecdsa-p256=4,rsa-2048=1 --fetches ecdsa-p256=10000,rsa-2048=32 --concurrency 64 \
-    --json "$out/load-postgres.json"
+    --allow-clean-errors --json "$out/load-postgres.json"
   log "bundle issuance under load: SQLite, ecdsa-p256 and rsa-2048 in the same run"
   "$loadgen" --api-bin "$api" \
     --clusters ecdsa-p256=4,rsa-2048=1 --fetches ecdsa-p256=10000,rsa-2048=32 --concurrency 64 \
-    --json "$out/load-sqlite.json"
+    --allow-clean-errors --json "$out/load-sqlite.json"
 fi
 
 if [ "$what" = all ] || [ "$what" = storm ]; then

@@ -186,6 +186,24 @@ impl CpuPool {
         self.size
     }
 
+    /// Runs `job`, a short last step of work already admitted (signing a bundle whose
+    /// certificates are made), on a blocking thread at once — never in the queue behind jobs
+    /// that start new work. Queued there, every request of a storm would wait for the whole
+    /// storm's keys before its last step, and all would finish together, past their deadline.
+    /// Admission already bounds how many such steps can be in flight.
+    pub async fn finish<T, F>(&self, job: F) -> Result<T, CpuError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if self.permits.is_closed() {
+            return Err(CpuError::Closed);
+        }
+        tokio::task::spawn_blocking(job)
+            .await
+            .map_err(CpuError::Panicked)
+    }
+
     /// Runs `job` on a blocking thread once a slot is free. A caller that goes away while
     /// waiting for a slot starts nothing.
     pub async fn run<T, F>(&self, job: F) -> Result<T, CpuError>
@@ -225,6 +243,29 @@ mod tests {
             .await
             .unwrap();
         })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_last_step_never_waits_behind_jobs_that_start_new_work() {
+        let pool = CpuPool::with_queue(1, 8);
+        let gate = Arc::new(std::sync::Barrier::new(2));
+        let holder = hold(&pool, &gate);
+        while pool.permits.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let queued = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.admit(Duration::from_secs(60), |_| 1).await })
+        };
+        while pool.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The only slot is held and a job waits for it: the last step runs all the same.
+        assert_eq!(pool.finish(|| 5).await.unwrap(), 5);
+        assert_eq!(pool.waiting.load(Ordering::SeqCst), 1);
+        gate.wait();
+        holder.await.unwrap();
+        assert_eq!(queued.await.unwrap().unwrap(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,9 +3,10 @@
 //! signature, and the serial and audit row taken in one transaction. Its failures are
 //! [`IssuanceError`]; `http/` decides how each is answered.
 //!
-//! The CPU work runs on the bounded pool, never on the async threads, and never inside the
-//! transaction: minting, rendering and serialising everything but the payload's head before
-//! it (nothing rendered depends on the serial or the generation), signing after it. The
+//! The CPU work runs off the async threads and never inside the transaction: minting,
+//! rendering and serialising everything but the payload's head before it, on the bounded pool
+//! (nothing rendered depends on the serial or the generation); signing after it, as the pool's
+//! last step of admitted work, which never queues behind new work ([`crate::cpu::CpuPool::finish`]). The
 //! transaction holds the node's row only to take the serial, put the head in front of the
 //! serialised body, digest it and write the audit row and the inventory.
 //!
@@ -196,8 +197,8 @@ struct Prepared {
 }
 
 /// Mints, renders and serialises the bundle on the CPU pool; takes its serial (and
-/// generation) and writes its audit row and inventory in one short transaction; signs it on the
-/// pool. `None` when the node may not take one now.
+/// generation) and writes its audit row and inventory in one short transaction; signs it as
+/// a last step. `None` when the node may not take one now.
 async fn sign_bundle(
     state: &AppState,
     request: &Request<'_>,
@@ -318,7 +319,7 @@ async fn sign_bundle(
     let signer = Arc::clone(&state.signer);
     let envelope = state
         .cpu
-        .run(move || signer.sign_to_json(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload))
+        .finish(move || signer.sign_to_json(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload))
         .await
         .map_err(IssuanceError::internal)?;
     state.metrics.bundles_issued.inc();
