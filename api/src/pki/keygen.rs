@@ -181,7 +181,7 @@ fn rsa_bits(pair: &KeyPair) -> Option<usize> {
 }
 
 /// The helper's side: makes one `algorithm` key in this process and writes it to `out` as
-/// PKCS #8 DER. Refuses a terminal: the key is for a parent process, not for a screen.
+/// PKCS #8 DER (the `keygen` command never writes it to a terminal).
 pub fn write_helper_key(algorithm: &str, out: &mut dyn Write) -> Result<(), String> {
     let algorithm: KeyAlgorithm = algorithm.parse().map_err(|e: PkiError| e.to_string())?;
     let key = LeafKey::generate(algorithm).map_err(|e| crate::error_chain(&e))?;
