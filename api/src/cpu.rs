@@ -245,21 +245,35 @@ mod tests {
         })
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_last_step_never_waits_behind_jobs_that_start_new_work() {
-        let pool = CpuPool::with_queue(1, 8);
-        let gate = Arc::new(std::sync::Barrier::new(2));
-        let holder = hold(&pool, &gate);
+    /// Holds `pool`'s only slot (until `gate` is passed) and queues one admitted job behind it,
+    /// which returns `value`; returns once both are in place.
+    async fn held_with_one_queued(
+        pool: &CpuPool,
+        gate: &Arc<std::sync::Barrier>,
+        value: u32,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        tokio::task::JoinHandle<Result<u32, CpuError>>,
+    ) {
+        let holder = hold(pool, gate);
         while pool.permits.available_permits() > 0 {
             tokio::task::yield_now().await;
         }
         let queued = {
             let pool = pool.clone();
-            tokio::spawn(async move { pool.admit(Duration::from_secs(60), |_| 1).await })
+            tokio::spawn(async move { pool.admit(Duration::from_secs(60), move |_| value).await })
         };
         while pool.waiting.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
+        (holder, queued)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_last_step_never_waits_behind_jobs_that_start_new_work() {
+        let pool = CpuPool::with_queue(1, 8);
+        let gate = Arc::new(std::sync::Barrier::new(2));
+        let (holder, queued) = held_with_one_queued(&pool, &gate, 1).await;
         // The only slot is held and a job waits for it: the last step runs all the same.
         assert_eq!(pool.finish(|| 5).await.unwrap(), 5);
         assert_eq!(pool.waiting.load(Ordering::SeqCst), 1);
@@ -272,18 +286,8 @@ mod tests {
     async fn a_saturated_pool_refuses_at_once_and_admits_again_when_a_slot_frees() {
         let pool = CpuPool::with_queue(1, 1);
         let gate = Arc::new(std::sync::Barrier::new(2));
-        let holder = hold(&pool, &gate);
-        while pool.permits.available_permits() > 0 {
-            tokio::task::yield_now().await;
-        }
         // One may wait for the slot; the next is refused without waiting.
-        let queued = {
-            let pool = pool.clone();
-            tokio::spawn(async move { pool.admit(Duration::from_secs(60), |_| 7).await })
-        };
-        while pool.waiting.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let (holder, queued) = held_with_one_queued(&pool, &gate, 7).await;
         assert!(matches!(
             pool.admit(Duration::from_secs(60), |_| 8).await,
             Err(CpuError::Saturated)
