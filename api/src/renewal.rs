@@ -123,13 +123,14 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
     let mut after = 0;
     loop {
         let ids = db::renewal::founded_page(pool, after, page).await?;
-        let Some(&last) = ids.last() else {
+        let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
             return Ok(renewed);
         };
         after = last;
+        let span = db::pages::Clusters::Span { first, last };
         let (nodes, certificates) = tokio::try_join!(
-            db::pages::nodes(pool, &ids),
-            db::pages::certificates(pool, &ids)
+            db::pages::nodes(pool, &span),
+            db::pages::certificates(pool, &span)
         )?;
         let mut nodes = db::pages::group(nodes, |n| n.cluster_id);
         let mut certificates = db::pages::group(certificates, |(c, _)| *c);

@@ -324,7 +324,8 @@ pub async fn list_clusters(
                 .map(|r| super::paging::next_link("/clusters", page, r.id))
         })
         .flatten();
-    let mut response = Json(super::cluster_view::views(&state, rows).await?).into_response();
+    let page = super::cluster_view::page_json(&state, rows).await?;
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], page).into_response();
     if let Some(link) = next.and_then(|l| header::HeaderValue::from_str(&l).ok()) {
         response.headers_mut().insert(header::LINK, link);
     }

@@ -6,7 +6,8 @@ use exk8s_common::node_auth::NodeKey;
 use serde_json::{Value, json};
 
 use crate::app::{
-    Backend, both_backends, credentials_for, json_of, spawn_app, spawn_clocked, test_config,
+    Backend, both_backends, cluster_with_credentials, credentials_for, json_of, spawn_app,
+    spawn_clocked, test_config,
 };
 use crate::bootstrap::report;
 use crate::membership::{condition, roll, view};
@@ -151,3 +152,33 @@ async fn the_cluster_list_comes_in_pages(backend: Backend) {
 }
 
 both_backends!(the_cluster_list_comes_in_pages);
+
+async fn a_long_page_shows_its_org_own_clusters_in_order(backend: Backend) {
+    // A page is read as the span of ids it covers, and a page this long is written in slices
+    // joined afterwards. Another org's clusters lie inside the span: none of them, nor any of
+    // their nodes, may show, and every entry must still be that cluster's own view.
+    let clock = std::sync::Arc::new(exk8s_api::clock::ManualClock::starting_at(
+        time::OffsetDateTime::now_utc(),
+    ));
+    let app = spawn_clocked(backend, test_config(), None, clock).await;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..70 {
+        if i % 10 == 5 {
+            theirs.push(cluster_with_credentials(&app, 8, 3).await[0].cluster);
+        }
+        let created = json_of(app.found(1, json!({"control_plane_image_id": 42})).await).await;
+        ours.push(created["cluster_id"].as_i64().unwrap());
+    }
+    assert!(theirs.iter().all(|id| (ours[0]..ours[69]).contains(id)));
+    let listed = json_of(app.get("/clusters").send().await.unwrap()).await;
+    let listed = listed.as_array().unwrap();
+    let ids: Vec<i64> = listed.iter().map(|c| c["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, ours, "the org's clusters, each once, in id order");
+    for entry in listed {
+        assert_eq!(entry["nodes"].as_array().unwrap().len(), 1, "{entry}");
+        assert_eq!(entry, &view(&app, entry["id"].as_i64().unwrap()).await);
+    }
+}
+
+both_backends!(a_long_page_shows_its_org_own_clusters_in_order);
