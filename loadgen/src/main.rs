@@ -77,7 +77,8 @@ struct Args {
     /// without it (this machine's test PostgreSQL does).
     #[arg(long)]
     analyze: bool,
-    /// After the fetches, walk `GET /clusters` page by page this many times, timing each page.
+    /// After the fetches, walk `GET /clusters` page by page once cold (reported apart), then
+    /// this many times, timing each page.
     #[arg(long, default_value_t = 0)]
     list_walks: usize,
     /// `algorithm=fetches` pairs: bundle fetches per algorithm.
@@ -388,6 +389,12 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
     if args.list_walks > 0 {
         let walked = fleet_size::list_pages(&http, &base, &token, args.list_walks).await?;
         let parsing_took = walked.parsing.iter().sum();
+        summaries.push(summarise(
+            format!("GET /clusters first walk, cold ({})", walked.clusters),
+            walked.cold,
+            &[],
+            walked.cold_took,
+        ));
         summaries.push(summarise(
             format!("GET /clusters pages ({})", walked.clusters),
             walked.pages,
