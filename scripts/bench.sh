@@ -70,7 +70,8 @@ if [ "$what" = all ] || [ "$what" = fleet ]; then
     pg_db=exk8s_bench_fleet_$fleet
     psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
     log "fleet size: 10 ecdsa-p256 clusters fetched from after $fleet idle ones (then ANALYZE, as"
-    log "autovacuum would), and GET /clusters walked 5 times in pages of 500"
+    log "autovacuum would), and GET /clusters walked once cold (reported apart), then 5 times, in"
+    log "pages of 500"
     "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
       --fleet "$fleet" --analyze --clusters ecdsa-p256=10 --fetches ecdsa-p256=10000 \
       --concurrency 64 --list-walks 5 --json "$out/fleet-$fleet.json"
