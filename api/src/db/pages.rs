@@ -38,26 +38,31 @@ pub enum Clusters {
 }
 
 impl Clusters {
-    /// What follows a cluster-id column in a `WHERE` to keep these clusters' rows, and the
-    /// values it binds from `$1`.
-    fn condition(&self) -> (String, Vec<i64>) {
+    /// A `WHERE` predicate on `column` (a cluster id) that keeps these clusters' rows, and the
+    /// values it binds from `$1`. An org's span names its bounds twice: once on the column
+    /// itself, so the planner reads an index range of the table, and once in the sub-select.
+    fn predicate(&self, column: &str) -> (String, Vec<i64>) {
         match self {
             Self::Ids(ids) => {
                 let marks = (1..=ids.len())
                     .map(|i| format!("${i}"))
                     .collect::<Vec<_>>()
                     .join(", ");
-                (format!("IN ({marks})"), ids.to_vec())
+                (format!("{column} IN ({marks})"), ids.to_vec())
             }
-            Self::Span { first, last } => ("BETWEEN $1 AND $2".to_owned(), vec![*first, *last]),
+            Self::Span { first, last } => {
+                (format!("{column} BETWEEN $1 AND $2"), vec![*first, *last])
+            }
             Self::OrgSpan {
                 org_id,
                 first,
                 last,
             } => (
-                "IN (SELECT id FROM clusters WHERE org_id = $1 AND id BETWEEN $2 AND $3)"
-                    .to_owned(),
-                vec![*org_id, *first, *last],
+                format!(
+                    "{column} BETWEEN $1 AND $2 AND {column} IN \
+                     (SELECT id FROM clusters WHERE org_id = $3 AND id BETWEEN $4 AND $5)"
+                ),
+                vec![*first, *last, *org_id, *first, *last],
             ),
         }
     }
@@ -70,17 +75,19 @@ impl Clusters {
     }
 }
 
-/// Runs `sql`, whose `{clusters}` follows a cluster-id column, for `clusters`.
+/// Runs `sql`, whose `{clusters}` stands for a predicate on the cluster-id `column`, for
+/// `clusters`.
 async fn fetch<'c>(
     db: impl Executor<'c, Database = Any>,
     sql: &str,
+    column: &str,
     clusters: &Clusters,
 ) -> Result<Vec<sqlx::any::AnyRow>, DbError> {
     if clusters.is_empty() {
         return Ok(Vec::new());
     }
-    let (condition, values) = clusters.condition();
-    let sql = sql.replace("{clusters}", &condition);
+    let (predicate, values) = clusters.predicate(column);
+    let sql = sql.replace("{clusters}", &predicate);
     let mut query = sqlx::query(&sql);
     for value in values {
         query = query.bind(value);
@@ -94,10 +101,10 @@ pub async fn nodes<'c>(
     clusters: &Clusters,
 ) -> Result<Vec<NodeRow>, DbError> {
     let sql = format!(
-        "SELECT {} FROM cluster_nodes WHERE cluster_id {{clusters}} ORDER BY cluster_id, ordinal",
+        "SELECT {} FROM cluster_nodes WHERE {{clusters}} ORDER BY cluster_id, ordinal",
         super::nodes::COLUMNS
     );
-    let rows = fetch(db, &sql, clusters).await?;
+    let rows = fetch(db, &sql, "cluster_id", clusters).await?;
     Ok(rows
         .iter()
         .map(super::nodes::from_row)
@@ -111,9 +118,9 @@ pub async fn certificates<'c>(
 ) -> Result<Vec<(i64, CertRow)>, DbError> {
     let sql = format!(
         "SELECT cluster_id, {CERT_COLUMNS} FROM issued_certificates \
-         WHERE cluster_id {{clusters}} ORDER BY id"
+         WHERE {{clusters}} ORDER BY id"
     );
-    let rows = fetch(db, &sql, clusters).await?;
+    let rows = fetch(db, &sql, "cluster_id", clusters).await?;
     rows.iter()
         .map(|r| Ok((r.try_get("cluster_id")?, cert_row(r)?)))
         .collect()
@@ -124,8 +131,8 @@ pub async fn rotations<'c>(
     db: impl Executor<'c, Database = Any>,
     clusters: &Clusters,
 ) -> Result<Vec<Rotation>, DbError> {
-    let sql = format!("SELECT {ROTATION_COLUMNS} FROM ca_rotations WHERE cluster_id {{clusters}}");
-    let rows = fetch(db, &sql, clusters).await?;
+    let sql = format!("SELECT {ROTATION_COLUMNS} FROM ca_rotations WHERE {{clusters}}");
+    let rows = fetch(db, &sql, "cluster_id", clusters).await?;
     rows.iter().map(rotation_row).collect()
 }
 
@@ -135,9 +142,9 @@ pub async fn last_reports<'c>(
     clusters: &Clusters,
 ) -> Result<HashMap<i64, i64>, DbError> {
     let sql = "SELECT n.cluster_id, MAX(r.created_at) AS at FROM node_reports r \
-         JOIN cluster_nodes n ON n.id = r.node_id WHERE n.cluster_id {clusters} \
+         JOIN cluster_nodes n ON n.id = r.node_id WHERE {clusters} \
          GROUP BY n.cluster_id";
-    let rows = fetch(db, sql, clusters).await?;
+    let rows = fetch(db, sql, "n.cluster_id", clusters).await?;
     rows.iter()
         .map(|r| Ok((r.try_get("cluster_id")?, r.try_get("at")?)))
         .collect()
@@ -149,8 +156,8 @@ pub async fn memberships<'c>(
     clusters: &Clusters,
 ) -> Result<HashMap<i64, (Option<i64>, Option<String>)>, DbError> {
     let sql = "SELECT id, desired_control_plane_count AS n, membership_error AS e \
-         FROM clusters WHERE id {clusters}";
-    let rows = fetch(db, sql, clusters).await?;
+         FROM clusters WHERE {clusters}";
+    let rows = fetch(db, sql, "id", clusters).await?;
     rows.iter()
         .map(|r| Ok((r.try_get("id")?, (r.try_get("n")?, r.try_get("e")?))))
         .collect()
@@ -162,10 +169,10 @@ pub async fn pools<'c>(
     clusters: &Clusters,
 ) -> Result<Vec<PoolRow>, DbError> {
     let sql = format!(
-        "SELECT {} FROM node_pools WHERE cluster_id {{clusters}} ORDER BY cluster_id, id",
+        "SELECT {} FROM node_pools WHERE {{clusters}} ORDER BY cluster_id, id",
         super::pools::COLUMNS
     );
-    let rows = fetch(db, &sql, clusters).await?;
+    let rows = fetch(db, &sql, "cluster_id", clusters).await?;
     Ok(rows
         .iter()
         .map(super::pools::from_row)
@@ -179,8 +186,8 @@ pub async fn components<'c>(
 ) -> Result<Vec<(i64, ComponentRow)>, DbError> {
     let sql = "SELECT n.cluster_id, c.node_id, c.component, c.healthy, c.message, c.changed_at \
          FROM node_components c JOIN cluster_nodes n ON n.id = c.node_id \
-         WHERE n.cluster_id {clusters} ORDER BY c.node_id, c.component";
-    let rows = fetch(db, sql, clusters).await?;
+         WHERE {clusters} ORDER BY c.node_id, c.component";
+    let rows = fetch(db, sql, "n.cluster_id", clusters).await?;
     rows.iter()
         .map(|r| Ok((r.try_get("cluster_id")?, component_row(r)?)))
         .collect()
