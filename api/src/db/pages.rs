@@ -67,6 +67,49 @@ impl Clusters {
         }
     }
 
+    /// These clusters in two parts, split by id, each cluster wholly in one: a large read made
+    /// as two, whose rows are decoded on two threads.
+    pub fn halves(&self) -> [Self; 2] {
+        match self {
+            Self::Ids(ids) => {
+                let (early, late) = ids.split_at(ids.len() / 2);
+                [Self::Ids(early.into()), Self::Ids(late.into())]
+            }
+            Self::Span { first, last } => {
+                let middle = first + (last - first) / 2;
+                [
+                    Self::Span {
+                        first: *first,
+                        last: middle,
+                    },
+                    Self::Span {
+                        first: middle + 1,
+                        last: *last,
+                    },
+                ]
+            }
+            Self::OrgSpan {
+                org_id,
+                first,
+                last,
+            } => {
+                let middle = first + (last - first) / 2;
+                [
+                    Self::OrgSpan {
+                        org_id: *org_id,
+                        first: *first,
+                        last: middle,
+                    },
+                    Self::OrgSpan {
+                        org_id: *org_id,
+                        first: middle + 1,
+                        last: *last,
+                    },
+                ]
+            }
+        }
+    }
+
     fn is_empty(&self) -> bool {
         match self {
             Self::Ids(ids) => ids.is_empty(),
@@ -191,4 +234,53 @@ pub async fn components<'c>(
     rows.iter()
         .map(|r| Ok((r.try_get("cluster_id")?, component_row(r)?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ids a part covers, with the org it is limited to.
+    fn covered(part: &Clusters) -> (Option<i64>, Vec<i64>) {
+        match part {
+            Clusters::Ids(ids) => (None, ids.to_vec()),
+            Clusters::Span { first, last } => (None, (*first..=*last).collect()),
+            Clusters::OrgSpan {
+                org_id,
+                first,
+                last,
+            } => (Some(*org_id), (*first..=*last).collect()),
+        }
+    }
+
+    #[test]
+    fn halves_hold_every_cluster_of_the_page_once() {
+        let ids: Arc<[i64]> = vec![3, 9, 10, 42, 43].into();
+        let pages = [
+            Clusters::Ids(ids),
+            Clusters::Ids(Vec::new().into()),
+            Clusters::Span { first: 5, last: 5 },
+            Clusters::Span { first: 5, last: 6 },
+            Clusters::OrgSpan {
+                org_id: 7,
+                first: 101,
+                last: 600,
+            },
+        ];
+        for page in pages {
+            let (org, whole) = covered(&page);
+            let [early, late] = page.halves();
+            let (early_org, mut both) = covered(&early);
+            let (late_org, late_ids) = covered(&late);
+            assert_eq!((early_org, late_org), (org, org), "{page:?}");
+            assert!(
+                both.last().zip(late_ids.first()).is_none_or(|(a, b)| a < b),
+                "{page:?}: the halves overlap or are out of order"
+            );
+            both.extend(late_ids);
+            assert_eq!(both, whole, "{page:?}");
+            let sizes = [covered(&early).1.len(), covered(&late).1.len()];
+            assert!(sizes[0].abs_diff(sizes[1]) <= 1, "{page:?}: {sizes:?}");
+        }
+    }
 }

@@ -30,7 +30,7 @@ struct Parts {
     components: Vec<db::components::ComponentRow>,
 }
 
-/// Each of `rows` with its related rows, in their order. The seven reads run at once, each as
+/// Each of `rows` with its related rows, in their order. The reads run at once, each as
 /// its own task on its own connection: the page waits for the slowest, and their rows are
 /// decoded on every async worker, not one. A read whose page was abandoned finishes (a few
 /// milliseconds) rather than have its connection closed mid-query.
@@ -40,12 +40,18 @@ async fn gather(
 ) -> Result<Vec<(ClusterRow, Parts)>, ApiError> {
     let clusters = covering(&rows);
     let page = || (state.db.pool.clone(), clusters.clone());
-    let (nodes, certificates, rotations, reports, mut memberships, pools, components) = tokio::try_join!(
+    // The certificates are the page's largest read (14 rows per node that booted): it is made
+    // as two, one per half of the page.
+    let [early, late] = clusters.halves();
+    let (nodes, early, late, rotations, reports, mut memberships, pools, components) = tokio::try_join!(
         spawned(
             page(),
             |(p, c)| async move { db::pages::nodes(&p, &c).await }
         ),
-        spawned(page(), |(p, c)| async move {
+        spawned((state.db.pool.clone(), early), |(p, c)| async move {
+            db::pages::certificates(&p, &c).await
+        }),
+        spawned((state.db.pool.clone(), late), |(p, c)| async move {
             db::pages::certificates(&p, &c).await
         }),
         spawned(page(), |(p, c)| async move {
@@ -66,7 +72,8 @@ async fn gather(
         }),
     )?;
     let mut nodes = group(nodes, |n| n.cluster_id);
-    let mut certificates = group(certificates, |(c, _)| *c);
+    // Each cluster's rows lie in one half, in recording order.
+    let mut certificates = group([early, late].concat(), |(c, _)| *c);
     let mut rotations: HashMap<i64, db::rotations::Rotation> =
         rotations.into_iter().map(|r| (r.cluster_id, r)).collect();
     let mut pools = group(pools, |p| p.cluster_id);
