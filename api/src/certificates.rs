@@ -411,16 +411,12 @@ mod tests {
             generation: 1,
             days_left: (not_after - now).div_euclid(86_400),
             row: CertRow {
-                id: 1,
                 node_id: vm,
                 generation: 1,
                 name: name.into(),
-                kind: CertKind::Client,
-                subject: String::new(),
-                issuer: String::new(),
-                serial: String::new(),
                 not_before,
                 not_after,
+                details: None,
             },
         }
     }

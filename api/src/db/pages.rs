@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sqlx::{Any, Executor, Row as _};
 
 use super::DbError;
-use super::certificates::{CERT_COLUMNS, CertRow, cert_row};
+use super::certificates::{CertRow, JUDGED_COLUMNS, cert_row};
 use super::components::{ComponentRow, component_row};
 use super::nodes::NodeRow;
 use super::pools::PoolRow;
@@ -154,18 +154,19 @@ pub async fn nodes<'c>(
         .collect::<Result<_, _>>()?)
 }
 
-/// The clusters' recorded certificates, each with its cluster, in recording order.
+/// The clusters' recorded certificates, each with its cluster, in recording order, without
+/// their details.
 pub async fn certificates<'c>(
     db: impl Executor<'c, Database = Any>,
     clusters: &Clusters,
 ) -> Result<Vec<(i64, CertRow)>, DbError> {
     let sql = format!(
-        "SELECT cluster_id, {CERT_COLUMNS} FROM issued_certificates \
+        "SELECT cluster_id, {JUDGED_COLUMNS} FROM issued_certificates \
          WHERE {{clusters}} ORDER BY id"
     );
     let rows = fetch(db, &sql, "cluster_id", clusters).await?;
     rows.iter()
-        .map(|r| Ok((r.try_get("cluster_id")?, cert_row(r)?)))
+        .map(|r| Ok((r.try_get("cluster_id")?, cert_row(r, false)?)))
         .collect()
 }
 

@@ -80,19 +80,27 @@ pub async fn inventory(
         certificates: inventory
             .certificates
             .into_iter()
-            .map(|e| CertificateView {
-                vm_id: e.vm_id,
-                generation: e.generation,
-                name: e.row.name,
-                kind: e.row.kind.as_str().to_owned(),
-                subject: e.row.subject,
-                issuer: e.row.issuer,
-                serial: e.row.serial,
-                not_before: e.row.not_before,
-                not_after: e.row.not_after,
-                days_left: e.days_left,
+            .map(|e| {
+                // The inventory reads every row with its details.
+                let details = e.row.details.ok_or_else(|| {
+                    ApiError::internal(std::io::Error::other(
+                        "an inventory row was read without its details",
+                    ))
+                })?;
+                Ok(CertificateView {
+                    vm_id: e.vm_id,
+                    generation: e.generation,
+                    name: e.row.name,
+                    kind: details.kind.as_str().to_owned(),
+                    subject: details.subject,
+                    issuer: details.issuer,
+                    serial: details.serial,
+                    not_before: e.row.not_before,
+                    not_after: e.row.not_after,
+                    days_left: e.days_left,
+                })
             })
-            .collect(),
+            .collect::<Result<_, ApiError>>()?,
     }))
 }
 
