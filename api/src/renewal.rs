@@ -127,7 +127,11 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
             return Ok(renewed);
         };
         after = last;
-        let span = db::pages::Clusters::Span { first, last };
+        let span = db::pages::Clusters::Span {
+            org_id: None,
+            first,
+            last,
+        };
         let (nodes, certificates) = tokio::try_join!(
             db::pages::nodes(pool, &span),
             db::pages::certificates(pool, &span)

@@ -24,17 +24,21 @@ pub fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> i64) -> HashMap<i64, Vec<T>> {
 }
 
 /// The clusters a page's reads are for. A page is bound as its span of ids, not as a list of
-/// them: three values plan in microseconds where 500 took a millisecond per query, and a span
-/// reads an index range. A span may hold clusters the page does not (another org's, or one
-/// committed into it since the page was listed): their rows come back and are never asked for.
+/// them: a handful of values plan in microseconds where 500 took a millisecond per query, and
+/// a span reads an index range. A span may hold clusters the page does not (another org's, or
+/// one committed into it since the page was listed): their rows come back and are never asked
+/// for.
 #[derive(Debug, Clone)]
 pub enum Clusters {
     /// Exactly these (a page of one).
     Ids(Arc<[i64]>),
-    /// Every cluster with an id from `first` to `last` (a fleet-wide pass's page).
-    Span { first: i64, last: i64 },
-    /// The org's clusters with an id from `first` to `last` (a `GET /clusters` page).
-    OrgSpan { org_id: i64, first: i64, last: i64 },
+    /// The clusters with an id from `first` to `last`, of one org (a `GET /clusters` page) or
+    /// of every org (`None`: a fleet-wide pass's page).
+    Span {
+        org_id: Option<i64>,
+        first: i64,
+        last: i64,
+    },
 }
 
 impl Clusters {
@@ -42,19 +46,21 @@ impl Clusters {
     /// values it binds from `$1`. An org's span names its bounds twice: once on the column
     /// itself, so the planner reads an index range of the table, and once in the sub-select.
     fn predicate(&self, column: &str) -> (String, Vec<i64>) {
-        match self {
-            Self::Ids(ids) => {
+        match *self {
+            Self::Ids(ref ids) => {
                 let marks = (1..=ids.len())
                     .map(|i| format!("${i}"))
                     .collect::<Vec<_>>()
                     .join(", ");
                 (format!("{column} IN ({marks})"), ids.to_vec())
             }
-            Self::Span { first, last } => {
-                (format!("{column} BETWEEN $1 AND $2"), vec![*first, *last])
-            }
-            Self::OrgSpan {
-                org_id,
+            Self::Span {
+                org_id: None,
+                first,
+                last,
+            } => (format!("{column} BETWEEN $1 AND $2"), vec![first, last]),
+            Self::Span {
+                org_id: Some(org_id),
                 first,
                 last,
             } => (
@@ -62,7 +68,7 @@ impl Clusters {
                     "{column} BETWEEN $1 AND $2 AND {column} IN \
                      (SELECT id FROM clusters WHERE org_id = $3 AND id BETWEEN $4 AND $5)"
                 ),
-                vec![*first, *last, *org_id, *first, *last],
+                vec![first, last, org_id, first, last],
             ),
         }
     }
@@ -70,40 +76,27 @@ impl Clusters {
     /// These clusters in two parts, split by id, each cluster wholly in one: a large read made
     /// as two, whose rows are decoded on two threads.
     pub fn halves(&self) -> [Self; 2] {
-        match self {
-            Self::Ids(ids) => {
+        match *self {
+            Self::Ids(ref ids) => {
                 let (early, late) = ids.split_at(ids.len() / 2);
                 [Self::Ids(early.into()), Self::Ids(late.into())]
             }
-            Self::Span { first, last } => {
-                let middle = first + (last - first) / 2;
-                [
-                    Self::Span {
-                        first: *first,
-                        last: middle,
-                    },
-                    Self::Span {
-                        first: middle + 1,
-                        last: *last,
-                    },
-                ]
-            }
-            Self::OrgSpan {
+            Self::Span {
                 org_id,
                 first,
                 last,
             } => {
                 let middle = first + (last - first) / 2;
                 [
-                    Self::OrgSpan {
-                        org_id: *org_id,
-                        first: *first,
+                    Self::Span {
+                        org_id,
+                        first,
                         last: middle,
                     },
-                    Self::OrgSpan {
-                        org_id: *org_id,
+                    Self::Span {
+                        org_id,
                         first: middle + 1,
-                        last: *last,
+                        last,
                     },
                 ]
             }
@@ -113,7 +106,7 @@ impl Clusters {
     fn is_empty(&self) -> bool {
         match self {
             Self::Ids(ids) => ids.is_empty(),
-            Self::Span { first, last } | Self::OrgSpan { first, last, .. } => first > last,
+            Self::Span { first, last, .. } => first > last,
         }
     }
 }
@@ -245,12 +238,11 @@ mod tests {
     fn covered(part: &Clusters) -> (Option<i64>, Vec<i64>) {
         match part {
             Clusters::Ids(ids) => (None, ids.to_vec()),
-            Clusters::Span { first, last } => (None, (*first..=*last).collect()),
-            Clusters::OrgSpan {
+            Clusters::Span {
                 org_id,
                 first,
                 last,
-            } => (Some(*org_id), (*first..=*last).collect()),
+            } => (*org_id, (*first..=*last).collect()),
         }
     }
 
@@ -260,10 +252,18 @@ mod tests {
         let pages = [
             Clusters::Ids(ids),
             Clusters::Ids(Vec::new().into()),
-            Clusters::Span { first: 5, last: 5 },
-            Clusters::Span { first: 5, last: 6 },
-            Clusters::OrgSpan {
-                org_id: 7,
+            Clusters::Span {
+                org_id: None,
+                first: 5,
+                last: 5,
+            },
+            Clusters::Span {
+                org_id: None,
+                first: 5,
+                last: 6,
+            },
+            Clusters::Span {
+                org_id: Some(7),
                 first: 101,
                 last: 600,
             },

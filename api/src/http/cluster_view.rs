@@ -104,8 +104,8 @@ fn covering(rows: &[ClusterRow]) -> Clusters {
         (Some(row), Some(first), Some(last))
             if rows.len() > 1 && rows.iter().all(|r| r.org_id == row.org_id) =>
         {
-            Clusters::OrgSpan {
-                org_id: row.org_id,
+            Clusters::Span {
+                org_id: Some(row.org_id),
                 first,
                 last,
             }
