@@ -132,16 +132,14 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
             first,
             last,
         };
-        let (nodes, certificates) = tokio::try_join!(
+        let (nodes, mut certificates) = tokio::try_join!(
             db::pages::nodes(pool, &span),
             db::pages::certificates(pool, &span)
         )?;
         let mut nodes = db::pages::group(nodes, |n| n.cluster_id);
-        let mut certificates = db::pages::group(certificates, |(c, _)| *c);
         for id in &ids {
             let nodes = nodes.remove(id).unwrap_or_default();
             let certificates = certificates.remove(id).unwrap_or_default();
-            let certificates = certificates.into_iter().map(|(_, c)| c).collect();
             renewed.extend(renew_due(state, *id, nodes, certificates).await?);
         }
         if i64::try_from(ids.len()).unwrap_or(i64::MAX) < page {

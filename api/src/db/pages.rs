@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sqlx::{Any, Executor, Row as _};
 
 use super::DbError;
-use super::certificates::{CertRow, JUDGED_COLUMNS, cert_row};
+use super::certificates::{CertRow, PACKED, unpack};
 use super::components::{ComponentRow, component_row};
 use super::nodes::NodeRow;
 use super::pools::PoolRow;
@@ -147,19 +147,22 @@ pub async fn nodes<'c>(
         .collect::<Result<_, _>>()?)
 }
 
-/// The clusters' recorded certificates, each with its cluster, in recording order, without
-/// their details.
+/// The clusters' recorded certificates, by cluster, each cluster's in recording order, without
+/// their details. They are read packed, one row per cluster (see [`super::certificates::PACKED`]).
 pub async fn certificates<'c>(
     db: impl Executor<'c, Database = Any>,
     clusters: &Clusters,
-) -> Result<Vec<(i64, CertRow)>, DbError> {
+) -> Result<HashMap<i64, Vec<CertRow>>, DbError> {
     let sql = format!(
-        "SELECT cluster_id, {JUDGED_COLUMNS} FROM issued_certificates \
-         WHERE {{clusters}} ORDER BY id"
+        "SELECT cluster_id, {PACKED} AS packed FROM issued_certificates \
+         WHERE {{clusters}} GROUP BY cluster_id"
     );
     let rows = fetch(db, &sql, "cluster_id", clusters).await?;
     rows.iter()
-        .map(|r| Ok((r.try_get("cluster_id")?, cert_row(r, false)?)))
+        .map(|r| {
+            let packed: String = r.try_get("packed")?;
+            Ok((r.try_get("cluster_id")?, unpack(&packed)?))
+        })
         .collect()
 }
 

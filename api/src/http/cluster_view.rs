@@ -72,8 +72,9 @@ async fn gather(
         }),
     )?;
     let mut nodes = group(nodes, |n| n.cluster_id);
-    // Each cluster's rows lie in one half, in recording order.
-    let mut certificates = group([early, late].concat(), |(c, _)| *c);
+    // Each cluster's rows lie in one half.
+    let mut certificates = early;
+    certificates.extend(late);
     let mut rotations: HashMap<i64, db::rotations::Rotation> =
         rotations.into_iter().map(|r| (r.cluster_id, r)).collect();
     let mut pools = group(pools, |p| p.cluster_id);
@@ -84,7 +85,7 @@ async fn gather(
             let id = row.id;
             let parts = Parts {
                 nodes: nodes.remove(&id).unwrap_or_default(),
-                certificates: without_cluster(certificates.remove(&id).unwrap_or_default()),
+                certificates: certificates.remove(&id).unwrap_or_default(),
                 rotation: rotations.remove(&id),
                 last_report: reports.get(&id).copied(),
                 membership: memberships.remove(&id).unwrap_or_default(),

@@ -247,6 +247,24 @@ async fn inventory_records_what_was_issued(backend: Backend) {
         available["reason"], "CertificatesExpiringSoon",
         "{available}"
     );
+    // The view reads its certificates packed, the inventory row by row: both name the same
+    // soonest one (42 leaves share its expiry; the VM, then the name, break the tie).
+    let soonest = reminted["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] != "operator.kubeconfig")
+        .unwrap();
+    assert_eq!(
+        available["message"],
+        format!(
+            "{} of vm {} expires in {} day(s) and its renewal has not succeeded yet",
+            soonest["name"].as_str().unwrap(),
+            soonest["vm_id"],
+            soonest["days_left"]
+        ),
+        "{soonest}"
+    );
 
     // A rollout: the node's entries follow the generation it applied.
     let started = app
