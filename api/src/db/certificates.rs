@@ -172,20 +172,19 @@ const CERT_COLUMNS: &str =
 /// Each row of a group of certificates, without its details, as one text value: what judging
 /// many clusters' certificates reads. A page of 500 booted clusters holds 23,000 rows, and
 /// sqlx's `Any` driver converts every row and every column's description as it decodes it
-/// (most of a page's time in the API); packed, the page is one row per cluster. The records,
-/// oldest first, are `node generation not_before not_after name` (an empty node for the
-/// cluster's own certificates) joined by `;`. `string_agg` with an ordered argument is the
-/// same on PostgreSQL and on SQLite (3.44 and later). See [`unpack`].
-pub(super) const PACKED: &str = "string_agg(\
-     COALESCE(CAST(node_id AS TEXT), '') || ' ' || CAST(generation AS TEXT) || ' ' || \
-     CAST(not_before AS TEXT) || ' ' || CAST(not_after AS TEXT) || ' ' || name, \
-     ';' ORDER BY id)";
+/// (most of a page's time in the API); packed, the page is one row per cluster. The records
+/// are `id node generation not_before not_after name` (node `-` for the cluster's own
+/// certificates: SQLite's `concat_ws` drops an empty argument) joined by `;`, in no particular order: an ordered aggregate sorts each group
+/// in the database (a quarter of the read), where [`unpack`] sorts by id for less. `concat_ws`
+/// and `string_agg` are the same on PostgreSQL and on SQLite (3.44 and later).
+pub(super) const PACKED: &str = "string_agg(concat_ws(' ', \
+     id, COALESCE(CAST(node_id AS TEXT), '-'), generation, not_before, not_after, name), ';')";
 
-/// The certificates of one [`PACKED`] value, in recording order, without their details. A
-/// record that does not parse (a name holding `;` would split its record) is a decoding error,
-/// never a row dropped.
+/// The certificates of one [`PACKED`] value, in recording (id) order, without their details.
+/// A record that does not parse (a name holding `;` would split its record) is a decoding
+/// error, never a row dropped.
 pub(super) fn unpack(packed: &str) -> Result<Vec<CertRow>, DbError> {
-    packed
+    let mut records = packed
         .split(';')
         .map(|record| {
             let bad = || {
@@ -193,23 +192,26 @@ pub(super) fn unpack(packed: &str) -> Result<Vec<CertRow>, DbError> {
                     format!("a packed certificate record does not parse: {record:?}").into(),
                 ))
             };
-            let mut fields = record.splitn(5, ' ');
-            let [node, generation, not_before, not_after, name] =
-                [(); 5].map(|()| fields.next().unwrap_or_default());
+            let mut fields = record.splitn(6, ' ');
+            let [id, node, generation, not_before, not_after, name] =
+                [(); 6].map(|()| fields.next().unwrap_or_default());
             let number = |field: &str| field.parse::<i64>().map_err(|_| bad());
             if name.is_empty() {
                 return Err(bad());
             }
-            Ok(CertRow {
-                node_id: (!node.is_empty()).then(|| number(node)).transpose()?,
+            let row = CertRow {
+                node_id: (node != "-").then(|| number(node)).transpose()?,
                 generation: number(generation)?,
                 not_before: number(not_before)?,
                 not_after: number(not_after)?,
                 name: name.to_owned(),
                 details: None,
-            })
+            };
+            Ok((number(id)?, row))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    records.sort_unstable_by_key(|(id, _)| *id);
+    Ok(records.into_iter().map(|(_, row)| row).collect())
 }
 
 /// A row read with [`CERT_COLUMNS`].
@@ -245,8 +247,9 @@ mod tests {
     }
 
     #[test]
-    fn packed_records_unpack_in_their_order() {
-        let rows = unpack("7 2 -5 100 etcd/peer.crt; 0 1 2 cluster-ca;7 3 -5 100 a name").unwrap();
+    fn packed_records_unpack_in_id_order() {
+        let rows =
+            unpack("12 7 3 -5 100 a name;3 7 2 -5 100 etcd/peer.crt;5 - 0 1 2 cluster-ca").unwrap();
         assert_eq!(
             rows,
             [
@@ -261,12 +264,14 @@ mod tests {
     fn a_record_that_does_not_parse_is_an_error_not_a_dropped_row() {
         for packed in [
             "",
-            "7 2 -5 100",
-            "7 2 -5 100 ",
-            "x 2 -5 100 apiserver",
-            "7 2 -5 soon apiserver",
-            "7 2 -5 100 apiserver;",
-            "7 2 -5 100 api;server",
+            "1 7 2 -5 100",
+            "1 7 2 -5 100 ",
+            "1 x 2 -5 100 apiserver",
+            "1  2 -5 100 apiserver",
+            "1 7 2 -5 soon apiserver",
+            "one 7 2 -5 100 apiserver",
+            "1 7 2 -5 100 apiserver;",
+            "1 7 2 -5 100 api;server",
         ] {
             let err = unpack(packed).expect_err(packed);
             assert!(

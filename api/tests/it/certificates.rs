@@ -318,3 +318,92 @@ async fn a_leaf_lifetime_out_of_range_is_refused_naming_the_field() {
         assert_eq!(said["error"]["field"], "leaf_lifetime_days", "{said}");
     }
 }
+
+/// The packed read that pages of views and renewal passes judge certificates from gives each
+/// cluster's rows as the row-by-row read does: every row, in recording (id) order — which
+/// `certificates::current` relies on when a later row of a name replaces an earlier one.
+/// Rows are recorded against the index's order (a later generation first, a name twice), so a
+/// read in index order would differ.
+async fn packed_certificates_read_as_rows_in_id_order(backend: Backend) {
+    use exk8s_api::db::{self, certificates::CertKind, certificates::NewCert, pages::Clusters};
+    use exk8s_api::pki::CertFacts;
+
+    let app = crate::app::spawn_app(backend).await;
+    let founded = json_of(app.found(1, json!({})).await).await;
+    let cluster = founded["cluster_id"].as_i64().unwrap();
+    let node = db::nodes::list(&app.state.db.pool, cluster).await.unwrap()[0].id;
+    let facts = |n: i64| CertFacts {
+        subject: format!("CN=s{n}"),
+        issuer: "CN=i".into(),
+        serial: format!("{n:02x}"),
+        not_before: 1_000 + n,
+        not_after: 9_000 - n,
+    };
+    let all = [facts(1), facts(2), facts(3), facts(4), facts(5)];
+    let record = |i: usize, generation: i64, name: &'static str| NewCert {
+        cluster_id: cluster,
+        node_id: Some(node),
+        generation,
+        name,
+        kind: CertKind::Client,
+        facts: &all[i],
+    };
+    let mut conn = app.state.db.pool.acquire().await.unwrap();
+    for batch in [
+        vec![
+            record(0, 9, "kubelet.pem"),
+            record(1, 9, "admin.kubeconfig"),
+        ],
+        vec![record(2, 8, "kubelet.pem")],
+        vec![
+            record(3, 9, "kubelet.pem"),
+            record(4, 8, "a name with spaces"),
+        ],
+    ] {
+        db::certificates::insert(&mut conn, &batch, 50)
+            .await
+            .unwrap();
+    }
+    drop(conn);
+
+    let by_row: Vec<_> = db::certificates::list(&app.state.db.pool, cluster)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| db::certificates::CertRow {
+            details: None,
+            ..row
+        })
+        .collect();
+    let mine: Vec<_> = by_row.iter().filter(|r| r.node_id == Some(node)).collect();
+    let order: Vec<_> = mine
+        .iter()
+        .map(|r| (r.generation, r.name.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (9, "kubelet.pem"),
+            (9, "admin.kubeconfig"),
+            (8, "kubelet.pem"),
+            (9, "kubelet.pem"),
+            (8, "a name with spaces"),
+        ]
+    );
+    for clusters in [
+        Clusters::Ids(vec![cluster].into()),
+        Clusters::Span {
+            org_id: Some(7),
+            first: cluster,
+            last: cluster,
+        },
+    ] {
+        let mut packed = db::pages::certificates(&app.state.db.pool, &clusters)
+            .await
+            .unwrap();
+        assert_eq!(packed.remove(&cluster).unwrap(), by_row, "{clusters:?}");
+        assert!(packed.is_empty(), "{packed:?}");
+    }
+}
+
+both_backends!(packed_certificates_read_as_rows_in_id_order);
