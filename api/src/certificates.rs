@@ -4,6 +4,7 @@
 //! is what its applied generation's bundle held.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::app::AppState;
 use crate::db::{self, DbError, certificates::CertKind, certificates::CertRow};
@@ -202,7 +203,7 @@ pub fn current(rows: Vec<CertRow>, applied: &BTreeMap<i64, i64>) -> Vec<CertRow>
             }
         }
     }
-    let mut by_name: BTreeMap<(Option<i64>, String), CertRow> = BTreeMap::new();
+    let mut by_name: BTreeMap<(Option<i64>, Arc<str>), CertRow> = BTreeMap::new();
     for row in rows {
         if let Some(node) = row.node_id {
             let wanted = if has_applied.get(&node).copied().unwrap_or(false) {
@@ -215,7 +216,7 @@ pub fn current(rows: Vec<CertRow>, applied: &BTreeMap<i64, i64>) -> Vec<CertRow>
             }
         }
         // Rows come in id order: a later one of the same name replaces an earlier one.
-        by_name.insert((row.node_id, row.name.clone()), row);
+        by_name.insert((row.node_id, Arc::clone(&row.name)), row);
     }
     by_name.into_values().collect()
 }
@@ -338,7 +339,7 @@ pub struct Availability {
 fn describe(entry: &Entry) -> String {
     match entry.vm_id {
         Some(vm) => format!("{} of vm {vm}", entry.row.name),
-        None => entry.row.name.clone(),
+        None => entry.row.name.to_string(),
     }
 }
 
@@ -349,7 +350,7 @@ pub fn availability(inventory: &Inventory, created_at: i64, now: i64) -> Availab
     let running: Vec<&Entry> = inventory
         .certificates
         .iter()
-        .filter(|e| e.row.name != "operator.kubeconfig")
+        .filter(|e| &*e.row.name != "operator.kubeconfig")
         .collect();
     let Some(soonest) = running.first() else {
         return Availability {

@@ -180,7 +180,7 @@ async fn renew_due(
             running.iter().any(|c| due(c)).then(|| {
                 let serving = running
                     .iter()
-                    .any(|c| SERVING.contains(&c.name.as_str()) && due(c));
+                    .any(|c| SERVING.contains(&&*c.name) && due(c));
                 (node, serving)
             })
         })

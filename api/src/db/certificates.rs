@@ -3,6 +3,9 @@
 //! renewal policy judges. A cluster's own certificates (its CAs, the operator kubeconfig) have
 //! no node and keep only their latest row per name.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use sqlx::{Any, Executor, Row};
 
 use super::DbError;
@@ -46,7 +49,8 @@ impl std::str::FromStr for CertKind {
 pub struct CertRow {
     pub node_id: Option<i64>,
     pub generation: i64,
-    pub name: String,
+    /// Shared: a page of views reads the same few names for thousands of rows.
+    pub name: Arc<str>,
     pub not_before: i64,
     pub not_after: i64,
     /// What the inventory shows beside the dates; `None` when the row was read only to judge
@@ -181,37 +185,48 @@ pub(super) const PACKED: &str = "string_agg(concat_ws(' ', \
      id, COALESCE(CAST(node_id AS TEXT), '-'), generation, not_before, not_after, name), ';')";
 
 /// The certificates of one [`PACKED`] value, in recording (id) order, without their details.
-/// A record that does not parse (a name holding `;` would split its record) is a decoding
+/// Each distinct name is allocated once (a booted node's 14 names recur on every node). A
+/// record that does not parse (a name holding `;` would split its record) is a decoding
 /// error, never a row dropped.
 pub(super) fn unpack(packed: &str) -> Result<Vec<CertRow>, DbError> {
-    let mut records = packed
-        .split(';')
-        .map(|record| {
-            let bad = || {
-                DbError::Query(sqlx::Error::Decode(
-                    format!("a packed certificate record does not parse: {record:?}").into(),
-                ))
-            };
-            let mut fields = record.splitn(6, ' ');
-            let [id, node, generation, not_before, not_after, name] =
-                [(); 6].map(|()| fields.next().unwrap_or_default());
-            let number = |field: &str| field.parse::<i64>().map_err(|_| bad());
-            if name.is_empty() {
-                return Err(bad());
-            }
-            let row = CertRow {
-                node_id: (node != "-").then(|| number(node)).transpose()?,
-                generation: number(generation)?,
-                not_before: number(not_before)?,
-                not_after: number(not_after)?,
-                name: name.to_owned(),
+    // Parsed and sorted as compact records first: a `CertRow` is several times larger.
+    let mut records = Vec::with_capacity(packed.len() / 40 + 1);
+    for record in packed.split(';') {
+        let bad = || {
+            DbError::Query(sqlx::Error::Decode(
+                format!("a packed certificate record does not parse: {record:?}").into(),
+            ))
+        };
+        let mut fields = record.splitn(6, ' ');
+        let mut field = || fields.next().ok_or_else(bad);
+        let number = |text: &str| text.parse::<i64>().map_err(|_| bad());
+        let id = number(field()?)?;
+        let node_id = match field()? {
+            "-" => None,
+            node => Some(number(node)?),
+        };
+        let dates = [number(field()?)?, number(field()?)?, number(field()?)?];
+        let name = field()?;
+        if name.is_empty() {
+            return Err(bad());
+        }
+        records.push((id, node_id, dates, name));
+    }
+    records.sort_unstable_by_key(|&(id, ..)| id);
+    let mut names: HashMap<&str, Arc<str>> = HashMap::new();
+    Ok(records
+        .into_iter()
+        .map(
+            |(_, node_id, [generation, not_before, not_after], name)| CertRow {
+                node_id,
+                generation,
+                name: Arc::clone(names.entry(name).or_insert_with(|| Arc::from(name))),
+                not_before,
+                not_after,
                 details: None,
-            };
-            Ok((number(id)?, row))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    records.sort_unstable_by_key(|(id, _)| *id);
-    Ok(records.into_iter().map(|(_, row)| row).collect())
+            },
+        )
+        .collect())
 }
 
 /// A row read with [`CERT_COLUMNS`].
@@ -219,7 +234,7 @@ fn cert_row(r: &sqlx::any::AnyRow) -> Result<CertRow, DbError> {
     Ok(CertRow {
         node_id: r.try_get("node_id")?,
         generation: r.try_get("generation")?,
-        name: r.try_get("name")?,
+        name: r.try_get::<&str, _>("name")?.into(),
         not_before: r.try_get("not_before")?,
         not_after: r.try_get("not_after")?,
         details: Some(CertDetails {
@@ -239,7 +254,7 @@ mod tests {
         CertRow {
             node_id,
             generation,
-            name: name.to_owned(),
+            name: name.into(),
             not_before: dates.0,
             not_after: dates.1,
             details: None,

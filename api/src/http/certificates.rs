@@ -90,7 +90,7 @@ pub async fn inventory(
                 Ok(CertificateView {
                     vm_id: e.vm_id,
                     generation: e.generation,
-                    name: e.row.name,
+                    name: e.row.name.to_string(),
                     kind: details.kind.as_str().to_owned(),
                     subject: details.subject,
                     issuer: details.issuer,

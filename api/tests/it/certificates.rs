@@ -376,10 +376,7 @@ async fn packed_certificates_read_as_rows_in_id_order(backend: Backend) {
         })
         .collect();
     let mine: Vec<_> = by_row.iter().filter(|r| r.node_id == Some(node)).collect();
-    let order: Vec<_> = mine
-        .iter()
-        .map(|r| (r.generation, r.name.as_str()))
-        .collect();
+    let order: Vec<_> = mine.iter().map(|r| (r.generation, &*r.name)).collect();
     assert_eq!(
         order,
         [
