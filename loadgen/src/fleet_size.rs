@@ -149,3 +149,66 @@ pub(crate) async fn list_pages(
         took: started.elapsed(),
     })
 }
+
+/// Copies the certificate rows of the last node's latest bundle to every node with none, in
+/// one transaction, then analyses: as if every idle node had booted.
+const BOOT_SQL: &str = "BEGIN;
+CREATE TEMP TABLE template AS
+  SELECT name, kind, subject, issuer, serial, not_before, not_after, created_at
+  FROM issued_certificates
+  WHERE id IN (SELECT max(id) FROM issued_certificates
+               WHERE (node_id, generation) = (SELECT node_id, generation FROM issued_certificates
+                                              WHERE node_id IS NOT NULL ORDER BY id DESC LIMIT 1)
+               GROUP BY name);
+INSERT INTO issued_certificates (cluster_id, node_id, generation, name, kind, subject, issuer,
+  serial, not_before, not_after, created_at)
+SELECT n.cluster_id, n.id, n.applied_generation, t.name, t.kind, t.subject, t.issuer, t.serial,
+  t.not_before, t.not_after, t.created_at
+FROM cluster_nodes n CROSS JOIN template t
+WHERE NOT EXISTS (SELECT 1 FROM issued_certificates c WHERE c.node_id = n.id);
+COMMIT;
+ANALYZE;";
+
+/// Boots the fleet in the PostgreSQL database at `url` (see [`BOOT_SQL`]); fails when no
+/// bundle was fetched to copy from.
+pub(crate) fn boot(url: &str) -> Result<(), String> {
+    if !url.starts_with("postgres") {
+        return Err("--boot-fleet needs a PostgreSQL --database-url".into());
+    }
+    let mut psql = std::process::Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-At", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running psql for --boot-fleet: {e}"))?;
+    if let Some(mut stdin) = psql.stdin.take() {
+        use std::io::Write as _;
+        stdin
+            .write_all(BOOT_SQL.as_bytes())
+            .map_err(|e| format!("writing to psql for --boot-fleet: {e}"))?;
+    }
+    let out = psql
+        .wait_with_output()
+        .map_err(|e| format!("running psql for --boot-fleet: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "--boot-fleet failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // psql prints each statement's tag: `SELECT n` for the template, `INSERT 0 n`.
+    let said = String::from_utf8_lossy(&out.stdout);
+    let tagged = |tag: &str| {
+        said.lines()
+            .find_map(|line| line.strip_prefix(tag))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .ok_or_else(|| format!("--boot-fleet: psql did not say {tag}…: {said}"))
+    };
+    if tagged("SELECT ")? == 0 {
+        return Err("--boot-fleet: no bundle was fetched to copy certificates from".into());
+    }
+    let rows = tagged("INSERT 0 ")?;
+    eprintln!("exk8s-loadgen: fleet booted: {rows} certificate rows recorded for idle nodes");
+    Ok(())
+}

@@ -77,6 +77,11 @@ struct Args {
     /// without it (this machine's test PostgreSQL does).
     #[arg(long)]
     analyze: bool,
+    /// After the fetches, give every node that has no recorded certificate the latest bundle's
+    /// certificate rows of the last node fetched from (with psql, then `ANALYZE`): a fleet
+    /// whose nodes all booted, 14 certificates each, for `--list-walks` to page through.
+    #[arg(long)]
+    boot_fleet: bool,
     /// After the fetches, walk `GET /clusters` page by page once cold (reported apart), then
     /// this many times, timing each page.
     #[arg(long, default_value_t = 0)]
@@ -385,6 +390,9 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         }
         played.sort_by_key(|(i, _)| *i);
         summaries.extend(played.into_iter().map(|(_, s)| s));
+    }
+    if args.boot_fleet {
+        fleet_size::boot(&db_url)?;
     }
     if args.list_walks > 0 {
         let walked = fleet_size::list_pages(&http, &base, &token, args.list_walks).await?;
