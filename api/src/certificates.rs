@@ -3,8 +3,7 @@
 //! bundle generation that carried them). The API never reads a node's disk; what a node runs
 //! is what its applied generation's bundle held.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::app::AppState;
 use crate::db::{self, DbError, certificates::CertKind, certificates::CertRow};
@@ -190,35 +189,45 @@ impl Inventory {
 }
 
 /// What each node runs: the rows of its applied generation (or, before its first apply, of
-/// the latest generation issued), the latest row per name; and the cluster's own rows.
+/// the latest generation issued), the latest row per name; and the cluster's own rows. They
+/// keep the rows' (recording) order; the rows are never moved but once, into the result (a
+/// page of views judges 23,000).
 pub fn current(rows: Vec<CertRow>, applied: &BTreeMap<i64, i64>) -> Vec<CertRow> {
-    let mut latest_generation: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut has_applied: BTreeMap<i64, bool> = BTreeMap::new();
+    let mut latest_generation: HashMap<i64, i64> = HashMap::new();
+    let mut has_applied: HashSet<i64> = HashSet::new();
     for row in &rows {
         if let Some(node) = row.node_id {
             let top = latest_generation.entry(node).or_insert(row.generation);
             *top = (*top).max(row.generation);
             if applied.get(&node) == Some(&row.generation) {
-                has_applied.insert(node, true);
+                has_applied.insert(node);
             }
         }
     }
-    let mut by_name: BTreeMap<(Option<i64>, Arc<str>), CertRow> = BTreeMap::new();
-    for row in rows {
-        if let Some(node) = row.node_id {
-            let wanted = if has_applied.get(&node).copied().unwrap_or(false) {
-                applied.get(&node).copied()
+    let wanted = |row: &CertRow| match row.node_id {
+        None => true,
+        Some(node) => {
+            let generation = if has_applied.contains(&node) {
+                applied.get(&node)
             } else {
-                latest_generation.get(&node).copied()
+                latest_generation.get(&node)
             };
-            if Some(row.generation) != wanted {
-                continue;
-            }
+            generation == Some(&row.generation)
         }
-        // Rows come in id order: a later one of the same name replaces an earlier one.
-        by_name.insert((row.node_id, Arc::clone(&row.name)), row);
+    };
+    // Rows come in id order: a later one of the same name replaces an earlier one.
+    let mut latest: HashMap<(Option<i64>, &str), usize> = HashMap::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate().filter(|(_, row)| wanted(row)) {
+        latest.insert((row.node_id, &*row.name), i);
     }
-    by_name.into_values().collect()
+    let mut keep = vec![false; rows.len()];
+    for &i in latest.values() {
+        keep[i] = true;
+    }
+    rows.into_iter()
+        .zip(keep)
+        .filter_map(|(row, kept)| kept.then_some(row))
+        .collect()
 }
 
 /// The inventory of `org_id`'s cluster `cluster_id`, with days left judged at the API's clock.
@@ -429,6 +438,37 @@ mod tests {
             service_account_key_age_days: 0,
             certificates,
         }
+    }
+
+    #[test]
+    fn current_rows_are_each_node_applied_or_latest_generation_the_last_per_name() {
+        let row = |node: Option<i64>, generation: i64, name: &str, not_after: i64| CertRow {
+            node_id: node,
+            generation,
+            name: name.into(),
+            not_before: 0,
+            not_after,
+            details: None,
+        };
+        // In recording order. Node 1 applied generation 2 and was handed 3; node 2 applied
+        // 1, of which nothing is left (its rows are of 4 and 5); node 3 has no row.
+        let rows = vec![
+            row(None, 0, "cluster-ca", 1),
+            row(Some(1), 2, "kubelet.pem", 2),
+            row(Some(2), 4, "kubelet.pem", 3),
+            row(Some(1), 2, "admin.kubeconfig", 4),
+            row(Some(1), 3, "kubelet.pem", 5),
+            row(Some(2), 5, "kubelet.pem", 6),
+            row(Some(1), 2, "kubelet.pem", 7),
+            row(None, 0, "operator.kubeconfig", 8),
+            row(Some(2), 5, "kubelet.pem", 9),
+        ];
+        let applied = BTreeMap::from([(1, 2), (2, 1), (3, 1)]);
+        let kept: Vec<i64> = current(rows, &applied)
+            .iter()
+            .map(|r| r.not_after)
+            .collect();
+        assert_eq!(kept, [1, 4, 7, 8, 9]);
     }
 
     #[test]

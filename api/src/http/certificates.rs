@@ -82,7 +82,7 @@ pub async fn inventory(
             .into_iter()
             .map(|e| {
                 // The inventory reads every row with its details.
-                let details = e.row.details.ok_or_else(|| {
+                let details = *e.row.details.ok_or_else(|| {
                     ApiError::internal(std::io::Error::other(
                         "an inventory row was read without its details",
                     ))
