@@ -3,7 +3,9 @@
 //! bundle generation that carried them). The API never reads a node's disk; what a node runs
 //! is what its applied generation's bundle held.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use crate::app::AppState;
 use crate::db::{self, DbError, certificates::CertKind, certificates::CertRow};

@@ -3,8 +3,9 @@
 //! renewal policy judges. A cluster's own certificates (its CAs, the operator kubeconfig) have
 //! no node and keep only their latest row per name.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt as _};
 
 use sqlx::{Any, Executor, Row};
 
