@@ -169,36 +169,44 @@ WHERE NOT EXISTS (SELECT 1 FROM issued_certificates c WHERE c.node_id = n.id);
 COMMIT;
 ANALYZE;";
 
-/// Boots the fleet in the PostgreSQL database at `url` (see [`BOOT_SQL`]); fails when no
-/// bundle was fetched to copy from.
-pub(crate) fn boot(url: &str) -> Result<(), String> {
+/// Runs `sql` in the PostgreSQL database at `url` through psql (stopping at the first
+/// error) for the option `flag`; what psql printed, each statement's tag on a line.
+pub(crate) fn psql(url: &str, flag: &str, sql: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
     if !url.starts_with("postgres") {
-        return Err("--boot-fleet needs a PostgreSQL --database-url".into());
+        return Err(format!("{flag} needs a PostgreSQL --database-url"));
     }
-    let mut psql = std::process::Command::new("psql")
+    let mut psql = Command::new("psql")
         .args([url, "-v", "ON_ERROR_STOP=1", "-At", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("running psql for --boot-fleet: {e}"))?;
+        .map_err(|e| format!("running psql for {flag}: {e}"))?;
     if let Some(mut stdin) = psql.stdin.take() {
-        use std::io::Write as _;
         stdin
-            .write_all(BOOT_SQL.as_bytes())
-            .map_err(|e| format!("writing to psql for --boot-fleet: {e}"))?;
+            .write_all(sql.as_bytes())
+            .map_err(|e| format!("writing to psql for {flag}: {e}"))?;
     }
     let out = psql
         .wait_with_output()
-        .map_err(|e| format!("running psql for --boot-fleet: {e}"))?;
+        .map_err(|e| format!("running psql for {flag}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "--boot-fleet failed: {}",
+            "{flag} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Boots the fleet in the PostgreSQL database at `url` (see [`BOOT_SQL`]); fails when no
+/// bundle was fetched to copy from.
+pub(crate) fn boot(url: &str) -> Result<(), String> {
+    let said = psql(url, "--boot-fleet", BOOT_SQL)?;
     // psql prints each statement's tag: `SELECT n` for the template, `INSERT 0 n`.
-    let said = String::from_utf8_lossy(&out.stdout);
     let tagged = |tag: &str| {
         said.lines()
             .find_map(|line| line.strip_prefix(tag))

@@ -161,19 +161,7 @@ fn run_api(bin: &PathBuf, args: &[&str]) -> Result<String, String> {
 
 /// `ANALYZE` on the PostgreSQL database at `url`, through psql.
 fn analyze(url: &str) -> Result<(), String> {
-    if !url.starts_with("postgres") {
-        return Err("--analyze needs a PostgreSQL --database-url".into());
-    }
-    let out = Command::new("psql")
-        .args([url, "-q", "-c", "ANALYZE"])
-        .output()
-        .map_err(|e| format!("running psql for --analyze: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ANALYZE failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    fleet_size::psql(url, "--analyze", "ANALYZE")?;
     eprintln!("exk8s-loadgen: database analyzed");
     Ok(())
 }

@@ -180,9 +180,10 @@ const CERT_COLUMNS: &str =
 /// sqlx's `Any` driver converts every row and every column's description as it decodes it
 /// (most of a page's time in the API); packed, the page is one row per cluster. The records
 /// are `id node generation not_before not_after name` (node `-` for the cluster's own
-/// certificates: SQLite's `concat_ws` drops an empty argument) joined by `;`, in no particular order: an ordered aggregate sorts each group
-/// in the database (a quarter of the read), where [`unpack`] sorts by id for less. `concat_ws`
-/// and `string_agg` are the same on PostgreSQL and on SQLite (3.44 and later).
+/// certificates: SQLite's `concat_ws` drops an empty argument) joined by `;`, in no
+/// particular order: an ordered aggregate sorts each group in the database (a quarter of the
+/// read), where [`unpack`] sorts by id for less. `concat_ws` and `string_agg` are the same on
+/// PostgreSQL and on SQLite (3.44 and later).
 pub(super) const PACKED: &str = "string_agg(concat_ws(' ', \
      id, COALESCE(CAST(node_id AS TEXT), '-'), generation, not_before, not_after, name), ';')";
 
