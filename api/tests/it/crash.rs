@@ -265,12 +265,15 @@ async fn killed_mid_founding_then_the_reconciler_cleans_up(backend: Backend) {
     );
 
     let _second = stack.start_api(&dir.path().join("api-2.log")).await;
+    // The reconciler deletes the VMs and the group, then records the cluster failed: wait for
+    // the last of them (reading just after the deletions raced the record, a flake CI showed).
     wait_until(
-        "the reconciler to delete every VM and group",
+        "the reconciler to delete every VM and group and give the cluster up",
         Duration::from_secs(30),
         || async {
             stack.sim_list("vms").await.is_empty()
                 && stack.sim_list("security-groups").await.is_empty()
+                && stack.clusters(&operator).await[0]["phase"] != "compensating"
         },
     )
     .await;
