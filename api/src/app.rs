@@ -127,6 +127,8 @@ pub struct AppState {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Clusters' opened trust, kept between bundle requests.
     pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    /// Clusters' recorded certificates, kept between pages of views and renewal passes.
+    pub recorded: Arc<crate::cert_cache::CertificateCache>,
     /// Where foundings run after `POST /clusters` answered.
     pub founders: crate::founding::queue::Founders,
     /// RSA leaf keys made ahead of demand.

@@ -14,6 +14,7 @@
 //! * [`keyfiles`] — the KEK and signing-key files; [`cli`] — the `exk8s-api` command.
 
 pub mod app;
+pub mod cert_cache;
 pub mod certificates;
 pub mod cli;
 pub mod clock;

@@ -122,8 +122,8 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
     let mut renewed = Vec::new();
     let mut after = 0;
     loop {
-        let ids = db::renewal::founded_page(pool, after, page).await?;
-        let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
+        let founded = db::renewal::founded_page(pool, after, page).await?;
+        let (Some(&(first, _)), Some(&(last, _))) = (founded.first(), founded.last()) else {
             return Ok(renewed);
         };
         after = last;
@@ -132,17 +132,31 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
             first,
             last,
         };
-        let (nodes, mut certificates) = tokio::try_join!(
+        // The certificates come from memory while unchanged (see `crate::cert_cache`).
+        let ids: Vec<i64> = founded.iter().map(|&(id, _)| id).collect();
+        let ahead = state.recorded.ahead(&span, &ids);
+        let (nodes, read) = tokio::try_join!(
             db::pages::nodes(pool, &span),
-            db::pages::certificates(pool, &span)
+            db::pages::certificates(pool, &ahead)
         )?;
         let mut nodes = db::pages::group(nodes, |n| n.cluster_id);
+        let stamps = founded
+            .iter()
+            .map(|&(id, version)| {
+                let nodes = nodes.get(&id).map_or(&[][..], Vec::as_slice);
+                (id, db::certificates::Stamp::of(version, nodes))
+            })
+            .collect();
+        let mut certificates = state.recorded.resolve(pool, stamps, read).await?;
         for id in &ids {
             let nodes = nodes.remove(id).unwrap_or_default();
-            let certificates = certificates.remove(id).unwrap_or_default();
+            let certificates = certificates
+                .remove(id)
+                .map(|rows| rows.to_vec())
+                .unwrap_or_default();
             renewed.extend(renew_due(state, *id, nodes, certificates).await?);
         }
-        if i64::try_from(ids.len()).unwrap_or(i64::MAX) < page {
+        if i64::try_from(founded.len()).unwrap_or(i64::MAX) < page {
             return Ok(renewed);
         }
     }

@@ -236,6 +236,9 @@ fn build_state(
         issuers: Arc::new(crate::issuance::issuers::IssuerCache::new(
             crate::issuance::issuers::DEFAULT_CAPACITY,
         )),
+        recorded: Arc::new(crate::cert_cache::CertificateCache::new(
+            crate::cert_cache::DEFAULT_BOUND_ROWS,
+        )),
         key_pool,
     })
 }

@@ -2,6 +2,10 @@
 //! issuer, serial, validity), per node and generation — what the inventory shows and the
 //! renewal policy judges. A cluster's own certificates (its CAs, the operator kubeconfig) have
 //! no node and keep only their latest row per name.
+//!
+//! What the rows are is stamped ([`Stamp`]): writing a cluster's own rows moves its
+//! `certificates_version` ([`insert`] does, in the writer's transaction), and a node's rows are
+//! written only in the transaction that takes the node's bundle serial (issuance).
 
 use std::sync::Arc;
 
@@ -81,7 +85,8 @@ pub struct NewCert<'a> {
 }
 
 /// Records `certs` in one statement; a cluster-level certificate replaces the previous one of
-/// its name.
+/// its name and moves its cluster's `certificates_version`. Node rows are recorded only in
+/// the transaction that took the node's serial (see [`Stamp`]).
 pub async fn insert(
     tx: &mut sqlx::AnyConnection,
     certs: &[NewCert<'_>],
@@ -99,6 +104,21 @@ pub async fn insert(
     }
     if certs.is_empty() {
         return Ok(());
+    }
+    let mut own: Vec<i64> = certs
+        .iter()
+        .filter(|c| c.node_id.is_none())
+        .map(|c| c.cluster_id)
+        .collect();
+    own.sort_unstable();
+    own.dedup();
+    for cluster_id in own {
+        sqlx::query(
+            "UPDATE clusters SET certificates_version = certificates_version + 1 WHERE id = $1",
+        )
+        .bind(cluster_id)
+        .execute(&mut *tx)
+        .await?;
     }
     const COLUMNS: usize = 11;
     let rows: Vec<String> = (0..certs.len())
@@ -156,6 +176,55 @@ pub async fn supersede<'c>(
     .await?;
     Ok(())
 }
+
+/// Which state of a cluster's recorded certificates a read saw: the cluster's
+/// `certificates_version` and each of its nodes' bundle serial, by node id. Every write to the
+/// rows moves one of them (see the module's doc), none ever goes back, and node ids are never
+/// reused, so two reads with the same stamp saw the same rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    version: i64,
+    nodes: Box<[(i64, i64)]>,
+}
+
+impl Stamp {
+    /// From the cluster's version and its nodes' `(id, serial)`, in any order.
+    pub fn new(version: i64, nodes: impl IntoIterator<Item = (i64, i64)>) -> Self {
+        let mut nodes: Box<[(i64, i64)]> = nodes.into_iter().collect();
+        nodes.sort_unstable();
+        Self { version, nodes }
+    }
+
+    /// From the cluster's version and its nodes' rows.
+    pub fn of(version: i64, nodes: &[super::nodes::NodeRow]) -> Self {
+        Self::new(version, nodes.iter().map(|n| (n.id, n.serial)))
+    }
+
+    /// The stamp of a [`STAMP_NODES`] value (`None`: the cluster has no node).
+    pub(super) fn parse(version: i64, nodes: Option<&str>) -> Result<Self, DbError> {
+        let node = |pair: &str| {
+            let (id, serial) = pair.split_once(' ')?;
+            Some((id.parse().ok()?, serial.parse().ok()?))
+        };
+        let nodes = nodes
+            .unwrap_or_default()
+            .split(',')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                node(pair).ok_or_else(|| {
+                    DbError::Query(sqlx::Error::Decode(
+                        format!("a node's stamp does not parse: {pair:?}").into(),
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(version, nodes))
+    }
+}
+
+/// The `(id, serial)` of every node of the cluster `c`, as one text value for [`Stamp::parse`].
+pub(super) const STAMP_NODES: &str = "(SELECT string_agg(concat_ws(' ', n.id, n.serial), ',') \
+     FROM cluster_nodes n WHERE n.cluster_id = c.id)";
 
 /// Every recorded certificate of a cluster.
 pub async fn list<'c>(

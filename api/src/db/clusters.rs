@@ -37,13 +37,16 @@ pub struct ClusterRow {
     pub error_message: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Moves with every change to the cluster's own recorded certificates (see
+    /// [`super::certificates::Stamp`]).
+    pub certificates_version: i64,
 }
 
 const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubernetes_version, \
     service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, ca_cert, ca_key_sealed, \
     etcd_ca_cert, etcd_ca_key_sealed, front_proxy_ca_cert, front_proxy_ca_key_sealed, sa_public, \
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
-    error_reason, error_message, created_at, updated_at";
+    error_reason, error_message, created_at, updated_at, certificates_version";
 
 fn from_row(r: &sqlx::any::AnyRow) -> Result<ClusterRow, sqlx::Error> {
     Ok(ClusterRow {
@@ -74,6 +77,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<ClusterRow, sqlx::Error> {
         error_message: r.try_get("error_message")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
+        certificates_version: r.try_get("certificates_version")?,
     })
 }
 
@@ -310,7 +314,7 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algori
     CAST(NULL AS TEXT) AS front_proxy_ca_cert, CAST(NULL AS TEXT) AS front_proxy_ca_key_sealed, \
     CAST(NULL AS TEXT) AS sa_public, CAST(NULL AS TEXT) AS sa_key_sealed, \
     CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
-    error_reason, error_message, created_at, updated_at";
+    error_reason, error_message, created_at, updated_at, certificates_version";
 
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sqlx::{Any, Executor, Row as _};
 
 use super::DbError;
-use super::certificates::{CertRow, PACKED, unpack};
+use super::certificates::{CertRow, PACKED, STAMP_NODES, Stamp, unpack};
 use super::components::{ComponentRow, component_row};
 use super::nodes::NodeRow;
 use super::pools::PoolRow;
@@ -147,21 +147,41 @@ pub async fn nodes<'c>(
         .collect::<Result<_, _>>()?)
 }
 
-/// The clusters' recorded certificates, by cluster, each cluster's in recording order, without
-/// their details. They are read packed, one row per cluster (see [`super::certificates::PACKED`]).
+/// A cluster's recorded certificates and the [`Stamp`] of what was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamped {
+    pub stamp: Stamp,
+    /// In recording order, without their details.
+    pub rows: Vec<CertRow>,
+}
+
+/// The clusters' recorded certificates, by cluster (every cluster read, those with none too),
+/// each cluster's in recording order, without their details, with the stamp they were read
+/// with: one statement reads both, so they are of one moment. The rows are read packed, one
+/// value per cluster (see [`super::certificates::PACKED`]).
 pub async fn certificates<'c>(
     db: impl Executor<'c, Database = Any>,
     clusters: &Clusters,
-) -> Result<HashMap<i64, Vec<CertRow>>, DbError> {
+) -> Result<HashMap<i64, Stamped>, DbError> {
     let sql = format!(
-        "SELECT cluster_id, {PACKED} AS packed FROM issued_certificates \
-         WHERE {{clusters}} GROUP BY cluster_id"
+        "SELECT c.id AS cluster_id, c.certificates_version AS version, {STAMP_NODES} AS nodes, \
+         (SELECT {PACKED} FROM issued_certificates WHERE cluster_id = c.id) AS packed \
+         FROM clusters c WHERE {{clusters}}"
     );
-    let rows = fetch(db, &sql, "cluster_id", clusters).await?;
+    let rows = fetch(db, &sql, "c.id", clusters).await?;
     rows.iter()
         .map(|r| {
-            let packed: String = r.try_get("packed")?;
-            Ok((r.try_get("cluster_id")?, unpack(&packed)?))
+            let nodes: Option<String> = r.try_get("nodes")?;
+            let packed: Option<String> = r.try_get("packed")?;
+            let stamped = Stamped {
+                stamp: Stamp::parse(r.try_get("version")?, nodes.as_deref())?,
+                rows: packed
+                    .as_deref()
+                    .map(unpack)
+                    .transpose()?
+                    .unwrap_or_default(),
+            };
+            Ok((r.try_get("cluster_id")?, stamped))
         })
         .collect()
 }

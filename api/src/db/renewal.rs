@@ -5,15 +5,16 @@ use sqlx::{Any, Executor, Row};
 
 use super::DbError;
 
-/// Ids of at most `limit` founded clusters with an id above `after`, in id order: one page of
-/// a renewal pass.
+/// Ids of at most `limit` founded clusters with an id above `after`, in id order, each with
+/// its `certificates_version`: one page of a renewal pass.
 pub async fn founded_page<'c>(
     db: impl Executor<'c, Database = Any>,
     after: i64,
     limit: i64,
-) -> Result<Vec<i64>, DbError> {
+) -> Result<Vec<(i64, i64)>, DbError> {
     let rows = sqlx::query(
-        "SELECT id FROM clusters WHERE phase = 'founded' AND id > $1 ORDER BY id LIMIT $2",
+        "SELECT id, certificates_version FROM clusters WHERE phase = 'founded' AND id > $1 \
+         ORDER BY id LIMIT $2",
     )
     .bind(after)
     .bind(limit)
@@ -21,8 +22,8 @@ pub async fn founded_page<'c>(
     .await?;
     Ok(rows
         .iter()
-        .map(|r| r.try_get("id"))
-        .collect::<Result<_, _>>()?)
+        .map(|r| Ok((r.try_get("id")?, r.try_get("certificates_version")?)))
+        .collect::<Result<_, sqlx::Error>>()?)
 }
 
 /// Gives one node its next desired generation, only when it runs its desired one (nothing

@@ -12,6 +12,7 @@ use super::error::ApiError;
 use crate::app::AppState;
 use crate::db::{
     self,
+    certificates::Stamp,
     clusters::ClusterRow,
     pages::{Clusters, group},
     phase::ClusterPhase,
@@ -33,16 +34,19 @@ struct Parts {
 /// Each of `rows` with its related rows, in their order. The reads run at once, each as
 /// its own task on its own connection: the page waits for the slowest, and their rows are
 /// decoded on every async worker, not one. A read whose page was abandoned finishes (a few
-/// milliseconds) rather than have its connection closed mid-query.
+/// milliseconds) rather than have its connection closed mid-query. The clusters'
+/// certificates come from memory while they are unchanged ([`crate::cert_cache`]): only those
+/// never held are read with the rest, and those that changed after the nodes are read.
 async fn gather(
     state: &AppState,
     rows: Vec<ClusterRow>,
 ) -> Result<Vec<(ClusterRow, Parts)>, ApiError> {
     let clusters = covering(&rows);
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     let page = || (state.db.pool.clone(), clusters.clone());
-    // The certificates are the page's largest read (14 rows per node that booted): it is made
-    // as two, one per half of the page.
-    let [early, late] = clusters.halves();
+    // Certificates are the page's largest read (14 rows per node that booted): one never
+    // held is read ahead, as two reads, one per half of the page.
+    let [early, late] = state.recorded.ahead(&clusters, &ids).halves();
     let (nodes, early, late, rotations, reports, mut memberships, pools, components) = tokio::try_join!(
         spawned(
             page(),
@@ -72,9 +76,17 @@ async fn gather(
         }),
     )?;
     let mut nodes = group(nodes, |n| n.cluster_id);
+    let stamps = rows
+        .iter()
+        .map(|row| {
+            let nodes = nodes.get(&row.id).map_or(&[][..], Vec::as_slice);
+            (row.id, Stamp::of(row.certificates_version, nodes))
+        })
+        .collect();
     // Each cluster's rows lie in one half.
-    let mut certificates = early;
-    certificates.extend(late);
+    let mut read = early;
+    read.extend(late);
+    let mut certificates = state.recorded.resolve(&state.db.pool, stamps, read).await?;
     let mut rotations: HashMap<i64, db::rotations::Rotation> =
         rotations.into_iter().map(|r| (r.cluster_id, r)).collect();
     let mut pools = group(pools, |p| p.cluster_id);
@@ -85,7 +97,10 @@ async fn gather(
             let id = row.id;
             let parts = Parts {
                 nodes: nodes.remove(&id).unwrap_or_default(),
-                certificates: certificates.remove(&id).unwrap_or_default(),
+                certificates: certificates
+                    .remove(&id)
+                    .map(|rows| rows.to_vec())
+                    .unwrap_or_default(),
                 rotation: rotations.remove(&id),
                 last_report: reports.get(&id).copied(),
                 membership: memberships.remove(&id).unwrap_or_default(),

@@ -162,6 +162,9 @@ pub async fn spawn_clocked(
         issuers: Arc::new(exk8s_api::issuance::issuers::IssuerCache::new(
             exk8s_api::issuance::issuers::DEFAULT_CAPACITY,
         )),
+        recorded: Arc::new(exk8s_api::cert_cache::CertificateCache::new(
+            exk8s_api::cert_cache::DEFAULT_BOUND_ROWS,
+        )),
         founders: exk8s_api::founding::queue::Founders::new(
             config.founding_workers,
             config.founding_queue,

@@ -398,7 +398,19 @@ async fn packed_certificates_read_as_rows_in_id_order(backend: Backend) {
         let mut packed = db::pages::certificates(&app.state.db.pool, &clusters)
             .await
             .unwrap();
-        assert_eq!(packed.remove(&cluster).unwrap(), by_row, "{clusters:?}");
+        let read = packed.remove(&cluster).unwrap();
+        assert_eq!(read.rows, by_row, "{clusters:?}");
+        let nodes = db::nodes::list(&app.state.db.pool, cluster).await.unwrap();
+        let version = db::clusters::get_by_id(&app.state.db.pool, cluster)
+            .await
+            .unwrap()
+            .unwrap()
+            .certificates_version;
+        assert_eq!(
+            version, 1,
+            "founding recorded the cluster's own certificates once"
+        );
+        assert_eq!(read.stamp, db::certificates::Stamp::of(version, &nodes));
         assert!(packed.is_empty(), "{packed:?}");
     }
 }

@@ -13,6 +13,7 @@ mod app;
 mod background;
 mod bad_input;
 mod bootstrap;
+mod cert_cache;
 mod certificates;
 mod component_health;
 mod crash;
