@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use foldhash::{HashMap, HashMapExt as _};
 
 use crate::db::certificates::{CertRow, Stamp};
+use crate::db::nodes::NodeRow;
 use crate::db::pages::{Clusters, Stamped};
 use crate::db::{self, DbError};
 
@@ -120,22 +121,25 @@ impl CertificateCache {
         }
     }
 
-    /// Each of `stamps`' clusters' rows: from `read` (rows just read, with their own stamp,
-    /// which are kept), else the copy held while its stamp is the one given, else read now in
+    /// The rows of each of `clusters` (id and `certificates_version`, whose nodes are in
+    /// `nodes`): from `read` (rows just read, with their own stamp, which are kept), else the
+    /// copy held while its stamp is the one the clusters and nodes now give, else read now in
     /// one statement (and kept).
     pub async fn resolve(
         &self,
         db: &sqlx::AnyPool,
-        stamps: Vec<(i64, Stamp)>,
+        clusters: impl IntoIterator<Item = (i64, i64)>,
+        nodes: &std::collections::HashMap<i64, Vec<NodeRow>>,
         read: impl IntoIterator<Item = (i64, Stamped)>,
     ) -> Result<HashMap<i64, Arc<[CertRow]>>, DbError> {
         let mut read: HashMap<i64, Stamped> = read.into_iter().collect();
-        let mut rows = HashMap::with_capacity(stamps.len());
+        let mut rows = HashMap::new();
         let mut stale = Vec::new();
-        for (id, stamp) in stamps {
+        for (id, version) in clusters {
+            let stamp = || Stamp::of(version, nodes.get(&id).map_or(&[][..], Vec::as_slice));
             if let Some(fresh) = read.remove(&id) {
                 rows.insert(id, self.keep(id, fresh));
-            } else if let Some(held) = self.get(id, &stamp) {
+            } else if let Some(held) = self.get(id, &stamp()) {
                 rows.insert(id, held);
             } else {
                 stale.push(id);

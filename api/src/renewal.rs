@@ -140,14 +140,10 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
             db::pages::certificates(pool, &ahead)
         )?;
         let mut nodes = db::pages::group(nodes, |n| n.cluster_id);
-        let stamps = founded
-            .iter()
-            .map(|&(id, version)| {
-                let nodes = nodes.get(&id).map_or(&[][..], Vec::as_slice);
-                (id, db::certificates::Stamp::of(version, nodes))
-            })
-            .collect();
-        let mut certificates = state.recorded.resolve(pool, stamps, read).await?;
+        let versions = founded.iter().copied();
+        let mut certificates = (state.recorded)
+            .resolve(pool, versions, &nodes, read)
+            .await?;
         for id in &ids {
             let nodes = nodes.remove(id).unwrap_or_default();
             let certificates = certificates

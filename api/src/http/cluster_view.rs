@@ -12,7 +12,6 @@ use super::error::ApiError;
 use crate::app::AppState;
 use crate::db::{
     self,
-    certificates::Stamp,
     clusters::ClusterRow,
     pages::{Clusters, group},
     phase::ClusterPhase,
@@ -76,17 +75,13 @@ async fn gather(
         }),
     )?;
     let mut nodes = group(nodes, |n| n.cluster_id);
-    let stamps = rows
-        .iter()
-        .map(|row| {
-            let nodes = nodes.get(&row.id).map_or(&[][..], Vec::as_slice);
-            (row.id, Stamp::of(row.certificates_version, nodes))
-        })
-        .collect();
     // Each cluster's rows lie in one half.
     let mut read = early;
     read.extend(late);
-    let mut certificates = state.recorded.resolve(&state.db.pool, stamps, read).await?;
+    let versions = rows.iter().map(|r| (r.id, r.certificates_version));
+    let mut certificates = (state.recorded)
+        .resolve(&state.db.pool, versions, &nodes, read)
+        .await?;
     let mut rotations: HashMap<i64, db::rotations::Rotation> =
         rotations.into_iter().map(|r| (r.cluster_id, r)).collect();
     let mut pools = group(pools, |p| p.cluster_id);
