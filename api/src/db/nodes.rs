@@ -264,26 +264,51 @@ pub struct ServingRow {
     pub apiserver_key_sealed: String,
 }
 
-pub async fn serving<'c>(
+/// What a control-plane node's bundle reads beside its cluster's nodes, in one statement: the
+/// node's serving certificates (`None` when either facet is missing) and its cluster's CA
+/// rotation in progress.
+pub async fn serving_and_rotation<'c>(
     db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
     node_id: i64,
-) -> Result<Option<ServingRow>, DbError> {
-    let row = sqlx::query(
-        "SELECT e.server_cert, e.server_key_sealed, e.peer_cert, e.peer_key_sealed, a.serving_cert, a.serving_key_sealed \
-         FROM etcd_members e JOIN apiserver_nodes a ON a.node_id = e.node_id WHERE e.node_id = $1",
+) -> Result<(Option<ServingRow>, Option<super::rotations::Rotation>), DbError> {
+    // Every joined table is keyed by what it is joined on, so the one-row anchor yields
+    // exactly one row.
+    let r = sqlx::query(
+        "SELECT r.cluster_id AS cluster_id, r.ca AS ca, r.phase AS phase, \
+         r.other_cert AS other_cert, r.new_key_sealed AS new_key_sealed, \
+         r.started_at AS started_at, r.updated_at AS updated_at, \
+         e.server_cert AS server_cert, e.server_key_sealed AS server_key_sealed, \
+         e.peer_cert AS peer_cert, e.peer_key_sealed AS peer_key_sealed, \
+         a.serving_cert AS serving_cert, a.serving_key_sealed AS serving_key_sealed \
+         FROM (SELECT 1 AS anchor) q \
+         LEFT JOIN ca_rotations r ON r.cluster_id = $1 \
+         LEFT JOIN etcd_members e ON e.node_id = $2 \
+         LEFT JOIN apiserver_nodes a ON a.node_id = $3",
     )
+    .bind(cluster_id)
     .bind(node_id)
-    .fetch_optional(db)
+    .bind(node_id)
+    .fetch_one(db)
     .await?;
-    let Some(r) = row else { return Ok(None) };
-    Ok(Some(ServingRow {
-        etcd_server_cert: r.try_get("server_cert")?,
-        etcd_server_key_sealed: r.try_get("server_key_sealed")?,
-        etcd_peer_cert: r.try_get("peer_cert")?,
-        etcd_peer_key_sealed: r.try_get("peer_key_sealed")?,
-        apiserver_cert: r.try_get("serving_cert")?,
-        apiserver_key_sealed: r.try_get("serving_key_sealed")?,
-    }))
+    let rotation = match r.try_get::<Option<i64>, _>("cluster_id")? {
+        Some(_) => Some(super::rotations::rotation_row(&r)?),
+        None => None,
+    };
+    let etcd: Option<String> = r.try_get("server_cert")?;
+    let apiserver: Option<String> = r.try_get("serving_cert")?;
+    let serving = match (etcd, apiserver) {
+        (Some(etcd_server_cert), Some(apiserver_cert)) => Some(ServingRow {
+            etcd_server_cert,
+            etcd_server_key_sealed: r.try_get("server_key_sealed")?,
+            etcd_peer_cert: r.try_get("peer_cert")?,
+            etcd_peer_key_sealed: r.try_get("peer_key_sealed")?,
+            apiserver_cert,
+            apiserver_key_sealed: r.try_get("serving_key_sealed")?,
+        }),
+        _ => None,
+    };
+    Ok((serving, rotation))
 }
 
 /// A bootstrap issuance's serial and the generation it carries.

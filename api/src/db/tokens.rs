@@ -121,6 +121,42 @@ pub async fn insert_imds_token<'c>(
     Ok(())
 }
 
+/// Both credentials of a bootstrap request, in one statement: the IMDS session `imds_hash`
+/// names and the principal token `bearer_hash` names, each `None` when unknown. Issuance's
+/// busiest path reads them together; the caller still judges them in its own order.
+pub async fn find_bootstrap_pair<'c>(
+    db: impl Executor<'c, Database = Any>,
+    imds_hash: &str,
+    bearer_hash: &str,
+) -> Result<(Option<ImdsToken>, Option<ApiToken>), DbError> {
+    // Both hashes are unique, so the one-row anchor yields exactly one row.
+    let row = sqlx::query(
+        "SELECT i.vm_id AS imds_vm_id, i.org_id AS imds_org_id, i.expires_at AS imds_expires_at, \
+         t.id AS id, t.org_id AS org_id, t.principal AS principal, t.scope AS scope, \
+         t.expires_at AS expires_at, t.revoked AS revoked, t.created_at AS created_at \
+         FROM (SELECT 1 AS anchor) q \
+         LEFT JOIN imds_tokens i ON i.token_hash = $1 \
+         LEFT JOIN api_tokens t ON t.token_hash = $2",
+    )
+    .bind(imds_hash)
+    .bind(bearer_hash)
+    .fetch_one(db)
+    .await?;
+    let session = match row.try_get::<Option<i64>, _>("imds_vm_id")? {
+        Some(vm_id) => Some(ImdsToken {
+            vm_id,
+            org_id: row.try_get("imds_org_id")?,
+            expires_at: row.try_get("imds_expires_at")?,
+        }),
+        None => None,
+    };
+    let principal = match row.try_get::<Option<i64>, _>("id")? {
+        Some(_) => Some(api_token(&row)?),
+        None => None,
+    };
+    Ok((session, principal))
+}
+
 pub async fn find_imds_token<'c>(
     db: impl Executor<'c, Database = Any>,
     token_hash: &str,

@@ -6,6 +6,7 @@ use exk8s_common::contract::IMDS_TOKEN_HEADER;
 
 use crate::app::AppState;
 use crate::db::phase::ClusterPhase;
+use crate::db::tokens::{ApiToken, ImdsToken};
 use crate::db::{self, DbError, clusters::ClusterRow, issuances::Audit, nodes::NodeRow};
 use crate::tokens::{self, Scope};
 
@@ -73,17 +74,22 @@ pub(crate) async fn imds_session(
     let Some(imds) = header(headers, IMDS_TOKEN_HEADER) else {
         return Ok(Err(unauthorized("IMDS token missing or malformed")));
     };
-    let Some(session) = db::tokens::find_imds_token(&state.db.pool, &tokens::hash(imds)).await?
-    else {
-        return Ok(Err(unauthorized("IMDS token unknown")));
+    let found = db::tokens::find_imds_token(&state.db.pool, &tokens::hash(imds)).await?;
+    Ok(session_of(found))
+}
+
+/// The session a looked-up IMDS token record makes, if it is valid.
+fn session_of(found: Option<ImdsToken>) -> Result<Session, Refusal> {
+    let Some(session) = found else {
+        return Err(unauthorized("IMDS token unknown"));
     };
     if session.expires_at <= db::now() {
-        return Ok(Err(unauthorized("IMDS token expired")));
+        return Err(unauthorized("IMDS token expired"));
     }
-    Ok(Ok(Session {
+    Ok(Session {
         vm_id: session.vm_id,
         org_id: session.org_id,
-    }))
+    })
 }
 
 /// The session is `path_vm`'s own: checked last, so a caller with good credentials learns
@@ -127,20 +133,24 @@ pub async fn authenticate(
     headers: &axum::http::HeaderMap,
     path_vm: i64,
 ) -> Result<Result<Vm, Refusal>, DbError> {
-    if header(headers, IMDS_TOKEN_HEADER).is_none() {
+    let Some(imds) = header(headers, IMDS_TOKEN_HEADER) else {
         return Ok(Err(unauthorized("IMDS token missing or malformed")));
-    }
+    };
     let bearer = header(headers, "authorization")
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     let Some(bearer) = bearer.filter(|b| !b.is_empty()) else {
         return Ok(Err(unauthorized("bearer token missing or malformed")));
     };
-    let session = match imds_session(state, headers).await? {
+    // Both records in one round trip; judged in the same order as ever.
+    let (session, principal) =
+        db::tokens::find_bootstrap_pair(&state.db.pool, &tokens::hash(imds), &tokens::hash(bearer))
+            .await?;
+    let session = match session_of(session) {
         Ok(session) => session,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    if let Err(refusal) = check_bearer(state, bearer, session.org_id).await? {
+    if let Err(refusal) = bootstrap_principal(principal, session.org_id) {
         return Ok(Err(refusal));
     }
     if let Err(refusal) = same_vm(session, path_vm) {
@@ -149,34 +159,27 @@ pub async fn authenticate(
     member(state, session.org_id, path_vm).await
 }
 
-/// A valid, unrevoked bootstrap-scope principal token of `org`.
-async fn check_bearer(
-    state: &AppState,
-    bearer: &str,
-    org: i64,
-) -> Result<Result<(), Refusal>, DbError> {
-    let Some(principal) = db::tokens::find_api_token(&state.db.pool, &tokens::hash(bearer)).await?
-    else {
-        return Ok(Err(unauthorized("bearer token unknown")));
+/// The looked-up principal token is a valid, unrevoked bootstrap-scope token of `org`.
+fn bootstrap_principal(found: Option<ApiToken>, org: i64) -> Result<(), Refusal> {
+    let Some(principal) = found else {
+        return Err(unauthorized("bearer token unknown"));
     };
     if principal.revoked {
-        return Ok(Err(unauthorized("bearer token revoked")));
+        return Err(unauthorized("bearer token revoked"));
     }
     if principal.expires_at <= db::now() {
-        return Ok(Err(unauthorized("bearer token expired")));
+        return Err(unauthorized("bearer token expired"));
     }
     if principal.scope != Scope::Bootstrap {
-        return Ok(Err(Refusal {
+        return Err(Refusal {
             class: Refused::Forbidden("this token's scope does not allow bootstrap calls"),
             reason: "bearer token is not bootstrap scope",
-        }));
+        });
     }
     if principal.org_id != org {
-        return Ok(Err(hidden(
-            "bearer and IMDS tokens belong to different orgs",
-        )));
+        return Err(hidden("bearer and IMDS tokens belong to different orgs"));
     }
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// Writes a refusal's audit row and turns it into its error.

@@ -109,15 +109,15 @@ pub fn cluster(state: &AppState, cluster: &ClusterRow) -> Result<Cluster, Issuan
     Ok(Cluster { pki, spec })
 }
 
-/// The serving certificates a control-plane node was given at founding, keys opened.
-pub async fn serving_certs(
+/// The serving certificates a control-plane node was given at founding (`stored`), keys
+/// opened.
+pub fn serving_certs(
     state: &AppState,
     cluster_id: i64,
     node: &NodeRow,
+    stored: Option<db::nodes::ServingRow>,
 ) -> Result<NodeServingCerts, IssuanceError> {
-    let row = db::nodes::serving(&state.db.pool, node.id)
-        .await?
-        .ok_or_else(|| unusable(node, "serving certificates"))?;
+    let row = stored.ok_or_else(|| unusable(node, "serving certificates"))?;
     let open = |column: NodeKeyColumn, cert: &str, sealed: &str| {
         trust::open_node_cert(&state.keks, cluster_id, node.vm_id, column, cert, sealed)
             .map_err(IssuanceError::internal)

@@ -97,20 +97,21 @@ pub(super) async fn load(
     kind: BundleKind,
 ) -> Result<Loaded, IssuanceError> {
     let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
-    // During a CA rotation trust files carry the CA trusted beside the signing one.
-    let rotation = db::rotations::get(&state.db.pool, cluster.id).await?;
-    let trusted = Trusted::of(&pki, rotation.as_ref());
-    let subject = match node.role {
+    // During a CA rotation trust files carry the CA trusted beside the signing one. A
+    // control-plane node reads the rotation with its serving certificates, in one statement.
+    let (rotation, subject) = match node.role {
         Role::ControlPlane => {
             let rows = db::nodes::list(&state.db.pool, cluster.id).await?;
-            Subject::ControlPlane {
+            let (serving, rotation) =
+                db::nodes::serving_and_rotation(&state.db.pool, cluster.id, node.id).await?;
+            let subject = Subject::ControlPlane {
                 this: load::control_plane_node(node, &rows)?,
                 peers: rows
                     .iter()
                     .filter(|p| p.role == Role::ControlPlane)
                     .map(|p| load::control_plane_node(p, &rows))
                     .collect::<Result<Vec<_>, _>>()?,
-                serving: load::serving_certs(state, cluster.id, node).await?,
+                serving: load::serving_certs(state, cluster.id, node, serving)?,
                 drains: match kind {
                     BundleKind::Update => db::removals::drained_by(&state.db.pool, node.id)
                         .await?
@@ -120,10 +121,15 @@ pub(super) async fn load(
                         .map_err(|_| unusable(node, "drained node name"))?,
                     BundleKind::Bootstrap => Vec::new(),
                 },
-            }
+            };
+            (rotation, subject)
         }
-        Role::Worker => Subject::Worker(worker(state, node).await?),
+        Role::Worker => (
+            db::rotations::get(&state.db.pool, cluster.id).await?,
+            Subject::Worker(worker(state, node).await?),
+        ),
     };
+    let trusted = Trusted::of(&pki, rotation.as_ref());
     Ok(Loaded {
         pki,
         spec,
