@@ -16,11 +16,18 @@ seed=${2:-$RANDOM$RANDOM}
 ensure_packages curl:curl
 ensure_venv_tool schemathesis==4.32.5 st
 
-cargo build --quiet --locked -p exk8s-api --bin exk8s-api
+# scripts/test.sh names the binary it has already built (with the features its tests resolve);
+# run alone, the script builds one.
+api_bin=${EXK8S_API_BIN:-}
+if [ -z "$api_bin" ]; then
+  cargo build --quiet --locked -p exk8s-api --bin exk8s-api
+  api_bin=target/debug/exk8s-api
+fi
+[ -x "$api_bin" ] || { echo "EXK8S_API_BIN=$api_bin is not an executable" >&2; exit 1; }
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # Its own simulator address range, so a concurrent dev stack or test never collides.
-target/debug/exk8s-api dev --listen "127.0.0.1:$port" --data-dir "$work/dev" \
+"$api_bin" dev --listen "127.0.0.1:$port" --data-dir "$work/dev" \
   --sim-cidr 127.0.13.0/24 >"$work/api.log" 2>&1 &
 api=$!
 # shellcheck disable=SC2317 # called by the EXIT trap

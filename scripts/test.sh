@@ -43,14 +43,18 @@ if [ -n "$forbidden" ]; then
   exit 1
 fi
 
-log "cargo build (the end-to-end tests run the binaries)"
-cargo build --workspace --locked
+# One build of everything `cargo test` runs, binaries included (the end-to-end tests run them).
+# Asking for the test targets resolves features with the dev-dependencies, as `cargo test`
+# does, so the binaries and libraries built here are the ones the tests use; a plain
+# `cargo build` resolved them without and `cargo test` compiled sqlx and the API a second time.
+log "cargo build (binaries, tests and examples, as cargo test resolves them)"
+cargo build --workspace --locked --bins --tests --examples
 
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast
 
 log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
-bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
+EXK8S_API_BIN=target/debug/exk8s-api bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
 
 log "packaging: static agent, image bake, unit verification"
 bash scripts/test-packaging.sh
