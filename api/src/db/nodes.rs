@@ -168,9 +168,16 @@ pub async fn insert(
 }
 
 /// The lowest block of the cluster's pod CIDR no node of it holds (a released node's block is
-/// given out again). Taken for real by inserting the node: the unique index refuses a second
-/// taker, so callers allocate and insert in one transaction.
+/// given out again). Callers allocate and insert the node in one transaction: this first
+/// takes the cluster's row lock (a write that changes nothing; on SQLite, the database's write
+/// lock), so the cluster's allocations follow one another and never pick the same block. The
+/// unique index still refuses a second taker. Without the lock, fifty workers made at once
+/// on PostgreSQL all picked the same block and retried, one at a time, until one gave up.
 pub async fn free_pod_range(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Result<i64, DbError> {
+    sqlx::query("UPDATE clusters SET last_ordinal = last_ordinal WHERE id = $1")
+        .bind(cluster_id)
+        .execute(&mut *tx)
+        .await?;
     let rows = sqlx::query(
         "SELECT pod_range FROM cluster_nodes WHERE cluster_id = $1 AND pod_range IS NOT NULL \
          ORDER BY pod_range",

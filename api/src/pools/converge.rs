@@ -26,8 +26,6 @@ use exk8s_common::contract::Role;
 
 /// Workers made at once.
 const PARALLEL: usize = 8;
-/// Attempts at recording a node when concurrent creations take the same pod range.
-const RECORD_ATTEMPTS: usize = 16;
 
 /// Why a convergence stopped short; recorded on the pool, retried by the reconciler.
 #[derive(Debug, thiserror::Error)]
@@ -294,57 +292,47 @@ async fn record_worker(
         addresses.private_ipv6.map(|a| a.to_string()),
         addresses.public_ipv4.map(|a| a.to_string()),
     );
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let mut tx = state.db.begin().await?;
-        let pod_range = db::nodes::free_pod_range(&mut tx, cluster.id).await?;
-        let blocks = crate::render::PodCidr::parse(&cluster.pod_cidr)
-            .map_err(|e| ConvergeError::Corrupt(format!("pod CIDR: {e}")))?
-            .blocks();
-        if u64::try_from(pod_range).unwrap_or(u64::MAX) >= blocks {
-            return Err(ConvergeError::NoRoom(format!(
-                "the pod CIDR {} has no free block for another node",
-                cluster.pod_cidr
-            )));
-        }
-        let inserted = db::nodes::insert(
-            &mut tx,
-            &db::nodes::NewNode {
-                cluster_id: cluster.id,
-                ordinal,
-                vm_id: vm.id,
-                node_name: addresses.name.as_str(),
-                private_ipv4: &v4,
-                private_ipv6: v6.as_deref(),
-                public_ipv4: public.as_deref(),
-                is_initial: false,
-                role: Role::Worker,
-                pod_range,
-                pool_id: Some(pool.id),
-                etcd_membership: None,
-            },
-            db::now(),
-        )
-        .await;
-        match inserted {
-            // Another worker of the cluster took that range first: take the next free one.
-            Err(DbError::Duplicate(_)) if attempt < RECORD_ATTEMPTS => continue,
-            other => {
-                other?;
-            }
-        }
-        tx.commit().await?;
-        tracing::info!(
-            cluster_id = cluster.id,
-            pool_id = pool.id,
-            vm_id = vm.id,
-            pod_range,
-            "worker recorded"
-        );
-        crate::keypool::refresh_cluster(state, cluster.id).await;
-        return Ok(());
+    // `free_pod_range` holds the cluster's allocations until this transaction ends.
+    let mut tx = state.db.begin().await?;
+    let pod_range = db::nodes::free_pod_range(&mut tx, cluster.id).await?;
+    let blocks = crate::render::PodCidr::parse(&cluster.pod_cidr)
+        .map_err(|e| ConvergeError::Corrupt(format!("pod CIDR: {e}")))?
+        .blocks();
+    if u64::try_from(pod_range).unwrap_or(u64::MAX) >= blocks {
+        return Err(ConvergeError::NoRoom(format!(
+            "the pod CIDR {} has no free block for another node",
+            cluster.pod_cidr
+        )));
     }
+    db::nodes::insert(
+        &mut tx,
+        &db::nodes::NewNode {
+            cluster_id: cluster.id,
+            ordinal,
+            vm_id: vm.id,
+            node_name: addresses.name.as_str(),
+            private_ipv4: &v4,
+            private_ipv6: v6.as_deref(),
+            public_ipv4: public.as_deref(),
+            is_initial: false,
+            role: Role::Worker,
+            pod_range,
+            pool_id: Some(pool.id),
+            etcd_membership: None,
+        },
+        db::now(),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(
+        cluster_id = cluster.id,
+        pool_id = pool.id,
+        vm_id = vm.id,
+        pod_range,
+        "worker recorded"
+    );
+    crate::keypool::refresh_cluster(state, cluster.id).await;
+    Ok(())
 }
 
 /// The control-plane node whose agent drains workers: the oldest one that finished booting and

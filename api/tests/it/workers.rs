@@ -23,13 +23,26 @@ const WORKER_VM: i64 = 9001;
 
 /// Records pool `blue` and one worker VM of it in `cluster`.
 async fn record_worker(app: &TestApp, cluster: i64) -> Node {
-    let now = db::now();
     let mut tx = app.state.db.begin().await.unwrap();
-    let pool = db::pools::insert(
-        &mut tx,
+    // The founding nodes hold blocks 0–2.
+    assert_eq!(insert_worker(&mut tx, cluster, "blue", WORKER_VM).await, 3);
+    tx.commit().await.unwrap();
+    Node {
+        vm: WORKER_VM,
+        cluster,
+        imds: imds_token(&app.state, WORKER_VM, 7, 600).await,
+        bootstrap: operator_token(&app.state, 7, Scope::Bootstrap, 3600).await,
+    }
+}
+
+/// Inserts pool `pool` and worker VM `vm` of it, in `tx`; the worker's pod range.
+async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, vm: i64) -> i64 {
+    let now = db::now();
+    let pool_id = db::pools::insert(
+        &mut *tx,
         &db::pools::NewPool {
             cluster_id: cluster,
-            name: "blue",
+            name: pool,
             instance_type: "e2.medium",
             image_id: 42,
             subnet_id: 5,
@@ -41,16 +54,14 @@ async fn record_worker(app: &TestApp, cluster: i64) -> Node {
     )
     .await
     .unwrap();
-    let name = exk8s_api::founding::trust::node_name(cluster, "blue", WORKER_VM).unwrap();
-    // The founding nodes hold blocks 0–2.
-    let pod_range = db::nodes::free_pod_range(&mut tx, cluster).await.unwrap();
-    assert_eq!(pod_range, 3);
+    let name = exk8s_api::founding::trust::node_name(cluster, pool, vm).unwrap();
+    let pod_range = db::nodes::free_pod_range(&mut *tx, cluster).await.unwrap();
     db::nodes::insert(
-        &mut tx,
+        &mut *tx,
         &db::nodes::NewNode {
             cluster_id: cluster,
-            ordinal: 100,
-            vm_id: WORKER_VM,
+            ordinal: vm,
+            vm_id: vm,
             node_name: name.as_str(),
             private_ipv4: "10.0.1.31",
             private_ipv6: None,
@@ -58,20 +69,14 @@ async fn record_worker(app: &TestApp, cluster: i64) -> Node {
             is_initial: false,
             role: Role::Worker,
             pod_range,
-            pool_id: Some(pool),
+            pool_id: Some(pool_id),
             etcd_membership: None,
         },
         now,
     )
     .await
     .unwrap();
-    tx.commit().await.unwrap();
-    Node {
-        vm: WORKER_VM,
-        cluster,
-        imds: imds_token(&app.state, WORKER_VM, 7, 600).await,
-        bootstrap: operator_token(&app.state, 7, Scope::Bootstrap, 3600).await,
-    }
+    pod_range
 }
 
 async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
@@ -204,3 +209,33 @@ async fn a_released_pod_range_is_given_out_again(backend: Backend) {
 }
 
 both_backends!(a_released_pod_range_is_given_out_again);
+
+/// Two allocations in one cluster at once (two pools' workers recorded together): the second
+/// waits for the first's transaction and takes the next block. Without the cluster's lock both
+/// read the same lowest free block, and on PostgreSQL fifty workers made at once retried one
+/// after another until one gave up.
+async fn concurrent_allocations_never_pick_the_same_pod_range(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut first = app.state.db.begin().await.unwrap();
+    let taken = insert_worker(&mut first, cluster, "blue", WORKER_VM).await;
+    assert_eq!(taken, 3);
+    let state = app.state.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = state.db.begin().await.unwrap();
+        let pod_range = insert_worker(&mut tx, cluster, "green", WORKER_VM + 1).await;
+        tx.commit().await.unwrap();
+        pod_range
+    });
+    // Room for a second allocation that does not wait to run ahead (it would finish at once).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the second allocation waits for the first's transaction"
+    );
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap(), taken + 1);
+}
+
+both_backends!(concurrent_allocations_never_pick_the_same_pod_range);
