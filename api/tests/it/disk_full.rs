@@ -126,6 +126,9 @@ async fn sqlite_on_a_full_disk_loses_no_journal_row_and_heals_by_itself() {
 async fn postgres_with_a_full_tablespace_loses_no_journal_row_and_heals_by_itself() {
     let pg = PrivatePostgres::start();
     let disk = Tmpfs::mount(4096, Some("postgres:postgres"));
+    // Its own admin connection comes before any `Db`: install the drivers here, or the test
+    // works only after another test of the process has installed them.
+    sqlx::any::install_default_drivers();
     let admin = sqlx::AnyPool::connect(&pg.url()).await.unwrap();
     sqlx::query(&format!(
         "CREATE TABLESPACE small LOCATION '{}'",
