@@ -4,8 +4,8 @@
 #
 #   scripts/bench.sh            # everything
 #   scripts/bench.sh pki|load|storm|fleet|found|agent|profile|compare
-#   (compare: OLD=<commit> scripts/bench.sh compare — that commit's API against this one's,
-#   alternating, on the same PostgreSQL; not part of `all`)
+#   (compare: OLD=<commit> [PAIRS=n] scripts/bench.sh compare — that commit's API against this
+#   one's, n pairs (default 2) alternating, on the same PostgreSQL; not part of `all`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
@@ -151,13 +151,15 @@ fi
 if [ "$what" = compare ]; then
   ensure_postgres
   old_rev=$(git rev-parse --short "${OLD:-HEAD~1}")
-  log "side by side: $old_rev against the working tree, ecdsa-p256, PostgreSQL, c=64, new-old-new-old"
+  log "side by side: $old_rev against the working tree, ecdsa-p256, PostgreSQL, c=64, ${PAIRS:-2} pairs, new then old"
   git worktree remove --force "$out/old-src" 2>/dev/null || true
   git worktree add --detach "$out/old-src" "$old_rev"
   (cd "$out/old-src" && cargo build --release --locked -p exk8s-api --target-dir ../../old-target)
   old_api=target/old-target/release/exk8s-api
   pg_db=exk8s_bench_compare
-  for run in new-1 old-1 new-2 old-2; do
+  runs=()
+  for pair in $(seq 1 "${PAIRS:-2}"); do runs+=("new-$pair" "old-$pair"); done
+  for run in "${runs[@]}"; do
     bin=$([ "${run%-*}" = new ] && echo "$api" || echo "$old_api")
     psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
     log "$run ($([ "${run%-*}" = new ] && echo working tree || echo "$old_rev"))"
