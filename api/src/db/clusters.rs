@@ -48,12 +48,55 @@ const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubern
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version";
 
+/// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
+/// `cluster_nodes`, whose `id`, `phase` and `created_at` are the node's.
+pub(super) struct Names {
+    pub id: &'static str,
+    pub phase: &'static str,
+    pub created_at: &'static str,
+}
+
+const PLAIN: Names = Names {
+    id: "id",
+    phase: "phase",
+    created_at: "created_at",
+};
+
+/// The cluster's columns as `c.<column>` for a join in which the node is `n`: its id is the
+/// node's `cluster_id`, and its phase and creation time are renamed (see [`JOINED`]).
+pub(super) fn joined_columns() -> String {
+    COLUMNS
+        .split(", ")
+        .filter_map(|column| match column.trim() {
+            "id" => None,
+            "phase" => Some("c.phase AS cluster_phase".to_owned()),
+            "created_at" => Some("c.created_at AS cluster_created_at".to_owned()),
+            other => Some(format!("c.{other}")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The names [`joined_columns`] gives.
+pub(super) const JOINED: Names = Names {
+    id: "cluster_id",
+    phase: "cluster_phase",
+    created_at: "cluster_created_at",
+};
+
 fn from_row(r: &sqlx::any::AnyRow) -> Result<ClusterRow, sqlx::Error> {
+    from_row_named(r, &PLAIN)
+}
+
+pub(super) fn from_row_named(
+    r: &sqlx::any::AnyRow,
+    names: &Names,
+) -> Result<ClusterRow, sqlx::Error> {
     Ok(ClusterRow {
-        id: r.try_get("id")?,
+        id: r.try_get(names.id)?,
         org_id: r.try_get("org_id")?,
         name: r.try_get("name")?,
-        phase: decode(r, "phase")?,
+        phase: decode(r, names.phase)?,
         spec_json: r.try_get("spec_json")?,
         key_algorithm: r.try_get("key_algorithm")?,
         kubernetes_version: r.try_get("kubernetes_version")?,
@@ -75,7 +118,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<ClusterRow, sqlx::Error> {
         dns_error: r.try_get("dns_error")?,
         error_reason: r.try_get("error_reason")?,
         error_message: r.try_get("error_message")?,
-        created_at: r.try_get("created_at")?,
+        created_at: r.try_get(names.created_at)?,
         updated_at: r.try_get("updated_at")?,
         certificates_version: r.try_get("certificates_version")?,
     })

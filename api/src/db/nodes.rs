@@ -6,10 +6,13 @@
 //! `handed` is the generation of the last bundle issued to the node; `applied` is what the
 //! node reported healthy. A node is up to date when `applied == desired`.
 
+use std::sync::LazyLock;
+
 use exk8s_common::contract::Role;
 use sqlx::{Any, Executor, Row};
 
 use super::DbError;
+use super::clusters::{self, ClusterRow};
 use super::phase::{EtcdMembership, NodePhase, Removal, decode};
 
 #[derive(Debug, Clone)]
@@ -258,6 +261,29 @@ pub async fn find_by_vm<'c>(
     .fetch_optional(db)
     .await?;
     Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// The node `vm_id` is and its cluster, in one statement (a node's cluster always exists: the
+/// foreign key cascades). Every request a node makes reads both.
+pub async fn find_with_cluster<'c>(
+    db: impl Executor<'c, Database = Any>,
+    vm_id: i64,
+) -> Result<Option<(NodeRow, ClusterRow)>, DbError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let node: Vec<String> = COLUMNS.split(", ").map(|c| format!("n.{c}")).collect();
+        format!(
+            "SELECT {}, {} FROM cluster_nodes n JOIN clusters c ON c.id = n.cluster_id \
+             WHERE n.vm_id = $1",
+            node.join(", "),
+            clusters::joined_columns()
+        )
+    });
+    let row = sqlx::query(&SQL).bind(vm_id).fetch_optional(db).await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some((
+        from_row(&row)?,
+        clusters::from_row_named(&row, &clusters::JOINED)?,
+    )))
 }
 
 /// A node's stored serving certificates (keys sealed).

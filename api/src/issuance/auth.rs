@@ -108,22 +108,28 @@ pub(crate) async fn member(
     org_id: i64,
     vm_id: i64,
 ) -> Result<Result<Vm, Refusal>, DbError> {
-    let Some(node) = db::nodes::find_by_vm(&state.db.pool, vm_id).await? else {
-        return Ok(Err(hidden("the VM is no node of any cluster")));
+    let found = db::nodes::find_with_cluster(&state.db.pool, vm_id).await?;
+    Ok(member_of(found, org_id))
+}
+
+/// Judges a looked-up node and its cluster: a node of a founded cluster of `org_id`.
+pub fn member_of(found: Option<(NodeRow, ClusterRow)>, org_id: i64) -> Result<Vm, Refusal> {
+    let Some((node, cluster)) = found else {
+        return Err(hidden("the VM is no node of any cluster"));
     };
-    let Some(cluster) = db::clusters::get(&state.db.pool, org_id, node.cluster_id).await? else {
-        return Ok(Err(hidden("the VM's cluster belongs to another org")));
-    };
+    if cluster.org_id != org_id {
+        return Err(hidden("the VM's cluster belongs to another org"));
+    }
     match cluster.phase {
-        ClusterPhase::Founded => Ok(Ok(Vm { node, cluster })),
+        ClusterPhase::Founded => Ok(Vm { node, cluster }),
         // The VM booted before founding finished: retryable, and it is the VM's own cluster.
-        ClusterPhase::Provisioning => Ok(Err(Refusal {
+        ClusterPhase::Provisioning => Err(Refusal {
             class: Refused::NotYet {
                 retry_after_secs: 5,
             },
             reason: "the VM's cluster is still being founded",
-        })),
-        _ => Ok(Err(hidden("the VM's cluster is not founded"))),
+        }),
+        _ => Err(hidden("the VM's cluster is not founded")),
     }
 }
 

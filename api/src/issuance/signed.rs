@@ -14,7 +14,7 @@ use exk8s_common::node_auth::{
 use crate::app::AppState;
 use crate::db::{self, DbError};
 
-use super::auth::{Refusal, Vm, header, imds_session, member, same_vm, unauthorized};
+use super::auth::{Refusal, Vm, header, imds_session, member_of, same_vm, unauthorized};
 
 /// The parts of a request its signature covers.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +50,9 @@ pub async fn authenticate(
     if let Err(refusal) = same_vm(session, path_vm) {
         return Ok(Err(refusal));
     }
-    let Some(node) = db::nodes::find_by_vm(&state.db.pool, path_vm).await? else {
+    // The node and its cluster in one read; membership is judged after the signature.
+    let found = db::nodes::find_with_cluster(&state.db.pool, path_vm).await?;
+    let Some((node, _)) = &found else {
         return Ok(Err(unauthorized(
             "the VM has no node record (deleted or never founded)",
         )));
@@ -86,5 +88,5 @@ pub async fn authenticate(
     if !fresh {
         return Ok(Err(unauthorized("request nonce replayed")));
     }
-    member(state, session.org_id, path_vm).await
+    Ok(member_of(found, session.org_id))
 }

@@ -29,6 +29,7 @@ mod key_pool;
 mod member_crash;
 mod membership;
 mod membership_down;
+mod node_lookup;
 mod pki;
 mod pki_cases;
 mod pool_crash;

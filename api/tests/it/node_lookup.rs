@@ -1,0 +1,73 @@
+//! A node's request reads its node and its cluster in one statement
+//! (`db::nodes::find_with_cluster`): the same rows the single-table reads give, judged by org
+//! and phase as before (`issuance::auth::member_of`).
+
+use exk8s_api::db;
+use exk8s_api::db::phase::ClusterPhase;
+use exk8s_api::issuance::{Refused, auth::member_of};
+use serde_json::json;
+
+use crate::app::{Backend, both_backends, json_of, spawn_app};
+
+async fn a_node_and_its_cluster_are_read_together_and_judged_by_org(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // A second cluster, so no node shares its cluster's id, and a creation time of its own, so
+    // a node's column read in its cluster's place shows.
+    app.found(3, json!({})).await;
+    let created = json_of(app.found(3, json!({})).await).await;
+    let cluster_id = created["cluster_id"].as_i64().unwrap();
+    let pool = &app.state.db.pool;
+    sqlx::query("UPDATE clusters SET created_at = created_at - 1000 WHERE id = $1")
+        .bind(cluster_id)
+        .execute(pool)
+        .await
+        .unwrap();
+    let cluster = db::clusters::get_by_id(pool, cluster_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let nodes = db::nodes::list(pool, cluster_id).await.unwrap();
+    assert_eq!(nodes.len(), 3);
+    assert!(nodes.iter().all(|n| n.id != cluster_id));
+    for node in &nodes {
+        let (read_node, read_cluster) = db::nodes::find_with_cluster(pool, node.vm_id)
+            .await
+            .unwrap()
+            .unwrap();
+        // Every column, each where its own table's read puts it.
+        assert_eq!(format!("{read_node:?}"), format!("{node:?}"));
+        assert_eq!(format!("{read_cluster:?}"), format!("{cluster:?}"));
+        let found = Some((read_node, read_cluster));
+        let vm = member_of(found.clone(), cluster.org_id).unwrap();
+        assert_eq!((vm.node.id, vm.cluster.id), (node.id, cluster_id));
+        let other_org = member_of(found, cluster.org_id + 1).unwrap_err();
+        assert_eq!(other_org.class, Refused::Hidden);
+        assert_eq!(other_org.reason, "the VM's cluster belongs to another org");
+    }
+    assert!(
+        db::nodes::find_with_cluster(pool, 999_999)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        member_of(None, cluster.org_id).unwrap_err().reason,
+        "the VM is no node of any cluster"
+    );
+
+    // A cluster that is not founded yet answers "retry", one that is gone "not found".
+    let node = nodes[0].clone();
+    let mut provisioning = cluster.clone();
+    provisioning.phase = ClusterPhase::Provisioning;
+    let refused = member_of(Some((node.clone(), provisioning)), cluster.org_id).unwrap_err();
+    assert!(
+        matches!(refused.class, Refused::NotYet { .. }),
+        "{refused:?}"
+    );
+    let mut deleting = cluster.clone();
+    deleting.phase = ClusterPhase::Deleting;
+    let refused = member_of(Some((node, deleting)), cluster.org_id).unwrap_err();
+    assert_eq!(refused.class, Refused::Hidden);
+}
+
+both_backends!(a_node_and_its_cluster_are_read_together_and_judged_by_org);
