@@ -14,6 +14,7 @@ use sqlx::{Any, Executor, Row};
 use super::DbError;
 use super::clusters::{self, ClusterRow};
 use super::phase::{EtcdMembership, NodePhase, Removal, decode};
+use super::rotations;
 
 #[derive(Debug, Clone)]
 pub struct NodeRow {
@@ -297,51 +298,73 @@ pub struct ServingRow {
     pub apiserver_key_sealed: String,
 }
 
-/// What a control-plane node's bundle reads beside its cluster's nodes, in one statement: the
-/// node's serving certificates (`None` when either facet is missing) and its cluster's CA
-/// rotation in progress.
-pub async fn serving_and_rotation<'c>(
+/// What a control-plane node's bundle reads of its cluster, in one statement: the cluster's
+/// nodes by ordinal, the node's serving certificates (`None` when either facet is missing) and
+/// the cluster's CA rotation in progress.
+pub struct ControlPlaneView {
+    pub nodes: Vec<NodeRow>,
+    pub serving: Option<ServingRow>,
+    pub rotation: Option<super::rotations::Rotation>,
+}
+
+/// Reads [`ControlPlaneView`] for node `node_id` of cluster `cluster_id`. Each node row carries
+/// the cluster's rotation (the same on every row, read from the first), and only `node_id`'s
+/// row its serving certificates.
+pub async fn control_plane_view<'c>(
     db: impl Executor<'c, Database = Any>,
     cluster_id: i64,
     node_id: i64,
-) -> Result<(Option<ServingRow>, Option<super::rotations::Rotation>), DbError> {
-    // Every joined table is keyed by what it is joined on, so the one-row anchor yields
-    // exactly one row.
-    let r = sqlx::query(
-        "SELECT r.cluster_id AS cluster_id, r.ca AS ca, r.phase AS phase, \
-         r.other_cert AS other_cert, r.new_key_sealed AS new_key_sealed, \
-         r.started_at AS started_at, r.updated_at AS updated_at, \
-         e.server_cert AS server_cert, e.server_key_sealed AS server_key_sealed, \
-         e.peer_cert AS peer_cert, e.peer_key_sealed AS peer_key_sealed, \
-         a.serving_cert AS serving_cert, a.serving_key_sealed AS serving_key_sealed \
-         FROM (SELECT 1 AS anchor) q \
-         LEFT JOIN ca_rotations r ON r.cluster_id = $1 \
-         LEFT JOIN etcd_members e ON e.node_id = $2 \
-         LEFT JOIN apiserver_nodes a ON a.node_id = $3",
-    )
-    .bind(cluster_id)
-    .bind(node_id)
-    .bind(node_id)
-    .fetch_one(db)
-    .await?;
-    let rotation = match r.try_get::<Option<i64>, _>("cluster_id")? {
-        Some(_) => Some(super::rotations::rotation_row(&r)?),
-        None => None,
-    };
-    let etcd: Option<String> = r.try_get("server_cert")?;
-    let apiserver: Option<String> = r.try_get("serving_cert")?;
-    let serving = match (etcd, apiserver) {
-        (Some(etcd_server_cert), Some(apiserver_cert)) => Some(ServingRow {
-            etcd_server_cert,
-            etcd_server_key_sealed: r.try_get("server_key_sealed")?,
-            etcd_peer_cert: r.try_get("peer_cert")?,
-            etcd_peer_key_sealed: r.try_get("peer_key_sealed")?,
-            apiserver_cert,
-            apiserver_key_sealed: r.try_get("serving_key_sealed")?,
-        }),
+) -> Result<ControlPlaneView, DbError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let node: Vec<String> = COLUMNS.split(", ").map(|c| format!("n.{c}")).collect();
+        format!(
+            "SELECT {}, {}, \
+             e.server_cert AS server_cert, e.server_key_sealed AS server_key_sealed, \
+             e.peer_cert AS peer_cert, e.peer_key_sealed AS peer_key_sealed, \
+             a.serving_cert AS serving_cert, a.serving_key_sealed AS serving_key_sealed \
+             FROM cluster_nodes n \
+             LEFT JOIN ca_rotations r ON r.cluster_id = n.cluster_id \
+             LEFT JOIN etcd_members e ON e.node_id = n.id AND n.id = $2 \
+             LEFT JOIN apiserver_nodes a ON a.node_id = n.id AND n.id = $2 \
+             WHERE n.cluster_id = $1 ORDER BY n.ordinal",
+            node.join(", "),
+            rotations::prefixed_columns()
+        )
+    });
+    let rows = sqlx::query(&SQL)
+        .bind(cluster_id)
+        .bind(node_id)
+        .fetch_all(db)
+        .await?;
+    let rotation = match rows.first() {
+        Some(r)
+            if r.try_get::<Option<i64>, _>(rotations::PREFIXED[0])?
+                .is_some() =>
+        {
+            Some(rotations::rotation_row_named(r, &rotations::PREFIXED)?)
+        }
         _ => None,
     };
-    Ok((serving, rotation))
+    let mut serving = None;
+    for r in &rows {
+        let etcd: Option<String> = r.try_get("server_cert")?;
+        let apiserver: Option<String> = r.try_get("serving_cert")?;
+        if let (Some(etcd_server_cert), Some(apiserver_cert)) = (etcd, apiserver) {
+            serving = Some(ServingRow {
+                etcd_server_cert,
+                etcd_server_key_sealed: r.try_get("server_key_sealed")?,
+                etcd_peer_cert: r.try_get("peer_cert")?,
+                etcd_peer_key_sealed: r.try_get("peer_key_sealed")?,
+                apiserver_cert,
+                apiserver_key_sealed: r.try_get("serving_key_sealed")?,
+            });
+        }
+    }
+    Ok(ControlPlaneView {
+        nodes: rows.iter().map(from_row).collect::<Result<_, _>>()?,
+        serving,
+        rotation,
+    })
 }
 
 /// A bootstrap issuance's serial and the generation it carries.

@@ -97,20 +97,72 @@ pub(super) const ROTATION_COLUMNS: &str =
     "cluster_id, ca, phase, other_cert, new_key_sealed, started_at, updated_at";
 
 pub(super) fn rotation_row(r: &sqlx::any::AnyRow) -> Result<Rotation, DbError> {
-    let ca: String = r.try_get("ca")?;
+    rotation_row_named(r, &PLAIN)
+}
+
+/// The names of [`ROTATION_COLUMNS`] in a row, in their order.
+pub(super) type Names = [&'static str; 7];
+
+const PLAIN: Names = [
+    "cluster_id",
+    "ca",
+    "phase",
+    "other_cert",
+    "new_key_sealed",
+    "started_at",
+    "updated_at",
+];
+
+/// The names `r.<column> AS rotation_<column>` gives, for a join in which a node's columns
+/// keep their own names.
+pub(super) const PREFIXED: Names = [
+    "rotation_cluster_id",
+    "rotation_ca",
+    "rotation_phase",
+    "rotation_other_cert",
+    "rotation_new_key_sealed",
+    "rotation_started_at",
+    "rotation_updated_at",
+];
+
+/// [`ROTATION_COLUMNS`] of the table aliased `r`, under the [`PREFIXED`] names.
+pub(super) fn prefixed_columns() -> String {
+    PLAIN
+        .iter()
+        .zip(PREFIXED)
+        .map(|(plain, prefixed)| format!("r.{plain} AS {prefixed}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A rotation from a row whose columns go by `names`.
+pub(super) fn rotation_row_named(
+    r: &sqlx::any::AnyRow,
+    names: &Names,
+) -> Result<Rotation, DbError> {
+    let [
+        cluster_id,
+        ca,
+        phase,
+        other_cert,
+        new_key_sealed,
+        started_at,
+        updated_at,
+    ] = *names;
+    let ca_name: String = r.try_get(ca)?;
     Ok(Rotation {
-        cluster_id: r.try_get("cluster_id")?,
-        ca: ca_named(&ca).ok_or_else(|| {
+        cluster_id: r.try_get(cluster_id)?,
+        ca: ca_named(&ca_name).ok_or_else(|| {
             DbError::Query(sqlx::Error::ColumnDecode {
-                index: "ca".into(),
-                source: format!("unknown CA `{ca}`").into(),
+                index: ca.into(),
+                source: format!("unknown CA `{ca_name}`").into(),
             })
         })?,
-        phase: super::phase::decode(r, "phase")?,
-        other_cert: r.try_get("other_cert")?,
-        new_key_sealed: r.try_get("new_key_sealed")?,
-        started_at: r.try_get("started_at")?,
-        updated_at: r.try_get("updated_at")?,
+        phase: super::phase::decode(r, phase)?,
+        other_cert: r.try_get(other_cert)?,
+        new_key_sealed: r.try_get(new_key_sealed)?,
+        started_at: r.try_get(started_at)?,
+        updated_at: r.try_get(updated_at)?,
     })
 }
 

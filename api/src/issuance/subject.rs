@@ -98,12 +98,15 @@ pub(super) async fn load(
 ) -> Result<Loaded, IssuanceError> {
     let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
     // During a CA rotation trust files carry the CA trusted beside the signing one. A
-    // control-plane node reads the rotation with its serving certificates, in one statement.
+    // control-plane node reads the rotation with its peers and serving certificates, in one
+    // statement.
     let (rotation, subject) = match node.role {
         Role::ControlPlane => {
-            let rows = db::nodes::list(&state.db.pool, cluster.id).await?;
-            let (serving, rotation) =
-                db::nodes::serving_and_rotation(&state.db.pool, cluster.id, node.id).await?;
+            let db::nodes::ControlPlaneView {
+                nodes: rows,
+                serving,
+                rotation,
+            } = db::nodes::control_plane_view(&state.db.pool, cluster.id, node.id).await?;
             let subject = Subject::ControlPlane {
                 this: load::control_plane_node(node, &rows)?,
                 peers: rows

@@ -5,6 +5,7 @@
 use exk8s_api::db;
 use exk8s_api::db::phase::ClusterPhase;
 use exk8s_api::issuance::{Refused, auth::member_of};
+use exk8s_api::pki::CaRole;
 use serde_json::json;
 
 use crate::app::{Backend, both_backends, json_of, spawn_app};
@@ -71,3 +72,60 @@ async fn a_node_and_its_cluster_are_read_together_and_judged_by_org(backend: Bac
 }
 
 both_backends!(a_node_and_its_cluster_are_read_together_and_judged_by_org);
+
+/// A control-plane bundle reads its cluster's nodes, its own serving certificates and the CA
+/// rotation in one statement (`db::nodes::control_plane_view`): the rows each table's own read
+/// gives, the serving certificates of the node asked for only.
+async fn a_control_plane_view_is_the_tables_own_rows(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({})).await).await;
+    let cluster_id = created["cluster_id"].as_i64().unwrap();
+    let pool = &app.state.db.pool;
+    let nodes = db::nodes::list(pool, cluster_id).await.unwrap();
+    let mut serving_certs = Vec::new();
+    for rotating in [false, true] {
+        if rotating {
+            let mut tx = app.state.db.begin().await.unwrap();
+            let started = db::rotations::insert(
+                &mut tx,
+                cluster_id,
+                CaRole::Etcd,
+                "new cert pem",
+                "sealed new key",
+                1_234,
+            )
+            .await
+            .unwrap();
+            assert!(started);
+            tx.commit().await.unwrap();
+        }
+        let rotation = db::rotations::get(pool, cluster_id).await.unwrap();
+        assert_eq!(rotation.is_some(), rotating);
+        for node in &nodes {
+            let view = db::nodes::control_plane_view(pool, cluster_id, node.id)
+                .await
+                .unwrap();
+            assert_eq!(format!("{:?}", view.nodes), format!("{nodes:?}"));
+            assert_eq!(view.rotation, rotation);
+            let serving = view
+                .serving
+                .expect("a control-plane node's serving certificates");
+            let own: (String, String) = sqlx::query_as(
+                "SELECT e.server_cert, a.serving_cert FROM etcd_members e \
+                 JOIN apiserver_nodes a ON a.node_id = e.node_id WHERE e.node_id = $1",
+            )
+            .bind(node.id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            assert_eq!((serving.etcd_server_cert, serving.apiserver_cert), own);
+            serving_certs.push(own);
+        }
+    }
+    // Three nodes, three sets of certificates.
+    serving_certs.sort();
+    serving_certs.dedup();
+    assert_eq!(serving_certs.len(), 3);
+}
+
+both_backends!(a_control_plane_view_is_the_tables_own_rows);
