@@ -307,9 +307,9 @@ pub struct ControlPlaneView {
     pub rotation: Option<super::rotations::Rotation>,
 }
 
-/// Reads [`ControlPlaneView`] for node `node_id` of cluster `cluster_id`. Each node row carries
-/// the cluster's rotation (the same on every row, read from the first), and only `node_id`'s
-/// row its serving certificates.
+/// Reads [`ControlPlaneView`] for node `node_id` of cluster `cluster_id`. Only `node_id`'s row
+/// is joined to its serving certificates and the cluster's rotation, so a large cluster's rows
+/// do not each carry the rotation's certificate and sealed key.
 pub async fn control_plane_view<'c>(
     db: impl Executor<'c, Database = Any>,
     cluster_id: i64,
@@ -323,7 +323,7 @@ pub async fn control_plane_view<'c>(
              e.peer_cert AS peer_cert, e.peer_key_sealed AS peer_key_sealed, \
              a.serving_cert AS serving_cert, a.serving_key_sealed AS serving_key_sealed \
              FROM cluster_nodes n \
-             LEFT JOIN ca_rotations r ON r.cluster_id = n.cluster_id \
+             LEFT JOIN ca_rotations r ON r.cluster_id = n.cluster_id AND n.id = $2 \
              LEFT JOIN etcd_members e ON e.node_id = n.id AND n.id = $2 \
              LEFT JOIN apiserver_nodes a ON a.node_id = n.id AND n.id = $2 \
              WHERE n.cluster_id = $1 ORDER BY n.ordinal",
@@ -336,17 +336,13 @@ pub async fn control_plane_view<'c>(
         .bind(node_id)
         .fetch_all(db)
         .await?;
-    let rotation = match rows.first() {
-        Some(r)
-            if r.try_get::<Option<i64>, _>(rotations::PREFIXED[0])?
-                .is_some() =>
-        {
-            Some(rotations::rotation_row_named(r, &rotations::PREFIXED)?)
-        }
-        _ => None,
-    };
-    let mut serving = None;
+    let (mut serving, mut rotation) = (None, None);
     for r in &rows {
+        if r.try_get::<Option<i64>, _>(rotations::PREFIXED[0])?
+            .is_some()
+        {
+            rotation = Some(rotations::rotation_row_named(r, &rotations::PREFIXED)?);
+        }
         let etcd: Option<String> = r.try_get("server_cert")?;
         let apiserver: Option<String> = r.try_get("serving_cert")?;
         if let (Some(etcd_server_cert), Some(apiserver_cert)) = (etcd, apiserver) {
