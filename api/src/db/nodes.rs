@@ -264,26 +264,34 @@ pub async fn find_by_vm<'c>(
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
-/// The node `vm_id` is and its cluster, in one statement (a node's cluster always exists: the
-/// foreign key cascades). Every request a node makes reads both.
-pub async fn find_with_cluster<'c>(
-    db: impl Executor<'c, Database = Any>,
-    vm_id: i64,
-) -> Result<Option<(NodeRow, ClusterRow)>, DbError> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        let node: Vec<String> = COLUMNS.split(", ").map(|c| format!("n.{c}")).collect();
-        format!(
-            "SELECT {}, {} FROM cluster_nodes n JOIN clusters c ON c.id = n.cluster_id \
-             WHERE n.vm_id = $1",
-            node.join(", "),
-            clusters::joined_columns()
-        )
-    });
-    let row = sqlx::query(&SQL).bind(vm_id).fetch_optional(db).await?;
-    let Some(row) = row else { return Ok(None) };
+/// A node's columns as `n.<column>` and its cluster's as [`clusters::joined_columns`] gives
+/// them, for a statement that joins `clusters c ON c.id = n.cluster_id` (a node's cluster always
+/// exists: the foreign key cascades). Every request a node makes reads both; read them back
+/// with [`with_cluster_from_row`].
+pub(super) fn with_cluster_columns() -> String {
+    format!("{}, {}", prefixed_columns(), clusters::joined_columns())
+}
+
+/// The node's columns as `n.<column>`.
+fn prefixed_columns() -> String {
+    COLUMNS
+        .split(", ")
+        .map(|c| format!("n.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The node and cluster of a row selected with [`with_cluster_columns`]; `None` when an outer
+/// join found no node.
+pub(super) fn with_cluster_from_row(
+    row: &sqlx::any::AnyRow,
+) -> Result<Option<(NodeRow, ClusterRow)>, sqlx::Error> {
+    if row.try_get::<Option<i64>, _>("id")?.is_none() {
+        return Ok(None);
+    }
     Ok(Some((
-        from_row(&row)?,
-        clusters::from_row_named(&row, &clusters::JOINED)?,
+        from_row(row)?,
+        clusters::from_row_named(row, &clusters::JOINED)?,
     )))
 }
 
@@ -316,7 +324,6 @@ pub async fn control_plane_view<'c>(
     node_id: i64,
 ) -> Result<ControlPlaneView, DbError> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
-        let node: Vec<String> = COLUMNS.split(", ").map(|c| format!("n.{c}")).collect();
         format!(
             "SELECT {}, {}, \
              e.server_cert AS server_cert, e.server_key_sealed AS server_key_sealed, \
@@ -327,7 +334,7 @@ pub async fn control_plane_view<'c>(
              LEFT JOIN etcd_members e ON e.node_id = n.id AND n.id = $2 \
              LEFT JOIN apiserver_nodes a ON a.node_id = n.id AND n.id = $2 \
              WHERE n.cluster_id = $1 ORDER BY n.ordinal",
-            node.join(", "),
+            prefixed_columns(),
             rotations::prefixed_columns()
         )
     });

@@ -18,17 +18,70 @@ pub struct ApiToken {
     pub created_at: i64,
 }
 
+/// The names a statement gives a principal token's columns.
+pub(super) struct ApiTokenNames {
+    id: &'static str,
+    org_id: &'static str,
+    principal: &'static str,
+    scope: &'static str,
+    expires_at: &'static str,
+    revoked: &'static str,
+    created_at: &'static str,
+}
+
+const PLAIN: ApiTokenNames = ApiTokenNames {
+    id: "id",
+    org_id: "org_id",
+    principal: "principal",
+    scope: "scope",
+    expires_at: "expires_at",
+    revoked: "revoked",
+    created_at: "created_at",
+};
+
+/// The names [`JOINED_COLUMNS`] gives, apart from any other table's.
+pub(super) const JOINED: ApiTokenNames = ApiTokenNames {
+    id: "principal_id",
+    org_id: "principal_org_id",
+    principal: "principal_name",
+    scope: "principal_scope",
+    expires_at: "principal_expires_at",
+    revoked: "principal_revoked",
+    created_at: "principal_created_at",
+};
+
+/// A principal token's columns as `t.<column>`, named as [`JOINED`] says.
+pub(super) const JOINED_COLUMNS: &str = "t.id AS principal_id, t.org_id AS principal_org_id, \
+    t.principal AS principal_name, t.scope AS principal_scope, t.expires_at AS principal_expires_at, \
+    t.revoked AS principal_revoked, t.created_at AS principal_created_at";
+
 fn api_token(row: &sqlx::any::AnyRow) -> Result<ApiToken, sqlx::Error> {
-    let scope: String = row.try_get("scope")?;
+    api_token_named(row, &PLAIN)
+}
+
+/// The principal token of a row selected with [`JOINED_COLUMNS`]; `None` when an outer join
+/// found none.
+pub(super) fn joined_api_token(row: &sqlx::any::AnyRow) -> Result<Option<ApiToken>, sqlx::Error> {
+    match row.try_get::<Option<i64>, _>(JOINED.id)? {
+        Some(_) => api_token_named(row, &JOINED).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn api_token_named(
+    row: &sqlx::any::AnyRow,
+    names: &ApiTokenNames,
+) -> Result<ApiToken, sqlx::Error> {
+    let scope: String = row.try_get(names.scope)?;
     Ok(ApiToken {
-        id: row.try_get("id")?,
-        org_id: row.try_get("org_id")?,
-        principal: row.try_get("principal")?,
+        id: row.try_get(names.id)?,
+        org_id: row.try_get(names.org_id)?,
+        principal: row.try_get(names.principal)?,
         scope: Scope::parse(&scope)
             .ok_or_else(|| sqlx::Error::Decode(format!("scope {scope}").into()))?,
-        expires_at: row.try_get("expires_at")?,
-        revoked: row.try_get::<i64, _>("revoked")? != 0,
-        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get(names.expires_at)?,
+        revoked: row.try_get::<i64, _>(names.revoked)? != 0,
+        created_at: row.try_get(names.created_at)?,
     })
 }
 
@@ -121,40 +174,21 @@ pub async fn insert_imds_token<'c>(
     Ok(())
 }
 
-/// Both credentials of a bootstrap request, in one statement: the IMDS session `imds_hash`
-/// names and the principal token `bearer_hash` names, each `None` when unknown. Issuance's
-/// busiest path reads them together; the caller still judges them in its own order.
-pub async fn find_bootstrap_pair<'c>(
-    db: impl Executor<'c, Database = Any>,
-    imds_hash: &str,
-    bearer_hash: &str,
-) -> Result<(Option<ImdsToken>, Option<ApiToken>), DbError> {
-    // Both hashes are unique, so the one-row anchor yields exactly one row.
-    let row = sqlx::query(
-        "SELECT i.vm_id AS imds_vm_id, i.org_id AS imds_org_id, i.expires_at AS imds_expires_at, \
-         t.id AS id, t.org_id AS org_id, t.principal AS principal, t.scope AS scope, \
-         t.expires_at AS expires_at, t.revoked AS revoked, t.created_at AS created_at \
-         FROM (SELECT 1 AS anchor) q \
-         LEFT JOIN imds_tokens i ON i.token_hash = $1 \
-         LEFT JOIN api_tokens t ON t.token_hash = $2",
-    )
-    .bind(imds_hash)
-    .bind(bearer_hash)
-    .fetch_one(db)
-    .await?;
-    let session = match row.try_get::<Option<i64>, _>("imds_vm_id")? {
-        Some(vm_id) => Some(ImdsToken {
+/// An IMDS session token's columns as `i.<column>`, named apart from any other table's.
+pub(super) const JOINED_IMDS_COLUMNS: &str =
+    "i.vm_id AS imds_vm_id, i.org_id AS imds_org_id, i.expires_at AS imds_expires_at";
+
+/// The IMDS session of a row selected with [`JOINED_IMDS_COLUMNS`]; `None` when an outer join
+/// found none.
+pub(super) fn joined_imds_token(row: &sqlx::any::AnyRow) -> Result<Option<ImdsToken>, sqlx::Error> {
+    match row.try_get::<Option<i64>, _>("imds_vm_id")? {
+        Some(vm_id) => Ok(Some(ImdsToken {
             vm_id,
             org_id: row.try_get("imds_org_id")?,
             expires_at: row.try_get("imds_expires_at")?,
-        }),
-        None => None,
-    };
-    let principal = match row.try_get::<Option<i64>, _>("id")? {
-        Some(_) => Some(api_token(&row)?),
-        None => None,
-    };
-    Ok((session, principal))
+        })),
+        None => Ok(None),
+    }
 }
 
 pub async fn find_imds_token<'c>(

@@ -66,20 +66,8 @@ pub(crate) struct Session {
     pub org_id: i64,
 }
 
-/// The session a valid IMDS token names.
-pub(crate) async fn imds_session(
-    state: &AppState,
-    headers: &axum::http::HeaderMap,
-) -> Result<Result<Session, Refusal>, DbError> {
-    let Some(imds) = header(headers, IMDS_TOKEN_HEADER) else {
-        return Ok(Err(unauthorized("IMDS token missing or malformed")));
-    };
-    let found = db::tokens::find_imds_token(&state.db.pool, &tokens::hash(imds)).await?;
-    Ok(session_of(found))
-}
-
 /// The session a looked-up IMDS token record makes, if it is valid.
-fn session_of(found: Option<ImdsToken>) -> Result<Session, Refusal> {
+pub(crate) fn session_of(found: Option<ImdsToken>) -> Result<Session, Refusal> {
     let Some(session) = found else {
         return Err(unauthorized("IMDS token unknown"));
     };
@@ -100,16 +88,6 @@ pub(crate) fn same_vm(session: Session, path_vm: i64) -> Result<(), Refusal> {
     } else {
         Err(hidden("the path names another VM than the IMDS token"))
     }
-}
-
-/// The node `vm_id` is and its founded cluster of `org_id`.
-pub(crate) async fn member(
-    state: &AppState,
-    org_id: i64,
-    vm_id: i64,
-) -> Result<Result<Vm, Refusal>, DbError> {
-    let found = db::nodes::find_with_cluster(&state.db.pool, vm_id).await?;
-    Ok(member_of(found, org_id))
 }
 
 /// Judges a looked-up node and its cluster: a node of a founded cluster of `org_id`.
@@ -148,21 +126,25 @@ pub async fn authenticate(
     let Some(bearer) = bearer.filter(|b| !b.is_empty()) else {
         return Ok(Err(unauthorized("bearer token missing or malformed")));
     };
-    // Both records in one round trip; judged in the same order as ever.
-    let (session, principal) =
-        db::tokens::find_bootstrap_pair(&state.db.pool, &tokens::hash(imds), &tokens::hash(bearer))
-            .await?;
-    let session = match session_of(session) {
+    // Every record in one round trip; judged in the same order as ever.
+    let found = db::callers::bootstrap(
+        &state.db.pool,
+        &tokens::hash(imds),
+        &tokens::hash(bearer),
+        path_vm,
+    )
+    .await?;
+    let session = match session_of(found.session) {
         Ok(session) => session,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    if let Err(refusal) = bootstrap_principal(principal, session.org_id) {
+    if let Err(refusal) = bootstrap_principal(found.principal, session.org_id) {
         return Ok(Err(refusal));
     }
     if let Err(refusal) = same_vm(session, path_vm) {
         return Ok(Err(refusal));
     }
-    member(state, session.org_id, path_vm).await
+    Ok(member_of(found.member, session.org_id))
 }
 
 /// The looked-up principal token is a valid, unrevoked bootstrap-scope token of `org`.

@@ -13,8 +13,9 @@ use exk8s_common::node_auth::{
 
 use crate::app::AppState;
 use crate::db::{self, DbError};
+use crate::tokens;
 
-use super::auth::{Refusal, Vm, header, imds_session, member_of, same_vm, unauthorized};
+use super::auth::{Refusal, Vm, header, member_of, same_vm, session_of, unauthorized};
 
 /// The parts of a request its signature covers.
 #[derive(Debug, Clone, Copy)]
@@ -32,9 +33,9 @@ pub async fn authenticate(
     path_vm: i64,
 ) -> Result<Result<Vm, Refusal>, DbError> {
     let headers = request.headers;
-    if header(headers, IMDS_TOKEN_HEADER).is_none() {
+    let Some(imds) = header(headers, IMDS_TOKEN_HEADER) else {
         return Ok(Err(unauthorized("IMDS token missing or malformed")));
-    }
+    };
     let signature = header(headers, SIGNATURE_HEADER);
     let timestamp = header(headers, TIMESTAMP_HEADER).and_then(|t| t.parse::<i64>().ok());
     let nonce = header(headers, NONCE_HEADER).and_then(|n| Nonce::new(n).ok());
@@ -43,15 +44,17 @@ pub async fn authenticate(
             "request signature, timestamp or nonce missing or malformed",
         )));
     };
-    let session = match imds_session(state, headers).await? {
+    // The session, the node and its cluster in one read; membership is judged after the
+    // signature.
+    let found = db::callers::signed(&state.db.pool, &tokens::hash(imds), path_vm).await?;
+    let session = match session_of(found.session) {
         Ok(session) => session,
         Err(refusal) => return Ok(Err(refusal)),
     };
     if let Err(refusal) = same_vm(session, path_vm) {
         return Ok(Err(refusal));
     }
-    // The node and its cluster in one read; membership is judged after the signature.
-    let found = db::nodes::find_with_cluster(&state.db.pool, path_vm).await?;
+    let found = found.member;
     let Some((node, _)) = &found else {
         return Ok(Err(unauthorized(
             "the VM has no node record (deleted or never founded)",

@@ -23,6 +23,7 @@ mod etcd_cluster;
 mod events;
 mod founding;
 mod helpers;
+mod idle_ping;
 mod issuers;
 mod key_helper;
 mod key_pool;
