@@ -13,6 +13,7 @@ pub mod issuances;
 pub mod keys;
 pub mod membership;
 pub mod nodes;
+pub mod nonces;
 pub mod pages;
 pub mod resources;
 pub mod tokens;

@@ -514,29 +514,3 @@ pub async fn bump_generations(
     nodes.sort_unstable();
     Ok(nodes)
 }
-
-/// Remembers a signed request's nonce until `expires_at`; false when the node used it before
-/// (a replay). Expired nonces of the node are dropped on the way.
-pub async fn remember_nonce(
-    tx: &mut sqlx::AnyConnection,
-    node_id: i64,
-    nonce: &str,
-    expires_at: i64,
-    now: i64,
-) -> Result<bool, DbError> {
-    sqlx::query("DELETE FROM node_request_nonces WHERE node_id = $1 AND expires_at < $2")
-        .bind(node_id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    let inserted = sqlx::query(
-        "INSERT INTO node_request_nonces (node_id, nonce, expires_at) VALUES ($1, $2, $3) \
-         ON CONFLICT (node_id, nonce) DO NOTHING",
-    )
-    .bind(node_id)
-    .bind(nonce)
-    .bind(expires_at)
-    .execute(&mut *tx)
-    .await?;
-    Ok(inserted.rows_affected() == 1)
-}

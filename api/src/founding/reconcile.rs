@@ -2,9 +2,9 @@
 //! `provisioning` (or `compensating`) past the deadline — a process that crashed mid-founding,
 //! or a compensation the compute API interrupted — runs certificate renewal
 //! ([`crate::renewal::pass`]), moves CA rotations on ([`crate::rotation::advance`]) and
-//! converges node pools nobody converges ([`pools`]) and forgets old cluster events. Claims
-//! are atomic in the database, so
-//! several API replicas never compensate the same cluster (or converge the same pool) at once.
+//! converges node pools nobody converges ([`pools`]) and forgets old cluster events and expired
+//! request nonces. Claims are atomic in the database, so several API replicas never compensate
+//! the same cluster (or converge the same pool) at once.
 
 use crate::app::AppState;
 use crate::db;
@@ -140,8 +140,15 @@ pub async fn prune_events(state: &AppState) {
     }
 }
 
+/// Forgets signed requests' nonces that no accepted timestamp could carry any more.
+pub async fn prune_nonces(state: &AppState) {
+    if let Err(e) = db::nonces::prune(&state.db.pool, db::now()).await {
+        tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot prune request nonces");
+    }
+}
+
 /// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes, the
-/// key pool's demand and event pruning now and then every `reconcile_interval`, until the
+/// key pool's demand, event and nonce pruning now and then every `reconcile_interval`, until the
 /// process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -157,6 +164,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
             }
             prune_events(&state).await;
+            prune_nonces(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

@@ -84,10 +84,8 @@ pub async fn authenticate(
     }
     // Kept until no timestamp that could carry it is accepted any more.
     let expires_at = timestamp + MAX_REQUEST_SKEW_SECS + 1;
-    let mut tx = state.db.begin().await?;
     let fresh =
-        db::nodes::remember_nonce(&mut tx, node.id, nonce.as_str(), expires_at, now).await?;
-    tx.commit().await?;
+        db::nonces::remember(&state.db.pool, node.id, nonce.as_str(), expires_at, now).await?;
     if !fresh {
         return Ok(Err(unauthorized("request nonce replayed")));
     }

@@ -1,6 +1,7 @@
 //! The day-2 routes on SQLite and PostgreSQL: the node-signature credential matrix (absent,
 //! malformed, another VM's key, another VM's path, stale, replayed, unregistered, revoked,
-//! valid), and rollouts that hand a new generation to one control-plane node at a time.
+//! valid), request nonces' expiry and sweep, and rollouts that hand a new generation to one
+//! control-plane node at a time.
 
 use exk8s_common::contract::BundleKind;
 use exk8s_common::node_auth::{NodeKey, request_message};
@@ -369,7 +370,79 @@ async fn rollouts_update_one_control_plane_node_at_a_time(backend: Backend) {
     assert_eq!(missing.status(), 404);
 }
 
+/// A request nonce is refused again until it expires; then it may be taken anew, and the
+/// reconciler's sweep forgets every expired one (and only those).
+async fn request_nonces_expire_and_are_swept(backend: Backend) {
+    use exk8s_api::db::nonces;
+    let app = spawn_app(backend).await;
+    let nodes = cluster_with_credentials(&app, 7, 3).await;
+    let pool = &app.state.db.pool;
+    let ids: Vec<i64> = exk8s_api::db::nodes::list(pool, nodes[0].cluster)
+        .await
+        .unwrap()
+        .iter()
+        .map(|n| n.id)
+        .collect();
+    let (a, b) = (ids[0], ids[1]);
+    // Times an hour ahead, so the test app's own reconciler (sweeping at the real time) never
+    // forgets a row this test stored.
+    let t = exk8s_api::db::now() + 3600;
+    assert!(
+        nonces::remember(pool, a, "n-1", t + 100, t + 40)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !nonces::remember(pool, a, "n-1", t + 130, t + 70)
+            .await
+            .unwrap(),
+        "replay"
+    );
+    // Nonces are the node's own.
+    assert!(
+        nonces::remember(pool, b, "n-1", t + 100, t + 70)
+            .await
+            .unwrap()
+    );
+    assert!(
+        nonces::remember(pool, a, "n-2", t + 300, t + 70)
+            .await
+            .unwrap()
+    );
+    // Past its expiry, the same nonce is a new request's, remembered to its new expiry.
+    assert!(
+        nonces::remember(pool, a, "n-1", t + 400, t + 101)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !nonces::remember(pool, a, "n-1", t + 450, t + 350)
+            .await
+            .unwrap(),
+        "replay"
+    );
+    let stored = || async {
+        let rows: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT node_id, nonce, expires_at FROM node_request_nonces ORDER BY node_id, nonce",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        rows
+    };
+    let row = |node: i64, nonce: &str, at: i64| (node, nonce.to_owned(), t + at);
+    assert_eq!(
+        stored().await,
+        [row(a, "n-1", 400), row(a, "n-2", 300), row(b, "n-1", 100)]
+    );
+    assert_eq!(nonces::prune(pool, t + 300).await.unwrap(), 1);
+    assert_eq!(stored().await, [row(a, "n-1", 400), row(a, "n-2", 300)]);
+    assert_eq!(nonces::prune(pool, t + 401).await.unwrap(), 2);
+    assert!(stored().await.is_empty());
+}
+
 both_backends!(
     node_signature_credential_matrix,
-    rollouts_update_one_control_plane_node_at_a_time
+    rollouts_update_one_control_plane_node_at_a_time,
+    request_nonces_expire_and_are_swept
 );
