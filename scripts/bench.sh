@@ -3,9 +3,10 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|storm|fleet|found|agent|profile|compare
-#   (compare: OLD=<commit> [PAIRS=n] scripts/bench.sh compare — that commit's API against this
-#   one's, n pairs (default 2) alternating, on the same PostgreSQL; not part of `all`)
+#   scripts/bench.sh pki|load|poll|storm|fleet|found|agent|profile|compare
+#   (compare: OLD=<commit> [PAIRS=n] [POLLS=n] scripts/bench.sh compare — that commit's API
+#   against this one's, n pairs (default 2) alternating, on the same PostgreSQL, each run's
+#   fetches followed by POLLS signed day-2 polls (default none); not part of `all`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
@@ -41,6 +42,21 @@ if [ "$what" = all ] || [ "$what" = load ]; then
   "$loadgen" --api-bin "$api" \
     --clusters ecdsa-p256=4,rsa-2048=1 --fetches ecdsa-p256=10000,rsa-2048=32 --concurrency 64 \
     --allow-clean-errors --json "$out/load-sqlite.json"
+fi
+
+if [ "$what" = all ] || [ "$what" = poll ]; then
+  ensure_postgres
+  pg_db=exk8s_bench_poll
+  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+  # Each of the 30 VMs registers a node key with one fetch, then the polls go round them.
+  log "day-2 polls (signed GET /nodes/{vm}/generation): PostgreSQL"
+  "$loadgen" --api-bin "$api" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
+    --clusters ecdsa-p256=10 --fetches ecdsa-p256=30 --polls 20000 --concurrency 64 \
+    --json "$out/poll-postgres.json"
+  log "day-2 polls (signed GET /nodes/{vm}/generation): SQLite"
+  "$loadgen" --api-bin "$api" \
+    --clusters ecdsa-p256=10 --fetches ecdsa-p256=30 --polls 20000 --concurrency 64 \
+    --json "$out/poll-sqlite.json"
 fi
 
 if [ "$what" = all ] || [ "$what" = storm ]; then
@@ -164,7 +180,7 @@ if [ "$what" = compare ]; then
     psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
     log "$run ($([ "${run%-*}" = new ] && echo working tree || echo "$old_rev"))"
     "$loadgen" --api-bin "$bin" --database-url "postgres://postgres@127.0.0.1:5432/$pg_db" \
-      --clusters ecdsa-p256=4 --fetches ecdsa-p256=10000 --concurrency 64 \
+      --clusters ecdsa-p256=4 --fetches ecdsa-p256=10000 --polls "${POLLS:-0}" --concurrency 64 \
       --json "$out/compare-$run.json"
   done
   git worktree remove --force "$out/old-src"

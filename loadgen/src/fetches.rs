@@ -86,11 +86,31 @@ impl std::fmt::Display for FetchError {
     }
 }
 
-fn transport(e: reqwest::Error) -> FetchError {
+pub(crate) fn transport(e: reqwest::Error) -> FetchError {
     if e.is_timeout() {
         FetchError::Hung
     } else {
         FetchError::Bad(format!("transport: {e}"))
+    }
+}
+
+/// How a request that was not answered 200 failed.
+pub(crate) async fn refusal(response: reqwest::Response) -> FetchError {
+    let status = response.status().as_u16();
+    let retry_after = response.headers().contains_key("retry-after");
+    let body: Value = match response.json().await {
+        Ok(body) => body,
+        Err(e) if e.is_timeout() => return FetchError::Hung,
+        Err(_) => return FetchError::Bad(format!("HTTP {status} without a JSON error body")),
+    };
+    let formatted = body["error"]["code"].is_string();
+    let clean = (status == 429 || status >= 500)
+        && formatted
+        && (retry_after || !matches!(status, 429 | 503));
+    if clean {
+        FetchError::Clean(status)
+    } else {
+        FetchError::Bad(format!("HTTP {status}: {body}"))
     }
 }
 
@@ -109,25 +129,8 @@ async fn fetch(
         .send()
         .await
         .map_err(transport)?;
-    let status = response.status().as_u16();
-    if status != 200 {
-        let retry_after = response.headers().contains_key("retry-after");
-        let body: Value = response.json().await.map_err(|e| {
-            if e.is_timeout() {
-                FetchError::Hung
-            } else {
-                FetchError::Bad(format!("HTTP {status} without a JSON error body"))
-            }
-        })?;
-        let formatted = body["error"]["code"].is_string();
-        let clean = (status == 429 || status >= 500)
-            && formatted
-            && (retry_after || !matches!(status, 429 | 503));
-        return Err(if clean {
-            FetchError::Clean(status)
-        } else {
-            FetchError::Bad(format!("HTTP {status}: {body}"))
-        });
+    if response.status().as_u16() != 200 {
+        return Err(refusal(response).await);
     }
     let body = response.bytes().await.map_err(transport)?;
     let bundle = verify(&body, keys).map_err(|e| FetchError::Bad(e.to_string()))?;
@@ -174,38 +177,20 @@ impl FetchSet {
             ));
         }
         let vms = Arc::new(self.vms);
-        let gate = Arc::new(Semaphore::new(concurrency));
-        let mut tasks = tokio::task::JoinSet::new();
-        let started = Instant::now();
-        for i in 0..self.total {
-            let permit = Arc::clone(&gate)
-                .acquire_owned()
-                .await
-                .map_err(|e| e.to_string())?;
+        let (latencies, failed, elapsed) = drive(self.total, concurrency, |i| {
             let (http, base, vms, keys) = (
                 http.clone(),
                 base.to_owned(),
                 Arc::clone(&vms),
                 Arc::clone(keys),
             );
-            tasks.spawn(async move {
+            async move {
                 let vm = &vms[i % vms.len()];
                 let nonce = format!("loadgen-nonce-{i:016}");
-                let t = Instant::now();
-                let result = fetch(&http, &base, vm, &nonce, &keys).await;
-                drop(permit);
-                (t.elapsed(), result)
-            });
-        }
-        let mut latencies = Vec::new();
-        let mut failed: Vec<FetchError> = Vec::new();
-        while let Some(done) = tasks.join_next().await {
-            let (elapsed, result) = done.map_err(|e| e.to_string())?;
-            match result {
-                Ok(()) => latencies.push(elapsed),
-                Err(e) => failed.push(e),
+                fetch(&http, &base, vm, &nonce, &keys).await
             }
-        }
+        })
+        .await?;
         if let Some(e) = failed.iter().find(|e| !matches!(e, FetchError::Clean(_))) {
             eprintln!("exk8s-loadgen: first hung or bad fetch for {algorithm}: {e}");
         } else if let Some(e) = failed.first() {
@@ -215,7 +200,46 @@ impl FetchSet {
             format!("fetch {algorithm} c={concurrency}"),
             latencies,
             &failed,
-            started.elapsed(),
+            elapsed,
         ))
     }
+}
+
+/// Plays `total` requests made by `request(i)`, at most `concurrency` in flight: each one's
+/// latency when it succeeded, the failures, and how long all took.
+pub(crate) async fn drive<F, R>(
+    total: usize,
+    concurrency: usize,
+    request: F,
+) -> Result<(Vec<Duration>, Vec<FetchError>, Duration), String>
+where
+    F: Fn(usize) -> R,
+    R: Future<Output = Result<(), FetchError>> + Send + 'static,
+{
+    let gate = Arc::new(Semaphore::new(concurrency));
+    let mut tasks = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for i in 0..total {
+        let permit = Arc::clone(&gate)
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let one = request(i);
+        tasks.spawn(async move {
+            let t = Instant::now();
+            let result = one.await;
+            drop(permit);
+            (t.elapsed(), result)
+        });
+    }
+    let mut latencies = Vec::new();
+    let mut failed: Vec<FetchError> = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        let (elapsed, result) = done.map_err(|e| e.to_string())?;
+        match result {
+            Ok(()) => latencies.push(elapsed),
+            Err(e) => failed.push(e),
+        }
+    }
+    Ok((latencies, failed, started.elapsed()))
 }

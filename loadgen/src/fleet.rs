@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[derive(Clone)]
 pub(crate) struct Vm {
     pub(crate) id: i64,
     pub(crate) imds: String,

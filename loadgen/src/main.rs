@@ -4,7 +4,9 @@
 //! /clusters`), obtains every VM's IMDS and bootstrap tokens through the simulated IMDS, then
 //! plays bundle fetches with a fixed concurrency — each with its own nonce, each envelope
 //! verified against `/bootstrap/keys` and checked for its VM and nonce — and prints
-//! throughput, p50/p90/p99 latency and error counts, as text and (with `--json`) JSON.
+//! throughput, p50/p90/p99 latency and error counts, as text and (with `--json`) JSON. With
+//! `--polls`, each VM's agent then asks for its generation with signed day-2 requests
+//! ([`polls`]), measured the same way.
 //!
 //! Faults on demand: `--sim-latency-ms` slows every simulated compute call, `--db-latency-ms`
 //! routes the API's PostgreSQL connections through a latency-injecting proxy ([`proxy`]).
@@ -18,6 +20,7 @@ mod fetches;
 mod fleet;
 mod fleet_size;
 mod idle;
+mod polls;
 mod proxy;
 
 use std::path::PathBuf;
@@ -93,7 +96,12 @@ struct Args {
         default_value = "ecdsa-p256=2000,rsa-2048=16"
     )]
     fetches: Vec<String>,
-    /// Fetches in flight at once.
+    /// After each algorithm's fetches, this many signed day-2 polls (`GET
+    /// /nodes/{vm}/generation`) over its VMs, each VM's node key registered first: the request
+    /// a booted fleet's agents repeat for years.
+    #[arg(long, default_value_t = 0)]
+    polls: usize,
+    /// Fetches (and polls) in flight at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
     /// Also write the report as JSON here.
@@ -167,6 +175,11 @@ fn analyze(url: &str) -> Result<(), String> {
 }
 
 async fn run(args: Args) -> Result<Vec<Summary>, String> {
+    if args.polls > 0 && args.together {
+        return Err(
+            "--polls follows each algorithm's own fetches; it cannot run with --together".into(),
+        );
+    }
     let clusters = pairs(&args.clusters)?;
     let fetches = pairs(&args.fetches)?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -334,6 +347,11 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         let Some((_, total)) = fetches.iter().find(|(a, _)| a == algorithm) else {
             continue;
         };
+        let polled = (args.polls > 0).then(|| polls::PollSet {
+            algorithm: algorithm.clone(),
+            vms: vms.clone(),
+            total: args.polls,
+        });
         let set = FetchSet {
             algorithm: algorithm.clone(),
             vms,
@@ -360,6 +378,9 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             summary.idle_after_s = Some(idle.unwrap_or(f64::INFINITY));
         }
         summaries.push(summary);
+        if let Some(polled) = polled {
+            summaries.push(polled.play(&http, &base, args.concurrency).await?);
+        }
     }
     if !together.is_empty() {
         if args.await_key_pool {

@@ -2,7 +2,7 @@
 //! simulated compute adds latency to every call and whose database link runs through a
 //! latency-injecting proxy. No fetch may pass its client timeout, and no bundle may be wrong;
 //! with a bootstrap deadline shorter than the slowed issuance, the refusals must be clean 503s
-//! with `Retry-After`.
+//! with `Retry-After`. The agents' signed day-2 polls succeed through the same slow link.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -12,8 +12,9 @@ use exk8s_tests::postgres::fresh_shared_database;
 use exk8s_tests::procs::binary;
 use serde_json::Value;
 
-/// Runs the load generator; returns its fetch summary (the second row of its JSON report).
-fn load(label: &str, extra: &[&str]) -> Value {
+/// Runs the load generator; returns its JSON report's rows after founding's (the fetches',
+/// then any polls').
+fn load(label: &str, extra: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
     let db_url = fresh_shared_database(label);
@@ -40,24 +41,38 @@ fn load(label: &str, extra: &[&str]) -> Value {
     let founding = &summaries[0];
     assert_eq!(founding["errors"], 0, "founding under latency: {founding}");
     assert_eq!(founding["count"], 2, "{founding}");
-    summaries[1].clone()
+    summaries.as_array().unwrap()[1..].to_vec()
 }
 
 #[test]
-fn slow_compute_and_database_every_fetch_succeeds() {
-    let fetches = load(
+fn slow_compute_and_database_every_fetch_and_poll_succeeds() {
+    let rows = load(
         "faulty_load_slow",
-        &["--db-latency-ms", "2", "--timeout-secs", "20"],
+        &[
+            "--db-latency-ms",
+            "2",
+            "--timeout-secs",
+            "20",
+            "--polls",
+            "120",
+        ],
     );
+    let [fetches, polls] = &rows[..] else {
+        panic!("a fetch and a poll row: {rows:?}");
+    };
     assert_eq!(fetches["count"], 240, "{fetches}");
     assert_eq!(fetches["errors"], 0, "{fetches}");
+    // Every VM's agent registered its key and asked for its generation, signed.
+    assert_eq!(polls["what"], "poll ecdsa-p256 c=24", "{polls}");
+    assert_eq!(polls["count"], 120, "{polls}");
+    assert_eq!(polls["errors"], 0, "{polls}");
 }
 
 #[test]
 fn database_slower_than_the_deadline_refuses_cleanly_and_never_hangs() {
     // Each issuance takes about ten database round trips; at 2 × 25 ms each it cannot finish
     // inside a 250 ms deadline, so the API must refuse rather than make agents wait.
-    let fetches = load(
+    let rows = load(
         "faulty_load_deadline",
         &[
             "--db-latency-ms",
@@ -68,6 +83,7 @@ fn database_slower_than_the_deadline_refuses_cleanly_and_never_hangs() {
             "--allow-clean-errors",
         ],
     );
+    let fetches = &rows[0];
     assert_eq!(fetches["count"], 240, "{fetches}");
     assert_eq!(fetches["hung"], 0, "{fetches}");
     assert_eq!(fetches["bad"], 0, "{fetches}");
