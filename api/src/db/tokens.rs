@@ -19,7 +19,7 @@ pub struct ApiToken {
 }
 
 /// The names a statement gives a principal token's columns.
-pub(super) struct ApiTokenNames {
+struct ApiTokenNames {
     id: &'static str,
     org_id: &'static str,
     principal: &'static str,
@@ -40,7 +40,7 @@ const PLAIN: ApiTokenNames = ApiTokenNames {
 };
 
 /// The names [`JOINED_COLUMNS`] gives, apart from any other table's.
-pub(super) const JOINED: ApiTokenNames = ApiTokenNames {
+const JOINED: ApiTokenNames = ApiTokenNames {
     id: "principal_id",
     org_id: "principal_org_id",
     principal: "principal_name",
