@@ -98,7 +98,8 @@ struct Args {
     fetches: Vec<String>,
     /// After each algorithm's fetches, this many signed day-2 polls (`GET
     /// /nodes/{vm}/generation`) over its VMs, each VM's node key registered first: the request
-    /// a booted fleet's agents repeat for years.
+    /// a booted fleet's agents repeat for years. An algorithm without a `--fetches` pair is
+    /// neither fetched from nor polled.
     #[arg(long, default_value_t = 0)]
     polls: usize,
     /// Fetches (and polls) in flight at once.
