@@ -3,10 +3,12 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|poll|storm|fleet|found|agent|profile|compare
+#   scripts/bench.sh pki|load|poll|storm|fleet|found|agent|profile|compare|levers
 #   (compare: OLD=<commit> [PAIRS=n] [POLLS=n] scripts/bench.sh compare — that commit's API
 #   against this one's, n pairs (default 2) alternating, on the same PostgreSQL, each run's
 #   fetches followed by POLLS signed day-2 polls (default none); not part of `all`)
+#   (levers: what the three design decisions issue 21 names would give, measured with the
+#   temporary switches in bench/issue21-levers.patch; [ROUNDS=n], default 3; not part of `all`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
@@ -157,11 +159,13 @@ if [ "$what" = profile ]; then
     "$loadgen" --api-bin target/profile/release/exk8s-api \
     --database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_prof \
     --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 64
+  # `sed -n` reads to the end: `head` would close the pipe early, and perf's SIGPIPE would end
+  # the script under pipefail before the second table.
   echo "share of samples by process and binary:"
-  perf report -i "$out/issuance.perf" --stdio --no-children --sort comm,dso | grep -E '^ +[0-9]' | head -10
+  perf report -i "$out/issuance.perf" --stdio --no-children --sort comm,dso | grep -E '^ +[0-9]' | sed -n 1,10p
   echo "top symbols inside exk8s-api (shares of all samples):"
   perf report -i "$out/issuance.perf" --stdio --no-children --dsos exk8s-api --sort symbol \
-    | grep -E '^ +[0-9]' | head -25
+    | grep -E '^ +[0-9]' | cut -c1-160 | sed -n 1,25p
 fi
 
 if [ "$what" = compare ]; then
@@ -184,4 +188,45 @@ if [ "$what" = compare ]; then
       --json "$out/compare-$run.json"
   done
   git worktree remove --force "$out/old-src"
+fi
+
+if [ "$what" = levers ]; then
+  # bench/issue21-levers.patch adds three switches, read from the environment, to a copy of
+  # f3b3a76 (it applies to later commits while the files it touches keep their shape):
+  # PROTO_DIGEST_SIG signs PAE(type, hex SHA-256 of the payload) instead of the payload, in the
+  # API and in the verifier; PROTO_ONE_KEY makes one fresh leaf key per bundle and uses it for
+  # all eleven leaves; PROTO_NO_VERIFY makes the load generator check only the body's length.
+  # Each run's machine CPU per bundle comes from /proc/stat (user, nice, system, irq, softirq).
+  ensure_postgres
+  log "issue 21's design levers: ecdsa-p256, PostgreSQL, c=64, 4 clusters, 10,000 fetches, ${ROUNDS:-3} rounds"
+  git worktree remove --force "$out/levers-src" 2>/dev/null || true
+  git worktree add --detach "$out/levers-src" HEAD
+  git -C "$out/levers-src" apply "$PWD/bench/issue21-levers.patch"
+  (cd "$out/levers-src" && cargo build --release --locked -p exk8s-api -p exk8s-loadgen \
+    --target-dir ../../levers-target)
+  lbin=target/levers-target/release
+  busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+  ticks=$(getconf CLK_TCK)
+  for round in $(seq 1 "${ROUNDS:-3}"); do
+    for variant in none sig keys sig+keys client all; do
+      case $variant in
+        none) switches=() ;;
+        sig) switches=(PROTO_DIGEST_SIG=1) ;;
+        keys) switches=(PROTO_ONE_KEY=1) ;;
+        sig+keys) switches=(PROTO_DIGEST_SIG=1 PROTO_ONE_KEY=1) ;;
+        client) switches=(PROTO_NO_VERIFY=1) ;;
+        all) switches=(PROTO_DIGEST_SIG=1 PROTO_ONE_KEY=1 PROTO_NO_VERIFY=1) ;;
+      esac
+      psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS exk8s_bench_levers" \
+        -c "CREATE DATABASE exk8s_bench_levers"
+      before=$(busy)
+      result=$(env "${switches[@]}" "$lbin/exk8s-loadgen" --api-bin "$lbin/exk8s-api" \
+        --database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_levers \
+        --clusters ecdsa-p256=4 --fetches ecdsa-p256=10000 --concurrency 64 | grep -E '^fetch')
+      after=$(busy)
+      echo "round $round, levers: $variant, machine CPU per bundle $(( (after - before) * 1000000 / ticks / 10000 )) µs"
+      echo "  $result"
+    done
+  done
+  git worktree remove --force "$out/levers-src"
 fi
