@@ -3,7 +3,7 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|poll|storm|fleet|found|agent|profile|compare|levers
+#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers
 #   (compare: OLD=<commit> [PAIRS=n] [POLLS=n] scripts/bench.sh compare — that commit's API
 #   against this one's, n pairs (default 2) alternating, on the same PostgreSQL, each run's
 #   fetches followed by POLLS signed day-2 polls (default none); not part of `all`)
@@ -59,6 +59,21 @@ if [ "$what" = all ] || [ "$what" = poll ]; then
   "$loadgen" --api-bin "$api" \
     --clusters ecdsa-p256=10 --fetches ecdsa-p256=30 --polls 20000 --concurrency 64 \
     --json "$out/poll-sqlite.json"
+fi
+
+if [ "$what" = all ] || [ "$what" = streams ]; then
+  # Signed day-2 polls with no event stream open, then with 1,000 open and unread on one
+  # cluster (one operator token), alternating, on SQLite (the default store). Each stream holds
+  # a socket in the API and one here: raise the file limit for both.
+  ulimit -n 65536
+  for round in 1 2; do
+    for streams in 0 1000; do
+      log "day-2 polls with $streams open event streams (round $round): SQLite"
+      "$loadgen" --api-bin "$api" --api-arg=--event-streams-per-token=0 \
+        --clusters ecdsa-p256=10 --fetches ecdsa-p256=30 --polls 20000 --concurrency 64 \
+        --streams "$streams" --json "$out/streams-$streams-$round.json"
+    done
+  done
 fi
 
 if [ "$what" = all ] || [ "$what" = storm ]; then

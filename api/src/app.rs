@@ -62,6 +62,15 @@ pub struct ApiConfig {
     pub rate_per_vm: crate::ratelimit::Limit,
     /// Bootstrap requests allowed per source address.
     pub rate_per_source: crate::ratelimit::Limit,
+    /// Per-org bounds on clusters, VMs and pools.
+    pub quotas: crate::quotas::Quotas,
+    /// Event streams open at once, per operator token and per process.
+    pub event_streams: crate::feed::StreamLimits,
+    /// How often an open event stream checks that its token is still valid.
+    pub event_stream_token_recheck: Duration,
+    /// How long an event stream lasts before the server ends it (the client reconnects with
+    /// `Last-Event-ID`).
+    pub event_stream_lifetime: Duration,
     /// Leaves are renewed when less than this share of their validity remains.
     pub renew_at: crate::renewal::RenewAt,
     /// How a bundle's fresh leaf keys are made (the server: RSA keys in a killable helper).
@@ -90,6 +99,10 @@ impl Default for ApiConfig {
             founding_queue: crate::founding::queue::Founders::DEFAULT_ADMITTED,
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
+            quotas: crate::quotas::Quotas::default(),
+            event_streams: crate::feed::StreamLimits::default(),
+            event_stream_token_recheck: Duration::from_secs(10),
+            event_stream_lifetime: Duration::from_secs(3600),
             bootstrap_deadline: Duration::from_secs(10),
             artifacts: crate::render::ArtifactCatalog::default(),
             rate_per_vm: crate::ratelimit::Limit {
@@ -133,6 +146,8 @@ pub struct AppState {
     pub founders: crate::founding::queue::Founders,
     /// RSA leaf keys made ahead of demand.
     pub key_pool: crate::keypool::KeyPool,
+    /// The process's change feed, shared by every event stream.
+    pub feed: Arc<crate::feed::Feed>,
 }
 
 /// The bootstrap routes' rate limiters: every request is charged to its source address; only

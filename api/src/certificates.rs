@@ -9,6 +9,7 @@ use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use crate::app::AppState;
 use crate::db::{self, DbError, certificates::CertKind, certificates::CertRow};
+use crate::metrics::SoonestExpiry;
 use crate::pki::{BundleCerts, ClusterPki, IssuedCert, NodeServingCerts, PkiError};
 
 /// Why the inventory could not be read or a certificate not recorded.
@@ -51,7 +52,7 @@ pub fn cas(pki: &ClusterPki) -> [Issued<'_>; 3] {
 /// The operator's admin kubeconfig (cluster-level; the latest one minted).
 pub fn operator_kubeconfig_cert(cert: &IssuedCert) -> Issued<'_> {
     Issued {
-        name: "operator.kubeconfig",
+        name: OPERATOR_KUBECONFIG,
         kind: CertKind::Client,
         pem: &cert.cert_pem,
     }
@@ -188,6 +189,26 @@ impl Inventory {
     pub fn soonest_not_after(&self) -> Option<i64> {
         self.certificates.first().map(|e| e.row.not_after)
     }
+
+    /// The soonest expiries, nodes' and operator credentials' apart.
+    pub fn soonest_expiry(&self) -> SoonestExpiry {
+        soonest_expiry(self.certificates.iter().map(|e| &e.row))
+    }
+}
+
+/// The soonest expiries among `rows` (what runs, as [`current`] gives): the operator
+/// kubeconfig's for the operator credentials, every other (the CAs, each node's) for the nodes.
+pub fn soonest_expiry<'a>(rows: impl IntoIterator<Item = &'a CertRow>) -> SoonestExpiry {
+    let mut soonest = SoonestExpiry::default();
+    for row in rows {
+        let slot = if is_operator_credential(row) {
+            &mut soonest.operator
+        } else {
+            &mut soonest.nodes
+        };
+        *slot = Some(slot.map_or(row.not_after, |s| s.min(row.not_after)));
+    }
+    soonest
 }
 
 /// What each node runs: the rows of its applied generation (or, before its first apply, of
@@ -250,8 +271,10 @@ pub async fn inventory(
         rows,
         state.clock.unix(),
     );
-    if let Some(soonest) = inventory.soonest_not_after() {
-        state.metrics.set_soonest_expiry(cluster_id, soonest);
+    if !inventory.certificates.is_empty() {
+        state
+            .metrics
+            .set_soonest_expiry(cluster_id, inventory.soonest_expiry());
     }
     Ok(inventory)
 }
@@ -354,6 +377,14 @@ fn describe(entry: &Entry) -> String {
     }
 }
 
+/// The recorded name of an operator kubeconfig's client certificate.
+const OPERATOR_KUBECONFIG: &str = "operator.kubeconfig";
+
+/// Whether `row` is an operator's credential (no node runs it), not something the cluster runs.
+fn is_operator_credential(row: &CertRow) -> bool {
+    row.node_id.is_none() && &*row.name == OPERATOR_KUBECONFIG
+}
+
 /// Judges the inventory at `now`: unavailable once anything the cluster runs (its CAs and every
 /// node's certificates, not an operator's kubeconfig) is expired; available, but saying so, while
 /// one has fewer than [`EXPIRING_SOON_DAYS`] left and its renewal has not succeeded.
@@ -361,7 +392,7 @@ pub fn availability(inventory: &Inventory, created_at: i64, now: i64) -> Availab
     let running: Vec<&Entry> = inventory
         .certificates
         .iter()
-        .filter(|e| &*e.row.name != "operator.kubeconfig")
+        .filter(|e| !is_operator_credential(&e.row))
         .collect();
     let Some(soonest) = running.first() else {
         return Availability {
@@ -471,6 +502,35 @@ mod tests {
             .map(|r| r.not_after)
             .collect();
         assert_eq!(kept, [1, 4, 7, 8, 9]);
+    }
+
+    #[test]
+    fn the_nodes_soonest_expiry_ignores_the_operator_kubeconfig() {
+        let day = 86_400;
+        let now = 100 * day;
+        let soonest = inventory(vec![
+            // Expired long ago: an operator's old kubeconfig, which no node runs.
+            entry(
+                "operator.kubeconfig",
+                None,
+                now - 9 * day,
+                now - 8 * day,
+                now,
+            ),
+            entry("cluster-ca", None, now - 9 * day, now + 3000 * day, now),
+            entry("kubelet.pem", Some(7), now - day, now + 200 * day, now),
+            entry("apiserver.pem", Some(8), now - day, now + 100 * day, now),
+        ])
+        .soonest_expiry();
+        assert_eq!(
+            soonest,
+            SoonestExpiry {
+                nodes: Some(now + 100 * day),
+                operator: Some(now - 8 * day),
+            }
+        );
+        let none = inventory(vec![entry("kubelet.pem", Some(7), 0, now, now)]).soonest_expiry();
+        assert_eq!((none.nodes, none.operator), (Some(now), None));
     }
 
     #[test]

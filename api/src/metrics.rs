@@ -41,7 +41,18 @@ pub struct Metrics {
     pub bundle_keys_pooled: Counter,
     pub bundle_keys_fresh: Counter,
     /// cluster id → the soonest `notAfter` (unix seconds) among its certificates.
-    soonest_expiry: Mutex<BTreeMap<i64, i64>>,
+    soonest_expiry: Mutex<BTreeMap<i64, SoonestExpiry>>,
+}
+
+/// A cluster's soonest certificate expiries (unix seconds), what its nodes run apart from the
+/// operator credentials it minted: no node runs an operator's kubeconfig, so its expiry must not
+/// hold the nodes' gauge in the past (an alert on it would never clear).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SoonestExpiry {
+    /// Among the certificates the cluster's nodes run.
+    pub nodes: Option<i64>,
+    /// Among the operator credentials (the latest operator kubeconfig).
+    pub operator: Option<i64>,
 }
 
 impl Metrics {
@@ -74,11 +85,11 @@ impl Metrics {
     }
 
     /// Records a cluster's soonest certificate expiry (the inventory and the renewal pass do).
-    pub fn set_soonest_expiry(&self, cluster_id: i64, not_after: i64) {
+    pub fn set_soonest_expiry(&self, cluster_id: i64, soonest: SoonestExpiry) {
         self.soonest_expiry
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(cluster_id, not_after);
+            .insert(cluster_id, soonest);
     }
 
     /// The Prometheus text exposition.
@@ -173,13 +184,22 @@ impl Metrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let name = "exk8s_cluster_certificate_soonest_expiry_timestamp_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} The soonest notAfter among a cluster's certificates (unix seconds).\n# TYPE {name} gauge"
-        );
-        for (cluster_id, not_after) in soonest {
-            let _ = writeln!(out, "{name}{{cluster_id=\"{cluster_id}\"}} {not_after}");
+        for (name, help, pick) in [
+            (
+                "exk8s_cluster_certificate_soonest_expiry_timestamp_seconds",
+                "The soonest notAfter among the certificates a cluster's nodes run (unix seconds).",
+                (|s: &SoonestExpiry| s.nodes) as fn(&SoonestExpiry) -> Option<i64>,
+            ),
+            (
+                "exk8s_cluster_operator_credential_soonest_expiry_timestamp_seconds",
+                "The notAfter of a cluster's latest operator kubeconfig certificate (unix seconds).",
+                |s: &SoonestExpiry| s.operator,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (cluster_id, value) in soonest.iter().filter_map(|(id, s)| Some((id, pick(s)?))) {
+                let _ = writeln!(out, "{name}{{cluster_id=\"{cluster_id}\"}} {value}");
+            }
         }
         out
     }

@@ -172,7 +172,8 @@ async fn renew_due(
 ) -> Result<Vec<Renewed>, RenewalError> {
     let applied: BTreeMap<i64, i64> = nodes.iter().map(|n| (n.id, n.applied_generation)).collect();
     let current = certificates::current(recorded, &applied);
-    if let Some(soonest) = current.iter().map(|c| c.not_after).min() {
+    if !current.is_empty() {
+        let soonest = certificates::soonest_expiry(&current);
         state.metrics.set_soonest_expiry(cluster_id, soonest);
     }
     let now = state.clock.now();

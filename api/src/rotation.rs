@@ -179,7 +179,7 @@ pub async fn advance(state: &AppState, cluster_id: i64) -> Result<Option<Advance
         return Ok(None);
     };
     let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
-    if nodes.is_empty() || !nodes.iter().all(|n| n.up_to_date()) {
+    if nodes.is_empty() || waiting_for(&nodes).is_some() {
         return Ok(None);
     }
     let now = state.clock.unix();
@@ -214,6 +214,15 @@ pub async fn advance(state: &AppState, cluster_id: i64) -> Result<Option<Advance
         tracing::info!(cluster_id, ca = db::rotations::ca_name(rotation.ca), step = ?step, "CA rotation moved on");
     }
     Ok(advanced)
+}
+
+/// The node a rotation's phase waits for: the first that took a bundle and has not applied its
+/// desired generation. A node that never took one (a VM that never booted) is not waited for:
+/// its first bundle, whenever it comes, is rendered for the phase current then.
+pub fn waiting_for(nodes: &[db::nodes::NodeRow]) -> Option<&db::nodes::NodeRow> {
+    nodes
+        .iter()
+        .find(|n| n.handed_generation > 0 && !n.up_to_date())
 }
 
 /// trust-both → sign-new: the waiting CA becomes the cluster's, serving certificates are

@@ -80,7 +80,7 @@ enum Command {
     /// Replace one of the cluster's CAs in three phases, no client ever cut off.
     RotateCa {
         cluster: String,
-        #[arg(long, value_parser = ["cluster", "etcd", "front-proxy"])]
+        #[arg(long, value_parser = ["cluster", "etcd", "front_proxy", "front-proxy"])]
         ca: String,
     },
     /// Shell completions, e.g. `exk8s completions bash > /etc/bash_completion.d/exk8s`.

@@ -22,6 +22,7 @@ mod fleet_size;
 mod idle;
 mod polls;
 mod proxy;
+mod streams;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -102,6 +103,11 @@ struct Args {
     /// neither fetched from nor polled.
     #[arg(long, default_value_t = 0)]
     polls: usize,
+    /// Event streams (`GET /clusters/{id}/events`) held open and unread on the algorithm's
+    /// first cluster while its polls run (the API needs `--event-streams-per-token=0`, or a
+    /// bound above this, through `--api-arg`).
+    #[arg(long, default_value_t = 0)]
+    streams: usize,
     /// Fetches (and polls) in flight at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -308,6 +314,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         let mut latencies = Vec::new();
         let mut failed = Vec::new();
         let mut vms = Vec::new();
+        let mut first_cluster = None;
         let started = Instant::now();
         for _ in 0..*count {
             let body = json!({"control_plane_count": args.nodes, "control_plane_image_id": 1, "control_plane_instance_type": "bench", "subnet_id": 1, "key_algorithm": algorithm});
@@ -334,6 +341,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             latencies.push(t.elapsed());
             let created: Value = response.json().await.map_err(|e| e.to_string())?;
             let cluster_id = created["cluster_id"].as_i64().ok_or("no cluster id")?;
+            first_cluster.get_or_insert(cluster_id);
             for vm in node_vms(&http, &base, &token, cluster_id, args.nodes, args.workers).await? {
                 vms.push(credentials(&http, &base, vm).await?);
             }
@@ -380,7 +388,24 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         }
         summaries.push(summary);
         if let Some(polled) = polled {
-            summaries.push(polled.play(&http, &base, args.concurrency).await?);
+            let streams = match (args.streams, first_cluster) {
+                (0, _) | (_, None) => None,
+                (count, Some(cluster_id)) => {
+                    let open = streams::open(&base, &token, cluster_id, count).await?;
+                    eprintln!(
+                        "exk8s-loadgen: {algorithm}: {} event streams open while the polls run",
+                        open.len()
+                    );
+                    // The streams' first reads (status) settle before the polls are timed.
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Some(open)
+                }
+            };
+            let mut summary = polled.play(&http, &base, args.concurrency).await?;
+            if let Some(open) = streams {
+                summary.what = format!("{} with {} open event streams", summary.what, open.len());
+            }
+            summaries.push(summary);
         }
     }
     if !together.is_empty() {

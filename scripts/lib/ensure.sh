@@ -62,6 +62,17 @@ ensure_venv_tool() {
   fi
 }
 
+# ensure_venv_module PYPI_PACKAGE MODULE — installs a Python library into the repository's .venv
+# (for test helpers that import it, such as pyca/cryptography, the strict DER parser).
+ensure_venv_module() {
+  local package=$1 module=$2
+  ensure_venv_tool pip pip
+  if ! .venv/bin/python -c "import ${module}" 2>/dev/null; then
+    log "installing ${package} into .venv"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "${package}"
+  fi
+}
+
 # ensure_postgres — a PostgreSQL server answering on 127.0.0.1:5432 with trust auth for the
 # postgres user over loopback (tests create and drop their own databases). Starts the local
 # cluster when it is stopped; installs and configures one when none exists.

@@ -216,7 +216,9 @@ fn build_state(
 ) -> Result<AppState, String> {
     let key_pool = crate::keypool::KeyPool::start(config.key_pool_max)
         .map_err(|e| format!("starting the key pool's thread: {e}"))?;
+    let feed = Arc::new(crate::feed::Feed::new(db.clone(), config.event_streams));
     Ok(AppState {
+        feed,
         db,
         keks: Arc::new(keks),
         signer: Arc::new(signer),

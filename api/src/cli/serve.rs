@@ -99,6 +99,34 @@ pub(super) struct ServeArgs {
     /// Seconds a bundle stays valid.
     #[arg(long, env = "EXK8S_BUNDLE_TTL_SECS", default_value_t = 900)]
     bundle_ttl_secs: u64,
+    /// Clusters one org may have (those not failed; 0: unlimited).
+    #[arg(long, env = "EXK8S_QUOTA_CLUSTERS", default_value_t = crate::quotas::Quotas::default().clusters)]
+    quota_clusters: i64,
+    /// VMs one org's clusters and pools may have or ask for (0: unlimited).
+    #[arg(long, env = "EXK8S_QUOTA_VMS", default_value_t = crate::quotas::Quotas::default().vms)]
+    quota_vms: i64,
+    /// Node pools one org may have (0: unlimited).
+    #[arg(long, env = "EXK8S_QUOTA_POOLS", default_value_t = crate::quotas::Quotas::default().pools)]
+    quota_pools: i64,
+    /// Event streams (`GET /clusters/{id}/events`) one operator token may hold open at once
+    /// (0: unlimited); beyond it 429 with Retry-After.
+    #[arg(long, env = "EXK8S_EVENT_STREAMS_PER_TOKEN", default_value_t = crate::feed::StreamLimits::default().per_token)]
+    event_streams_per_token: usize,
+    /// Event streams this process serves at once (0: unlimited). Each holds a socket: the
+    /// packaged unit's LimitNOFILE leaves room for the default.
+    #[arg(long, env = "EXK8S_EVENT_STREAMS", default_value_t = crate::feed::StreamLimits::default().per_process)]
+    event_streams: usize,
+    /// Seconds between an event stream's checks that its token is still valid.
+    #[arg(
+        long,
+        env = "EXK8S_EVENT_STREAM_TOKEN_RECHECK_SECS",
+        default_value_t = 10
+    )]
+    event_stream_token_recheck_secs: u64,
+    /// Seconds an event stream lasts before the server ends it (clients resume with
+    /// Last-Event-ID).
+    #[arg(long, env = "EXK8S_EVENT_STREAM_LIFETIME_SECS", default_value_t = 3600)]
+    event_stream_lifetime_secs: u64,
     /// Milliseconds a bundle request may take before it answers 503 with Retry-After.
     #[arg(long, env = "EXK8S_BOOTSTRAP_DEADLINE_MS", default_value_t = 10_000)]
     bootstrap_deadline_ms: u64,
@@ -158,6 +186,19 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         founding_queue: args.changes.founding().1,
         drain: Duration::from_secs(args.drain_secs),
         bundle_ttl: Duration::from_secs(args.bundle_ttl_secs),
+        quotas: crate::quotas::Quotas {
+            clusters: args.quota_clusters.max(0),
+            vms: args.quota_vms.max(0),
+            pools: args.quota_pools.max(0),
+        },
+        event_streams: crate::feed::StreamLimits {
+            per_token: args.event_streams_per_token,
+            per_process: args.event_streams,
+        },
+        event_stream_token_recheck: Duration::from_secs(
+            args.event_stream_token_recheck_secs.max(1),
+        ),
+        event_stream_lifetime: Duration::from_secs(args.event_stream_lifetime_secs.max(1)),
         bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,

@@ -407,3 +407,11 @@ pub async fn delete<'c>(db: impl Executor<'c, Database = Any>, id: i64) -> Resul
         .await?;
     Ok(())
 }
+
+/// Clusters left `deleting` (a delete that could not finish, or a process that died in one).
+pub async fn deleting<'c>(db: impl Executor<'c, Database = Any>) -> Result<Vec<i64>, DbError> {
+    let ids = sqlx::query_scalar("SELECT id FROM clusters WHERE phase = 'deleting' ORDER BY id")
+        .fetch_all(db)
+        .await?;
+    Ok(ids)
+}

@@ -91,6 +91,48 @@ pub async fn after<'c>(
     Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
 }
 
+/// At most `limit` changes of every cluster after id `after`, in id order, each with its
+/// cluster (the process's change feed reads them for all streams at once).
+pub async fn after_all<'c>(
+    db: impl Executor<'c, Database = Any>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, EventRow)>, DbError> {
+    let rows = sqlx::query(
+        "SELECT id, cluster_id, kind, vm_id, phase, state, reason, message, created_at \
+         FROM cluster_events WHERE id > $1 ORDER BY id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Ok((r.try_get("cluster_id")?, row(r)?)))
+        .collect::<Result<_, sqlx::Error>>()?)
+}
+
+/// The highest change id of all clusters (0 when there is none).
+pub async fn last_id<'c>(db: impl Executor<'c, Database = Any>) -> Result<i64, DbError> {
+    let last: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM cluster_events")
+        .fetch_one(db)
+        .await?;
+    Ok(last.unwrap_or(0))
+}
+
+/// The highest change id of cluster `cluster_id` (0 when it has none).
+pub async fn last_of<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<i64, DbError> {
+    let last: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(id) FROM cluster_events WHERE cluster_id = $1")
+            .bind(cluster_id)
+            .fetch_one(db)
+            .await?;
+    Ok(last.unwrap_or(0))
+}
+
 /// Deletes changes recorded before `before` (unix seconds); returns how many.
 pub async fn prune<'c>(db: impl Executor<'c, Database = Any>, before: i64) -> Result<u64, DbError> {
     let done = sqlx::query("DELETE FROM cluster_events WHERE created_at < $1")

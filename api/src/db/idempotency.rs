@@ -107,3 +107,13 @@ pub async fn release<'c>(
         .await?;
     Ok(())
 }
+
+/// Forgets keys claimed before `before` (answered or abandoned): a retry after that runs anew, as
+/// with every idempotency-key API that keeps keys for a day. Returns how many.
+pub async fn prune<'c>(db: impl Executor<'c, Database = Any>, before: i64) -> Result<u64, DbError> {
+    let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+        .bind(before)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}

@@ -64,6 +64,22 @@ pub async fn insert_report<'c>(
     Ok(())
 }
 
+/// Forgets node reports made before `before`, except each node's latest (a cluster's view
+/// says when a node last reported); returns how many.
+pub async fn prune_reports<'c>(
+    db: impl Executor<'c, Database = Any>,
+    before: i64,
+) -> Result<u64, DbError> {
+    let done = sqlx::query(
+        "DELETE FROM node_reports WHERE created_at < $1 \
+         AND id NOT IN (SELECT MAX(id) FROM node_reports GROUP BY node_id)",
+    )
+    .bind(before)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// When a node of the cluster last reported (Unix seconds), if one ever did.
 pub async fn last_report_at<'c>(
     db: impl Executor<'c, Database = Any>,

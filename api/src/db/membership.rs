@@ -96,54 +96,6 @@ pub async fn error<'c>(
     Ok(row.map(|r| r.try_get("e")).transpose()?.flatten())
 }
 
-pub async fn claim_lease<'c>(
-    db: impl Executor<'c, Database = Any>,
-    cluster_id: i64,
-    now: i64,
-    until: i64,
-) -> Result<bool, DbError> {
-    let done = sqlx::query(
-        "UPDATE clusters SET membership_lease_until = $1 WHERE id = $2 \
-         AND (membership_lease_until IS NULL OR membership_lease_until < $3)",
-    )
-    .bind(until)
-    .bind(cluster_id)
-    .bind(now)
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-pub async fn renew_lease<'c>(
-    db: impl Executor<'c, Database = Any>,
-    cluster_id: i64,
-    until: i64,
-) -> Result<(), DbError> {
-    sqlx::query("UPDATE clusters SET membership_lease_until = $1 WHERE id = $2")
-        .bind(until)
-        .bind(cluster_id)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
-/// Gives the lease back; `error` says why the change stopped, if it did.
-pub async fn release_lease<'c>(
-    db: impl Executor<'c, Database = Any>,
-    cluster_id: i64,
-    error: Option<&str>,
-) -> Result<(), DbError> {
-    sqlx::query(
-        "UPDATE clusters SET membership_lease_until = NULL, \
-         membership_error = COALESCE($1, membership_error) WHERE id = $2",
-    )
-    .bind(error)
-    .bind(cluster_id)
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
 /// Founded clusters whose membership differs from what was asked (or has a member joining,
 /// leaving or to be replaced) and that nobody is changing.
 pub async fn needing_work<'c>(

@@ -166,54 +166,6 @@ pub async fn delete<'c>(db: impl Executor<'c, Database = Any>, id: i64) -> Resul
     Ok(())
 }
 
-/// Takes the pool's lease until `until` when nobody holds it (or the holder's expired); false
-/// when another process converges the pool.
-pub async fn claim_lease<'c>(
-    db: impl Executor<'c, Database = Any>,
-    id: i64,
-    now: i64,
-    until: i64,
-) -> Result<bool, DbError> {
-    let done = sqlx::query(
-        "UPDATE node_pools SET lease_until = $1 WHERE id = $2 \
-         AND (lease_until IS NULL OR lease_until < $3)",
-    )
-    .bind(until)
-    .bind(id)
-    .bind(now)
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Extends a lease this caller holds.
-pub async fn renew_lease<'c>(
-    db: impl Executor<'c, Database = Any>,
-    id: i64,
-    until: i64,
-) -> Result<(), DbError> {
-    sqlx::query("UPDATE node_pools SET lease_until = $1 WHERE id = $2")
-        .bind(until)
-        .bind(id)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
-/// Gives the lease back, recording how the convergence ended (`None`: it succeeded).
-pub async fn release_lease<'c>(
-    db: impl Executor<'c, Database = Any>,
-    id: i64,
-    error: Option<&str>,
-) -> Result<(), DbError> {
-    sqlx::query("UPDATE node_pools SET lease_until = NULL, last_error = $1 WHERE id = $2")
-        .bind(error)
-        .bind(id)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
 /// What makes a pool need work: being deleted, a node count other than the desired one, a
 /// node on its way out, or a journaled VM without a node (a crashed creation).
 const NEEDS_WORK: &str = "(p.deleting = 1 \

@@ -50,17 +50,25 @@ impl std::str::FromStr for RotationPhase {
     }
 }
 
-/// The CA a rotation replaces, as stored and as the API names it.
+/// The CA a rotation replaces, as stored and as the API names it: the same spelling as the
+/// `certificate_authorities` fields of `POST /clusters` (`front_proxy`).
 pub fn ca_name(role: CaRole) -> &'static str {
     match role {
         CaRole::Cluster => "cluster",
         CaRole::Etcd => "etcd",
-        CaRole::FrontProxy => "front-proxy",
+        CaRole::FrontProxy => "front_proxy",
     }
 }
 
-/// The CA called `name`, if it is one.
+/// The spelling `rotate-ca` took before the names were made one (deprecated; rows stored
+/// before then carry it too).
+pub const DEPRECATED_FRONT_PROXY: &str = "front-proxy";
+
+/// The CA called `name`, if it is one (the deprecated `front-proxy` included).
 pub fn ca_named(name: &str) -> Option<CaRole> {
+    if name == DEPRECATED_FRONT_PROXY {
+        return Some(CaRole::FrontProxy);
+    }
     CaRole::ALL.into_iter().find(|role| ca_name(*role) == name)
 }
 
@@ -255,4 +263,19 @@ pub async fn set_ca(
     .execute(&mut *tx)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn one_spelling_and_the_deprecated_alias() {
+        for role in CaRole::ALL {
+            assert_eq!(ca_named(ca_name(role)), Some(role));
+        }
+        assert_eq!(ca_name(CaRole::FrontProxy), "front_proxy");
+        assert_eq!(ca_named("front-proxy"), Some(CaRole::FrontProxy));
+        assert_eq!(ca_named("front proxy"), None);
+    }
 }

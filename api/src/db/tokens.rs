@@ -133,6 +133,22 @@ pub async fn list_api_tokens<'c>(
     Ok(rows.iter().map(api_token).collect::<Result<_, _>>()?)
 }
 
+/// Whether token `id` still exists, is not revoked and has not expired at `now`.
+pub async fn api_token_valid<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    now: i64,
+) -> Result<bool, DbError> {
+    let valid: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM api_tokens WHERE id = $1 AND revoked = 0 AND expires_at > $2",
+    )
+    .bind(id)
+    .bind(now)
+    .fetch_optional(db)
+    .await?;
+    Ok(valid.is_some())
+}
+
 /// Revokes a token; false when no such token exists.
 pub async fn revoke_api_token<'c>(
     db: impl Executor<'c, Database = Any>,
@@ -206,4 +222,17 @@ pub async fn find_imds_token<'c>(
         org_id: row.try_get("org_id")?,
         expires_at: row.try_get("expires_at")?,
     }))
+}
+
+/// Forgets instance-metadata session tokens expired before `now` (no request can present one);
+/// returns how many. Every agent run adds one, so without this the table grows forever.
+pub async fn prune_imds_tokens<'c>(
+    db: impl Executor<'c, Database = Any>,
+    now: i64,
+) -> Result<u64, DbError> {
+    let done = sqlx::query("DELETE FROM imds_tokens WHERE expires_at < $1")
+        .bind(now)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
 }

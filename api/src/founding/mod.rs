@@ -10,6 +10,7 @@
 //! database outage leaves no machine running. A crash mid-way leaves the cluster
 //! `provisioning`; [`reconcile`] finishes the compensation once it is stale.
 
+pub mod delete;
 mod dns;
 mod job;
 pub mod queue;
@@ -73,6 +74,9 @@ pub enum FoundingError {
     /// The org already has a cluster of the name asked for (409).
     #[error("a cluster named `{0}` already exists in this org")]
     NameTaken(String),
+    /// The org's quota would be passed (409).
+    #[error(transparent)]
+    Quota(#[from] crate::quotas::Exceeded),
     /// Every founding place is taken (503 with `Retry-After`).
     #[error("too many clusters are being founded; retry in {retry_after_secs} s")]
     Busy { retry_after_secs: u64 },
@@ -198,6 +202,17 @@ pub async fn start(
         .run(move || supplied::check(supplied.as_ref(), terms))
         .await
         .map_err(FoundingError::internal)??;
+    let ask = crate::quotas::Ask {
+        clusters: 1,
+        vms: spec.control_plane_count,
+        pools: 0,
+    };
+    crate::quotas::admit(&state.db, config.quotas, org_id, ask)
+        .await
+        .map_err(|e| match e {
+            crate::quotas::QuotaError::Exceeded(e) => FoundingError::Quota(e),
+            crate::quotas::QuotaError::Db(db) => FoundingError::Db(db),
+        })?;
     let subnet = check_placement(state, spec).await?;
 
     // The cluster's age (and its service-account key's) is judged by the same clock.

@@ -129,31 +129,57 @@ pub async fn memberships(state: &AppState) {
 /// How long a cluster's changes stay readable by `GET /clusters/{id}/events`.
 pub const EVENT_RETENTION_SECS: i64 = 30 * 86_400;
 
-/// Forgets clusters' changes older than [`EVENT_RETENTION_SECS`].
-pub async fn prune_events(state: &AppState) {
-    match db::events::prune(&state.db.pool, db::now() - EVENT_RETENTION_SECS).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(pruned = n, "reconciler: forgot old cluster events"),
-        Err(e) => {
-            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot prune cluster events");
+/// How long node reports are kept (each node's latest is kept whatever its age).
+pub const REPORT_RETENTION_SECS: i64 = 30 * 86_400;
+
+/// How long an `Idempotency-Key` replays its first answer.
+pub const IDEMPOTENCY_RETENTION_SECS: i64 = 86_400;
+
+/// Forgets what no one can use any more, at the state's clock: clusters' changes and node
+/// reports past their retention, expired instance-metadata tokens, signed requests' nonces that
+/// no accepted timestamp could carry, and idempotency keys past a day. Each table stays bounded
+/// by its retention however long the fleet runs (README, "What the database keeps").
+pub async fn prune(state: &AppState) {
+    let now = state.clock.unix();
+    let pool = &state.db.pool;
+    let outcomes = [
+        (
+            "cluster events",
+            db::events::prune(pool, now - EVENT_RETENTION_SECS).await,
+        ),
+        (
+            "node reports",
+            db::issuances::prune_reports(pool, now - REPORT_RETENTION_SECS).await,
+        ),
+        (
+            "instance-metadata tokens",
+            db::tokens::prune_imds_tokens(pool, now).await,
+        ),
+        ("request nonces", db::nonces::prune(pool, now).await),
+        (
+            "idempotency keys",
+            db::idempotency::prune(pool, now - IDEMPOTENCY_RETENTION_SECS).await,
+        ),
+    ];
+    for (what, outcome) in outcomes {
+        match outcome {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(pruned = n, what, "reconciler: forgot expired rows"),
+            Err(e) => {
+                tracing::warn!(what, error = %crate::error_chain(&e), "reconciler: cannot prune");
+            }
         }
     }
 }
 
-/// Forgets signed requests' nonces that no accepted timestamp could carry any more.
-pub async fn prune_nonces(state: &AppState) {
-    if let Err(e) = db::nonces::prune(&state.db.pool, db::now()).await {
-        tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot prune request nonces");
-    }
-}
-
 /// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes, the
-/// key pool's demand, event and nonce pruning now and then every `reconcile_interval`, until the
+/// key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
 /// process stops.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             pass(&state).await;
+            super::delete::finish_all(&state).await;
             if let Err(e) = crate::renewal::pass(&state).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
             }
@@ -163,8 +189,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             if let Err(e) = crate::keypool::refresh(&state).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
             }
-            prune_events(&state).await;
-            prune_nonces(&state).await;
+            prune(&state).await;
             tokio::time::sleep(state.config.reconcile_interval).await;
         }
     })

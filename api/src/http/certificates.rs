@@ -133,8 +133,9 @@ pub async fn renew(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateCaRequest {
-    /// `cluster`, `etcd` or `front-proxy`.
-    #[schema(pattern = "^(cluster|etcd|front-proxy)$")]
+    /// `cluster`, `etcd` or `front_proxy`, as `certificate_authorities` names them.
+    /// `front-proxy` is a deprecated alias of `front_proxy`, still accepted.
+    #[schema(pattern = "^(cluster|etcd|front_proxy|front-proxy)$")]
     pub ca: Option<String>,
 }
 
@@ -166,12 +167,12 @@ pub async fn rotate_ca(
     let ca = body
         .ca
         .as_deref()
-        .ok_or_else(|| FieldError::new("ca", "ca is required: cluster, etcd or front-proxy"))?;
+        .ok_or_else(|| FieldError::new("ca", "ca is required: cluster, etcd or front_proxy"))?;
     let ca = crate::db::rotations::ca_named(ca).ok_or_else(|| {
         FieldError::new(
             "ca",
             format!(
-                "ca must be cluster, etcd or front-proxy, got `{}`",
+                "ca must be cluster, etcd or front_proxy, got `{}`",
                 ca.chars().take(40).collect::<String>()
             ),
         )

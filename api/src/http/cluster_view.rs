@@ -223,8 +223,10 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     let nodes = parts.nodes;
     let inventory =
         crate::certificates::inventory_of(row.id, row.created_at, &nodes, parts.certificates, now);
-    if let Some(soonest) = inventory.soonest_not_after() {
-        state.metrics.set_soonest_expiry(row.id, soonest);
+    if !inventory.certificates.is_empty() {
+        state
+            .metrics
+            .set_soonest_expiry(row.id, inventory.soonest_expiry());
     }
     let certificates = crate::certificates::availability(&inventory, row.created_at, now);
     let ca_rotation = parts.rotation.map(|r| CaRotationView {
@@ -232,6 +234,12 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         phase: r.phase.to_string(),
         started_at: r.started_at,
         updated_at: r.updated_at,
+        waiting_for: crate::rotation::waiting_for(&nodes).map(|n| {
+            format!(
+                "{} (vm {}) to apply generation {} (it applied {}, it is {})",
+                n.node_name, n.vm_id, n.desired_generation, n.applied_generation, n.phase
+            )
+        }),
     });
     let founded = row.phase == ClusterPhase::Founded;
     let control_plane = || nodes.iter().filter(|n| n.role == Role::ControlPlane);
@@ -279,6 +287,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     };
     let replicas = super::conditions::replicas(&nodes);
     let deleting = super::conditions::deleting(row.phase, row.updated_at);
+    let rotating = super::conditions::ca_rotation(ca_rotation.as_ref(), row.created_at);
     let reported = parts.components;
     let health = super::component_conditions::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
@@ -310,6 +319,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             machines,
             scaling_up,
             scaling_down,
+            rotating,
             deleting,
         ],
         node_pools,

@@ -186,12 +186,17 @@ pub struct PoolSummary {
 /// Where a CA rotation stands.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct CaRotationView {
-    /// `cluster`, `etcd` or `front-proxy`.
+    /// `cluster`, `etcd` or `front_proxy`.
     pub ca: String,
     /// `trust-both`, `sign-new` or `drop-old`.
     pub phase: String,
     pub started_at: i64,
     pub updated_at: i64,
+    /// What the phase waits for before the next: the node that has not applied its generation
+    /// yet, and where it is (absent when nothing holds it: it moves on at the next pass). Nodes
+    /// that never took a bundle are not waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
@@ -310,9 +315,9 @@ fn cluster_location(status: StatusCode, body: &[u8]) -> Option<String> {
 pub async fn list_clusters(
     State(state): State<AppState>,
     operator: Operator,
-    axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Result<Response, ApiError> {
-    let page = super::paging::parse(&params)?;
+    let page = super::paging::parse(&super::paging::params(query.as_deref())?)?;
     let mut rows =
         db::clusters::list_page(&state.db.pool, operator.org_id, page.after, page.limit + 1)
             .await?;
@@ -385,9 +390,11 @@ pub async fn get_kubeconfig(
         .into_response())
 }
 
-/// Deletes the cluster's VMs, security group and DNS record, then its rows. Retrying a
-/// delete that failed half-way finishes it.
-#[utoipa::path(delete, path = "/clusters/{id}", params(("id" = i64, Path)), responses((status = 204, description = "deleted"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)), security(("operator_token" = [])))]
+/// Deletes the cluster's VMs, security group and DNS record, then its rows. Deleting wins over
+/// every convergence: membership and pool changes stop first. When one is still in a step after
+/// a few seconds (or the compute API fails), the cluster stays `deleting` and the reconciler
+/// finishes the delete; retrying the delete also does.
+#[utoipa::path(delete, path = "/clusters/{id}", params(("id" = i64, Path)), responses((status = 204, description = "deleted"), (status = 202, description = "the cluster is `deleting`: a change was still stopping; the reconciler finishes the delete"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)), security(("operator_token" = [])))]
 pub async fn delete_cluster(
     State(state): State<AppState>,
     operator: Operator,
@@ -399,15 +406,18 @@ pub async fn delete_cluster(
             "cluster {id} is still being founded"
         )));
     }
-    db::clusters::set_phase(&state.db.pool, id, ClusterPhase::Deleting, db::now()).await?;
-    founding::release::release_all(&state, id)
+    let deleted = founding::delete::delete(&state, id, DELETE_WAIT)
         .await
         .map_err(|e| match e {
-            founding::release::ReleaseError::Db(db) => ApiError::from(db),
+            founding::delete::DeleteError::Db(db) => ApiError::from(db),
             other => ApiError::BadGateway(crate::error_chain(&other)),
         })?;
-    db::resources::delete_for_cluster(&state.db.pool, id).await?;
-    db::clusters::delete(&state.db.pool, id).await?;
-    tracing::info!(cluster_id = id, "cluster deleted");
-    Ok(StatusCode::NO_CONTENT)
+    Ok(match deleted {
+        founding::delete::Deleted::Done => StatusCode::NO_CONTENT,
+        founding::delete::Deleted::Pending => StatusCode::ACCEPTED,
+    })
 }
+
+/// How long `DELETE /clusters/{id}` waits for the cluster's changes to stop before it answers
+/// 202 and leaves the rest to the reconciler.
+const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

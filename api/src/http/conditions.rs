@@ -115,6 +115,18 @@ pub(super) fn scaling(
         .filter(|n| n.etcd_membership == Some(EtcdMembership::Voter))
         .count();
     let voters = i64::try_from(voters).unwrap_or(i64::MAX);
+    // What a membership change really waits for: the first member not healthy or not up to
+    // date, named with what it is at.
+    let waiting_on = || {
+        control_plane()
+            .find(|n| !n.phase.healthy() || !n.up_to_date())
+            .map(|n| {
+                format!(
+                    "{} is healthy and up to date (it is {}, at generation {} of {})",
+                    n.node_name, n.phase, n.applied_generation, n.desired_generation
+                )
+            })
+    };
     let settled = || match error {
         Some(e) => ("False", "ChangeStopped", e.to_owned()),
         None => ("False", "AtDesiredSize", format!("{voters} voting members")),
@@ -138,11 +150,20 @@ pub(super) fn scaling(
                     .map_or("a member", |n| n.node_name.as_str())
             ),
         ),
-        (Some(asked), None) if asked > voters => (
-            "True",
-            "WaitingForRollout",
-            format!("{voters} of {asked} members; the next joins once every member is up to date"),
-        ),
+        (Some(asked), None) if asked > voters => match waiting_on() {
+            Some(why) => (
+                "True",
+                "WaitingForRollout",
+                format!("{voters} of {asked} members; the next joins once {why}"),
+            ),
+            None => (
+                "True",
+                "JoinPending",
+                format!(
+                    "{voters} of {asked} members; every member is healthy and up to date, the next join starts at the reconciler's next pass"
+                ),
+            ),
+        },
         _ => settled(),
     };
     let down = match (desired, with(EtcdMembership::Leaving)) {
@@ -157,13 +178,20 @@ pub(super) fn scaling(
                     .map_or("another member", |n| n.node_name.as_str())
             ),
         ),
-        (Some(asked), None) if asked < voters => (
-            "True",
-            "WaitingForRollout",
-            format!(
-                "{voters} members, {asked} asked; the next leaves once every member is up to date"
+        (Some(asked), None) if asked < voters => match waiting_on() {
+            Some(why) => (
+                "True",
+                "WaitingForRollout",
+                format!("{voters} members, {asked} asked; the next leaves once {why}"),
             ),
-        ),
+            None => (
+                "True",
+                "LeavePending",
+                format!(
+                    "{voters} members, {asked} asked; every member is healthy and up to date, the next leaves at the reconciler's next pass"
+                ),
+            ),
+        },
         _ => settled(),
     };
     let condition = |type_: &str, (status, reason, message): (&str, &str, String)| Condition {
@@ -174,6 +202,47 @@ pub(super) fn scaling(
         last_transition_time: rfc3339(since),
     };
     [condition("ScalingUp", up), condition("ScalingDown", down)]
+}
+
+/// `CARotating`: true while a CA rotation runs (membership changes wait for it), saying its
+/// phase and the node it waits for.
+pub(super) fn ca_rotation(
+    rotation: Option<&super::clusters::CaRotationView>,
+    since: i64,
+) -> Condition {
+    let (status, reason, message, since) = match rotation {
+        None => (
+            "False",
+            "NoRotation",
+            "no CA rotation is in progress".to_owned(),
+            since,
+        ),
+        Some(r) => (
+            "True",
+            match r.waiting_for {
+                Some(_) => "WaitingForNode",
+                None => "PhaseComplete",
+            },
+            match &r.waiting_for {
+                Some(node) => format!(
+                    "the {} CA's rotation is in phase {}; it waits for {node}; membership changes wait for the rotation",
+                    r.ca, r.phase
+                ),
+                None => format!(
+                    "the {} CA's rotation is in phase {}; every node that took a bundle applied it, the next phase starts at the reconciler's next pass",
+                    r.ca, r.phase
+                ),
+            },
+            r.updated_at,
+        ),
+    };
+    Condition {
+        type_: "CARotating".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: rfc3339(since),
+    }
 }
 
 /// `Deleting`: true from the moment a deletion was accepted (`since`: the cluster's last change).

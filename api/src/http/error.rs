@@ -59,6 +59,15 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("too many requests")]
     RateLimited { retry_after_secs: u64 },
+    /// A per-org quota would be passed (409: it clears as the org deletes things).
+    #[error("{0}")]
+    QuotaExceeded(String),
+    /// A bound on open streams was reached (per token or per server).
+    #[error("{message}")]
+    TooManyStreams {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("the service is temporarily unavailable")]
     Unavailable { retry_after_secs: u64 },
     #[error("{0}")]
@@ -92,6 +101,8 @@ impl ApiError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::QuotaExceeded(_) => StatusCode::CONFLICT,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -111,6 +122,8 @@ impl ApiError {
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited { .. } => "rate_limited",
+            Self::TooManyStreams { .. } => "too_many_streams",
+            Self::QuotaExceeded(_) => "quota_exceeded",
             Self::Unavailable { .. } => "unavailable",
             Self::BadGateway(_) => "upstream_failed",
             Self::Internal(_) => "internal",
@@ -146,6 +159,15 @@ impl From<crate::field::FieldError> for ApiError {
     }
 }
 
+impl From<crate::quotas::QuotaError> for ApiError {
+    fn from(e: crate::quotas::QuotaError) -> Self {
+        match e {
+            crate::quotas::QuotaError::Exceeded(e) => Self::QuotaExceeded(e.to_string()),
+            crate::quotas::QuotaError::Db(db) => db.into(),
+        }
+    }
+}
+
 impl From<crate::founding::FoundingError> for ApiError {
     fn from(e: crate::founding::FoundingError) -> Self {
         use crate::founding::FoundingError as F;
@@ -158,6 +180,7 @@ impl From<crate::founding::FoundingError> for ApiError {
             F::Upstream(message) => Self::BadGateway(message),
             F::Busy { retry_after_secs } => Self::Unavailable { retry_after_secs },
             e @ F::NameTaken(_) => Self::Conflict(e.to_string()),
+            F::Quota(e) => Self::QuotaExceeded(e.to_string()),
             F::Db(db) => db.into(),
             F::Internal(source) => Self::Internal(source),
         }
@@ -204,6 +227,9 @@ impl IntoResponse for ApiError {
         let mut response = (self.status_code(), axum::Json(body)).into_response();
         if let Self::RateLimited { retry_after_secs }
         | Self::Unavailable { retry_after_secs }
+        | Self::TooManyStreams {
+            retry_after_secs, ..
+        }
         | Self::Wait {
             retry_after_secs, ..
         } = self

@@ -2,8 +2,14 @@
 //! (`cluster`: a phase; `node`: a node added; `report`: a node's report) carries its id, so a
 //! client that reconnects with `Last-Event-ID` gets what it missed and nothing twice; a
 //! `status` event (readiness, replicas, conditions) comes on connecting and whenever it
-//! changes. The stream ends with `deleted` when the cluster is gone, and ends (for the client
-//! to resume elsewhere) when this server drains.
+//! changes. The stream ends with `deleted` when the cluster is gone, and with `end` when its
+//! token is revoked or expires, when it reaches the server's stream lifetime, or when this server
+//! drains (the client resumes with `Last-Event-ID`).
+//!
+//! Streams share the process's change feed ([`crate::feed`]): one reader of the store for all
+//! of them, and one status computation per cluster for all its streams. A stream reads the store
+//! itself only to catch up (at connect, or after falling behind). Streams are bounded per token
+//! and per process (429 with `Retry-After` beyond).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::convert::Infallible;
@@ -15,6 +21,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Serialize;
+use tokio::sync::broadcast;
 use utoipa::ToSchema;
 
 use super::clusters::ClusterView;
@@ -24,15 +31,10 @@ use super::extract::{ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::{self, events::Change, phase::ClusterPhase};
 
-/// How often the store is read for new changes.
-const POLL: Duration = Duration::from_millis(500);
 /// How often `status` is recomputed when no change arrived (conditions also move with time).
 const STATUS_EVERY: Duration = Duration::from_secs(5);
-/// Changes read at once.
+/// Changes read at once from the store while a stream catches up.
 const PAGE: i64 = 200;
-/// A change whose id was taken by a transaction that commits later than a higher one is still
-/// delivered if it lands within this long (PostgreSQL hands out ids before commit).
-const LATE_COMMIT: Duration = Duration::from_secs(5);
 
 /// The data of a `cluster`, `node` or `report` event.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -81,11 +83,12 @@ impl From<&ClusterView> for StatusEvent {
     get, path = "/clusters/{id}/events",
     params(
         ("id" = i64, Path),
-        ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event (at most the cluster's last event id)"),
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent) and `deleted`"),
+        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 429, body = ErrorBody, description = "too many streams open for this token or this server; retry after `Retry-After` seconds"),
     ),
     security(("operator_token" = [])),
 )]
@@ -99,16 +102,43 @@ pub async fn cluster_events(
     db::clusters::get(&state.db.pool, operator.org_id, id)
         .await?
         .ok_or(ApiError::NotFound)?;
+    let last = db::events::last_of(&state.db.pool, id).await?;
+    if after > last {
+        return Err(ApiError::invalid(
+            "Last-Event-ID",
+            format!(
+                "Last-Event-ID {after} is beyond cluster {id}'s last event ({last}): \
+                 reconnect without it, or with an id this stream sent"
+            ),
+        ));
+    }
+    let subscription =
+        state
+            .feed
+            .subscribe(operator.token_id)
+            .map_err(|refused| ApiError::TooManyStreams {
+                message: refused.to_string(),
+                retry_after_secs: STREAM_RETRY_AFTER_SECS,
+            })?;
+    let now = Instant::now();
     let watch = Watch {
+        config: StreamConfig::of(&state.config),
         state,
+        subscription,
         org_id: operator.org_id,
+        token_id: operator.token_id,
         id,
-        floor: after,
-        delivered: VecDeque::new(),
-        seen: BTreeSet::new(),
+        after,
+        cursor: Some(after),
+        early: BTreeSet::new(),
+        early_until: now,
+        last_sent: after,
+        changed: false,
         queued: VecDeque::new(),
         status: None,
         status_at: None,
+        token_checked: now,
+        opened: now,
         ended: false,
     };
     let stream = futures_util::stream::unfold(watch, |mut watch| async move {
@@ -117,6 +147,9 @@ pub async fn cluster_events(
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
+
+/// Seconds a refused stream is told to wait before trying again.
+const STREAM_RETRY_AFTER_SECS: u64 = 30;
 
 fn last_event_id(headers: &HeaderMap) -> Result<i64, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
@@ -135,20 +168,58 @@ fn last_event_id(headers: &HeaderMap) -> Result<i64, ApiError> {
         })
 }
 
+/// Why the server ended a stream (the data of an `end` event); the client reconnects with
+/// `Last-Event-ID` where the reason allows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StreamEnd {
+    /// `token` (the token was revoked or expired: reconnect with a valid one), `lifetime`
+    /// (streams last at most the server's stream lifetime: reconnect) or `draining` (this
+    /// server stops: reconnect, to another replica).
+    pub reason: &'static str,
+}
+
+/// The stream's periods, from the server's configuration.
+#[derive(Debug, Clone, Copy)]
+struct StreamConfig {
+    token_recheck: Duration,
+    lifetime: Duration,
+}
+
+impl StreamConfig {
+    fn of(config: &crate::app::ApiConfig) -> Self {
+        Self {
+            token_recheck: config.event_stream_token_recheck,
+            lifetime: config.event_stream_lifetime,
+        }
+    }
+}
+
 /// One client's place in the stream.
 struct Watch {
     state: AppState,
+    config: StreamConfig,
+    subscription: crate::feed::Subscription,
     org_id: i64,
+    token_id: i64,
     id: i64,
-    /// Changes up to this id are delivered (or were before the client reconnected).
-    floor: i64,
-    /// Ids delivered lately, oldest first, with when: the floor moves past them once no
-    /// earlier id can still commit.
-    delivered: VecDeque<(Instant, i64)>,
-    seen: BTreeSet<i64>,
+    /// The client's `Last-Event-ID`: nothing at or below it is sent.
+    after: i64,
+    /// Where the next read from the store starts, while the stream catches up from it (at
+    /// connect, and after falling behind the feed); `None` once it follows the feed.
+    cursor: Option<i64>,
+    /// Ids sent from the store lately: the feed may bring them again until `early_until`.
+    early: BTreeSet<i64>,
+    early_until: Instant,
+    /// The highest change id sent.
+    last_sent: i64,
+    /// Changes were queued since the last status: the next read's end brings a status.
+    changed: bool,
     queued: VecDeque<Event>,
-    status: Option<StatusEvent>,
+    /// The last `status` sent (its JSON).
+    status: Option<std::sync::Arc<str>>,
     status_at: Option<Instant>,
+    token_checked: Instant,
+    opened: Instant,
     ended: bool,
 }
 
@@ -158,64 +229,160 @@ impl Watch {
             if let Some(event) = self.queued.pop_front() {
                 return Some(event);
             }
-            if self.ended || self.state.draining.load(Ordering::Relaxed) {
+            if self.ended {
                 return None;
             }
-            let changed = self.read_changes().await;
-            if changed || self.status_at.is_none_or(|at| at.elapsed() >= STATUS_EVERY) {
-                self.read_status().await;
+            if let Some(reason) = self.why_end().await {
+                self.ended = true;
+                if let Ok(event) = Event::default()
+                    .event("end")
+                    .json_data(StreamEnd { reason })
+                {
+                    return Some(event);
+                }
+                return None;
             }
-            if self.queued.is_empty() && !self.ended {
-                tokio::time::sleep(POLL).await;
+            if let Some(cursor) = self.cursor {
+                self.catch_up(cursor).await;
+                self.read_status(Instant::now()).await;
+                continue;
+            }
+            let read = tokio::select! {
+                received = self.subscription.changes.recv() => self.receive(received),
+                () = tokio::time::sleep(STATUS_EVERY.min(self.config.token_recheck)) => None,
+            };
+            // After a read that brought this cluster's changes, the status follows them; now and
+            // then it is recomputed anyway (conditions also move with time).
+            match read {
+                Some(read_at) if self.changed => {
+                    self.changed = false;
+                    self.read_status(read_at).await;
+                }
+                _ if self.status_at.is_none_or(|at| at.elapsed() >= STATUS_EVERY) => {
+                    let fresh_since = Instant::now()
+                        .checked_sub(STATUS_EVERY)
+                        .unwrap_or_else(Instant::now);
+                    self.read_status(fresh_since).await;
+                }
+                _ => {}
             }
         }
     }
 
-    /// Queues the changes stored since the last read; true when there were some.
-    async fn read_changes(&mut self) -> bool {
-        while let Some((at, id)) = self.delivered.front().copied() {
-            if at.elapsed() < LATE_COMMIT {
-                break;
-            }
-            self.delivered.pop_front();
-            self.seen.remove(&id);
-            self.floor = self.floor.max(id);
+    /// Why the stream must end now, if it must: the server drains, the stream outlived its
+    /// lifetime, or (checked every `token_recheck`) its token was revoked or expired.
+    async fn why_end(&mut self) -> Option<&'static str> {
+        if self.state.draining.load(Ordering::Relaxed) {
+            return Some("draining");
         }
-        let rows = match db::events::after(&self.state.db.pool, self.id, self.floor, PAGE).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::warn!(cluster_id = self.id, error = %crate::error_chain(&e), "events: cannot read changes");
-                return false;
-            }
-        };
-        let mut any = false;
-        for row in rows {
-            if !self.seen.insert(row.id) {
-                continue;
-            }
-            self.delivered.push_back((Instant::now(), row.id));
-            any = true;
-            let (kind, data) = describe(row.at, row.change);
-            let event = Event::default()
-                .id(row.id.to_string())
-                .event(kind)
-                .json_data(data);
-            match event {
-                Ok(event) => self.queued.push_back(event),
+        if self.opened.elapsed() >= self.config.lifetime {
+            return Some("lifetime");
+        }
+        if self.token_checked.elapsed() >= self.config.token_recheck {
+            self.token_checked = Instant::now();
+            match db::tokens::api_token_valid(&self.state.db.pool, self.token_id, db::now()).await {
+                Ok(true) => {}
+                Ok(false) => return Some("token"),
                 Err(e) => {
-                    tracing::warn!(cluster_id = self.id, error = %e, "events: cannot encode a change")
+                    tracing::warn!(cluster_id = self.id, error = %crate::error_chain(&e), "events: cannot check the stream's token");
                 }
             }
         }
-        any
+        None
+    }
+
+    /// Takes one item from the feed: queues a change when it is this cluster's and new to the
+    /// client; returns when the store was read, at the end of a read. Falling behind the feed
+    /// sends the stream back to the store.
+    fn receive(
+        &mut self,
+        received: Result<std::sync::Arc<crate::feed::Item>, broadcast::error::RecvError>,
+    ) -> Option<Instant> {
+        match received.as_deref() {
+            Ok(crate::feed::Item::Read(at)) => Some(*at),
+            Ok(crate::feed::Item::Change { cluster_id, row }) => {
+                if *cluster_id != self.id || row.id <= self.after {
+                    return None;
+                }
+                if Instant::now() < self.early_until {
+                    if self.early.contains(&row.id) {
+                        return None;
+                    }
+                } else {
+                    self.early.clear();
+                }
+                self.queue(row);
+                self.changed = true;
+                None
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                let missed = *missed;
+                tracing::debug!(
+                    cluster_id = self.id,
+                    missed,
+                    "events: a slow stream catches up from the store"
+                );
+                self.cursor = Some(self.last_sent);
+                None
+            }
+            Err(broadcast::error::RecvError::Closed) => {
+                self.ended = true;
+                None
+            }
+        }
+    }
+
+    /// Reads a page of this cluster's changes after `cursor` from the store; the stream
+    /// follows the feed once a page is short.
+    async fn catch_up(&mut self, cursor: i64) {
+        let rows = match db::events::after(&self.state.db.pool, self.id, cursor, PAGE).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(cluster_id = self.id, error = %crate::error_chain(&e), "events: cannot read changes");
+                tokio::time::sleep(crate::feed::POLL).await;
+                return;
+            }
+        };
+        let full = rows.len() as i64 == PAGE;
+        let mut last = cursor;
+        for row in &rows {
+            last = last.max(row.id);
+            if self.early.insert(row.id) {
+                self.queue(row);
+            }
+        }
+        // The feed may bring these again until a late commit could no longer be read twice.
+        self.early_until = Instant::now() + 2 * crate::feed::LATE_COMMIT + crate::feed::POLL;
+        self.cursor = full.then_some(last);
+    }
+
+    fn queue(&mut self, row: &db::events::EventRow) {
+        self.last_sent = self.last_sent.max(row.id);
+        let (kind, data) = describe(row.at, row.change.clone());
+        match Event::default()
+            .id(row.id.to_string())
+            .event(kind)
+            .json_data(data)
+        {
+            Ok(event) => self.queued.push_back(event),
+            Err(e) => {
+                tracing::warn!(cluster_id = self.id, error = %e, "events: cannot encode a change")
+            }
+        }
     }
 
     /// Queues `status` when it differs from the last one sent, or `deleted` when the cluster is
-    /// gone.
-    async fn read_status(&mut self) {
+    /// gone; the status is computed once for every stream of the cluster since `fresh_since`.
+    async fn read_status(&mut self, fresh_since: Instant) {
         self.status_at = Some(Instant::now());
-        let row = match db::clusters::get(&self.state.db.pool, self.org_id, self.id).await {
-            Ok(Some(row)) => row,
+        let (state, org_id, id) = (self.state.clone(), self.org_id, self.id);
+        let status = self
+            .state
+            .feed
+            .status(id, fresh_since, || status_json(state, org_id, id))
+            .await;
+        let status = match status {
+            Ok(Some(status)) => status,
             Ok(None) => {
                 self.queued
                     .push_back(Event::default().event("deleted").data("{}"));
@@ -223,26 +390,27 @@ impl Watch {
                 return;
             }
             Err(e) => {
-                tracing::warn!(cluster_id = self.id, error = %crate::error_chain(&e), "events: cannot read the cluster");
-                return;
-            }
-        };
-        let view = match super::cluster_view::view(&self.state, row).await {
-            Ok(view) => view,
-            Err(e) => {
                 tracing::warn!(cluster_id = self.id, error = %e, "events: cannot read the cluster's status");
                 return;
             }
         };
-        let status = StatusEvent::from(&view);
         if self.status.as_ref() == Some(&status) {
             return;
         }
-        if let Ok(event) = Event::default().event("status").json_data(&status) {
-            self.queued.push_back(event);
-        }
+        self.queued
+            .push_back(Event::default().event("status").data(&*status));
         self.status = Some(status);
     }
+}
+
+/// The cluster's `status` event data as JSON, or `None` when the cluster is gone.
+async fn status_json(state: AppState, org_id: i64, id: i64) -> Result<Option<String>, ApiError> {
+    let Some(row) = db::clusters::get(&state.db.pool, org_id, id).await? else {
+        return Ok(None);
+    };
+    let view = super::cluster_view::view(&state, row).await?;
+    let json = serde_json::to_string(&StatusEvent::from(&view)).map_err(ApiError::internal)?;
+    Ok(Some(json))
 }
 
 fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {

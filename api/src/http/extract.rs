@@ -95,6 +95,8 @@ pub fn bearer(parts: &Parts) -> Option<&str> {
 pub struct Operator {
     pub org_id: i64,
     pub principal: String,
+    /// The token's row: streams are bounded per token and end when it is revoked.
+    pub token_id: i64,
 }
 
 impl FromRequestParts<AppState> for Operator {
@@ -124,6 +126,7 @@ impl FromRequestParts<AppState> for Operator {
         Ok(Self {
             org_id: record.org_id,
             principal: record.principal,
+            token_id: record.id,
         })
     }
 }

@@ -1,8 +1,8 @@
 //! `Idempotency-Key` on the routes that create: a retry with the same key and request gets
 //! the first response (sealed at rest: a founding's holds a kubeconfig); the key with another
 //! request — another body, or another route — is refused (422); a retry while the first is
-//! still running is refused (409). Keys are per org. A failure a retry may fix (5xx) forgets
-//! the key; any other answer is kept.
+//! still running is refused (409). Keys are per org, kept a day. A failure a retry may fix (5xx,
+//! 409, 429, 408) forgets the key; any other answer is kept, exactly as it was given.
 
 use std::future::Future;
 
@@ -42,6 +42,17 @@ pub(super) struct Request<'a> {
 
 /// Reads the `Location` of an answer from its status and body.
 pub(super) type Locate = fn(StatusCode, &[u8]) -> Option<String>;
+
+/// Whether an answer is final, the same whatever the retry: a server error, a conflict with
+/// something in progress (409), a rate limit (429) or a timeout (408) is not, and is never kept
+/// for the key.
+fn is_final(status: StatusCode) -> bool {
+    !(status.is_server_error()
+        || matches!(
+            status,
+            StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS | StatusCode::REQUEST_TIMEOUT
+        ))
+}
 
 /// Runs `work` once per key; without a key, every time.
 pub(super) async fn run<F, Fut>(
@@ -105,23 +116,27 @@ where
             }
             Err(error) => {
                 let status = error.status_code();
-                if status.is_server_error() {
+                if !is_final(status) {
                     // A retry may succeed: let it run.
                     let _ = db::idempotency::release(&state.db.pool, org_id, &key).await;
-                } else {
-                    let body = serde_json::to_vec(&serde_json::json!({"error": {"code": "unprocessable", "message": error.to_string()}}))
-                        .map_err(ApiError::internal)?;
-                    let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
-                    let _ = db::idempotency::complete(
-                        &state.db.pool,
-                        org_id,
-                        &key,
-                        status.as_u16(),
-                        &sealed,
-                    )
-                    .await;
+                    return Err(error);
                 }
-                Err(error)
+                // The answer is kept as the client saw it (its code and message), so that a
+                // replay says the same.
+                let (parts, body) = error.into_response().into_parts();
+                let body = axum::body::to_bytes(body, usize::MAX)
+                    .await
+                    .map_err(ApiError::internal)?;
+                let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                let _ = db::idempotency::complete(
+                    &state.db.pool,
+                    org_id,
+                    &key,
+                    status.as_u16(),
+                    &sealed,
+                )
+                .await;
+                Ok(Response::from_parts(parts, axum::body::Body::from(body)))
             }
         },
     }

@@ -23,6 +23,7 @@ impl From<MembershipError> for ApiError {
             MembershipError::NotFound => Self::NotFound,
             MembershipError::Conflict(message) => Self::Conflict(message),
             MembershipError::Db(db) => db.into(),
+            e @ MembershipError::Quota(_) => Self::QuotaExceeded(e.to_string()),
         }
     }
 }

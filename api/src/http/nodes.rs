@@ -178,8 +178,9 @@ impl From<rollout::Started> for RolloutStarted {
     }
 }
 
-/// Gives every node a new generation (re-minted per-bundle certificates, same CAs). Nodes
-/// fetch it with `exk8s-agent sync`, one control-plane node at a time.
+/// Gives every node a new generation: per-bundle leaves are minted afresh, the CAs and the
+/// stored apiserver and etcd serving certificates are kept until due (`certificates/renew`
+/// re-mints those). Nodes fetch it with `exk8s-agent sync`, one control-plane node at a time.
 #[utoipa::path(
     post, path = "/clusters/{id}/rollout", params(("id" = i64, Path)),
     responses((status = 202, body = RolloutStarted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),

@@ -30,6 +30,7 @@ impl From<PoolError> for ApiError {
             PoolError::Conflict(message) => Self::Conflict(message),
             PoolError::Upstream(message) => Self::BadGateway(message),
             PoolError::Db(db) => db.into(),
+            e @ PoolError::Quota(_) => Self::QuotaExceeded(e.to_string()),
         }
     }
 }

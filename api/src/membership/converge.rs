@@ -16,10 +16,12 @@ use std::sync::Arc;
 
 use crate::app::AppState;
 use crate::compute::CreateVm;
+use crate::db::leases::Leased;
 use crate::db::{
     self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::EtcdMembership,
 };
 use crate::founding::{request::ClusterSpecRequest, trust};
+use crate::lease;
 use crate::machines::{self, MachineError, NewMachine};
 use crate::pki::NodeServingCerts;
 use exk8s_common::contract::{ReportState, Role};
@@ -33,6 +35,8 @@ pub enum ConvergeError {
     Db(#[from] DbError),
     #[error("{0}")]
     Failed(String),
+    #[error(transparent)]
+    Lease(#[from] lease::LeaseLost),
 }
 
 /// How a pass ended.
@@ -73,27 +77,27 @@ pub async fn after_report(state: &AppState, cluster_id: i64) {
     }
 }
 
-fn lease_secs(state: &AppState) -> i64 {
-    i64::try_from(state.config.provisioning_deadline.as_secs()).unwrap_or(i64::MAX)
-}
-
 pub async fn converge(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError> {
-    let now = db::now();
-    if !db::membership::claim_lease(&state.db.pool, cluster_id, now, now + lease_secs(state))
-        .await?
-    {
+    let Some(lease) = lease::claim(&state.db, Leased::Membership(cluster_id)).await? else {
         return Ok(Outcome::Busy);
+    };
+    let result = run(state, cluster_id, &lease).await;
+    if matches!(result, Err(ConvergeError::Lease(_))) {
+        // Another process moves the change on now; its lease is not ours to release.
+        return result;
     }
-    let result = run(state, cluster_id).await;
     let error = result.as_ref().err().map(|e| crate::error_chain(e));
-    db::membership::release_lease(&state.db.pool, cluster_id, error.as_deref()).await?;
+    lease.release(error.as_deref()).await?;
     result
 }
 
-async fn run(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError> {
+async fn run(
+    state: &AppState,
+    cluster_id: i64,
+    lease: &lease::Held,
+) -> Result<Outcome, ConvergeError> {
     loop {
-        db::membership::renew_lease(&state.db.pool, cluster_id, db::now() + lease_secs(state))
-            .await?;
+        lease.ensure()?;
         let Some(cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id)
             .await?
             .filter(|c| c.phase == ClusterPhase::Founded)

@@ -49,6 +49,18 @@ pub enum MembershipError {
     Conflict(String),
     #[error(transparent)]
     Db(#[from] DbError),
+    /// The org's quota would be passed (409).
+    #[error(transparent)]
+    Quota(#[from] crate::quotas::Exceeded),
+}
+
+impl From<crate::quotas::QuotaError> for MembershipError {
+    fn from(e: crate::quotas::QuotaError) -> Self {
+        match e {
+            crate::quotas::QuotaError::Exceeded(e) => Self::Quota(e),
+            crate::quotas::QuotaError::Db(db) => Self::Db(db),
+        }
+    }
 }
 
 /// Where a change stands.
@@ -167,6 +179,11 @@ pub async fn scale(
             unhealthy.desired_generation
         )));
     }
+    let ask = crate::quotas::Ask {
+        vms: count - voters,
+        ..crate::quotas::Ask::default()
+    };
+    crate::quotas::admit(&state.db, state.config.quotas, org_id, ask).await?;
     db::membership::set_desired(&state.db.pool, cluster_id, count).await?;
     if count != voters {
         tracing::info!(

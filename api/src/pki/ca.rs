@@ -237,6 +237,7 @@ impl CertAuthority {
         }
         let params = leaf_params(
             spec,
+            &key.pair().subject_public_key_info(),
             self.leaf_algorithm,
             now,
             self.leaf_lifetime,

@@ -11,8 +11,8 @@
 use std::net::IpAddr;
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyUsagePurpose,
-    SanType, SerialNumber,
+    CertificateParams, CustomExtension, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyUsagePurpose, SanType, SerialNumber,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -86,9 +86,28 @@ pub(crate) fn subject(common_name: &str, organization: Option<&str>) -> Distingu
     dn
 }
 
-/// Builds the parameters of a leaf signed by a CA valid until `ca_not_after`.
+/// basicConstraints (2.5.29.19), critical, as the empty SEQUENCE that means `cA FALSE` in DER.
+fn no_ca_basic_constraints() -> CustomExtension {
+    let mut ext = CustomExtension::from_oid_content(&[2, 5, 29, 19], vec![0x30, 0x00]);
+    ext.set_criticality(true);
+    ext
+}
+
+/// subjectKeyIdentifier (2.5.29.14): the first 20 bytes of the SHA-256 of the subject's public
+/// key info, as rcgen derives it for CAs. rcgen writes it only beside
+/// basicConstraints, which a leaf now writes itself.
+fn subject_key_identifier(subject_public_key: &[u8]) -> CustomExtension {
+    let digest = exk8s_common::names::Sha256Digest::of(subject_public_key);
+    let mut content = vec![0x04, 20];
+    content.extend_from_slice(&digest.as_bytes()[..20]);
+    CustomExtension::from_oid_content(&[2, 5, 29, 14], content)
+}
+
+/// Builds the parameters of a leaf for the public key `subject_public_key` (its DER
+/// SubjectPublicKeyInfo), signed by a CA valid until `ca_not_after`.
 pub(crate) fn leaf_params(
     spec: &LeafSpec,
+    subject_public_key: &[u8],
     algorithm: KeyAlgorithm,
     now: OffsetDateTime,
     lifetime: Duration,
@@ -99,7 +118,14 @@ pub(crate) fn leaf_params(
     params.not_before = now - BACKDATE;
     params.not_after = (now + lifetime).min(ca_not_after);
     params.serial_number = Some(random_serial()?);
-    params.is_ca = IsCa::ExplicitNoCa;
+    // A leaf says it is no CA with a critical basicConstraints whose cA is absent: DER forbids
+    // encoding a DEFAULT value, so `cA FALSE` written out (rcgen's `ExplicitNoCa`) is refused by
+    // strict parsers (pyca/cryptography: "EncodedDefault"). Go writes the same empty SEQUENCE.
+    params.is_ca = IsCa::NoCa;
+    params.custom_extensions = vec![
+        subject_key_identifier(subject_public_key),
+        no_ca_basic_constraints(),
+    ];
     params.use_authority_key_identifier_extension = true;
     params.key_usages = if algorithm.is_rsa() {
         vec![

@@ -16,11 +16,13 @@ use tokio::task::JoinSet;
 
 use crate::app::AppState;
 use crate::compute::CreateVm;
+use crate::db::leases::Leased;
 use crate::db::{
     self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::Removal,
     pools::PoolRow, resources::Resource,
 };
 use crate::founding::{request::ClusterSpecRequest, trust};
+use crate::lease;
 use crate::machines::{self, MachineError, NewMachine};
 use exk8s_common::contract::Role;
 
@@ -42,6 +44,8 @@ pub enum ConvergeError {
     NoRoom(String),
     #[error("a worker task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Lease(#[from] lease::LeaseLost),
 }
 
 /// How a convergence ended.
@@ -79,13 +83,16 @@ pub async fn after_report(state: &AppState, node_id: i64) {
 /// Converges the pool now, unless another convergence holds it.
 pub async fn converge(state: &AppState, pool_id: i64) -> Result<Outcome, ConvergeError> {
     loop {
-        let now = db::now();
-        if !db::pools::claim_lease(&state.db.pool, pool_id, now, now + lease_secs(state)).await? {
+        let Some(lease) = lease::claim(&state.db, Leased::Pool(pool_id)).await? else {
             return Ok(Outcome::Busy);
+        };
+        let result = run(state, pool_id, &lease).await;
+        if matches!(result, Err(ConvergeError::Lease(_))) {
+            // Another process converges the pool now; its lease is not ours to release.
+            return result;
         }
-        let result = run(state, pool_id).await;
         let error = result.as_ref().err().map(|e| crate::error_chain(e));
-        db::pools::release_lease(&state.db.pool, pool_id, error.as_deref()).await?;
+        lease.release(error.as_deref()).await?;
         // A change made while the lease was held, whose own convergence found it busy.
         if result.as_ref().is_ok_and(|o| *o == Outcome::Converged)
             && db::pools::needs_work(&state.db.pool, pool_id).await?
@@ -94,12 +101,6 @@ pub async fn converge(state: &AppState, pool_id: i64) -> Result<Outcome, Converg
         }
         return result;
     }
-}
-
-/// How long one convergence step may hold a pool before another process takes it over: the
-/// same deadline after which an untouched founding counts as abandoned.
-fn lease_secs(state: &AppState) -> i64 {
-    i64::try_from(state.config.provisioning_deadline.as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Where a pool's workers go, from the cluster's founding request.
@@ -129,9 +130,13 @@ impl Placement {
     }
 }
 
-async fn run(state: &AppState, pool_id: i64) -> Result<Outcome, ConvergeError> {
+async fn run(
+    state: &AppState,
+    pool_id: i64,
+    lease: &lease::Held,
+) -> Result<Outcome, ConvergeError> {
     loop {
-        db::pools::renew_lease(&state.db.pool, pool_id, db::now() + lease_secs(state)).await?;
+        lease.ensure()?;
         let Some(pool) = db::pools::get(&state.db.pool, pool_id).await? else {
             return Ok(Outcome::Gone);
         };

@@ -27,6 +27,18 @@ pub enum PoolError {
     Upstream(String),
     #[error(transparent)]
     Db(#[from] DbError),
+    /// The org's quota would be passed (409).
+    #[error(transparent)]
+    Quota(#[from] crate::quotas::Exceeded),
+}
+
+impl From<crate::quotas::QuotaError> for PoolError {
+    fn from(e: crate::quotas::QuotaError) -> Self {
+        match e {
+            crate::quotas::QuotaError::Exceeded(e) => Self::Quota(e),
+            crate::quotas::QuotaError::Db(db) => Self::Db(db),
+        }
+    }
 }
 
 /// A pool with its nodes, oldest first.
@@ -100,6 +112,12 @@ pub async fn create(
 ) -> Result<Pool, PoolError> {
     let cluster = founded_cluster(state, org_id, cluster_id).await?;
     check_room(state, &cluster, None, spec.count).await?;
+    let ask = crate::quotas::Ask {
+        clusters: 0,
+        vms: spec.count,
+        pools: 1,
+    };
+    crate::quotas::admit(&state.db, state.config.quotas, org_id, ask).await?;
     let subnet = state
         .compute
         .get_subnet(spec.subnet_id)
@@ -186,6 +204,11 @@ pub async fn update(
     let pool = get(state, org_id, cluster_id, pool_id).await?;
     if let Some(count) = change.count {
         check_room(state, &cluster, Some(pool.row.id), count).await?;
+        let ask = crate::quotas::Ask {
+            vms: count - pool.row.desired_count,
+            ..crate::quotas::Ask::default()
+        };
+        crate::quotas::admit(&state.db, state.config.quotas, org_id, ask).await?;
     }
     let updated = db::pools::update(
         &state.db.pool,

@@ -45,6 +45,9 @@ pub struct Faults {
 struct ComputeState {
     next_vm: i64,
     next_group: i64,
+    /// Where the search for a free address starts: addresses are handed out in turn, so a
+    /// deleted VM's address is reused only once the range wrapped (as clouds avoid quick reuse).
+    #[serde(default)]
     next_host: u32,
     vm_creates: u32,
     /// id → (VM, polls left before it shows addresses, its security groups).
@@ -61,6 +64,9 @@ pub struct ComputeSim {
     prefix: u8,
     store: store::Store,
 }
+
+/// The first host number handed out: .1 to .10 are the cloud's (gateway, DNS, reserved).
+const FIRST_HOST: u32 = 11;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave the simulator's maps half-updated in a way
@@ -86,9 +92,10 @@ impl ComputeSim {
         let state = ComputeState {
             next_vm: 101,
             next_group: 1,
-            next_host: 11,
             ..ComputeState::default()
         };
+        // The network's own address, whatever host bits the flag carried.
+        let network = Ipv4Addr::from(u32::from(network) & (u32::MAX << (32 - prefix)));
         Ok(Self {
             state: Arc::new(Mutex::new(state)),
             faults: Arc::new(Mutex::new(Faults::default())),
@@ -156,6 +163,24 @@ impl ComputeSim {
         format!("{}/{}", self.network, self.prefix)
     }
 
+    /// The next host number (from .11, below the broadcast address, after the last one handed
+    /// out and wrapping around) that no live VM holds: every address stays inside the CIDR.
+    fn free_host(&self, state: &ComputeState) -> Option<u32> {
+        let size = 1u32 << (32 - self.prefix);
+        let hosts = FIRST_HOST..size - 1;
+        let network = u32::from(self.network);
+        let used: std::collections::BTreeSet<u32> = state
+            .vms
+            .values()
+            .filter_map(|(vm, ..)| vm.private_ipv4.as_deref()?.parse::<Ipv4Addr>().ok())
+            .map(|ip| u32::from(ip).wrapping_sub(network))
+            .collect();
+        let start = state.next_host.clamp(hosts.start, hosts.end);
+        (start..hosts.end)
+            .chain(hosts.start..start)
+            .find(|host| !used.contains(host))
+    }
+
     async fn delay(&self) {
         let latency = lock(&self.faults).latency_ms;
         if latency > 0 {
@@ -200,10 +225,20 @@ impl Compute for ComputeSim {
         if faults.fail_vm_create_nth == Some(state.vm_creates) {
             return Err(unavailable("VM create"));
         }
+        let Some(host) = self.free_host(&state) else {
+            // A cloud's answer when a subnet is full (AWS: InsufficientFreeAddressesInSubnet).
+            return Err(ComputeError::Rejected {
+                status: 409,
+                message: format!(
+                    "subnet {} ({}) has no free address: InsufficientFreeAddressesInSubnet",
+                    request.subnet_id,
+                    self.cidr()
+                ),
+            });
+        };
         let id = state.next_vm;
         state.next_vm += 1;
-        let host = state.next_host;
-        state.next_host += 1;
+        state.next_host = host + 1;
         let ip = Ipv4Addr::from(u32::from(self.network) + host);
         let public = request
             .allocate_public_ipv4
@@ -430,5 +465,69 @@ impl Dns for DnsSim {
             self.store.save(&*records);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(token: &str) -> CreateVm {
+        CreateVm {
+            name: token.into(),
+            image_id: 1,
+            instance_type: "small".into(),
+            zone_id: 1,
+            subnet_id: 7,
+            security_group_ids: vec![],
+            allocate_public_ipv4: false,
+            ssh_pubkey: None,
+            root_volume_size_gib: 10,
+            userdata: String::new(),
+            tags: BTreeMap::new(),
+            client_token: token.into(),
+        }
+    }
+
+    async fn address(sim: &ComputeSim, id: i64) -> Ipv4Addr {
+        sim.assign_addresses_now();
+        let vm = sim.get_vm(id).await.unwrap().unwrap();
+        vm.private_ipv4.unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn addresses_stay_inside_the_subnet_until_it_is_exhausted() {
+        // Host bits in the flag are the network's: 127.0.60.0/28 has .11 to .14.
+        let sim = ComputeSim::new("127.0.60.5/28").unwrap();
+        assert_eq!(sim.cidr(), "127.0.60.0/28");
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let vm = sim.create_vm(&request(&format!("vm-{i}"))).await.unwrap();
+            ids.push(vm.id);
+        }
+        let mut got = Vec::new();
+        for id in &ids {
+            got.push(address(&sim, *id).await);
+        }
+        let want: Vec<Ipv4Addr> = (11..=14).map(|h| Ipv4Addr::new(127, 0, 60, h)).collect();
+        assert_eq!(got, want);
+
+        let full = sim.create_vm(&request("vm-4")).await.unwrap_err();
+        match full {
+            ComputeError::Rejected { status, message } => {
+                assert_eq!(status, 409);
+                assert!(
+                    message.contains("127.0.60.0/28")
+                        && message.contains("InsufficientFreeAddressesInSubnet"),
+                    "{message}"
+                );
+            }
+            other => panic!("not the subnet-exhausted answer: {other:?}"),
+        }
+
+        // A deleted VM's address is free again; the retried create takes it.
+        sim.delete_vm(ids[1]).await.unwrap();
+        let vm = sim.create_vm(&request("vm-4")).await.unwrap();
+        assert_eq!(address(&sim, vm.id).await, Ipv4Addr::new(127, 0, 60, 12));
     }
 }

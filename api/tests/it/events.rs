@@ -235,3 +235,105 @@ async fn the_stream_refuses_what_it_cannot_serve(backend: Backend) {
     assert_eq!(missing.status(), 404);
 }
 both_backends!(the_stream_refuses_what_it_cannot_serve);
+
+/// A `Last-Event-ID` beyond the cluster's last event is refused (a stream resumed there would
+/// never deliver), and one at the last event is served.
+async fn a_resume_point_beyond_the_last_event_is_refused(backend: Backend) {
+    let app = crate::app::spawn_app(backend).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut stream = Stream::open(&app, cluster, None).await;
+    let opening = stream.until(|e| e.kind == "status").await;
+    let last = opening.iter().filter_map(|e| e.id).max().unwrap();
+    drop(stream);
+    let beyond = app
+        .get(&format!("/clusters/{cluster}/events"))
+        .header("Last-Event-ID", (last + 1000).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(beyond.status(), 400);
+    let error = json_of(beyond).await;
+    assert_eq!(error["error"]["field"], "Last-Event-ID");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("last event ({last})")),
+        "{error}"
+    );
+    Stream::open(&app, cluster, Some(last)).await;
+}
+both_backends!(a_resume_point_beyond_the_last_event_is_refused);
+
+/// Streams are bounded per token (429 with Retry-After beyond, naming the bound) while another
+/// token still opens one; a revoked token's stream ends with `end` (reason `token`); every
+/// stream ends with `end` (reason `lifetime`) once it reaches the server's stream lifetime.
+async fn streams_are_bounded_and_end_with_their_token(backend: Backend) {
+    let config = exk8s_api::app::ApiConfig {
+        event_streams: exk8s_api::feed::StreamLimits {
+            per_token: 2,
+            per_process: 100,
+        },
+        event_stream_token_recheck: Duration::from_millis(200),
+        event_stream_lifetime: Duration::from_secs(4),
+        ..crate::app::test_config()
+    };
+    let app = crate::app::spawn_with(backend, config, None).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let open_with = |token: String| {
+        app.http
+            .get(format!("{}/clusters/{cluster}/events", app.url))
+            .bearer_auth(token)
+            .send()
+    };
+    let mut first = Stream::open(&app, cluster, None).await;
+    let mut second = Stream::open(&app, cluster, None).await;
+    let third = open_with(app.token.clone()).await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert_eq!(third.headers()["retry-after"], "30");
+    let error = json_of(third).await;
+    assert_eq!(error["error"]["code"], "too_many_streams");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 event streams"),
+        "{error}"
+    );
+
+    let other = operator_token(&app.state, 7, Scope::Operator, 3600).await;
+    let response = open_with(other.clone()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut revoked = Stream {
+        response,
+        buffer: String::new(),
+    };
+    revoked.until(|e| e.kind == "status").await;
+    let id: i64 = sqlx::query_scalar("SELECT id FROM api_tokens WHERE token_hash = $1")
+        .bind(exk8s_api::tokens::hash(&other))
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert!(
+        exk8s_api::db::tokens::revoke_api_token(&app.state.db.pool, id)
+            .await
+            .unwrap()
+    );
+    let end = revoked.until(|e| e.kind == "end").await;
+    assert_eq!(end.last().unwrap().data["reason"], "token");
+    assert!(
+        revoked.next().await.is_none(),
+        "the revoked token's stream ends"
+    );
+
+    for stream in [&mut first, &mut second] {
+        let end = stream.until(|e| e.kind == "end").await;
+        assert_eq!(end.last().unwrap().data["reason"], "lifetime");
+        assert!(stream.next().await.is_none());
+    }
+    // Ended streams free their places.
+    Stream::open(&app, cluster, None).await;
+}
+both_backends!(streams_are_bounded_and_end_with_their_token);

@@ -1,16 +1,15 @@
 //! `POST /clusters` and the operator routes, on SQLite and PostgreSQL: founding, the bad-body
-//! corpus, failure at every step leaving nothing behind, idempotency, org isolation, tokens,
+//! corpus, failure at every step leaving nothing behind, org isolation, tokens,
 //! sealed keys bound to their row, two replicas, deletion, and the service endpoints.
 
 use std::time::Duration;
 
 use exk8s_api::sim::Faults;
 use exk8s_api::tokens::Scope;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::app::{
-    Backend, TestApp, WAIT, both_backends, json_of, operator_token, spawn_app, spawn_with,
-    test_config, valid_body,
+    Backend, TestApp, both_backends, json_of, operator_token, spawn_app, spawn_with, test_config,
 };
 
 pub(crate) fn assert_nothing_left(app: &TestApp) {
@@ -265,52 +264,6 @@ async fn squat_vm_id(app: &TestApp, vm_id: i64) {
     .execute(pool)
     .await
     .unwrap();
-}
-
-async fn idempotency_keys_replay_refuse_and_serialise(backend: Backend) {
-    let app = spawn_app(backend).await;
-    let send = |key: &str, body: Value| {
-        app.post("/clusters")
-            .header(WAIT.0, WAIT.1)
-            .header("Idempotency-Key", key)
-            .json(&body)
-            .send()
-    };
-    let first = send("k-1", valid_body(1)).await.unwrap();
-    assert_eq!(first.status(), 201);
-    let first = json_of(first).await;
-    let again = send("k-1", valid_body(1)).await.unwrap();
-    assert_eq!(again.status(), 201);
-    assert_eq!(
-        json_of(again).await,
-        first,
-        "a retry must return the first response"
-    );
-    assert_eq!(app.cluster_count().await, 1);
-    assert_eq!(app.sims.compute.vms().len(), 1);
-
-    let other = send("k-1", valid_body(3)).await.unwrap();
-    assert_eq!(other.status(), 422);
-    assert_eq!(json_of(other).await["error"]["field"], "Idempotency-Key");
-
-    // While the first request is in flight, a retry is refused with 409.
-    app.sims.set_faults(Faults {
-        latency_ms: 300,
-        ..Faults::default()
-    });
-    let slow = {
-        let request = app
-            .post("/clusters")
-            .header(WAIT.0, WAIT.1)
-            .header("Idempotency-Key", "k-2")
-            .json(&valid_body(1));
-        tokio::spawn(async move { request.send().await.unwrap().status() })
-    };
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let concurrent = send("k-2", valid_body(1)).await.unwrap();
-    assert_eq!(concurrent.status(), 409);
-    assert_eq!(slow.await.unwrap(), 201);
-    assert_eq!(app.cluster_count().await, 2);
 }
 
 async fn orgs_are_isolated_and_tokens_are_checked(backend: Backend) {
@@ -577,7 +530,6 @@ async fn service_endpoints_answer(backend: Backend) {
 both_backends!(
     founds_one_and_three_node_clusters,
     failure_at_every_step_leaves_nothing_behind,
-    idempotency_keys_replay_refuse_and_serialise,
     orgs_are_isolated_and_tokens_are_checked,
     a_sealed_key_moved_to_another_row_does_not_open,
     deleting_a_cluster_removes_everything,

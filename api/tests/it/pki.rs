@@ -8,7 +8,7 @@ use std::path::Path;
 use exk8s_api::pki::{CaRole, IssuedCert, KeyAlgorithm};
 use time::Duration;
 
-use crate::helpers::{ClusterFixture, cluster, facts, openssl};
+use crate::helpers::{ClusterFixture, cluster, facts, openssl, tool};
 
 /// One row of PKI.md's table, with the expected values written out independently of the code.
 struct Row<'a> {
@@ -378,6 +378,46 @@ pub(crate) fn verify(
     openssl(&args, dir)
 }
 
+/// Every certificate kind (the three CAs and each PKI.md row) parses with pyca/cryptography, a
+/// strict DER parser: OpenSSL and Go accept an encoded DEFAULT value (`cA FALSE` written out),
+/// strict parsers refuse it ("EncodedDefault").
+fn check_strict_der(alg: KeyAlgorithm) {
+    let f = cluster(alg);
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut write = |name: String, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        files.push(path);
+    };
+    for role in CaRole::ALL {
+        write(ca_file(role).to_owned(), f.pki.ca(role).cert_pem());
+    }
+    for (i, row) in rows(f).iter().enumerate() {
+        write(
+            format!("{i}-{}.pem", row.name.replace([' ', '(', ')'], "_")),
+            &row.cert.cert_pem,
+        );
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/strict_der.py");
+    let out = std::process::Command::new(tool("python", "EXK8S_PYTHON"))
+        .arg(script)
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{alg}: a strict DER parser refused certificates:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        files.len() > 10,
+        "{alg}: only {} certificates checked",
+        files.len()
+    );
+}
+
 fn check_with_openssl(alg: KeyAlgorithm) {
     let f = cluster(alg);
     let dir = tempfile::tempdir().unwrap();
@@ -472,6 +512,8 @@ macro_rules! per_algorithm {
             fn every_certificate_matches_its_pki_md_row() { check_rows($alg) }
             #[test]
             fn openssl_verifies_purposes_names_and_trust_domains() { check_with_openssl($alg) }
+            #[test]
+            fn a_strict_der_parser_reads_every_certificate() { check_strict_der($alg) }
             #[test]
             fn serials_are_unique_across_the_cluster() { check_serials($alg) }
         }

@@ -34,8 +34,9 @@ async fn recorded_workers(db_url: &str, pool: i64) -> BTreeSet<i64> {
 async fn killed_while_making_workers_then_the_pool_is_finished(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let db_url = fresh_database(backend, dir.path()).await;
-    // A convergence untouched for 2 s is taken over.
-    let stack = stack(dir.path(), &db_url, 2).await;
+    // The provisioning deadline stays at its default (ten minutes): what lets the restarted API
+    // take the change over is the dead holder's lease running out (seconds, lease::TTL).
+    let stack = stack(dir.path(), &db_url, 600).await;
     let operator = token(&db_url, "7", "operator");
     let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
     let created: Value = stack
@@ -130,3 +131,70 @@ async fn killed_while_making_workers_then_the_pool_is_finished(backend: Backend)
 }
 
 both_backends!(killed_while_making_workers_then_the_pool_is_finished);
+
+/// SIGKILL a few milliseconds into `DELETE /clusters/{id}` while a pool makes its workers: the
+/// restarted API's reconciler finishes the delete — no VM, no security group, no cluster row.
+async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = fresh_database(backend, dir.path()).await;
+    let stack = stack(dir.path(), &db_url, 600).await;
+    let operator = token(&db_url, "7", "operator");
+    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
+    let created: Value = stack
+        .found(&stack.api_url, &operator, 1)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    stack
+        .set_faults(json!({"latency_ms": 50, "address_after_polls": 3}))
+        .await;
+    let accepted = stack
+        .http
+        .post(format!("{}/clusters/{cluster}/node-pools", stack.api_url))
+        .bearer_auth(&operator)
+        .json(&pool_body("doomed", 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    wait_until("the first workers", Duration::from_secs(30), || async {
+        !workers(&stack.sim_list("vms").await).is_empty()
+    })
+    .await;
+    let delete = {
+        let request = stack
+            .http
+            .delete(format!("{}/clusters/{cluster}", stack.api_url))
+            .bearer_auth(&operator);
+        tokio::spawn(async move { request.send().await })
+    };
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let _ = delete.await;
+    assert!(
+        !stack.sim_list("vms").await.is_empty(),
+        "the delete had not finished when the API died"
+    );
+
+    stack.set_faults(json!({})).await;
+    let _second = stack.start_api(&dir.path().join("api-2.log")).await;
+    let db = exk8s_api::db::Db::connect(&db_url).unwrap();
+    wait_until("the delete finished", Duration::from_secs(90), || async {
+        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clusters WHERE id = $1")
+            .bind(cluster)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        rows == 0
+            && stack.sim_list("vms").await.is_empty()
+            && stack.sim_list("security-groups").await.is_empty()
+    })
+    .await;
+}
+
+both_backends!(killed_during_a_delete_then_the_delete_is_finished);

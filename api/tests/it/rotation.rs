@@ -163,3 +163,72 @@ async fn the_cluster_ca_rotates_in_three_phases(backend: Backend) {
 }
 
 both_backends!(the_cluster_ca_rotates_in_three_phases);
+
+/// A worker whose VM never boots (it never took a bundle) does not hold a rotation: while the
+/// control plane has not applied a phase, the `CARotating` condition and `ca_rotation` name the
+/// node waited for; every phase then moves on with only the nodes that took bundles, and the
+/// worker's first bundle, when it finally boots, trusts only the new CA.
+async fn a_worker_that_never_boots_does_not_hold_a_rotation(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut nodes = Vec::new();
+    for node in credentials_for(&app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        register(&app, &node, &key).await;
+        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
+        nodes.push((node, key));
+    }
+    let worker = crate::workers::record_worker(&app, cluster).await;
+    let started = rotate(&app, cluster, json!({"ca": "cluster"})).await;
+    assert_eq!(started.status(), 202);
+
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let rotating = crate::membership::condition(&view, "CARotating");
+    assert_eq!(rotating["status"], "True", "{rotating}");
+    assert_eq!(rotating["reason"], "WaitingForNode", "{rotating}");
+    let waiting = view["ca_rotation"]["waiting_for"].as_str().unwrap();
+    assert!(
+        waiting.contains(&format!("vm {}", nodes[0].0.vm)),
+        "waits for the first control-plane node: {waiting}"
+    );
+    assert!(
+        rotating["message"].as_str().unwrap().contains(waiting),
+        "{rotating}"
+    );
+
+    for expected in ["sign-new", "drop-old"] {
+        every_node_syncs(&app, &nodes).await;
+        assert_eq!(phase(&app, cluster).await.as_deref(), Some(expected));
+    }
+    let last = every_node_syncs(&app, &nodes).await;
+    assert_eq!(phase(&app, cluster).await, None, "the rotation finished");
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        crate::membership::condition(&view, "CARotating")["status"],
+        "False"
+    );
+
+    // The worker boots at last: its first bundle trusts the new CA alone.
+    let key = NodeKey::generate().unwrap();
+    let bundle = register(&app, &worker, &key).await;
+    assert_eq!(
+        file(&bundle, "/etc/exk8s/pki/ca.pem"),
+        file(&last[0], "/etc/exk8s/pki/ca.pem")
+    );
+    assert_eq!(certificates_in(&file(&bundle, "/etc/exk8s/pki/ca.pem")), 1);
+}
+
+both_backends!(a_worker_that_never_boots_does_not_hold_a_rotation);

@@ -22,7 +22,7 @@ use crate::sync::{fetch_update, register, update_payload};
 const WORKER_VM: i64 = 9001;
 
 /// Records pool `blue` and one worker VM of it in `cluster`.
-async fn record_worker(app: &TestApp, cluster: i64) -> Node {
+pub(crate) async fn record_worker(app: &TestApp, cluster: i64) -> Node {
     let mut tx = app.state.db.begin().await.unwrap();
     // The founding nodes hold blocks 0–2.
     assert_eq!(insert_worker(&mut tx, cluster, "blue", WORKER_VM).await, 3);

@@ -1,0 +1,64 @@
+//! Deleting wins over every convergence, on SQLite and PostgreSQL: a cluster deleted while a
+//! 40-worker pool is still making its VMs leaves no VM, no security group and no row behind —
+//! at once (204) or, when a convergence was still in its step, after the reconciler finished
+//! the delete it accepted (202).
+
+use std::time::Duration;
+
+use exk8s_api::sim::Faults;
+use serde_json::json;
+
+use crate::app::{Backend, both_backends, json_of, spawn_app};
+use crate::founding::assert_nothing_left;
+use crate::pools::pool_body;
+
+async fn a_delete_during_a_pool_scale_up_leaves_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    // Every compute call takes a while: the pool is still making VMs when the delete comes.
+    app.sims.set_faults(Faults {
+        latency_ms: 20,
+        ..Faults::default()
+    });
+    let pool = app
+        .post(&format!("/clusters/{cluster}/node-pools"))
+        .json(&pool_body("wide", 40))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pool.status(), 202);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let workers_made = app.sims.compute.vms().len();
+    assert!(workers_made > 1, "the pool made no VM before the delete");
+
+    let deleted = app
+        .delete(&format!("/clusters/{cluster}"))
+        .send()
+        .await
+        .unwrap();
+    let status = deleted.status().as_u16();
+    assert!(status == 204 || status == 202, "delete answered {status}");
+    if status == 202 {
+        // The reconciler's pass finishes what the delete accepted.
+        for _ in 0..100 {
+            exk8s_api::founding::delete::finish_all(&app.state).await;
+            if app.cluster_count().await == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert_eq!(app.cluster_count().await, 0, "the cluster row is gone");
+    // Nothing the pool's convergence was making when the delete came survives it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_nothing_left(&app);
+    let gone = app
+        .get(&format!("/clusters/{cluster}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+}
+
+both_backends!(a_delete_during_a_pool_scale_up_leaves_nothing);
