@@ -14,8 +14,8 @@ ensure_rust_components
 # openssl: the independent verifier of every certificate the PKI makes.
 ensure_packages openssl:openssl
 # Real components and validators the tests run (never skipped when missing: installed here).
-ensure_packages etcd:etcd-server etcdctl:etcd-client shellcheck:shellcheck \
-  systemd-analyze:systemd python3:python3
+ensure_packages shellcheck:shellcheck systemd-analyze:systemd python3:python3 \
+  flock:util-linux ip:iproute2
 ensure_packages psql:postgresql-client
 # kubectl (client-go) reads the kubeconfigs the CLI merges.
 ensure_packages kubectl:kubernetes-client
@@ -25,6 +25,9 @@ drop_test_databases
 export EXK8S_TEST_POSTGRES_URL="${EXK8S_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 ensure_venv_tool kubernetes-validate kubernetes-validate
 export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
+# pyca/cryptography: a strict DER parser every certificate kind must pass (api/tests/it/pki.rs).
+ensure_venv_module cryptography cryptography
+export EXK8S_PYTHON="$PWD/.venv/bin/python"
 
 log "shellcheck (every script in the repository)"
 git ls-files '*.sh' .ci/run | xargs shellcheck --severity=style --external-sources
@@ -47,8 +50,27 @@ fi
 # Asking for the test targets resolves features with the dev-dependencies, as `cargo test`
 # does, so the binaries and libraries built here are the ones the tests use; a plain
 # `cargo build` resolved them without and `cargo test` compiled sqlx and the API a second time.
+# The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
+# a cache (scripts/k8s-binaries.sh), beside the Rust build: the versions the renderer pins.
+k8s_version=v1.35.3
+etcd_version=v3.6.10
+log "Kubernetes $k8s_version and etcd $etcd_version from their Go modules (in the background; cached)"
+k8s_log=$(mktemp)
+bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" 2>"$k8s_log" &
+k8s_build=$!
+
 log "cargo build (binaries, tests and examples, as cargo test resolves them)"
 cargo build --workspace --locked --bins --tests --examples
+
+if ! wait "$k8s_build"; then
+  cat "$k8s_log" >&2
+  echo "building Kubernetes and etcd failed (above)" >&2
+  exit 1
+fi
+grep '^==> k8s-binaries' "$k8s_log" >&2 || true
+EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
+EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN
 
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast

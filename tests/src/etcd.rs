@@ -67,7 +67,7 @@ impl EtcdCluster {
         let _ = member.wait();
     }
 
-    /// Starts one member per root (Debian's `etcd` from PATH).
+    /// Starts one member per root (the etcd the nodes run, [`crate::bins::ETCD_VERSION`]).
     pub fn start(roots: &[PathBuf]) -> Self {
         let mut members = Vec::new();
         let mut local_ports = Vec::new();
@@ -137,12 +137,12 @@ fn spawn_member(root: &Path, local_port: u16) -> Proc {
         .append(true)
         .open(root.join("etcd.log"))
         .unwrap();
-    let child = Command::new("etcd")
+    let child = Command::new(crate::bins::etcd("etcd"))
         .args(member_args(&unit, root, local_port))
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("etcd must be installed (scripts/test.sh installs etcd-server)");
+        .expect("starting etcd");
     Proc(child)
 }
 
@@ -155,8 +155,7 @@ pub fn etcdctl(
     args: &[&str],
 ) -> (bool, String) {
     let file = |p: &str| root.join(p.trim_start_matches('/'));
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
+    let out = Command::new(crate::bins::etcd("etcdctl"))
         .arg(format!("--endpoints={endpoints}"))
         .arg(format!(
             "--cacert={}",
@@ -167,7 +166,7 @@ pub fn etcdctl(
         .arg("--command-timeout=5s")
         .args(args)
         .output()
-        .expect("etcdctl must be installed (scripts/test.sh installs etcd-client)");
+        .expect("running etcdctl");
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -9,10 +9,13 @@
     reason = "test support: a failure should stop the test loudly"
 )]
 
+pub mod bins;
 pub mod cluster;
+pub mod control_plane;
 pub mod dev;
 pub mod etcd;
 pub mod members;
+pub mod netns;
 pub mod postgres;
 pub mod procs;
 pub mod tls;

@@ -125,7 +125,7 @@ fn member(root: &Path, n: usize, ip: &str, initial_cluster: &str, state: &str) -
     let key = file(&format!("member-{n}-key.pem"));
     let log = std::fs::File::create(root.join(format!("etcd-{n}.log"))).unwrap();
     Proc(
-        Command::new("etcd")
+        Command::new(exk8s_tests::bins::etcd("etcd"))
             .args([
                 &format!("--name=m{n}"),
                 &format!("--data-dir={}", root.join(format!("data-{n}")).display()),

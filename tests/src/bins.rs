@@ -1,0 +1,44 @@
+//! The real Kubernetes and etcd binaries the tests run: built from their Go modules once per
+//! machine by `scripts/k8s-binaries.sh` (which `scripts/test.sh` runs, exporting where they are)
+//! at the versions the renderer pins. A missing binary stops the test naming the script: never
+//! a silent skip, never Debian's older etcd in their place.
+
+use std::path::PathBuf;
+
+/// The etcd release the renderer pins (`render::input`), built by `scripts/k8s-binaries.sh`.
+pub const ETCD_VERSION: &str = "v3.6.10";
+/// The Kubernetes release the renderer defaults to.
+pub const KUBERNETES_VERSION: &str = "v1.35.3";
+
+fn cache() -> PathBuf {
+    std::env::var_os("EXK8S_K8S_CACHE").map_or_else(|| "/var/cache/exk8s/k8s".into(), PathBuf::from)
+}
+
+fn found(dir: PathBuf, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `scripts/k8s-binaries.sh {KUBERNETES_VERSION} {ETCD_VERSION}` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// `etcd`, `etcdctl` or `etcdutl` of [`ETCD_VERSION`] (`EXK8S_ETCD_BIN` names their directory).
+pub fn etcd(name: &str) -> PathBuf {
+    let dir = std::env::var_os("EXK8S_ETCD_BIN").map_or_else(
+        || cache().join(format!("etcd-{ETCD_VERSION}/bin")),
+        PathBuf::from,
+    );
+    found(dir, name)
+}
+
+/// `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`, `kubelet` or `kubectl` of
+/// [`KUBERNETES_VERSION`] (`EXK8S_K8S_BIN` names their directory).
+pub fn kubernetes(name: &str) -> PathBuf {
+    let dir = std::env::var_os("EXK8S_K8S_BIN").map_or_else(
+        || cache().join(format!("{KUBERNETES_VERSION}/bin")),
+        PathBuf::from,
+    );
+    found(dir, name)
+}

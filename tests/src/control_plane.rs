@@ -1,0 +1,268 @@
+//! A node's rendered control plane run as processes, from what the agent wrote under its root:
+//! etcd from its `etcd.service` ExecStart, and kube-apiserver, kube-controller-manager and
+//! kube-scheduler from their static-pod manifests' `command` — the real binaries of
+//! [`crate::bins`] with exactly the rendered flags. Each node runs in its own network namespace
+//! ([`crate::netns`]), so every process binds the address and port its bundle rendered. The harness
+//! plays the kubelet's part for static pods: it creates their `DirectoryOrCreate` host paths and
+//! (re)starts a component when its manifest changes ([`Node::sync_static_pods`]).
+//!
+//! The only rewrite is [`rewrite`]: host paths rebased into the root.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_yaml::Value;
+
+use crate::netns::Lan;
+use crate::procs::Proc;
+
+/// Where a rendered bundle puts what the harness reads.
+pub const ETCD_UNIT: &str = "etc/systemd/system/etcd.service";
+pub const MANIFESTS: &str = "etc/kubernetes/manifests";
+/// The static pods of a control-plane node, in the order a kubelet would bring them up.
+pub const STATIC_PODS: [&str; 3] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The one rewrite of a rendered argument: an absolute host path (`--flag=/etc/...`, or a bare
+/// `/path` argument) is rebased into `root`, since the node's files live there and not in `/`.
+/// Nothing else changes: addresses and ports are the rendered ones (each node has its own
+/// network namespace), and every other flag is passed as rendered.
+pub fn rewrite(root: &Path, arg: &str) -> String {
+    let rebase = |value: &str| match value.strip_prefix('/') {
+        Some(relative) => root.join(relative).display().to_string(),
+        None => value.to_owned(),
+    };
+    match arg.split_once('=') {
+        Some((flag, value)) if flag.starts_with("--") => format!("{flag}={}", rebase(value)),
+        _ => rebase(arg),
+    }
+}
+
+/// etcd's rendered ExecStart arguments (the binary itself dropped), rewritten.
+pub fn etcd_args(root: &Path) -> Vec<String> {
+    let unit = std::fs::read_to_string(root.join(ETCD_UNIT)).unwrap();
+    let joined = unit.replace("\\\n", " ");
+    let exec = joined
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("etcd.service has ExecStart");
+    exec.split_whitespace()
+        .skip(1)
+        .map(|arg| rewrite(root, arg))
+        .collect()
+}
+
+/// A static pod's manifest as the harness reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticPod {
+    /// The command's program (`kube-apiserver`), then its rewritten arguments.
+    pub program: String,
+    pub args: Vec<String>,
+    /// `DirectoryOrCreate` host paths, rebased: the kubelet makes them before the pod starts.
+    pub make_dirs: Vec<PathBuf>,
+}
+
+/// Reads `root`'s manifest of `name`.
+pub fn static_pod(root: &Path, name: &str) -> StaticPod {
+    let path = root.join(MANIFESTS).join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let pod: Value = serde_yaml::from_str(&text).unwrap();
+    let container = &pod["spec"]["containers"][0];
+    let mut command = container["command"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{}: no command", path.display()))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned());
+    let program = command.next().unwrap();
+    let args = command.map(|arg| rewrite(root, &arg)).collect();
+    let make_dirs = pod["spec"]["volumes"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["hostPath"]["type"].as_str() == Some("DirectoryOrCreate"))
+        .map(|v| PathBuf::from(rewrite(root, v["hostPath"]["path"].as_str().unwrap())))
+        .collect();
+    StaticPod {
+        program,
+        args,
+        make_dirs,
+    }
+}
+
+/// One node's running control plane.
+pub struct Node {
+    pub root: PathBuf,
+    /// The node's index in its LAN.
+    pub index: usize,
+    procs: BTreeMap<String, (StaticPod, Proc)>,
+    etcd: Option<Proc>,
+}
+
+impl Node {
+    pub fn new(root: &Path, index: usize) -> Self {
+        Self {
+            root: root.to_owned(),
+            index,
+            procs: BTreeMap::new(),
+            etcd: None,
+        }
+    }
+
+    fn spawn(&self, lan: &Lan, program: &Path, args: &[String], log: &str) -> Proc {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join(log))
+            .unwrap();
+        let child = lan
+            .command(self.index, program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        Proc(child)
+    }
+
+    /// Starts (or restarts) etcd from the unit.
+    pub fn start_etcd(&mut self, lan: &Lan) {
+        self.etcd = None;
+        let etcd = self.spawn(
+            lan,
+            &crate::bins::etcd("etcd"),
+            &etcd_args(&self.root),
+            "etcd.log",
+        );
+        self.etcd = Some(etcd);
+    }
+
+    /// Starts every static pod whose manifest is new or changed since it was started, stopping
+    /// the old process first (the kubelet's part); returns the names (re)started.
+    pub fn sync_static_pods(&mut self, lan: &Lan) -> Vec<&'static str> {
+        let mut started = Vec::new();
+        for name in STATIC_PODS {
+            let pod = static_pod(&self.root, name);
+            if self
+                .procs
+                .get(name)
+                .is_some_and(|(running, _)| *running == pod)
+            {
+                continue;
+            }
+            self.procs.remove(name);
+            for dir in &pod.make_dirs {
+                std::fs::create_dir_all(dir).unwrap();
+            }
+            let program = crate::bins::kubernetes(&pod.program);
+            let proc = self.spawn(lan, &program, &pod.args, &format!("{name}.log"));
+            self.procs.insert(name.to_owned(), (pod, proc));
+            started.push(name);
+        }
+        started
+    }
+
+    /// Stops one static pod's process (the kubelet removing it).
+    pub fn stop(&mut self, name: &str) {
+        self.procs.remove(name);
+    }
+
+    /// Panics with its log when a started process has exited.
+    pub fn assert_running(&mut self) {
+        let root = self.root.clone();
+        let dead = |name: &str, proc: &mut Proc| {
+            if let Some(status) = proc.0.try_wait().unwrap() {
+                let log =
+                    std::fs::read_to_string(root.join(format!("{name}.log"))).unwrap_or_default();
+                let tail: String = log
+                    .lines()
+                    .rev()
+                    .take(40)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                panic!("{name} exited with {status}:\n{tail}");
+            }
+        };
+        if let Some(etcd) = self.etcd.as_mut() {
+            dead("etcd", etcd);
+        }
+        for (name, (_, proc)) in &mut self.procs {
+            dead(name, proc);
+        }
+    }
+}
+
+/// Runs `kubectl` (the built one) inside node `i`'s namespace with `kubeconfig`; (success,
+/// stdout, stderr).
+pub fn kubectl(lan: &Lan, i: usize, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = lan
+        .command(i, crate::bins::kubernetes("kubectl"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg("--request-timeout=10s")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Polls `kubectl args` in node `i` until it succeeds; its stdout. Panics after `timeout`,
+/// with what kubectl last said, after checking every process of `nodes` still runs.
+pub fn kubectl_until(
+    lan: &Lan,
+    nodes: &mut [&mut Node],
+    i: usize,
+    kubeconfig: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> String {
+    let start = Instant::now();
+    loop {
+        let (ok, out, err) = kubectl(lan, i, kubeconfig, args);
+        if ok {
+            return out;
+        }
+        for node in nodes.iter_mut() {
+            node.assert_running();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "kubectl {} never succeeded: {out}{err}",
+            args.join(" ")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_host_paths_are_rebased() {
+        let root = Path::new("/tmp/node-1");
+        assert_eq!(
+            rewrite(root, "--tls-cert-file=/etc/exk8s/pki/apiserver.pem"),
+            "--tls-cert-file=/tmp/node-1/etc/exk8s/pki/apiserver.pem"
+        );
+        for unchanged in [
+            "--secure-port=6443",
+            "--etcd-servers=https://10.0.0.11:2379",
+            "--allow-privileged=true",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        ] {
+            assert_eq!(rewrite(root, unchanged), unchanged);
+        }
+    }
+}
