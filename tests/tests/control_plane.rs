@@ -288,3 +288,141 @@ fn an_ecdsa_cluster_runs_kubernetes_from_its_bundle() {
 fn an_rsa_cluster_runs_kubernetes_from_its_bundle() {
     founded_for_real("rsa-2048");
 }
+
+/// Three control-plane nodes, each in its own namespace on one LAN: three etcd 3.6 members form
+/// one cluster from their units, three kube-apiservers become ready through it, each node's
+/// controller-manager and scheduler run, and exactly one of each holds the leader lease; what
+/// one apiserver writes, another reads.
+#[test]
+fn three_nodes_run_three_apiservers_over_one_etcd_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let booted = exk8s_tests::cluster::boot_three(dir, "10.218.0.0/24");
+    let founded = &booted.founded;
+    let ips: Vec<String> = founded
+        .vms
+        .iter()
+        .map(|vm| founded.ip_of[vm].clone())
+        .collect();
+    let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
+    let hosts: String = ips.iter().map(|ip| format!("{ip} {dns_name}\n")).collect();
+    let lan = Lan::new(
+        &ips.iter().map(String::as_str).collect::<Vec<_>>(),
+        24,
+        &hosts,
+    );
+    let mut nodes: Vec<Node> = booted
+        .roots
+        .iter()
+        .enumerate()
+        .map(|(i, root)| Node::new(root, i))
+        .collect();
+    for node in &mut nodes {
+        node.start_etcd(&lan);
+    }
+    for node in &mut nodes {
+        node.sync_static_pods(&lan);
+    }
+    let super_admin = |i: usize| {
+        booted.roots[i]
+            .join(KUBECONFIG)
+            .join("super-admin.kubeconfig")
+    };
+    for i in 0..3 {
+        let mut all: Vec<&mut Node> = nodes.iter_mut().collect();
+        let ready = kubectl_until(
+            &lan,
+            &mut all,
+            i,
+            &super_admin(i),
+            &["get", "--raw", "/readyz"],
+            READY,
+        );
+        assert_eq!(ready, "ok", "apiserver {i}");
+    }
+    // One etcd cluster of three voters, seen from the third node.
+    let pki = |name: &str| {
+        booted.roots[2]
+            .join("etc/exk8s/pki")
+            .join(name)
+            .display()
+            .to_string()
+    };
+    let listed = lan
+        .command(2, bins::etcd("etcdctl"))
+        .args([
+            &format!("--endpoints=https://{}:2379", ips[2]),
+            &format!("--cacert={}", pki("etcd-ca.pem")),
+            &format!("--cert={}", pki("etcd-healthcheck-client.pem")),
+            &format!("--key={}", pki("etcd-healthcheck-client-key.pem")),
+            "member",
+            "list",
+            "-w",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let members = listed["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{listed}");
+    assert!(members.iter().all(|m| m["isLearner"] != true), "{listed}");
+
+    // Written through the first apiserver, read through the third.
+    let mut all: Vec<&mut Node> = nodes.iter_mut().collect();
+    kubectl_until(
+        &lan,
+        &mut all,
+        0,
+        &super_admin(0),
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "shared",
+            "--from-literal=k=v",
+        ],
+        READY,
+    );
+    let read = kubectl_until(
+        &lan,
+        &mut all,
+        2,
+        &super_admin(2),
+        &[
+            "-n",
+            "default",
+            "get",
+            "configmap",
+            "shared",
+            "-o",
+            "jsonpath={.data.k}",
+        ],
+        READY,
+    );
+    assert_eq!(read, "v");
+
+    // Each lease has exactly one holder, one of the three nodes' processes.
+    for lease in ["kube-controller-manager", "kube-scheduler"] {
+        let holder = kubectl_until(
+            &lan,
+            &mut all,
+            1,
+            &super_admin(1),
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                "lease",
+                lease,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+            READY,
+        );
+        assert!(!holder.is_empty(), "{lease}");
+    }
+    for node in &mut nodes {
+        node.assert_running();
+    }
+}
