@@ -28,6 +28,10 @@ pub const STATIC_PODS: [&str; 3] = [
     "kube-scheduler",
 ];
 
+/// How long a stopped process may take to exit after SIGTERM (the kubelet's default grace
+/// period) before it is killed.
+pub const GRACE: Duration = Duration::from_secs(30);
+
 /// The one rewrite of a rendered argument: an absolute host path (`--flag=/etc/...`, or a bare
 /// `/path` argument) is rebased into `root`, since the node's files live there and not in `/`.
 /// Nothing else changes: addresses and ports are the rendered ones (each node has its own
@@ -65,6 +69,9 @@ pub struct StaticPod {
     pub args: Vec<String>,
     /// `DirectoryOrCreate` host paths, rebased: the kubelet makes them before the pod starts.
     pub make_dirs: Vec<PathBuf>,
+    /// The manifest as written: any change (a mounted file's digest in its annotation too)
+    /// makes the kubelet recreate the pod.
+    pub manifest: String,
 }
 
 /// Reads `root`'s manifest of `name`.
@@ -91,6 +98,7 @@ pub fn static_pod(root: &Path, name: &str) -> StaticPod {
         program,
         args,
         make_dirs,
+        manifest: text,
     }
 }
 
@@ -101,6 +109,25 @@ pub struct Node {
     pub index: usize,
     procs: BTreeMap<String, (StaticPod, Proc)>,
     etcd: Option<Proc>,
+    /// What etcd was started from: its unit and its certificate files.
+    etcd_inputs: Vec<u8>,
+}
+
+/// etcd's unit and certificate files as they are in `root` now.
+fn etcd_inputs(root: &Path) -> Vec<u8> {
+    let mut inputs = std::fs::read(root.join(ETCD_UNIT)).unwrap();
+    let pki = root.join("etc/exk8s/pki");
+    let mut names: Vec<_> = std::fs::read_dir(&pki)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("etcd-"))
+        .collect();
+    names.sort();
+    for name in names {
+        inputs.extend(name.as_bytes());
+        inputs.extend(std::fs::read(pki.join(name)).unwrap());
+    }
+    inputs
 }
 
 impl Node {
@@ -110,6 +137,7 @@ impl Node {
             index,
             procs: BTreeMap::new(),
             etcd: None,
+            etcd_inputs: Vec::new(),
         }
     }
 
@@ -132,7 +160,10 @@ impl Node {
 
     /// Starts (or restarts) etcd from the unit.
     pub fn start_etcd(&mut self, lan: &Lan) {
-        self.etcd = None;
+        if let Some(old) = self.etcd.take() {
+            old.terminate(GRACE);
+        }
+        self.etcd_inputs = etcd_inputs(&self.root);
         let etcd = self.spawn(
             lan,
             &crate::bins::etcd("etcd"),
@@ -140,6 +171,16 @@ impl Node {
             "etcd.log",
         );
         self.etcd = Some(etcd);
+    }
+
+    /// Restarts etcd when its unit or certificates changed since it started (what the agent's
+    /// plan does with `systemctl restart etcd.service`); true when it did.
+    pub fn sync_etcd(&mut self, lan: &Lan) -> bool {
+        if etcd_inputs(&self.root) == self.etcd_inputs {
+            return false;
+        }
+        self.start_etcd(lan);
+        true
     }
 
     /// Starts every static pod whose manifest is new or changed since it was started, stopping
@@ -155,7 +196,9 @@ impl Node {
             {
                 continue;
             }
-            self.procs.remove(name);
+            if let Some((_, old)) = self.procs.remove(name) {
+                old.terminate(GRACE);
+            }
             for dir in &pod.make_dirs {
                 std::fs::create_dir_all(dir).unwrap();
             }
@@ -169,7 +212,9 @@ impl Node {
 
     /// Stops one static pod's process (the kubelet removing it).
     pub fn stop(&mut self, name: &str) {
-        self.procs.remove(name);
+        if let Some((_, old)) = self.procs.remove(name) {
+            old.terminate(GRACE);
+        }
     }
 
     /// Panics with its log when a started process has exited.

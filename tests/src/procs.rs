@@ -17,6 +17,24 @@ impl Drop for Proc {
     }
 }
 
+impl Proc {
+    /// Stops the process the way systemd and the kubelet do: SIGTERM, then SIGKILL once
+    /// `grace` has passed without it exiting.
+    pub fn terminate(mut self, grace: Duration) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Dropping kills and reaps it.
+    }
+}
+
 /// A loopback port nothing listens on, for a child process to bind.
 pub fn free_port() -> u16 {
     // A port from `bind(:0)` lies in the kernel's ephemeral range, where any outgoing

@@ -50,7 +50,7 @@ impl std::str::FromStr for RotationPhase {
     }
 }
 
-/// The CA a rotation replaces, as stored and as the API names it: the same spelling as the
+/// The CA a rotation replaces as the API names it: the same spelling as the
 /// `certificate_authorities` fields of `POST /clusters` (`front_proxy`).
 pub fn ca_name(role: CaRole) -> &'static str {
     match role {
@@ -60,9 +60,17 @@ pub fn ca_name(role: CaRole) -> &'static str {
     }
 }
 
-/// The spelling `rotate-ca` took before the names were made one (deprecated; rows stored
-/// before then carry it too).
+/// The spelling `rotate-ca` took before the names were made one (deprecated), and the one the
+/// `ca_rotations.ca` column keeps (its CHECK constraint names it).
 pub const DEPRECATED_FRONT_PROXY: &str = "front-proxy";
+
+/// The CA as the `ca_rotations.ca` column stores it.
+fn stored_name(role: CaRole) -> &'static str {
+    match role {
+        CaRole::FrontProxy => DEPRECATED_FRONT_PROXY,
+        other => ca_name(other),
+    }
+}
 
 /// The CA called `name`, if it is one (the deprecated `front-proxy` included).
 pub fn ca_named(name: &str) -> Option<CaRole> {
@@ -199,7 +207,7 @@ pub async fn insert(
          VALUES ($1, $2, 'trust-both', $3, $4, $5, $5) ON CONFLICT (cluster_id) DO NOTHING",
     )
     .bind(cluster_id)
-    .bind(ca_name(ca))
+    .bind(stored_name(ca))
     .bind(new_cert)
     .bind(new_key_sealed)
     .bind(now)

@@ -229,6 +229,18 @@ async fn a_worker_that_never_boots_does_not_hold_a_rotation(backend: Backend) {
         file(&last[0], "/etc/exk8s/pki/ca.pem")
     );
     assert_eq!(certificates_in(&file(&bundle, "/etc/exk8s/pki/ca.pem")), 1);
+
+    // The front-proxy CA, by the name `certificate_authorities` uses, is stored and shown so.
+    let started = rotate(&app, cluster, json!({"ca": "front_proxy"})).await;
+    assert_eq!(started.status(), 202);
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(view["ca_rotation"]["ca"], "front_proxy");
 }
 
 both_backends!(a_worker_that_never_boots_does_not_hold_a_rotation);
