@@ -31,14 +31,24 @@ async fn recorded_workers(db_url: &str, pool: i64) -> BTreeSet<i64> {
     rows.iter().map(|r| r.get::<i64, _>("vm_id")).collect()
 }
 
-async fn killed_while_making_workers_then_the_pool_is_finished(backend: Backend) {
+/// A stack on a fresh database with one API running and a founded 1-node cluster.
+struct Founded {
+    dir: tempfile::TempDir,
+    db_url: String,
+    stack: crate::crash::Stack,
+    operator: String,
+    first: exk8s_tests::procs::Proc,
+    cluster: i64,
+}
+
+async fn founded(backend: Backend) -> Founded {
     let dir = tempfile::tempdir().unwrap();
     let db_url = fresh_database(backend, dir.path()).await;
     // The provisioning deadline stays at its default (ten minutes): what lets the restarted API
-    // take the change over is the dead holder's lease running out (seconds, lease::TTL).
+    // take a change over is the dead holder's lease running out (seconds, lease::TTL).
     let stack = stack(dir.path(), &db_url, 600).await;
     let operator = token(&db_url, "7", "operator");
-    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
+    let first = stack.start_api(&dir.path().join("api-1.log")).await;
     let created: Value = stack
         .found(&stack.api_url, &operator, 1)
         .send()
@@ -48,6 +58,25 @@ async fn killed_while_making_workers_then_the_pool_is_finished(backend: Backend)
         .await
         .unwrap();
     let cluster = created["cluster_id"].as_i64().unwrap();
+    Founded {
+        dir,
+        db_url,
+        stack,
+        operator,
+        first,
+        cluster,
+    }
+}
+
+async fn killed_while_making_workers_then_the_pool_is_finished(backend: Backend) {
+    let Founded {
+        dir,
+        db_url,
+        stack,
+        operator,
+        mut first,
+        cluster,
+    } = founded(backend).await;
     // Every compute call is slow and addresses come late: creations overlap the kill.
     stack
         .set_faults(json!({"latency_ms": 100, "address_after_polls": 5}))
@@ -135,20 +164,14 @@ both_backends!(killed_while_making_workers_then_the_pool_is_finished);
 /// SIGKILL a few milliseconds into `DELETE /clusters/{id}` while a pool makes its workers: the
 /// restarted API's reconciler finishes the delete — no VM, no security group, no cluster row.
 async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let db_url = fresh_database(backend, dir.path()).await;
-    let stack = stack(dir.path(), &db_url, 600).await;
-    let operator = token(&db_url, "7", "operator");
-    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
-    let created: Value = stack
-        .found(&stack.api_url, &operator, 1)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let cluster = created["cluster_id"].as_i64().unwrap();
+    let Founded {
+        dir,
+        db_url,
+        stack,
+        operator,
+        mut first,
+        cluster,
+    } = founded(backend).await;
     stack
         .set_faults(json!({"latency_ms": 50, "address_after_polls": 3}))
         .await;

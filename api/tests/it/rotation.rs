@@ -32,14 +32,35 @@ async fn rotate(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
 }
 
 async fn phase(app: &TestApp, cluster: i64) -> Option<String> {
-    let view = json_of(
+    let view = cluster_view(&app, cluster).await;
+    view["ca_rotation"]["phase"].as_str().map(str::to_owned)
+}
+
+/// A founded 3-node cluster whose nodes registered their keys and booted: the cluster, its
+/// nodes with their keys, and the first node's bundle.
+async fn booted(app: &TestApp) -> (i64, Vec<(Node, NodeKey)>, BundlePayload) {
+    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut nodes = Vec::new();
+    let mut first = None;
+    for node in credentials_for(app, 7, &created).await {
+        let key = NodeKey::generate().unwrap();
+        first.get_or_insert(register(app, &node, &key).await);
+        assert_eq!(report(app, &node, "complete", "succeeded").await, 204);
+        nodes.push((node, key));
+    }
+    (cluster, nodes, first.unwrap())
+}
+
+/// `GET /clusters/{id}` as JSON.
+async fn cluster_view(app: &TestApp, cluster: i64) -> Value {
+    json_of(
         app.get(&format!("/clusters/{cluster}"))
             .send()
             .await
             .unwrap(),
     )
-    .await;
-    view["ca_rotation"]["phase"].as_str().map(str::to_owned)
+    .await
 }
 
 /// Every node syncs once; the payloads, in node order.
@@ -55,18 +76,9 @@ async fn every_node_syncs(app: &TestApp, nodes: &[(Node, NodeKey)]) -> Vec<Bundl
 
 async fn the_cluster_ca_rotates_in_three_phases(backend: Backend) {
     let app = spawn_app(backend).await;
-    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let mut nodes = Vec::new();
-    let mut first = None;
-    for node in credentials_for(&app, 7, &created).await {
-        let key = NodeKey::generate().unwrap();
-        first.get_or_insert(register(&app, &node, &key).await);
-        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
-        nodes.push((node, key));
-    }
-    let old_ca = file(first.as_ref().unwrap(), "/etc/exk8s/pki/ca.pem");
-    let etcd_ca = file(first.as_ref().unwrap(), "/etc/exk8s/pki/etcd-ca.pem");
+    let (cluster, nodes, first) = booted(&app).await;
+    let old_ca = file(&first, "/etc/exk8s/pki/ca.pem");
+    let etcd_ca = file(&first, "/etc/exk8s/pki/etcd-ca.pem");
 
     for (body, why) in [(json!({}), "required"), (json!({"ca": "nope"}), "must be")] {
         let response = rotate(&app, cluster, body).await;
@@ -170,26 +182,12 @@ both_backends!(the_cluster_ca_rotates_in_three_phases);
 /// worker's first bundle, when it finally boots, trusts only the new CA.
 async fn a_worker_that_never_boots_does_not_hold_a_rotation(backend: Backend) {
     let app = spawn_app(backend).await;
-    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let mut nodes = Vec::new();
-    for node in credentials_for(&app, 7, &created).await {
-        let key = NodeKey::generate().unwrap();
-        register(&app, &node, &key).await;
-        assert_eq!(report(&app, &node, "complete", "succeeded").await, 204);
-        nodes.push((node, key));
-    }
+    let (cluster, nodes, _) = booted(&app).await;
     let worker = crate::workers::record_worker(&app, cluster).await;
     let started = rotate(&app, cluster, json!({"ca": "cluster"})).await;
     assert_eq!(started.status(), 202);
 
-    let view = json_of(
-        app.get(&format!("/clusters/{cluster}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let view = cluster_view(&app, cluster).await;
     let rotating = crate::membership::condition(&view, "CARotating");
     assert_eq!(rotating["status"], "True", "{rotating}");
     assert_eq!(rotating["reason"], "WaitingForNode", "{rotating}");
@@ -209,13 +207,7 @@ async fn a_worker_that_never_boots_does_not_hold_a_rotation(backend: Backend) {
     }
     let last = every_node_syncs(&app, &nodes).await;
     assert_eq!(phase(&app, cluster).await, None, "the rotation finished");
-    let view = json_of(
-        app.get(&format!("/clusters/{cluster}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let view = cluster_view(&app, cluster).await;
     assert_eq!(
         crate::membership::condition(&view, "CARotating")["status"],
         "False"
@@ -233,13 +225,7 @@ async fn a_worker_that_never_boots_does_not_hold_a_rotation(backend: Backend) {
     // The front-proxy CA, by the name `certificate_authorities` uses, is stored and shown so.
     let started = rotate(&app, cluster, json!({"ca": "front_proxy"})).await;
     assert_eq!(started.status(), 202);
-    let view = json_of(
-        app.get(&format!("/clusters/{cluster}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let view = cluster_view(&app, cluster).await;
     assert_eq!(view["ca_rotation"]["ca"], "front_proxy");
 }
 
