@@ -32,7 +32,7 @@ async fn rotate(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
 }
 
 async fn phase(app: &TestApp, cluster: i64) -> Option<String> {
-    let view = cluster_view(&app, cluster).await;
+    let view = cluster_view(app, cluster).await;
     view["ca_rotation"]["phase"].as_str().map(str::to_owned)
 }
 
