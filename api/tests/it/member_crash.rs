@@ -4,7 +4,9 @@
 //! node is recorded; the restarted API's reconciler takes the change over, releases the VM the
 //! dead process left half-made (never adopting it) and adds the member again — one joining
 //! member whose bundle joins etcd through the voter, every VM a recorded node. Killed again
-//! while that member joins, the next API lets its join finish: it votes, nothing leaked.
+//! while that member joins, the next API lets its join finish: it votes, nothing leaked. The
+//! same SIGKILL during a replacement: the replacement is added again. Both run with the
+//! provisioning deadline at its default: the dead process's short lease is what runs out.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -252,3 +254,81 @@ async fn recorded_nodes(db_url: &str, cluster: i64) -> BTreeSet<i64> {
 }
 
 both_backends!(killed_while_a_member_is_added_then_the_change_goes_on);
+
+/// SIGKILL while a healthy member is being replaced (its replacement's VM exists, its node is
+/// not recorded yet), with the provisioning deadline at its default: the restarted API takes the
+/// replacement over within seconds (the dead process's lease runs out), releases the half-made
+/// VM and adds the replacement again — a joining member, every VM a recorded node.
+async fn killed_while_a_member_is_replaced_then_the_replacement_goes_on(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = fresh_database(backend, dir.path()).await;
+    let stack = stack(dir.path(), &db_url, 600).await;
+    let operator = token(&db_url, "7", "operator");
+    let bootstrap = token(&db_url, "7", "bootstrap");
+    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
+    let created: Value = stack
+        .found(&stack.api_url, &operator, 1)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let voter = created["control_plane_vm_ids"][0].as_i64().unwrap();
+    let voter_credentials = credentials(&db_url, voter, &bootstrap).await;
+    fetch(&stack, voter, &voter_credentials).await;
+    report_complete(&stack, voter, &voter_credentials).await;
+
+    stack
+        .set_faults(json!({"latency_ms": 100, "address_after_polls": 5}))
+        .await;
+    let replaced = stack
+        .http
+        .post(format!(
+            "{}/clusters/{cluster}/nodes/{voter}/replace",
+            stack.api_url
+        ))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replaced.status(), 202);
+    wait_until("the replacement's VM", Duration::from_secs(30), || async {
+        control_plane_vms(&stack.sim_list("vms").await).len() == 2
+    })
+    .await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let at_kill = control_plane_vms(&stack.sim_list("vms").await);
+    assert_eq!(
+        recorded_nodes(&db_url, cluster).await,
+        BTreeSet::from([voter]),
+        "killed before the replacement was recorded"
+    );
+
+    stack.set_faults(json!({})).await;
+    let _second = stack.start_api(&dir.path().join("api-2.log")).await;
+    // Within a minute, with the provisioning deadline at ten: the dead process's lease ran out.
+    wait_until(
+        "the replacement added again",
+        Duration::from_secs(60),
+        || async {
+            let v = view(&stack, &operator, cluster).await;
+            v["control_plane_members"]["joining"] == 1
+                && control_plane_vms(&stack.sim_list("vms").await) == nodes(&v)
+        },
+    )
+    .await;
+    let grown = view(&stack, &operator, cluster).await;
+    let half_made: BTreeSet<i64> = at_kill
+        .difference(&BTreeSet::from([voter]))
+        .copied()
+        .collect();
+    assert!(
+        nodes(&grown).is_disjoint(&half_made),
+        "the half-made VM is released, never adopted"
+    );
+}
+
+both_backends!(killed_while_a_member_is_replaced_then_the_replacement_goes_on);
