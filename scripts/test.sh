@@ -54,7 +54,7 @@ fi
 # a cache (scripts/k8s-binaries.sh), beside the Rust build: the versions the renderer pins.
 k8s_version=v1.35.3
 etcd_version=v3.6.10
-log "Kubernetes $k8s_version and etcd $etcd_version from their Go modules (in the background; cached)"
+log "Kubernetes $k8s_version and etcd $etcd_version from their Go modules (in the background; built once per machine)"
 k8s_log=$(mktemp)
 bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" 2>"$k8s_log" &
 k8s_build=$!
