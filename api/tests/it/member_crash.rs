@@ -107,7 +107,20 @@ fn nodes(view: &Value) -> BTreeSet<i64> {
         .collect()
 }
 
-async fn killed_while_a_member_is_added_then_the_change_goes_on(backend: Backend) {
+/// A stack on a fresh database, one API running, a founded 1-node cluster whose node fetched
+/// its bundle and reported healthy.
+struct OneMember {
+    dir: tempfile::TempDir,
+    db_url: String,
+    stack: Stack,
+    operator: String,
+    bootstrap: String,
+    first: exk8s_tests::procs::Proc,
+    cluster: i64,
+    voter: i64,
+}
+
+async fn one_member(backend: Backend) -> OneMember {
     let dir = tempfile::tempdir().unwrap();
     let db_url = fresh_database(backend, dir.path()).await;
     // The provisioning deadline stays at its default (ten minutes): what lets the restarted API
@@ -115,7 +128,7 @@ async fn killed_while_a_member_is_added_then_the_change_goes_on(backend: Backend
     let stack = stack(dir.path(), &db_url, 600).await;
     let operator = token(&db_url, "7", "operator");
     let bootstrap = token(&db_url, "7", "bootstrap");
-    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
+    let first = stack.start_api(&dir.path().join("api-1.log")).await;
     let created: Value = stack
         .found(&stack.api_url, &operator, 1)
         .send()
@@ -129,6 +142,30 @@ async fn killed_while_a_member_is_added_then_the_change_goes_on(backend: Backend
     let voter_credentials = credentials(&db_url, voter, &bootstrap).await;
     fetch(&stack, voter, &voter_credentials).await;
     report_complete(&stack, voter, &voter_credentials).await;
+    OneMember {
+        dir,
+        db_url,
+        stack,
+        operator,
+        bootstrap,
+        first,
+        cluster,
+        voter,
+    }
+}
+
+async fn killed_while_a_member_is_added_then_the_change_goes_on(backend: Backend) {
+    let OneMember {
+        dir,
+        db_url,
+        stack,
+        operator,
+        bootstrap,
+        mut first,
+        cluster,
+        voter,
+        ..
+    } = one_member(backend).await;
 
     // Compute is slow and addresses come late: the new member's VM exists for seconds before
     // its node can be recorded.
@@ -260,25 +297,16 @@ both_backends!(killed_while_a_member_is_added_then_the_change_goes_on);
 /// replacement over within seconds (the dead process's lease runs out), releases the half-made
 /// VM and adds the replacement again — a joining member, every VM a recorded node.
 async fn killed_while_a_member_is_replaced_then_the_replacement_goes_on(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let db_url = fresh_database(backend, dir.path()).await;
-    let stack = stack(dir.path(), &db_url, 600).await;
-    let operator = token(&db_url, "7", "operator");
-    let bootstrap = token(&db_url, "7", "bootstrap");
-    let mut first = stack.start_api(&dir.path().join("api-1.log")).await;
-    let created: Value = stack
-        .found(&stack.api_url, &operator, 1)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let voter = created["control_plane_vm_ids"][0].as_i64().unwrap();
-    let voter_credentials = credentials(&db_url, voter, &bootstrap).await;
-    fetch(&stack, voter, &voter_credentials).await;
-    report_complete(&stack, voter, &voter_credentials).await;
+    let OneMember {
+        dir,
+        db_url,
+        stack,
+        operator,
+        mut first,
+        cluster,
+        voter,
+        ..
+    } = one_member(backend).await;
 
     stack
         .set_faults(json!({"latency_ms": 100, "address_after_polls": 5}))
