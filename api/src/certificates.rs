@@ -185,11 +185,6 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// The soonest `not_after` of all, when there is any certificate.
-    pub fn soonest_not_after(&self) -> Option<i64> {
-        self.certificates.first().map(|e| e.row.not_after)
-    }
-
     /// The soonest expiries, nodes' and operator credentials' apart.
     pub fn soonest_expiry(&self) -> SoonestExpiry {
         soonest_expiry(self.certificates.iter().map(|e| &e.row))

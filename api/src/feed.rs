@@ -158,11 +158,6 @@ impl Feed {
         Ok(json)
     }
 
-    /// Streams open now.
-    pub fn open_streams(&self) -> usize {
-        lock(&self.open).total
-    }
-
     /// A place for one more stream of operator token `token_id`, or why not. Starts the reader
     /// on first use (inside a tokio runtime).
     pub fn subscribe(&self, token_id: i64) -> Result<Subscription, Refused> {

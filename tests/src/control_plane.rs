@@ -210,13 +210,6 @@ impl Node {
         started
     }
 
-    /// Stops one static pod's process (the kubelet removing it).
-    pub fn stop(&mut self, name: &str) {
-        if let Some((_, old)) = self.procs.remove(name) {
-            old.terminate(GRACE);
-        }
-    }
-
     /// Panics with its log when a started process has exited.
     pub fn assert_running(&mut self) {
         let root = self.root.clone();
@@ -243,6 +236,27 @@ impl Node {
             dead(name, proc);
         }
     }
+}
+
+/// Runs etcd 3.6's `etcdctl` inside node `i`'s namespace against `endpoint`, trusting `root`'s
+/// etcd CA with the identity `(certificate, key)` of `root`'s pki directory (file names).
+pub fn etcdctl(
+    lan: &Lan,
+    i: usize,
+    root: &Path,
+    endpoint: &str,
+    (cert, key): (&str, &str),
+    args: &[&str],
+) -> std::process::Output {
+    let pki = |name: &str| root.join("etc/exk8s/pki").join(name).display().to_string();
+    lan.command(i, crate::bins::etcd("etcdctl"))
+        .arg(format!("--endpoints={endpoint}"))
+        .arg(format!("--cacert={}", pki("etcd-ca.pem")))
+        .arg(format!("--cert={}", pki(cert)))
+        .arg(format!("--key={}", pki(key)))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// Runs `kubectl` (the built one) inside node `i`'s namespace with `kubeconfig`; (success,

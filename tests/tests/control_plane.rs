@@ -21,9 +21,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use exk8s_tests::bins;
 use exk8s_tests::cluster::{agent_ok, found, operator};
-use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
+use exk8s_tests::control_plane::{Node, etcdctl, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
 use exk8s_tests::netns::Lan;
 use serde_json::{Value, json};
@@ -241,20 +240,18 @@ fn founded_for_real(algorithm: &str) {
             "--from-literal=k=plaintext-value",
         ],
     );
-    let pki = |name: &str| root.join("etc/exk8s/pki").join(name).display().to_string();
-    let stored = lan
-        .command(0, bins::etcd("etcdctl"))
-        .args([
-            &format!("--endpoints=https://{ip}:2379"),
-            &format!("--cacert={}", pki("etcd-ca.pem")),
-            &format!("--cert={}", pki("apiserver-etcd-client.pem")),
-            &format!("--key={}", pki("apiserver-etcd-client-key.pem")),
+    let stored = etcdctl(
+        &lan,
+        0,
+        &root,
+        &format!("https://{ip}:2379"),
+        ("apiserver-etcd-client.pem", "apiserver-etcd-client-key.pem"),
+        &[
             "get",
             "/registry/secrets/default/proof",
             "--print-value-only",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let stored = String::from_utf8_lossy(&stored.stdout);
     assert!(
         stored.starts_with("k8s:enc:"),
@@ -341,27 +338,17 @@ fn three_nodes_run_three_apiservers_over_one_etcd_cluster() {
         assert_eq!(ready, "ok", "apiserver {i}");
     }
     // One etcd cluster of three voters, seen from the third node.
-    let pki = |name: &str| {
-        booted.roots[2]
-            .join("etc/exk8s/pki")
-            .join(name)
-            .display()
-            .to_string()
-    };
-    let listed = lan
-        .command(2, bins::etcd("etcdctl"))
-        .args([
-            &format!("--endpoints=https://{}:2379", ips[2]),
-            &format!("--cacert={}", pki("etcd-ca.pem")),
-            &format!("--cert={}", pki("etcd-healthcheck-client.pem")),
-            &format!("--key={}", pki("etcd-healthcheck-client-key.pem")),
-            "member",
-            "list",
-            "-w",
-            "json",
-        ])
-        .output()
-        .unwrap();
+    let listed = etcdctl(
+        &lan,
+        2,
+        &booted.roots[2],
+        &format!("https://{}:2379", ips[2]),
+        (
+            "etcd-healthcheck-client.pem",
+            "etcd-healthcheck-client-key.pem",
+        ),
+        &["member", "list", "-w", "json"],
+    );
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let members = listed["members"].as_array().unwrap();
     assert_eq!(members.len(), 3, "{listed}");
