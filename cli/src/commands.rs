@@ -124,8 +124,12 @@ fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError
                      again with --yes"
                 )));
             }
-            api.send("DELETE", &format!("/clusters/{id}"), None, None)?;
-            eprintln!("cluster {cluster} deleted");
+            let answer = api.send("DELETE", &format!("/clusters/{id}"), None, None)?;
+            match answer["message"].as_str() {
+                // 202: the API accepted the delete and finishes it in the background.
+                Some(message) => eprintln!("cluster {cluster} is being deleted: {message}"),
+                None => eprintln!("cluster {cluster} deleted"),
+            }
             Ok(())
         }
     }

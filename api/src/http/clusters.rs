@@ -399,7 +399,7 @@ pub async fn delete_cluster(
     State(state): State<AppState>,
     operator: Operator,
     ApiPath(id): ApiPath<i64>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let row = owned(&state, &operator, id).await?;
     if row.phase == ClusterPhase::Provisioning {
         return Err(ApiError::Conflict(format!(
@@ -413,8 +413,16 @@ pub async fn delete_cluster(
             other => ApiError::BadGateway(crate::error_chain(&other)),
         })?;
     Ok(match deleted {
-        founding::delete::Deleted::Done => StatusCode::NO_CONTENT,
-        founding::delete::Deleted::Pending => StatusCode::ACCEPTED,
+        founding::delete::Deleted::Done => StatusCode::NO_CONTENT.into_response(),
+        founding::delete::Deleted::Pending => (
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({
+                "cluster_id": id,
+                "phase": "deleting",
+                "message": "a change of the cluster was still stopping; the reconciler finishes the delete",
+            })),
+        )
+            .into_response(),
     })
 }
 

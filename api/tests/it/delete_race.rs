@@ -40,6 +40,8 @@ async fn a_delete_during_a_pool_scale_up_leaves_nothing(backend: Backend) {
     let status = deleted.status().as_u16();
     assert!(status == 204 || status == 202, "delete answered {status}");
     if status == 202 {
+        let accepted = json_of(deleted).await;
+        assert_eq!(accepted["phase"], "deleting", "{accepted}");
         // The reconciler's pass finishes what the delete accepted.
         for _ in 0..100 {
             exk8s_api::founding::delete::finish_all(&app.state).await;
