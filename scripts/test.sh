@@ -19,6 +19,13 @@ ensure_packages shellcheck:shellcheck systemd-analyze:systemd python3:python3 \
 ensure_packages psql:postgresql-client
 # kubectl (client-go) reads the kubeconfigs the CLI merges.
 ensure_packages kubectl:kubernetes-client
+# A node's runtime for the real kubelet (tests/src/kubelet.rs): containerd and runc, the CNI
+# plugins the rendered conflist names (bridge's ipMasq and the firewall plugin run iptables),
+# nsenter/unshare, and what the test images are built from: busybox-static and a static C
+# toolchain for the sandbox image's pause.
+ensure_packages containerd:containerd runc:runc iptables:iptables nsenter:util-linux \
+  /usr/lib/cni/bridge:containernetworking-plugins busybox:busybox-static cc:gcc \
+  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev file:file
 ensure_postgres
 ensure_postgres_server_binaries
 drop_test_databases

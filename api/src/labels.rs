@@ -172,6 +172,16 @@ pub struct Taint {
 }
 
 impl Taint {
+    /// What every control-plane node registers with, as Kubernetes names it: only pods that
+    /// tolerate it (the addons do) are scheduled there.
+    pub fn control_plane() -> Self {
+        Self {
+            key: "node-role.kubernetes.io/control-plane".into(),
+            value: String::new(),
+            effect: TaintEffect::NoSchedule,
+        }
+    }
+
     pub fn new(key: &str, value: &str, effect: &str) -> Result<Self, LabelError> {
         check_key("taint key", key)?;
         check_value("taint value", value)?;

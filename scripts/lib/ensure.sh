@@ -20,7 +20,11 @@ ensure_packages() {
   for spec in "$@"; do
     cmd=${spec%%:*}
     pkg=${spec#*:}
-    if ! have "$cmd"; then missing+=("$pkg"); fi
+    # A command, or an absolute path of a file the package installs.
+    case $cmd in
+      /*) [ -e "$cmd" ] || missing+=("$pkg") ;;
+      *) have "$cmd" || missing+=("$pkg") ;;
+    esac
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing Debian packages: ${missing[*]}"

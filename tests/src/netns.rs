@@ -86,6 +86,11 @@ impl Lan {
         PathBuf::from("/etc/netns").join(&self.nodes[i])
     }
 
+    /// Node `i`'s `/etc/hosts`, as `ip netns exec` mounts it.
+    pub fn hosts_file(&self, i: usize) -> PathBuf {
+        self.etc(i).join("hosts")
+    }
+
     /// `program` to run inside node `i`'s namespace.
     pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut command = Command::new("ip");

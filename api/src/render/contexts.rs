@@ -64,6 +64,9 @@ pub(crate) struct KubeletConfig<'a> {
     pub dns_service_ip: String,
     pub cluster_domain: &'a str,
     pub register_with_taints: Vec<TaintContext<'a>>,
+    /// Only a control-plane node has static pods: a worker's kubelet would otherwise log an
+    /// error each second for the missing directory.
+    pub static_pods: bool,
 }
 
 /// One taint the kubelet registers its node with.

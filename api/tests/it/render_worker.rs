@@ -111,6 +111,9 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
     assert_eq!(config["registerWithTaints"][0]["key"], "dedicated");
     assert_eq!(config["registerWithTaints"][0]["value"], "batch");
     assert_eq!(config["registerWithTaints"][0]["effect"], "NoSchedule");
+    assert_eq!(config["registerWithTaints"].as_sequence().unwrap().len(), 1);
+    // No static pods on a worker: no directory for the kubelet to look for each second.
+    assert!(config.get("staticPodPath").is_none(), "{config:?}");
     // Its own block of the pod CIDR.
     let cni: serde_json::Value = serde_json::from_str(text(&bundle, PATHS.cni_conflist)).unwrap();
     assert_eq!(

@@ -14,6 +14,7 @@ use zeroize::Zeroizing;
 
 use super::contexts::Mount;
 use super::{RenderError, RenderInput};
+use crate::labels::Taint;
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
 use crate::pki::{ClientIdentity, IssuedCert};
 use exk8s_common::contract::Role;
@@ -136,7 +137,7 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
             server: LOCAL_API,
             role: Role::ControlPlane,
             labels: &[],
-            taints: &[],
+            taints: &[Taint::control_plane()],
             pod_range: input.node.pod_range,
         },
         &mut files,

@@ -80,6 +80,7 @@ pub(in crate::render) fn files(
             node_ip,
             dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
             cluster_domain: &network.cluster_domain,
+            static_pods: matches!(side.role, Role::ControlPlane),
             register_with_taints: side
                 .taints
                 .iter()
