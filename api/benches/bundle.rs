@@ -45,7 +45,6 @@ fn nodes() -> Vec<ControlPlaneNode> {
                 public_ipv4: None,
             },
             is_initial: i == 0,
-            pod_range: u32::from(i),
             membership: Membership::Voter,
         })
         .collect()

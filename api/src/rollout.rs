@@ -128,7 +128,6 @@ mod tests {
             handed_generation: handed,
             applied_generation: applied,
             node_key: None,
-            pod_range: Some(id - 1),
             pool_id: None,
             removal: None,
             removal_since: None,

@@ -7,8 +7,9 @@
 //! `node-role.kubernetes.io/control-plane:NoSchedule`; the kubelet serves the certificate
 //! its bundle carried; the control-plane node's kubelet accepts every rendered static-pod
 //! manifest (their mirror pods appear); the scheduler places a pod on the worker by the pool's
-//! label and toleration, the rendered bridge CNI gives it an address in the node's pod range,
-//! and `kubectl logs` and `exec` reach it through the apiserver's kubelet client certificate.
+//! label and toleration; the controller-manager gives each Node its block of the pod CIDR and
+//! containerd writes the rendered bridge template with it, so the pod's address is in the
+//! worker's block; and `kubectl logs` and `exec` reach it through the apiserver's kubelet client certificate.
 
 #![allow(
     clippy::unwrap_used,
@@ -170,6 +171,40 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
         );
     }
 
+    // The controller-manager gives each Node its own block of the cluster's pod CIDR: the one
+    // source of pod ranges (the bridge CNI and Cilium read it from the Node).
+    let cluster_cidr = std::fs::read_to_string(
+        cp_root.join("etc/kubernetes/manifests/kube-controller-manager.yaml"),
+    )
+    .unwrap()
+    .lines()
+    .find_map(|l| {
+        l.trim()
+            .trim_start_matches("- ")
+            .trim_matches('"')
+            .strip_prefix("--cluster-cidr=")
+            .map(str::to_owned)
+    })
+    .unwrap();
+    let mut pod_cidrs = std::collections::BTreeMap::new();
+    for name in [&cp_name, &worker_name] {
+        let cidr = get(&["get", "node", name, "-o", "jsonpath={.spec.podCIDR}"]);
+        assert!(cidr.ends_with(".0/24"), "{name}: {cidr}");
+        pod_cidrs.insert(name.clone(), cidr);
+    }
+    assert_ne!(pod_cidrs[&cp_name], pod_cidrs[&worker_name]);
+    assert_eq!(cluster_cidr, "172.16.0.0/12");
+    for cidr in pod_cidrs.values() {
+        let octets: Vec<u8> = cidr[..cidr.len() - 3]
+            .split('.')
+            .map(|o| o.parse().unwrap())
+            .collect();
+        assert!(
+            octets[0] == 172 && (16..32).contains(&octets[1]),
+            "{cidr} in {cluster_cidr}"
+        );
+    }
+
     // The worker carries exactly what its pool asked for.
     let worker: Value =
         serde_json::from_str(&get(&["get", "node", &worker_name, "-o", "json"])).unwrap();
@@ -236,8 +271,7 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
         ]);
     }
 
-    // A pod scheduled onto the worker by the pool's label and toleration, networked by the
-    // rendered bridge CNI within the worker's pod range.
+    // A pod scheduled onto the worker by the pool's label and toleration.
     let manifest = dir.join("hello.json");
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "hello", "namespace": "default"},
@@ -253,13 +287,18 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     let running: Value =
         serde_json::from_str(&get(&["get", "pod", "hello", "-o", "json"])).unwrap();
     assert_eq!(running["spec"]["nodeName"], json!(worker_name));
+    // containerd wrote the bridge configuration from the rendered template with the range the
+    // controller-manager gave the worker's Node: the pod's address is in it.
     let conflist =
-        std::fs::read_to_string(worker_root.join("etc/cni/net.d/10-exk8s.conflist")).unwrap();
+        std::fs::read_to_string(worker_root.join("etc/cni/net.d/10-containerd-net.conflist"))
+            .unwrap();
     let conflist: Value = serde_json::from_str(&conflist).unwrap();
-    let range = conflist["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
-        .as_str()
-        .unwrap();
-    let prefix = range.rsplit_once(".0/").unwrap().0;
+    let range = &pod_cidrs[&worker_name];
+    assert_eq!(
+        conflist["plugins"][0]["ipam"]["ranges"],
+        json!([[{"subnet": range}]])
+    );
+    let prefix = range.strip_suffix(".0/24").unwrap();
     let pod_ip = running["status"]["podIP"].as_str().unwrap();
     assert!(
         pod_ip.starts_with(&format!("{prefix}.")),

@@ -2,8 +2,9 @@
 //! three control-plane nodes and a pool of three workers booted by `exk8s-agent run` (each
 //! worker's root holds the worker files only); the pool scaled to 5, then to 1 — the four
 //! newest drained by the oldest control-plane node's agent on its sync (recorded in its root)
-//! before their VMs go — then deleted. VMs made and released match the simulator's, pod
-//! ranges are unique while held and given back, and a worker's kubeconfigs complete mTLS with
+//! before their VMs go — then deleted. VMs made and released match the simulator's, each
+//! worker carries the bridge template containerd fills with its Node's pod range (from the
+//! controller-manager; `kubelet.rs` runs it), and a worker's kubeconfigs complete mTLS with
 //! a control-plane node's apiserver certificate under the control plane's shared name.
 
 #![allow(
@@ -129,28 +130,12 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
         .unwrap();
     let id = created["id"].as_i64().unwrap();
     let three = settled(&stack, cluster, id, 3);
-    let range_of: std::collections::BTreeMap<i64, i64> = three["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["vm_id"].as_i64().unwrap(),
-                n["pod_range"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    for (root, vm) in boot(&stack, &founded, dir, &three)
-        .iter()
-        .zip(range_of.keys())
-    {
+    for root in &boot(&stack, &founded, dir, &three) {
         let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
         assert!(
             read("etc/systemd/system/kubelet.service").contains("node.kubernetes.io/pool=blue")
         );
-        let conflist = read("etc/cni/net.d/10-exk8s.conflist");
-        let range = format!("172.16.{}.0/24", range_of[vm]);
-        assert!(conflist.contains(&range), "{range} in {conflist}");
+        assert!(read("etc/containerd/bridge-cni.conflist.tmpl").contains(".PodCIDRRanges"));
         assert!(!root.join("etc/exk8s/pki/etcd-ca.pem").exists());
         assert!(!root.join("etc/exk8s/kubeconfig/admin.kubeconfig").exists());
         assert!(
@@ -195,11 +180,6 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
     patch(&stack, cluster, id, 5);
     let five = settled(&stack, cluster, id, 5);
     boot(&stack, &founded, dir, &five);
-    assert_eq!(
-        field(&five, "pod_range"),
-        (3..=7).collect(),
-        "unique ranges"
-    );
     let made = field(&five, "vm_id");
     assert_eq!(sim_vms(&stack).1, made);
 
@@ -266,13 +246,13 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
     assert!(workers.is_empty(), "every worker VM released: {workers:?}");
     assert_eq!(control_plane, founded.vms.iter().copied().collect());
     let nodes = exk8s_tests::cluster::view(&stack, cluster)["nodes"].clone();
-    let ranges: BTreeSet<i64> = nodes
+    let ordinals: BTreeSet<i64> = nodes
         .as_array()
         .unwrap()
         .iter()
         .map(|n| n["ordinal"].as_i64().unwrap())
         .collect();
-    assert_eq!(ranges.len(), 3, "only the control plane is left: {nodes}");
+    assert_eq!(ordinals.len(), 3, "only the control plane is left: {nodes}");
 }
 
 #[test]

@@ -36,8 +36,6 @@ pub struct NodeRow {
     pub applied_generation: i64,
     /// The node's day-2 public key (base64 ed25519), registered with its first bundle fetch.
     pub node_key: Option<String>,
-    /// The node's block of the cluster's pod CIDR (by index).
-    pub pod_range: Option<i64>,
     /// A worker's pool.
     pub pool_id: Option<i64>,
     /// Set while the node is being removed.
@@ -67,7 +65,7 @@ impl NodeRow {
 
 pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
-    handed_generation, applied_generation, node_key, pod_range, pool_id, removal, removal_since, \
+    handed_generation, applied_generation, node_key, pool_id, removal, removal_since, \
     drain_by, drain_generation, etcd_membership, replace_since, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
@@ -96,7 +94,6 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         handed_generation: r.try_get("handed_generation")?,
         applied_generation: r.try_get("applied_generation")?,
         node_key: r.try_get("node_key")?,
-        pod_range: r.try_get("pod_range")?,
         pool_id: r.try_get("pool_id")?,
         removal: optional::<Removal>(r, "removal")?,
         removal_since: r.try_get("removal_since")?,
@@ -134,8 +131,6 @@ pub struct NewNode<'a> {
     pub public_ipv4: Option<&'a str>,
     pub is_initial: bool,
     pub role: Role,
-    /// The node's block of the cluster's pod CIDR.
-    pub pod_range: i64,
     /// A worker's pool.
     pub pool_id: Option<i64>,
     /// A control-plane node's place in etcd (None for workers).
@@ -149,9 +144,9 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO cluster_nodes (cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, \
-         public_ipv4, is_initial, serial, issuance_allowed, role, pod_range, pool_id, \
+         public_ipv4, is_initial, serial, issuance_allowed, role, pool_id, \
          etcd_membership, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11, $12, $13) RETURNING id",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 1, $9, $10, $11, $12) RETURNING id",
     )
     .bind(node.cluster_id)
     .bind(node.ordinal)
@@ -162,7 +157,6 @@ pub async fn insert(
     .bind(node.public_ipv4)
     .bind(i64::from(node.is_initial))
     .bind(node.role.as_str())
-    .bind(node.pod_range)
     .bind(node.pool_id)
     .bind(node.etcd_membership.map(EtcdMembership::as_str))
     .bind(now)
@@ -171,33 +165,23 @@ pub async fn insert(
     Ok(row.try_get("id")?)
 }
 
-/// The lowest block of the cluster's pod CIDR no node of it holds (a released node's block is
-/// given out again). Callers allocate and insert the node in one transaction: this first
-/// takes the cluster's row lock (a write that changes nothing; on SQLite, the database's write
-/// lock), so the cluster's allocations follow one another and never pick the same block. The
-/// unique index still refuses a second taker. Without the lock, fifty workers made at once
-/// on PostgreSQL all picked the same block and retried, one at a time, until one gave up.
-pub async fn free_pod_range(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Result<i64, DbError> {
+/// How many nodes the cluster has, for a caller about to add one in the same transaction:
+/// this first takes the cluster's row lock (a write that changes nothing; on SQLite, the
+/// database's write lock), so concurrent additions count one after another and never both
+/// take the last block of the pod CIDR.
+pub async fn count_for_adding(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+) -> Result<i64, DbError> {
     sqlx::query("UPDATE clusters SET last_ordinal = last_ordinal WHERE id = $1")
         .bind(cluster_id)
         .execute(&mut *tx)
         .await?;
-    let rows = sqlx::query(
-        "SELECT pod_range FROM cluster_nodes WHERE cluster_id = $1 AND pod_range IS NOT NULL \
-         ORDER BY pod_range",
-    )
-    .bind(cluster_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut next = 0;
-    for row in &rows {
-        let taken: i64 = row.try_get("pod_range")?;
-        if taken > next {
-            break;
-        }
-        next = taken + 1;
-    }
-    Ok(next)
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM cluster_nodes WHERE cluster_id = $1")
+        .bind(cluster_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    Ok(row.try_get("n")?)
 }
 
 /// The stacked etcd facet.

@@ -483,8 +483,6 @@ async fn provision(
                 public_ipv4: addresses.public_ipv4.map(|a| a.to_string()).as_deref(),
                 is_initial: *ordinal == 1,
                 role: Role::ControlPlane,
-                // The founding nodes take the first blocks of the pod CIDR.
-                pod_range: *ordinal - 1,
                 pool_id: None,
                 etcd_membership: Some(db::phase::EtcdMembership::Voter),
             },

@@ -48,8 +48,6 @@ pub struct PoolNodeView {
     pub desired_generation: i64,
     pub applied_generation: i64,
     pub up_to_date: bool,
-    /// Its block of the cluster's pod CIDR, by index.
-    pub pod_range: Option<i64>,
     /// `draining` or `drained` while it is being removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub removal: Option<Removal>,
@@ -112,7 +110,6 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
                 phase: n.phase.to_string(),
                 desired_generation: n.desired_generation,
                 applied_generation: n.applied_generation,
-                pod_range: n.pod_range,
                 removal: n.removal,
             })
             .collect(),

@@ -52,10 +52,6 @@ pub fn control_plane_node(
         vm_id: u64::try_from(node.vm_id).map_err(|_| unusable(node, "VM id"))?,
         addresses: addresses(node)?,
         is_initial: node.is_initial,
-        pod_range: node
-            .pod_range
-            .and_then(|r| u32::try_from(r).ok())
-            .ok_or_else(|| unusable(node, "pod range"))?,
         membership: match node.etcd_membership {
             Some(EtcdMembership::Joining) => Membership::Joining,
             Some(EtcdMembership::Leaving) => Membership::Leaving {

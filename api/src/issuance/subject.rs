@@ -81,10 +81,6 @@ async fn worker(state: &AppState, node: &NodeRow) -> Result<WorkerNode, Issuance
             .map(|t| Taint::new(&t.key, &t.value, &t.effect))
             .collect::<Result<_, _>>()
             .map_err(|_| unusable(node, "pool taints"))?,
-        pod_range: node
-            .pod_range
-            .and_then(|r| u32::try_from(r).ok())
-            .ok_or_else(|| unusable(node, "pod range"))?,
     })
 }
 

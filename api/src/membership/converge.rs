@@ -472,7 +472,6 @@ async fn record_member(
         addresses.public_ipv4.map(|a| a.to_string()),
     );
     let mut tx = state.db.begin().await?;
-    let pod_range = db::nodes::free_pod_range(&mut tx, cluster.id).await?;
     let node_id = db::nodes::insert(
         &mut tx,
         &db::nodes::NewNode {
@@ -485,7 +484,6 @@ async fn record_member(
             public_ipv4: public.as_deref(),
             is_initial: false,
             role: Role::ControlPlane,
-            pod_range,
             pool_id: None,
             etcd_membership: Some(EtcdMembership::Joining),
         },

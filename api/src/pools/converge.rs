@@ -297,13 +297,14 @@ async fn record_worker(
         addresses.private_ipv6.map(|a| a.to_string()),
         addresses.public_ipv4.map(|a| a.to_string()),
     );
-    // `free_pod_range` holds the cluster's allocations until this transaction ends.
+    // The controller-manager gives each node a block of the pod CIDR: no node past the last
+    // block. `count_for_adding` holds the cluster's additions until this transaction ends.
     let mut tx = state.db.begin().await?;
-    let pod_range = db::nodes::free_pod_range(&mut tx, cluster.id).await?;
+    let nodes = db::nodes::count_for_adding(&mut tx, cluster.id).await?;
     let blocks = crate::render::PodCidr::parse(&cluster.pod_cidr)
         .map_err(|e| ConvergeError::Corrupt(format!("pod CIDR: {e}")))?
         .blocks();
-    if u64::try_from(pod_range).unwrap_or(u64::MAX) >= blocks {
+    if u64::try_from(nodes).unwrap_or(u64::MAX) >= blocks {
         return Err(ConvergeError::NoRoom(format!(
             "the pod CIDR {} has no free block for another node",
             cluster.pod_cidr
@@ -321,7 +322,6 @@ async fn record_worker(
             public_ipv4: public.as_deref(),
             is_initial: false,
             role: Role::Worker,
-            pod_range,
             pool_id: Some(pool.id),
             etcd_membership: None,
         },
@@ -333,7 +333,6 @@ async fn record_worker(
         cluster_id = cluster.id,
         pool_id = pool.id,
         vm_id = vm.id,
-        pod_range,
         "worker recorded"
     );
     crate::keypool::refresh_cluster(state, cluster.id).await;

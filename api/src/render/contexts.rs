@@ -110,6 +110,8 @@ pub(crate) struct ControllerManager<'a> {
     pub inputs_sha256: String,
     pub cluster_name: &'a str,
     pub pod_cidr: String,
+    /// `--node-cidr-mask-size`: the block each node gets ([`crate::render::PodCidr::node_prefix`]).
+    pub node_cidr_mask: u8,
     pub service_cidr: String,
     pub mounts: &'a [Mount],
 }
@@ -125,18 +127,17 @@ pub(crate) struct Scheduler<'a> {
 }
 template!(Scheduler => "kube-scheduler.yaml");
 
+/// containerd's template for the bridge configuration (Go `text/template`, filled by containerd
+/// with the node's pod CIDRs).
 #[derive(Serialize)]
-pub(crate) struct BridgeCni {
-    pub pod_cidr: String,
-}
+pub(crate) struct BridgeCni {}
 impl Template for BridgeCni {
-    const NAME: &'static str = "bridge-cni.conflist";
+    const NAME: &'static str = "bridge-cni.conflist.tmpl";
 }
 
 #[derive(Serialize)]
 pub(crate) struct CiliumValues {
     pub api_host: String,
-    pub pod_cidr: String,
 }
 impl Template for CiliumValues {
     const NAME: &'static str = "cilium-values.yaml";
@@ -184,6 +185,7 @@ pub(crate) struct Containerd<'a> {
     pub pause_image: String,
     pub cni_bin_dir: &'a str,
     pub cni_conf_dir: &'a str,
+    pub cni_template: &'a str,
 }
 template!(Containerd => "containerd-config.toml");
 

@@ -33,7 +33,7 @@ const TEMPLATES: &[(&str, &str)] = embedded![
     "kube-apiserver.yaml",
     "kube-controller-manager.yaml",
     "kube-scheduler.yaml",
-    "bridge-cni.conflist",
+    "bridge-cni.conflist.tmpl",
     "cilium-values.yaml",
     "kube-proxy.yaml",
     "coredns.yaml",

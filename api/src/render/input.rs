@@ -49,29 +49,20 @@ const NODE_PREFIX_V4: u8 = 24;
 const NODE_PREFIX_V6: u8 = 64;
 
 impl PodCidr {
-    /// Block `index` of this range, the part one node gives out; `None` past the last block.
-    pub fn node_range(&self, index: u32) -> Option<Self> {
-        let prefix = match self.0 {
+    /// The prefix of the block the controller-manager gives each node
+    /// (`--node-cidr-mask-size`): a /24 of IPv4, a /64 of IPv6, or the whole range when it is
+    /// smaller than that.
+    pub fn node_prefix(&self) -> u8 {
+        let default = match self.0 {
             IpNet::V4(_) => NODE_PREFIX_V4,
             IpNet::V6(_) => NODE_PREFIX_V6,
         };
-        if self.0.prefix_len() > prefix {
-            return (index == 0).then_some(*self);
-        }
-        self.0
-            .subnets(prefix)
-            .ok()?
-            .nth(usize::try_from(index).ok()?)
-            .map(Self)
+        default.max(self.0.prefix_len())
     }
 
     /// How many nodes the range has blocks for.
     pub fn blocks(&self) -> u64 {
-        let prefix = match self.0 {
-            IpNet::V4(_) => NODE_PREFIX_V4,
-            IpNet::V6(_) => NODE_PREFIX_V6,
-        };
-        let bits = prefix.saturating_sub(self.0.prefix_len());
+        let bits = self.node_prefix() - self.0.prefix_len();
         1u64.checked_shl(u32::from(bits)).unwrap_or(u64::MAX)
     }
 
@@ -137,8 +128,6 @@ pub struct ControlPlaneNode {
     pub addresses: NodeAddresses,
     /// The one node that installs cluster-wide addons.
     pub is_initial: bool,
-    /// Which block of the cluster's pod CIDR the node gives out.
-    pub pod_range: u32,
     /// Where the node stands in etcd.
     pub membership: Membership,
 }
@@ -201,16 +190,11 @@ mod tests {
     use super::PodCidr;
 
     #[test]
-    fn each_node_gets_its_own_block_of_the_pod_cidr() {
+    fn each_node_gets_a_block_of_the_pod_cidr() {
         let v4 = PodCidr::parse("172.16.0.0/12").unwrap();
-        assert_eq!(v4.node_range(0).unwrap().to_string(), "172.16.0.0/24");
-        assert_eq!(v4.node_range(257).unwrap().to_string(), "172.17.1.0/24");
-        assert_eq!(v4.node_range(4095).unwrap().to_string(), "172.31.255.0/24");
-        assert!(v4.node_range(4096).is_none(), "a /12 has 4096 blocks");
-        assert_eq!(v4.blocks(), 4096);
+        assert_eq!((v4.node_prefix(), v4.blocks()), (24, 4096));
         let v6 = PodCidr::parse("fd00:10::/48").unwrap();
-        assert_eq!(v6.node_range(2).unwrap().to_string(), "fd00:10:0:2::/64");
-        assert_eq!(v6.blocks(), 1 << 16);
+        assert_eq!((v6.node_prefix(), v6.blocks()), (64, 1 << 16));
         assert_eq!(PodCidr::parse("fd00::/8").unwrap().blocks(), 1 << 56);
         assert_eq!(
             PodCidr::parse("::/0").unwrap().blocks(),
@@ -219,11 +203,9 @@ mod tests {
         );
         let small = PodCidr::parse("10.1.2.0/26").unwrap();
         assert_eq!(
-            small.node_range(0),
-            Some(small),
+            (small.node_prefix(), small.blocks()),
+            (26, 1),
             "smaller than a block: one node"
         );
-        assert_eq!(small.blocks(), 1);
-        assert!(small.node_range(1).is_none());
     }
 }

@@ -173,7 +173,7 @@ pub(super) fn packages() -> Vec<Package> {
 fn containerd_step() -> Result<PlanStep, RenderError> {
     Ok(PlanStep::EnableStart {
         unit: unit("containerd.service")?,
-        watch: paths(&[PATHS.containerd_config])?,
+        watch: paths(&[PATHS.containerd_config, PATHS.cni_template])?,
     })
 }
 
@@ -189,7 +189,6 @@ fn kubelet_step() -> Result<PlanStep, RenderError> {
             p.kubelet_cert,
             p.kubelet_key,
             p.ca_cert,
-            p.cni_conflist,
         ])?,
     })
 }

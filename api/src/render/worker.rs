@@ -22,8 +22,6 @@ pub struct WorkerNode {
     pub addresses: NodeAddresses,
     pub labels: Vec<NodeLabel>,
     pub taints: Vec<Taint>,
-    /// Which block of the cluster's pod CIDR the node gives out.
-    pub pod_range: u32,
 }
 
 /// Everything a worker's bundle is rendered from.
@@ -54,7 +52,6 @@ pub fn render_worker_bundle(input: &WorkerInput<'_>) -> Result<BundlePayload, Re
             role: Role::Worker,
             labels: &input.node.labels,
             taints: &input.node.taints,
-            pod_range: input.node.pod_range,
         },
         &mut files,
     )?;

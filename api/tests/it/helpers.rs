@@ -250,7 +250,6 @@ pub fn control_plane(ips: &[Ipv4Addr]) -> Vec<ControlPlaneNode> {
                 public_ipv4: None,
             },
             is_initial: i == 0,
-            pod_range: i as u32,
             membership: exk8s_api::render::Membership::Voter,
         })
         .collect()

@@ -38,7 +38,6 @@ fn worker() -> (ClusterPki, BundlePayload) {
             NodeLabel::new("example.com/tier", "batch").unwrap(),
         ],
         taints: vec![Taint::new("dedicated", "batch", "NoSchedule").unwrap()],
-        pod_range: 7,
     };
     let minted = NodeCerts::mint(&pki, &node.addresses, now).unwrap();
     let spec = cluster_spec(network());
@@ -69,7 +68,7 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         PATHS.kubelet_unit,
         PATHS.kubelet_config,
         PATHS.containerd_config,
-        PATHS.cni_conflist,
+        PATHS.cni_template,
     ]
     .into();
     assert_eq!(
@@ -114,11 +113,21 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
     assert_eq!(config["registerWithTaints"].as_sequence().unwrap().len(), 1);
     // No static pods on a worker: no directory for the kubelet to look for each second.
     assert!(config.get("staticPodPath").is_none(), "{config:?}");
-    // Its own block of the pod CIDR.
-    let cni: serde_json::Value = serde_json::from_str(text(&bundle, PATHS.cni_conflist)).unwrap();
-    assert_eq!(
-        cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
-        "172.16.7.0/24"
+    // Its pod range is the one Kubernetes gives its Node: containerd writes the bridge
+    // configuration from the template with it (tests/tests/kubelet.rs runs this for real).
+    let containerd = text(&bundle, PATHS.containerd_config);
+    assert!(
+        containerd.contains(&format!("conf_template = \"{}\"", PATHS.cni_template)),
+        "{containerd}"
+    );
+    let template = text(&bundle, PATHS.cni_template);
+    assert!(
+        template.contains("range $i, $range := .PodCIDRRanges"),
+        "{template}"
+    );
+    assert!(
+        !template.contains("172.16."),
+        "no range of the API's: {template}"
     );
 }
 

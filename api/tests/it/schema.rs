@@ -122,21 +122,6 @@ async fn closed_sets_are_checked_by_the_database(backend: Backend) {
         .execute(&db.pool)
         .await
         .unwrap();
-    // A pod range belongs to one node of a cluster.
-    insert_node(&db, cluster, 2, "etcd").await.unwrap();
-    sqlx::query("UPDATE cluster_nodes SET pod_range = 4 WHERE ordinal = 1")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    for refused in [
-        "UPDATE cluster_nodes SET pod_range = 4 WHERE ordinal = 2",
-        "UPDATE cluster_nodes SET pod_range = -1 WHERE ordinal = 2",
-    ] {
-        assert!(
-            sqlx::query(refused).execute(&db.pool).await.is_err(),
-            "{refused} was accepted"
-        );
-    }
 }
 
 /// A fresh database (its SQLite file in `dir`) migrated up to, not including, the migration
@@ -196,18 +181,6 @@ async fn rows_from_before_the_node_model_migrate(backend: Backend) {
         .unwrap()
         .get("n");
     assert_eq!(facets, 3, "facet rows survive the migration");
-    let ranges: Vec<i64> = sqlx::query("SELECT pod_range FROM cluster_nodes ORDER BY ordinal")
-        .fetch_all(&db.pool)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get("pod_range"))
-        .collect();
-    assert_eq!(
-        ranges,
-        [0, 1, 2],
-        "earlier nodes get their ordinal's pod range"
-    );
     let rows = sqlx::query(
         "SELECT phase, phase_state, role, desired_generation, applied_generation \
          FROM cluster_nodes ORDER BY ordinal",

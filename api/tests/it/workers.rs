@@ -10,7 +10,7 @@ use exk8s_api::db;
 use exk8s_api::tokens::Scope;
 use exk8s_common::contract::Role;
 use exk8s_common::node_auth::NodeKey;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::app::{
     Backend, Node, TestApp, both_backends, credentials_for, imds_token, json_of, operator_token,
@@ -35,7 +35,7 @@ pub(crate) async fn record_worker(app: &TestApp, cluster: i64) -> Node {
     }
 }
 
-/// Inserts pool `pool` and worker VM `vm` of it, in `tx`; the worker's pod range.
+/// Inserts pool `pool` and worker VM `vm` of it, in `tx`; how many nodes the cluster had before.
 async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, vm: i64) -> i64 {
     let now = db::now();
     let pool_id = db::pools::insert(
@@ -55,7 +55,9 @@ async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, v
     .await
     .unwrap();
     let name = exk8s_api::founding::trust::node_name(cluster, pool, vm).unwrap();
-    let pod_range = db::nodes::free_pod_range(&mut *tx, cluster).await.unwrap();
+    let before = db::nodes::count_for_adding(&mut *tx, cluster)
+        .await
+        .unwrap();
     db::nodes::insert(
         &mut *tx,
         &db::nodes::NewNode {
@@ -68,7 +70,6 @@ async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, v
             public_ipv4: None,
             is_initial: false,
             role: Role::Worker,
-            pod_range,
             pool_id: Some(pool_id),
             etcd_membership: None,
         },
@@ -76,7 +77,7 @@ async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, v
     )
     .await
     .unwrap();
-    pod_range
+    before
 }
 
 async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
@@ -120,11 +121,9 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     );
     let config = text("/var/lib/kubelet/config.yaml");
     assert!(config.contains("registerWithTaints"), "{config}");
-    let cni: Value = serde_json::from_str(&text("/etc/cni/net.d/10-exk8s.conflist")).unwrap();
-    assert_eq!(
-        cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
-        "172.16.3.0/24"
-    );
+    // No pod range of the API's: containerd fills the template with the Node's.
+    let template = text("/etc/containerd/bridge-cni.conflist.tmpl");
+    assert!(template.contains(".PodCIDRRanges"), "{template}");
     let kubeconfig = text("/etc/exk8s/kubeconfig/kubelet.kubeconfig");
     assert!(
         kubeconfig.contains(":6443") && !kubeconfig.contains("127.0.0.1"),
@@ -191,30 +190,10 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
 
 both_backends!(a_worker_gets_the_worker_bundle_by_its_record);
 
-async fn a_released_pod_range_is_given_out_again(backend: Backend) {
-    let app = spawn_app(backend).await;
-    let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let free = || async {
-        let mut tx = app.state.db.begin().await.unwrap();
-        db::nodes::free_pod_range(&mut tx, cluster).await.unwrap()
-    };
-    assert_eq!(free().await, 3);
-    sqlx::query("DELETE FROM cluster_nodes WHERE cluster_id = $1 AND pod_range = 1")
-        .bind(cluster)
-        .execute(&app.state.db.pool)
-        .await
-        .unwrap();
-    assert_eq!(free().await, 1, "the lowest free block first");
-}
-
-both_backends!(a_released_pod_range_is_given_out_again);
-
-/// Two allocations in one cluster at once (two pools' workers recorded together): the second
-/// waits for the first's transaction and takes the next block. Without the cluster's lock both
-/// read the same lowest free block, and on PostgreSQL fifty workers made at once retried one
-/// after another until one gave up.
-async fn concurrent_allocations_never_pick_the_same_pod_range(backend: Backend) {
+/// Two additions to one cluster at once (two pools' workers recorded together): the second
+/// waits for the first's transaction and counts its node, so two never both take the pod
+/// CIDR's last block.
+async fn concurrent_additions_count_one_after_another(backend: Backend) {
     let app = spawn_app(backend).await;
     let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
     let cluster = created["cluster_id"].as_i64().unwrap();
@@ -224,18 +203,18 @@ async fn concurrent_allocations_never_pick_the_same_pod_range(backend: Backend) 
     let state = app.state.clone();
     let second = tokio::spawn(async move {
         let mut tx = state.db.begin().await.unwrap();
-        let pod_range = insert_worker(&mut tx, cluster, "green", WORKER_VM + 1).await;
+        let before = insert_worker(&mut tx, cluster, "green", WORKER_VM + 1).await;
         tx.commit().await.unwrap();
-        pod_range
+        before
     });
-    // Room for a second allocation that does not wait to run ahead (it would finish at once).
+    // Room for a second addition that does not wait to run ahead (it would finish at once).
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(
         !second.is_finished(),
-        "the second allocation waits for the first's transaction"
+        "the second addition waits for the first's transaction"
     );
     first.commit().await.unwrap();
     assert_eq!(second.await.unwrap(), taken + 1);
 }
 
-both_backends!(concurrent_allocations_never_pick_the_same_pod_range);
+both_backends!(concurrent_additions_count_one_after_another);

@@ -193,6 +193,7 @@ mod tests {
             "/var/lib/kubelet/config.yaml",
             "/etc/cni/net.d/10-exk8s.conflist",
             "/etc/containerd/config.toml",
+            "/etc/containerd/bridge-cni.conflist.tmpl",
         ] {
             let p = BundlePath::new(ok).unwrap();
             assert_eq!(p.as_str(), ok);

@@ -235,7 +235,6 @@ pub(super) fn files(
         p.cilium_values,
         render(&contexts::CiliumValues {
             api_host: initial_node.addresses.private_ipv4.to_string(),
-            pod_cidr: cluster.pod_cidr.to_string(),
         })?,
     );
     files.public(
@@ -305,6 +304,7 @@ pub(super) fn files(
         inputs_sha256: inputs.to_hex(),
         cluster_name,
         pod_cidr: cluster.pod_cidr.to_string(),
+        node_cidr_mask: cluster.pod_cidr.node_prefix(),
         service_cidr: network.service_cidr.to_string(),
         mounts: &mounts,
     })?;

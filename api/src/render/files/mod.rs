@@ -138,7 +138,6 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
             role: Role::ControlPlane,
             labels: &[],
             taints: &[Taint::control_plane()],
-            pod_range: input.node.pod_range,
         },
         &mut files,
     )?;

@@ -24,8 +24,6 @@ pub(in crate::render) struct NodeSide<'a> {
     /// Set by the kubelet when it registers its node.
     pub labels: &'a [NodeLabel],
     pub taints: &'a [Taint],
-    /// The block of the pod CIDR this node gives out (bridge CNI until Cilium takes over).
-    pub pod_range: u32,
 }
 
 pub(in crate::render) fn files(
@@ -98,20 +96,11 @@ pub(in crate::render) fn files(
             pause_image: format!("registry.k8s.io/pause:{}", cluster.versions.pause),
             cni_bin_dir: p.cni_bin_dir,
             cni_conf_dir: "/etc/cni/net.d",
+            cni_template: p.cni_template,
         })?,
     );
-    let pod_range =
-        cluster
-            .pod_cidr
-            .node_range(side.pod_range)
-            .ok_or(RenderError::PodRangeExhausted {
-                index: side.pod_range,
-            })?;
-    files.public(
-        p.cni_conflist,
-        render(&contexts::BridgeCni {
-            pod_cidr: pod_range.to_string(),
-        })?,
-    );
+    // The bridge configuration containerd writes once the kubelet hands it the node's pod CIDR
+    // (`Node.spec.podCIDR`, allocated by the controller-manager): until Cilium takes over.
+    files.public(p.cni_template, render(&contexts::BridgeCni {})?);
     Ok(())
 }
