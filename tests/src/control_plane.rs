@@ -47,15 +47,28 @@ pub fn rewrite(root: &Path, arg: &str) -> String {
     }
 }
 
-/// etcd's rendered ExecStart arguments (the binary itself dropped), rewritten.
-pub fn etcd_args(root: &Path) -> Vec<String> {
-    let unit = std::fs::read_to_string(root.join(ETCD_UNIT)).unwrap();
+/// `unit`'s `ExecStart` split into its program and arguments, as rendered.
+pub fn exec_start(unit: &str) -> Vec<String> {
     let joined = unit.replace("\\\n", " ");
     let exec = joined
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("etcd.service has ExecStart");
-    exec.split_whitespace()
+        .expect("the unit has ExecStart");
+    exec.split_whitespace().map(str::to_owned).collect()
+}
+
+/// The last `lines` lines of the log at `path` (empty when there is none).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// etcd's rendered ExecStart arguments (the binary itself dropped), rewritten.
+pub fn etcd_args(root: &Path) -> Vec<String> {
+    let unit = std::fs::read_to_string(root.join(ETCD_UNIT)).unwrap();
+    exec_start(&unit)
+        .iter()
         .skip(1)
         .map(|arg| rewrite(root, arg))
         .collect()
@@ -215,17 +228,7 @@ impl Node {
         let root = self.root.clone();
         let dead = |name: &str, proc: &mut Proc| {
             if let Some(status) = proc.0.try_wait().unwrap() {
-                let log =
-                    std::fs::read_to_string(root.join(format!("{name}.log"))).unwrap_or_default();
-                let tail: String = log
-                    .lines()
-                    .rev()
-                    .take(40)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let tail = log_tail(&root.join(format!("{name}.log")), 40);
                 panic!("{name} exited with {status}:\n{tail}");
             }
         };

@@ -15,16 +15,12 @@ pub const ETCD_BINARY: &str = "/usr/local/bin/etcd";
 
 /// The rendered unit's ExecStart arguments with only the permitted remaps applied.
 pub fn member_args(unit: &str, root: &Path, local_port: u16) -> Vec<String> {
-    let joined = unit.replace("\\\n", " ");
-    let exec = joined
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("the unit has ExecStart");
-    let mut words = exec.split_whitespace();
-    assert_eq!(words.next(), Some(ETCD_BINARY));
-    words
+    let words = crate::control_plane::exec_start(unit);
+    assert_eq!(words[0], ETCD_BINARY);
+    words[1..]
+        .iter()
         .map(|arg| {
-            let (flag, value) = arg.split_once('=').unwrap_or((arg, ""));
+            let (flag, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
             if flag == "--data-dir" {
                 return format!("--data-dir={}", root.join("var/lib/etcd").display());
             }
@@ -38,7 +34,7 @@ pub fn member_args(unit: &str, root: &Path, local_port: u16) -> Vec<String> {
             if let Some(relative) = value.strip_prefix('/') {
                 return format!("{flag}={}", root.join(relative).display());
             }
-            arg.to_owned()
+            arg.clone()
         })
         .collect()
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::control_plane::{exec_start, log_tail};
 use crate::netns::Lan;
 use crate::procs::Proc;
 
@@ -105,16 +106,6 @@ impl Machine {
         }
         config
     }
-}
-
-/// `unit`'s `ExecStart` split into its program and arguments, as rendered.
-pub fn exec_start(unit: &str) -> Vec<String> {
-    let joined = unit.replace("\\\n", " ");
-    let exec = joined
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("the unit has ExecStart");
-    exec.split_whitespace().map(str::to_owned).collect()
 }
 
 /// The pause binary, built once per test process from `tests/tools/pause.c`.
@@ -364,11 +355,8 @@ impl Runtime {
         ] {
             let Some(proc) = proc else { continue };
             if let Some(status) = proc.0.try_wait().unwrap() {
-                let log = std::fs::read_to_string(self.root.join(format!("{name}.log")))
-                    .unwrap_or_default();
-                let tail: Vec<_> = log.lines().rev().take(30).collect();
-                let tail: Vec<_> = tail.into_iter().rev().collect();
-                panic!("{name} exited with {status}:\n{}", tail.join("\n"));
+                let tail = log_tail(&self.root.join(format!("{name}.log")), 30);
+                panic!("{name} exited with {status}:\n{tail}");
             }
         }
     }
@@ -456,7 +444,7 @@ mod tests {
     }
 
     #[test]
-    fn exec_start_joins_continued_lines() {
+    fn the_kubelet_units_exec_start_joins_continued_lines() {
         let unit = "[Service]\nExecStart=/usr/local/bin/kubelet \\\n  --config=/a \\\n  --node-ip=10.0.0.1\nRestart=always\n";
         assert_eq!(
             exec_start(unit),

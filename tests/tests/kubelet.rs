@@ -21,9 +21,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use exk8s_tests::cluster::{agent_ok, found, operator};
-use exk8s_tests::control_plane::{Node, STATIC_PODS, kubectl, kubectl_until};
+use exk8s_tests::control_plane::{Node, STATIC_PODS, exec_start, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
-use exk8s_tests::kubelet::{BUSYBOX, Runtime, exec_start};
+use exk8s_tests::kubelet::{BUSYBOX, Runtime};
 use exk8s_tests::netns::Lan;
 use exk8s_tests::procs::wait_until;
 use serde_json::{Value, json};
