@@ -57,6 +57,25 @@ pub fn exec_start(unit: &str) -> Vec<String> {
     exec.split_whitespace().map(str::to_owned).collect()
 }
 
+/// What `unit`'s `EnvironmentFile=` lines set, read from `root` as systemd reads them (`KEY=VALUE`
+/// lines; `#` comments and blank lines skipped).
+pub fn unit_environment(root: &Path, unit: &str) -> Vec<(String, String)> {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix("EnvironmentFile="))
+        .flat_map(|file| {
+            let path = rewrite(root, file.trim_start_matches('-'));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            text.lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+                .map(|l| {
+                    let (key, value) = l.split_once('=').expect("KEY=VALUE");
+                    (key.to_owned(), value.to_owned())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The last `lines` lines of the log at `path` (empty when there is none).
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let log = std::fs::read_to_string(path).unwrap_or_default();
@@ -122,25 +141,16 @@ pub struct Node {
     pub index: usize,
     procs: BTreeMap<String, (StaticPod, Proc)>,
     etcd: Option<Proc>,
-    /// What etcd was started from: its unit and its certificate files.
-    etcd_inputs: Vec<u8>,
+    /// How much of the agent's recorded actions the harness has acted on (bytes).
+    actions_seen: usize,
 }
 
-/// etcd's unit and certificate files as they are in `root` now.
-fn etcd_inputs(root: &Path) -> Vec<u8> {
-    let mut inputs = std::fs::read(root.join(ETCD_UNIT)).unwrap();
-    let pki = root.join("etc/exk8s/pki");
-    let mut names: Vec<_> = std::fs::read_dir(&pki)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("etcd-"))
-        .collect();
-    names.sort();
-    for name in names {
-        inputs.extend(name.as_bytes());
-        inputs.extend(std::fs::read(pki.join(name)).unwrap());
-    }
-    inputs
+/// Where the agent records the host actions it would perform (`--root`).
+const RECORDED_ACTIONS: &str = "var/lib/exk8s/recorded-actions.log";
+
+/// The host actions the agent has recorded in `root` so far.
+fn recorded_actions(root: &Path) -> String {
+    std::fs::read_to_string(root.join(RECORDED_ACTIONS)).unwrap_or_default()
 }
 
 impl Node {
@@ -150,11 +160,18 @@ impl Node {
             index,
             procs: BTreeMap::new(),
             etcd: None,
-            etcd_inputs: Vec::new(),
+            actions_seen: 0,
         }
     }
 
-    fn spawn(&self, lan: &Lan, program: &Path, args: &[String], log: &str) -> Proc {
+    fn spawn(
+        &self,
+        lan: &Lan,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        log: &str,
+    ) -> Proc {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -163,6 +180,7 @@ impl Node {
         let child = lan
             .command(self.index, program)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -176,24 +194,32 @@ impl Node {
         if let Some(old) = self.etcd.take() {
             old.terminate(GRACE);
         }
-        self.etcd_inputs = etcd_inputs(&self.root);
+        self.actions_seen = recorded_actions(&self.root).len();
+        let unit = std::fs::read_to_string(self.root.join(ETCD_UNIT)).unwrap();
         let etcd = self.spawn(
             lan,
             &crate::bins::etcd("etcd"),
             &etcd_args(&self.root),
+            &unit_environment(&self.root, &unit),
             "etcd.log",
         );
         self.etcd = Some(etcd);
     }
 
-    /// Restarts etcd when its unit or certificates changed since it started (what the agent's
-    /// plan does with `systemctl restart etcd.service`); true when it did.
+    /// Restarts etcd when the agent restarted `etcd.service` since the harness last looked (its
+    /// plan does when a file the unit watches changed: the unit, etcd's CA, server and peer
+    /// certificates); true when it did.
     pub fn sync_etcd(&mut self, lan: &Lan) -> bool {
-        if etcd_inputs(&self.root) == self.etcd_inputs {
-            return false;
+        let actions = recorded_actions(&self.root);
+        let new = actions.get(self.actions_seen..).unwrap_or_default();
+        let restarted = new
+            .lines()
+            .any(|l| l == "systemctl restart --no-block etcd.service");
+        self.actions_seen = actions.len();
+        if restarted {
+            self.start_etcd(lan);
         }
-        self.start_etcd(lan);
-        true
+        restarted
     }
 
     /// Starts every static pod whose manifest is new or changed since it was started, stopping
@@ -216,7 +242,7 @@ impl Node {
                 std::fs::create_dir_all(dir).unwrap();
             }
             let program = crate::bins::kubernetes(&pod.program);
-            let proc = self.spawn(lan, &program, &pod.args, &format!("{name}.log"));
+            let proc = self.spawn(lan, &program, &pod.args, &[], &format!("{name}.log"));
             self.procs.insert(name.to_owned(), (pod, proc));
             started.push(name);
         }

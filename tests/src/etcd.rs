@@ -1,5 +1,6 @@
 //! Real etcd members started from rendered node roots: each with the exact ExecStart flags of
-//! its root's `etcd.service` and the certificate files in that root. Only what three members on
+//! its root's `etcd.service`, the environment of its `EnvironmentFile` and the certificate files
+//! in that root. Only what three members on
 //! one host require is remapped: file paths are prefixed with the root, the data dir moves into
 //! the root, and the `127.0.0.1:2379` listener every member would share gets a free port.
 
@@ -135,6 +136,7 @@ fn spawn_member(root: &Path, local_port: u16) -> Proc {
         .unwrap();
     let child = Command::new(crate::bins::etcd("etcd"))
         .args(member_args(&unit, root, local_port))
+        .envs(crate::control_plane::unit_environment(root, &unit))
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -247,7 +247,7 @@ impl Runtime {
     /// starts the kubelet from its rendered unit.
     pub fn start(lan: &Lan, index: usize, root: &Path) -> Self {
         let machine = Machine::read();
-        let ns = &lan.nodes[index];
+        let ns = &lan.name(index);
         let cgroup_root = format!("/exk8s-{ns}");
         for hierarchy in hierarchies() {
             let dir = hierarchy.join(cgroup_root.trim_start_matches('/'));

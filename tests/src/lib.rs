@@ -1,4 +1,4 @@
-//! `exk8s-tests` holds what tests need across crates: the dev stack as a child process
+//! `exk8s-tests` holds what tests need across crates: sampling a changing control plane's availability ([`availability`]), the dev stack as a child process
 //! ([`dev`]), a cluster founded on it and booted by the real agent ([`cluster`]), starting real etcd members from rendered node roots ([`etcd`]) and changing their membership through the API ([`members`]), a node's real kubelet and containerd ([`kubelet`]), finding and running the workspace's binaries ([`procs`]), and a TLS
 //! endpoint serving a rendered certificate ([`tls`]), and a private PostgreSQL server tests may stop
 //! ([`postgres`]), and a small real filesystem to fill ([`tmpfs`]). The end-to-end test lives in `tests/`.
@@ -9,6 +9,7 @@
     reason = "test support: a failure should stop the test loudly"
 )]
 
+pub mod availability;
 pub mod bins;
 pub mod cluster;
 pub mod control_plane;

@@ -148,7 +148,26 @@ pub fn agent_command(
     vm: i64,
     command: &str,
 ) -> Command {
-    let mut agent = Command::new(binary("exk8s-agent"));
+    agent_with(
+        Command::new(binary("exk8s-agent")),
+        stack,
+        founded,
+        root,
+        vm,
+        command,
+    )
+}
+
+/// [`agent_command`]'s arguments and environment added to `agent`, a command that runs
+/// `exk8s-agent` (inside a node's namespace, say).
+pub fn agent_with(
+    mut agent: Command,
+    stack: &Stack,
+    founded: &Founded,
+    root: &Path,
+    vm: i64,
+    command: &str,
+) -> Command {
     agent
         .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
         .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")

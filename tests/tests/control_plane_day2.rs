@@ -3,9 +3,9 @@
 //! and the rotation of each CA (cluster, etcd, front-proxy) through all three phases, about
 //! eight minutes on two cores (an apiserver exits about 2 s after SIGTERM with the rendered
 //! `--shutdown-send-retry-after`; without it, 11–30 s, waiting for its clients' connections). Nodes
-//! sync one at a time; after each sync the harness restarts what the new files changed (etcd when
-//! its unit or certificates did, a static pod when its manifest did) and waits for the node to be
-//! ready again. Throughout, from a client namespace on the same LAN, every apiserver's `/readyz`
+//! sync one at a time; after each sync the harness restarts what the agent's apply changed (etcd
+//! when the agent restarted its unit, a static pod when its manifest changed) and waits for the
+//! node to be ready again (`exk8s_tests::availability` samples). Throughout, from a client namespace on the same LAN, every apiserver's `/readyz`
 //! and `GET /api` through the operator kubeconfig (re-fetched at each rotation phase, as an
 //! operator following `ca_rotation` would) are sampled every 200 ms: no failed sample except on
 //! the one node being restarted, never two nodes down at once. After the cluster CA's rotation
@@ -17,11 +17,10 @@
     reason = "a test: failures should stop it loudly"
 )]
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
+use exk8s_tests::availability::{self, Shared};
 use exk8s_tests::cluster::{Booted, agent_ok, boot_three, operator, view};
 use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
 use exk8s_tests::dev::Stack;
@@ -32,39 +31,6 @@ const READY: Duration = Duration::from_secs(120);
 /// The client namespace's index in the LAN (after the three nodes).
 const CLIENT: usize = 3;
 
-/// One sample: which node was being restarted; each apiserver's `/readyz` and `GET /api` with
-/// the operator kubeconfig sent to it; and `GET /api` through the control-plane name (whichever
-/// apiserver the name leads to).
-#[derive(Debug, Clone)]
-struct Sample {
-    at: Duration,
-    step: String,
-    restarting: Option<usize>,
-    ready: [bool; 3],
-    api: [Result<(), String>; 3],
-    by_name: Result<(), String>,
-}
-
-impl Sample {
-    /// The nodes that failed a check in this sample.
-    fn down(&self) -> Vec<usize> {
-        (0..3)
-            .filter(|i| !self.ready[*i] || self.api[*i].is_err())
-            .collect()
-    }
-}
-
-/// What the sampler reads and the change writes.
-struct Shared {
-    /// The node whose processes are being restarted now, if any.
-    restarting: Mutex<Option<usize>>,
-    /// The operator kubeconfig the sampler uses.
-    operator_config: Mutex<PathBuf>,
-    step: Mutex<String>,
-    stop: AtomicBool,
-    samples: Mutex<Vec<Sample>>,
-}
-
 fn operator_kubeconfig(stack: &Stack, cluster: i64, to: &Path) {
     let text = operator(stack, "GET", &format!("/clusters/{cluster}/kubeconfig"))
         .call()
@@ -72,56 +38,6 @@ fn operator_kubeconfig(stack: &Stack, cluster: i64, to: &Path) {
         .into_string()
         .unwrap();
     std::fs::write(to, text).unwrap();
-}
-
-fn get_api(lan: &Lan, config: &Path, server: &[String]) -> Result<(), String> {
-    let mut args: Vec<&str> = server.iter().map(String::as_str).collect();
-    args.extend(["get", "--raw", "/api"]);
-    let (ok, out, err) = kubectl(lan, CLIENT, config, &args);
-    if ok && out.contains("APIVersions") {
-        Ok(())
-    } else {
-        Err(format!("{out}{err}"))
-    }
-}
-
-fn sample(lan: &Lan, ips: &[String], dns_name: &str, shared: &Shared, started: Instant) -> Sample {
-    let restarting = *shared.restarting.lock().unwrap();
-    let config = shared.operator_config.lock().unwrap().clone();
-    let mut ready = [false; 3];
-    let mut api = [Ok(()), Ok(()), Ok(())];
-    for (i, ip) in ips.iter().enumerate() {
-        let out = lan
-            .command(CLIENT, "curl")
-            .args([
-                "-sk",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--max-time",
-                "2",
-            ])
-            .arg(format!("https://{ip}:6443/readyz"))
-            .output()
-            .unwrap();
-        ready[i] = out.stdout == b"200";
-        let server = [
-            format!("--server=https://{ip}:6443"),
-            format!("--tls-server-name={dns_name}"),
-        ];
-        api[i] = get_api(lan, &config, &server);
-    }
-    let by_name = get_api(lan, &config, &[]);
-    Sample {
-        at: started.elapsed(),
-        step: shared.step.lock().unwrap().clone(),
-        // A restart that began during this sample counts for it too.
-        restarting: restarting.or(*shared.restarting.lock().unwrap()),
-        ready,
-        api,
-        by_name,
-    }
 }
 
 /// The three nodes, driven one at a time.
@@ -160,19 +76,15 @@ impl Cluster<'_> {
                 vm,
                 "sync",
             );
-            *self.shared.restarting.lock().unwrap() = Some(i);
+            self.shared.set_changing(Some(i));
             if self.nodes[i].sync_etcd(self.lan) {
                 restarted += 1;
             }
             restarted += self.nodes[i].sync_static_pods(self.lan).len();
             self.wait_ready(i);
-            *self.shared.restarting.lock().unwrap() = None;
+            self.shared.set_changing(None);
         }
         restarted
-    }
-
-    fn step(&self, what: &str) {
-        *self.shared.step.lock().unwrap() = what.to_owned();
     }
 
     /// Rotates `ca` through its phases, one sync round each, re-fetching the operator
@@ -203,7 +115,7 @@ impl Cluster<'_> {
             let config = dir.join(format!("operator-{ca}-{phase}.kubeconfig"));
             operator_kubeconfig(&self.booted.stack, cluster, &config);
             *self.shared.operator_config.lock().unwrap() = config;
-            self.step(&format!("rotate {ca}: {phase}"));
+            self.shared.step(&format!("rotate {ca}: {phase}"));
             let restarted = self.sync_round();
             assert!(restarted >= 3, "{ca} {phase}: only {restarted} restarts");
             phases.push(phase);
@@ -235,13 +147,8 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
     ips.truncate(3);
     let first_config = dir.join("operator-before.kubeconfig");
     operator_kubeconfig(&booted.stack, founded.cluster, &first_config);
-    let shared = Shared {
-        restarting: Mutex::new(None),
-        operator_config: Mutex::new(first_config.clone()),
-        step: Mutex::new("start".into()),
-        stop: AtomicBool::new(false),
-        samples: Mutex::new(Vec::new()),
-    };
+    let serving = ips.iter().cloned().enumerate().collect();
+    let shared = Shared::new(serving, first_config.clone());
     let mut cluster = Cluster {
         booted: &booted,
         lan: &lan,
@@ -262,91 +169,37 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
     for i in 0..3 {
         cluster.wait_ready(i);
     }
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !shared.stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let s = sample(&lan, &ips, dns_name, &shared, started);
-                shared.samples.lock().unwrap().push(s);
-                std::thread::sleep(Duration::from_millis(200).saturating_sub(t.elapsed()));
-            }
-        });
-        let run = std::panic::AssertUnwindSafe(|| {
-            let id = founded.cluster;
-            cluster.step("rollout");
-            operator(&booted.stack, "POST", &format!("/clusters/{id}/rollout"))
-                .call()
-                .unwrap();
-            assert!(
-                cluster.sync_round() >= 3,
-                "a rollout restarts every apiserver"
-            );
-            cluster.step("renew");
-            operator(
-                &booted.stack,
-                "POST",
-                &format!("/clusters/{id}/certificates/renew"),
-            )
+    let samples = availability::sample_during(&lan, CLIENT, dns_name, &shared, || {
+        let id = founded.cluster;
+        shared.step("rollout");
+        operator(&booted.stack, "POST", &format!("/clusters/{id}/rollout"))
             .call()
             .unwrap();
-            assert!(
-                cluster.sync_round() >= 3,
-                "a renewal restarts every apiserver"
+        assert!(
+            cluster.sync_round() >= 3,
+            "a rollout restarts every apiserver"
+        );
+        shared.step("renew");
+        operator(
+            &booted.stack,
+            "POST",
+            &format!("/clusters/{id}/certificates/renew"),
+        )
+        .call()
+        .unwrap();
+        assert!(
+            cluster.sync_round() >= 3,
+            "a renewal restarts every apiserver"
+        );
+        for ca in ["cluster", "etcd", "front_proxy"] {
+            assert_eq!(
+                cluster.rotate(ca, dir),
+                ["trust-both", "sign-new", "drop-old"],
+                "{ca}"
             );
-            for ca in ["cluster", "etcd", "front_proxy"] {
-                assert_eq!(
-                    cluster.rotate(ca, dir),
-                    ["trust-both", "sign-new", "drop-old"],
-                    "{ca}"
-                );
-            }
-        });
-        let outcome = std::panic::catch_unwind(run);
-        shared.stop.store(true, Ordering::Relaxed);
-        if let Err(panic) = outcome {
-            std::panic::resume_unwind(panic);
         }
     });
-
-    let samples = std::mem::take(&mut *shared.samples.lock().unwrap());
-    assert!(samples.len() > 50, "only {} samples", samples.len());
-    // Every apiserver but the one restarting answers every sample; so does the name while no
-    // node restarts (while one does, the name may lead to it: a client of the name meets the
-    // restart unless a health-checked load balancer stands in front, see the README).
-    let mut failures = Vec::new();
-    let mut by_name_during_restarts = 0;
-    for s in &samples {
-        let down = s.down();
-        let others_down = down.iter().any(|i| Some(*i) != s.restarting);
-        let name_failed = s.by_name.is_err();
-        if name_failed && s.restarting.is_some() {
-            by_name_during_restarts += 1;
-        }
-        if down.len() > 1 || others_down || (name_failed && s.restarting.is_none()) {
-            failures.push(s.clone());
-        }
-    }
-    let mut per_step = std::collections::BTreeMap::<&str, usize>::new();
-    for s in &failures {
-        *per_step.entry(s.step.as_str()).or_default() += 1;
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} samples failed ({per_step:?}), first: {:#?}",
-        failures.len(),
-        samples.len(),
-        &failures[..failures.len().min(5)]
-    );
-    let restarting = samples.iter().filter(|s| s.restarting.is_some()).count();
-    assert!(restarting > 10, "only {restarting} samples during restarts");
-    eprintln!(
-        "{} samples over {:.0} s ({restarting} during a restart): every apiserver but the one \
-         restarting ready and serving the operator in each; through the name, \
-         {by_name_during_restarts} failed while a node restarted",
-        samples.len(),
-        samples.last().unwrap().at.as_secs_f64()
-    );
+    eprintln!("{}", availability::check(&samples, 10));
 
     // The operator kubeconfig from before the cluster CA's rotation is refused; a new one works.
     let (ok, _, err) = kubectl(&lan, CLIENT, &first_config, &["get", "--raw", "/api"]);

@@ -38,12 +38,19 @@ pub(crate) struct EtcdUnit<'a> {
     pub paths: &'a NodePaths,
     pub name: &'a str,
     pub node_ip: String,
+}
+template!(EtcdUnit => "etcd.service");
+
+/// etcd's bootstrap-only settings, apart from its unit so that a membership change (which
+/// changes them) never restarts a running member: in a two-voter cluster that loses quorum.
+#[derive(Serialize)]
+pub(crate) struct EtcdBootstrap<'a> {
     pub initial_cluster: &'a str,
     /// `new` for a founding member, `existing` for one that joins a running cluster.
     pub initial_cluster_state: &'static str,
     pub cluster_token: String,
 }
-template!(EtcdUnit => "etcd.service");
+template!(EtcdBootstrap => "etcd-bootstrap.env");
 
 #[derive(Serialize)]
 pub(crate) struct KubeletUnit<'a> {

@@ -28,6 +28,7 @@ macro_rules! embedded {
 const TEMPLATES: &[(&str, &str)] = embedded![
     "cluster.env",
     "etcd.service",
+    "etcd-bootstrap.env",
     "kubelet.service",
     "kubelet-config.yaml",
     "kube-apiserver.yaml",

@@ -38,6 +38,7 @@ pub struct NodePaths {
     pub scheduler_kubeconfig: &'static str,
     // Configuration, units, manifests
     pub cluster_env: &'static str,
+    pub etcd_bootstrap_env: &'static str,
     pub kubelet_config: &'static str,
     pub kubelet_unit: &'static str,
     pub etcd_unit: &'static str,
@@ -93,6 +94,7 @@ pub const PATHS: NodePaths = NodePaths {
     controller_manager_kubeconfig: "/etc/exk8s/kubeconfig/controller-manager.kubeconfig",
     scheduler_kubeconfig: "/etc/exk8s/kubeconfig/scheduler.kubeconfig",
     cluster_env: "/etc/exk8s/config/cluster.env",
+    etcd_bootstrap_env: "/etc/exk8s/config/etcd-bootstrap.env",
     kubelet_config: "/var/lib/kubelet/config.yaml",
     kubelet_unit: "/etc/systemd/system/kubelet.service",
     etcd_unit: "/etc/systemd/system/etcd.service",

@@ -144,6 +144,19 @@ async fn withdrawn(app: &TestApp, cluster: i64, members: &[(Node, NodeKey)], vm:
         || async { app.sims.compute.vms().iter().all(|v| v.id != vm) },
     )
     .await;
+    // Its row goes after its VM, and the change ends (its lease released) after that: the
+    // members' next generations exist only then.
+    wait_until(
+        "the abandoned member forgotten",
+        Duration::from_secs(20),
+        || async {
+            control_plane(&view(app, cluster).await)
+                .iter()
+                .all(|n| n["vm_id"] != vm)
+        },
+    )
+    .await;
+    idle(app, cluster).await;
     roll(app, members).await;
 }
 
@@ -244,8 +257,8 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
         .expect("a join step");
     assert_eq!(voters, [format!("https://{first_ip}:2379")]);
     assert!(
-        text(&bundle, "/etc/systemd/system/etcd.service")
-            .contains("--initial-cluster-state=existing")
+        text(&bundle, "/etc/exk8s/config/etcd-bootstrap.env")
+            .contains("\nETCD_INITIAL_CLUSTER_STATE=existing\n")
     );
     // Its agent promoted it before saying complete: it votes, and everyone gets a generation.
     assert_eq!(report(&app, &b, "complete", "succeeded").await, 204);

@@ -375,7 +375,11 @@ fn etcd_servers_are_the_peers_client_urls_and_the_cert_covers_the_advertise_addr
         );
 
         let etcd = exec_start(text(bundle, PATHS.etcd_unit));
-        let initial = flag(&etcd, "initial-cluster")[0];
+        let bootstrap = text(bundle, PATHS.etcd_bootstrap_env);
+        let initial = bootstrap
+            .lines()
+            .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER="))
+            .unwrap();
         assert_eq!(initial.split(',').count(), cluster.nodes.len());
         assert_eq!(flag(&etcd, "name"), [node.addresses.name.as_str()]);
         assert_eq!(

@@ -212,6 +212,11 @@ pub(super) fn files(
             paths: p,
             name: node.name.as_str(),
             node_ip: node_ip.clone(),
+        })?,
+    );
+    files.public(
+        p.etcd_bootstrap_env,
+        render(&contexts::EtcdBootstrap {
             initial_cluster: &initial_cluster,
             initial_cluster_state: match input.node.membership {
                 Membership::Voter | Membership::Leaving { .. } => "new",
