@@ -145,7 +145,7 @@ if [ "$what" = all ] || [ "$what" = agent ]; then
   imds=$(curl -sf "$base/sim/imds/101/token")
   access=$(curl -sf -H "X-exc-imds-token: $imds" "$base/sim/imds/101/latest/identity/access-token" | jq -r .access_token)
   curl -sf -H "X-exc-imds-token: $imds" -H "Authorization: Bearer $access" -H "X-Exk8s-Nonce: bench-nonce-0000000000" \
-    "$base/bootstrap/control-plane/101" > "$work/bundle.json"
+    "$base/bootstrap/101" > "$work/bundle.json"
   # The same files in the seed's bundle shape: {"files": {"<path>": "<content>"}}.
   jq -r .payload "$work/bundle.json" | base64 -d \
     | jq '{files: (.files | map({(.path): (.content | @base64d)}) | add)}' > "$work/seed-bundle.json"

@@ -45,6 +45,10 @@ cargo fmt --all --check
 log "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+log "no dependency circle between modules (scripts/module-cycles.py)"
+python3 scripts/module-cycles.py --self-test
+python3 scripts/module-cycles.py api/src agent/src cli/src common/src
+
 log "exk8s-common must not depend on tokio, axum, sqlx or reqwest (the agent links it)"
 forbidden=$(cargo tree --locked -p exk8s-common -e normal --prefix none --format '{p}' \
   | awk '{print $1}' | grep -E '^(tokio|axum|sqlx|reqwest|hyper)$' || true)

@@ -1,32 +1,22 @@
 //! The subcommands: `run` (the boot path), `apply`, `verify` and `prereqs`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use exk8s_common::binding::DEFAULT_CLOCK_SKEW_SECS;
 use exk8s_common::contract::{BootPhase, BundleKind};
 use exk8s_common::limits::{MAX_ENVELOPE_BYTES, read_bounded};
-use exk8s_common::{Disposition, Expected, Keyring, VerifiedBundle, verify};
+use exk8s_common::{Disposition, Expected, VerifiedBundle, verify};
 
 use crate::apply::host::{RecordingHost, SystemHost};
 use crate::apply::{self, Change, Options};
 use crate::config::NetConfig;
 use crate::error::AgentError;
 use crate::log::log_info;
+use crate::machine::{apply_verified, clients, load_keyring, now};
 use crate::report::{Reporter, State as Phase, Target};
 use crate::state::{State, marker_path};
-use crate::{fetch, http, imds, nodekey};
-
-/// Unix seconds now.
-pub fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-pub fn load_keyring(dir: &Path) -> Result<Keyring, AgentError> {
-    Keyring::load_dir(dir).map_err(|e| AgentError::Config(crate::error::chain(&e)))
-}
+use crate::{fetch, imds, nodekey};
 
 /// Reads a bundle file, refusing one over the envelope limit before reading it all.
 pub fn read_bundle(path: &Path) -> Result<Vec<u8>, AgentError> {
@@ -176,47 +166,6 @@ pub fn prereqs(path: &Path, keys: &Path, root: Option<&Path>) -> Result<(), Agen
         return Ok(());
     }
     apply::prerequisites(bundle.payload(), &options, &mut system)
-}
-
-/// The API client (TLS pinned to `api_ca_file` when set) and the instance-metadata client.
-pub fn clients(net: &NetConfig) -> Result<(ureq::Agent, ureq::Agent), AgentError> {
-    let pinned = match &net.api_ca_file {
-        Some(path) => Some(std::fs::read(path).map_err(|source| AgentError::ReadInput {
-            path: path.clone(),
-            source,
-        })?),
-        None => None,
-    };
-    let request_timeout = Duration::from_secs(net.request_timeout_secs);
-    Ok((
-        http::agent(http::api_tls(pinned.as_deref())?, request_timeout),
-        http::agent(http::api_tls(None)?, request_timeout),
-    ))
-}
-
-/// Applies a verified bundle on this machine, or under `--root` with host actions recorded.
-pub fn apply_verified(
-    bundle: &VerifiedBundle,
-    root: Option<&Path>,
-    options: Options,
-    request_timeout: Duration,
-    reporter: &Reporter<'_>,
-) -> Result<(), AgentError> {
-    let options = Options {
-        strict_owner: root.is_none(),
-        ..options
-    };
-    if root.is_some() {
-        let mut host = RecordingHost::new(&options.root, true);
-        apply::apply(bundle.payload(), &options, &mut host, reporter)?;
-    } else {
-        let mut host = SystemHost {
-            root: options.root.clone(),
-            request_timeout,
-        };
-        apply::apply(bundle.payload(), &options, &mut host, reporter)?;
-    }
-    Ok(())
 }
 
 /// `run`: the boot path. On a node that finished it, `run` looks for an update instead

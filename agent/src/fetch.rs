@@ -36,7 +36,7 @@ pub struct Credentials<'a> {
     pub node_key: &'a NodePublicKey,
 }
 
-/// `GET /bootstrap/control-plane/{vm_id}`, retried under `deadline`.
+/// `GET /bootstrap/{vm_id}`, retried under `deadline`.
 pub fn bundle(
     agent: &ureq::Agent,
     api_url: &str,
@@ -47,7 +47,7 @@ pub fn bundle(
     let node_key = credentials.node_key.to_text();
     let nonce = credentials.nonce;
     let url = format!(
-        "{}/bootstrap/control-plane/{}",
+        "{}/bootstrap/{}",
         api_url.trim_end_matches('/'),
         identity.vm_id
     );

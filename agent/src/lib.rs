@@ -21,6 +21,7 @@ pub mod fetch;
 pub mod http;
 pub mod imds;
 mod log;
+pub mod machine;
 pub mod node_api;
 pub mod nodekey;
 pub mod report;

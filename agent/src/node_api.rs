@@ -69,7 +69,7 @@ impl NodeApi<'_> {
             self.session.vm_id
         );
         let nonce = crate::fetch::new_nonce()?;
-        let timestamp = crate::commands::now();
+        let timestamp = crate::machine::now();
         let signature = self.key.sign(&request_message(
             method,
             &path,

@@ -1,4 +1,4 @@
-//! Phase reports to the API: during the first boot to `POST /bootstrap/control-plane/{vm_id}/status`
+//! Phase reports to the API: during the first boot to `POST /bootstrap/{vm_id}/status`
 //! (bootstrap token), afterwards to `POST /nodes/{vm_id}/status` (signed with the node key).
 //! Each report carries the components' health the run's probes saw so far.
 //! Progress reports are best effort: one attempt, a failure logged and forgotten. The outcome
@@ -111,7 +111,7 @@ impl<'a> Reporter<'a> {
                 identity,
             } => {
                 let url = format!(
-                    "{}/bootstrap/control-plane/{}/status",
+                    "{}/bootstrap/{}/status",
                     api_url.trim_end_matches('/'),
                     identity.vm_id
                 );

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use exk8s_common::contract::Component;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AgentError;
@@ -52,10 +53,33 @@ pub struct State {
     pub reported_unhealthy: bool,
     /// How `sync` probes the node's other components between updates (from the applied plans).
     #[serde(default)]
-    pub component_checks: Vec<crate::apply::components::Check>,
+    pub component_checks: Vec<Check>,
     /// The components' health last reported: a sync reports again when it differs.
     #[serde(default)]
     pub reported_components: Vec<exk8s_common::contract::ComponentHealth>,
+}
+
+/// A probe `sync` makes of one component between updates (not etcd: [`EtcdHealth`]), from the
+/// applied plans' waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "probe", rename_all = "snake_case")]
+pub enum Check {
+    /// The apiserver's `/readyz` through a kubeconfig.
+    Readyz { kubeconfig: String },
+    /// A component's `/healthz` on loopback.
+    Healthz { component: Component, port: u16 },
+    /// The kubelet's Node object, read with its own kubeconfig.
+    NodeRegistered { kubeconfig: String, node: String },
+}
+
+impl Check {
+    pub fn component(&self) -> Component {
+        match self {
+            Self::Readyz { .. } => Component::Apiserver,
+            Self::Healthz { component, .. } => *component,
+            Self::NodeRegistered { .. } => Component::Kubelet,
+        }
+    }
 }
 
 /// Where a control-plane node's etcd answers `/health`, and the client identity to ask with.

@@ -72,7 +72,7 @@ pub struct ApiConfig {
     /// `Last-Event-ID`).
     pub event_stream_lifetime: Duration,
     /// Leaves are renewed when less than this share of their validity remains.
-    pub renew_at: crate::renewal::RenewAt,
+    pub renew_at: crate::pki::RenewAt,
     /// How a bundle's fresh leaf keys are made (the server: RSA keys in a killable helper).
     pub key_maker: crate::pki::KeyMaker,
 }
@@ -113,7 +113,7 @@ impl Default for ApiConfig {
                 per_minute: 600,
                 burst: 120,
             },
-            renew_at: crate::renewal::RenewAt::THIRD,
+            renew_at: crate::pki::RenewAt::THIRD,
             key_maker: crate::pki::KeyMaker::InProcess,
         }
     }

@@ -20,6 +20,20 @@ pub(crate) struct Api {
 }
 
 impl Api {
+    /// A cluster named by id or by name.
+    pub(crate) fn cluster_id(&self, cluster: &str) -> Result<i64, CliError> {
+        if let Ok(id) = cluster.parse::<i64>() {
+            return Ok(id);
+        }
+        let list = self.get_all("/clusters")?;
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == cluster)
+            .and_then(|c| c["id"].as_i64())
+            .ok_or_else(|| CliError::Failed(format!("no cluster named `{cluster}`")))
+    }
+
     pub(crate) fn new(session: Session) -> Self {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(10))

@@ -90,20 +90,6 @@ fn login(api: Option<String>, token: Option<String>, no_verify: bool) -> Result<
     Ok(())
 }
 
-/// A cluster named by id or by name.
-pub(crate) fn resolve(api: &Api, cluster: &str) -> Result<i64, CliError> {
-    if let Ok(id) = cluster.parse::<i64>() {
-        return Ok(id);
-    }
-    let list = api.get_all("/clusters")?;
-    list.as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == cluster)
-        .and_then(|c| c["id"].as_i64())
-        .ok_or_else(|| CliError::Failed(format!("no cluster named `{cluster}`")))
-}
-
 fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError> {
     match command {
         Clusters::List => {
@@ -111,13 +97,13 @@ fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError
             show(format, &list, cluster_table)
         }
         Clusters::Get { cluster } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             let view = api.get(&format!("/clusters/{id}"))?;
             show(format, &view, cluster_detail)
         }
         Clusters::Create(args) => create(api, &args, format),
         Clusters::Delete { cluster, yes } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             if !yes {
                 return Err(CliError::Usage(format!(
                     "deleting cluster {cluster} destroys its VMs and everything on them; run \
@@ -305,7 +291,7 @@ fn zeroize_json(value: &mut Value) {
 }
 
 fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
-    let id = resolve(api, cluster)?;
+    let id = api.cluster_id(cluster)?;
     let view = api.get(&format!("/clusters/{id}"))?;
     show(format, &view["nodes"], |nodes| {
         let mut t = table(&[
@@ -337,7 +323,7 @@ fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
 }
 
 fn certs(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
-    let id = resolve(api, cluster)?;
+    let id = api.cluster_id(cluster)?;
     let inventory = api.get(&format!("/clusters/{id}/certificates"))?;
     show(format, &inventory, |inv| {
         let mut t = table(&["name", "vm", "kind", "subject", "expires", "days left"]);
@@ -356,7 +342,7 @@ fn certs(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
 }
 
 fn get_kubeconfig(api: &Api, cluster: &str, merge: bool) -> Result<(), CliError> {
-    let id = resolve(api, cluster)?;
+    let id = api.cluster_id(cluster)?;
     let text = api.get_text(&format!("/clusters/{id}/kubeconfig"))?;
     if !merge {
         return line(text.trim_end());
@@ -368,7 +354,7 @@ fn get_kubeconfig(api: &Api, cluster: &str, merge: bool) -> Result<(), CliError>
 }
 
 fn scale(api: &Api, cluster: &str, count: i64, format: Format) -> Result<(), CliError> {
-    let id = resolve(api, cluster)?;
+    let id = api.cluster_id(cluster)?;
     api.send(
         "PATCH",
         &format!("/clusters/{id}"),

@@ -6,7 +6,6 @@ use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
 use crate::client::Api;
-use crate::commands::resolve;
 use crate::error::CliError;
 use crate::output::{Format, cell, show, table};
 
@@ -125,7 +124,7 @@ fn taints(given: &[String]) -> Result<Vec<Value>, CliError> {
 pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), CliError> {
     match command {
         Pools::List { cluster } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             show(
                 format,
                 &api.get(&format!("/clusters/{id}/node-pools"))?,
@@ -133,7 +132,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             )
         }
         Pools::Get { cluster, pool } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             let pool = pool_id(api, id, &pool)?;
             let view = api.get(&format!("/clusters/{id}/node-pools/{pool}"))?;
             show(format, &view, pools_table)
@@ -148,7 +147,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             labels: given_labels,
             taints: given_taints,
         } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             let body = json!({
                 "name": name,
                 "count": count,
@@ -172,7 +171,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             pool,
             count,
         } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             let pool = pool_id(api, id, &pool)?;
             let path = format!("/clusters/{id}/node-pools/{pool}");
             let changed = api.send("PATCH", &path, Some(&json!({"count": count})), None)?;
@@ -184,7 +183,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
                     "deleting pool {pool} drains and deletes its workers; run again with --yes"
                 )));
             }
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             let pool_id = pool_id(api, id, &pool)?;
             api.send(
                 "DELETE",
@@ -215,7 +214,7 @@ pub(crate) fn start(
     body: Option<Value>,
     format: Format,
 ) -> Result<(), CliError> {
-    let id = resolve(api, cluster)?;
+    let id = api.cluster_id(cluster)?;
     let started = api.send(
         "POST",
         &format!("/clusters/{id}/{what}"),
@@ -243,7 +242,7 @@ pub(crate) enum Members {
 pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
     match command {
         Members::Replace { cluster, vm } => {
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             api.send(
                 "POST",
                 &format!("/clusters/{id}/nodes/{vm}/replace"),
@@ -258,7 +257,7 @@ pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
                     "removing VM {vm} takes it out of etcd and deletes it; run again with --yes"
                 )));
             }
-            let id = resolve(api, &cluster)?;
+            let id = api.cluster_id(&cluster)?;
             api.send("DELETE", &format!("/clusters/{id}/nodes/{vm}"), None, None)?;
             eprintln!("removing VM {vm}; `exk8s clusters get {cluster}` shows each step");
         }

@@ -122,7 +122,7 @@ async fn fetch(
     keys: &Keyring,
 ) -> Result<(), FetchError> {
     let response = http
-        .get(format!("{base}/bootstrap/control-plane/{}", vm.id))
+        .get(format!("{base}/bootstrap/{}", vm.id))
         .header("X-exc-imds-token", &vm.imds)
         .bearer_auth(&vm.bearer)
         .header("X-Exk8s-Nonce", nonce)

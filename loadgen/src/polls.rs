@@ -78,7 +78,7 @@ async fn register(
     key: &NodeKey,
 ) -> Result<(), FetchError> {
     let response = http
-        .get(format!("{base}/bootstrap/control-plane/{}", vm.id))
+        .get(format!("{base}/bootstrap/{}", vm.id))
         .header(IMDS_TOKEN_HEADER, &vm.imds)
         .bearer_auth(&vm.bearer)
         .header(NONCE_HEADER, format!("loadgen-register-{:016}", vm.id))

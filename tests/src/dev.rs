@@ -182,7 +182,7 @@ impl Stack {
         let mut body = Vec::new();
         std::io::Read::read_to_end(
             &mut http()
-                .get(&format!("{}/bootstrap/control-plane/{vm}", self.base))
+                .get(&format!("{}/bootstrap/{vm}", self.base))
                 .set("X-exc-imds-token", session.trim())
                 .set(
                     "Authorization",

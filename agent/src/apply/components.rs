@@ -6,51 +6,30 @@ use std::time::Duration;
 
 use exk8s_common::contract::{Component, ComponentHealth, MAX_REPORT_MESSAGE_CHARS};
 use exk8s_common::payload::{BundlePayload, PlanStep};
-use serde::{Deserialize, Serialize};
 
 use super::host::HostAction;
 use super::waits;
 
-/// A probe `sync` makes of one component (not etcd: [`crate::state::EtcdHealth`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "probe", rename_all = "snake_case")]
-pub enum Check {
-    /// The apiserver's `/readyz` through a kubeconfig.
-    Readyz { kubeconfig: String },
-    /// A component's `/healthz` on loopback.
-    Healthz { component: Component, port: u16 },
-    /// The kubelet's Node object, read with its own kubeconfig.
-    NodeRegistered { kubeconfig: String, node: String },
-}
+pub use crate::state::Check;
 
-impl Check {
-    pub fn component(&self) -> Component {
-        match self {
-            Self::Readyz { .. } => Component::Apiserver,
-            Self::Healthz { component, .. } => *component,
-            Self::NodeRegistered { .. } => Component::Kubelet,
-        }
-    }
-
-    /// The host action that probes it once, within `timeout`.
-    pub fn action(&self, timeout: Duration) -> HostAction<'static> {
-        match self {
-            Self::Readyz { kubeconfig } => HostAction::WaitApiserver(waits::ApiserverProbe {
+/// The host action that probes `check` once, within `timeout`.
+pub fn action(check: &Check, timeout: Duration) -> HostAction<'static> {
+    match check {
+        Check::Readyz { kubeconfig } => HostAction::WaitApiserver(waits::ApiserverProbe {
+            kubeconfig: kubeconfig.into(),
+            timeout,
+        }),
+        Check::Healthz { component, port } => HostAction::WaitComponent(waits::ComponentProbe {
+            component: component.to_string(),
+            port: *port,
+            timeout,
+        }),
+        Check::NodeRegistered { kubeconfig, node } => {
+            HostAction::WaitNodeRegistered(waits::NodeProbe {
                 kubeconfig: kubeconfig.into(),
+                node: node.clone(),
                 timeout,
-            }),
-            Self::Healthz { component, port } => HostAction::WaitComponent(waits::ComponentProbe {
-                component: component.to_string(),
-                port: *port,
-                timeout,
-            }),
-            Self::NodeRegistered { kubeconfig, node } => {
-                HostAction::WaitNodeRegistered(waits::NodeProbe {
-                    kubeconfig: kubeconfig.into(),
-                    node: node.clone(),
-                    timeout,
-                })
-            }
+            })
         }
     }
 }
@@ -135,7 +114,7 @@ pub fn probe(
     checks
         .iter()
         .map(|check| {
-            let result = perform(&check.action(timeout)).map_err(|e| crate::error::chain(&e));
+            let result = perform(&action(check, timeout)).map_err(|e| crate::error::chain(&e));
             health(check.component(), result)
         })
         .collect()

@@ -55,7 +55,7 @@ pub(super) fn perform(drain: &Drain<'_>) -> Result<(), String> {
     }
     let env: [(&str, &Path); 1] = [("KUBECONFIG", &drain.kubeconfig)];
     let timeout = format!("--timeout={}s", drain.timeout.as_secs().max(1));
-    super::host::run(
+    super::exec::run(
         &drain.kubectl,
         &[
             "drain",
@@ -67,7 +67,7 @@ pub(super) fn perform(drain: &Drain<'_>) -> Result<(), String> {
         ],
         &env,
     )?;
-    super::host::run(
+    super::exec::run(
         &drain.kubectl,
         &["delete", "node", name, "--ignore-not-found", "--wait=false"],
         &env,

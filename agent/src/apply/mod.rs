@@ -11,6 +11,7 @@
 pub mod artifacts;
 pub mod components;
 mod drain;
+mod exec;
 pub mod files;
 pub mod host;
 pub mod membership;

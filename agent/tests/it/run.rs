@@ -84,8 +84,8 @@ fn run(scratch: &Path, server: &Server, extra: &str) -> (std::process::Output, s
 fn boots_from_imds_and_api_and_reports_every_phase() {
     let scratch = tempfile::tempdir().unwrap();
     let server = Server::start(imds_or(|r| match (r.method.as_str(), r.path.as_str()) {
-        ("GET", "/bootstrap/control-plane/101") => bundle_for(r, |_| {}),
-        ("POST", "/bootstrap/control-plane/101/status") => Reply::ok("{}"),
+        ("GET", "/bootstrap/101") => bundle_for(r, |_| {}),
+        ("POST", "/bootstrap/101/status") => Reply::ok("{}"),
         _ => Reply::status(404),
     }));
     let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
@@ -128,7 +128,7 @@ fn boots_from_imds_and_api_and_reports_every_phase() {
         .lock()
         .unwrap()
         .iter()
-        .find(|r| r.path == "/bootstrap/control-plane/101")
+        .find(|r| r.path == "/bootstrap/101")
         .and_then(|r| r.header(NODE_KEY_HEADER).map(str::to_owned))
         .expect("the first fetch sends the node key");
     // Reports after verification name the bundle's generation.
@@ -144,7 +144,7 @@ fn boots_from_imds_and_api_and_reports_every_phase() {
 fn run_on_a_bootstrapped_node_looks_for_an_update_instead_of_exiting() {
     let scratch = tempfile::tempdir().unwrap();
     let server = Server::start(imds_or(|r| match (r.method.as_str(), r.path.as_str()) {
-        ("GET", "/bootstrap/control-plane/101") => bundle_for(r, |_| {}),
+        ("GET", "/bootstrap/101") => bundle_for(r, |_| {}),
         ("GET", "/nodes/101/generation") => {
             Reply::ok(r#"{"desired_generation":1,"applied_generation":1,"up_to_date":true}"#)
         }
@@ -161,7 +161,7 @@ fn run_on_a_bootstrapped_node_looks_for_an_update_instead_of_exiting() {
     );
     assert_eq!(server.count("/nodes/101/generation"), 1);
     assert_eq!(
-        server.count("/bootstrap/control-plane/101"),
+        server.count("/bootstrap/101"),
         1,
         "a bootstrapped node fetched its bootstrap bundle again"
     );
@@ -183,7 +183,7 @@ fn a_bundle_for_another_vm_or_request_is_refused_and_writes_nothing() {
     for (expect, mutate) in cases {
         let scratch = tempfile::tempdir().unwrap();
         let server = Server::start(imds_or(move |r| match r.path.as_str() {
-            "/bootstrap/control-plane/101" => bundle_for(r, mutate),
+            "/bootstrap/101" => bundle_for(r, mutate),
             _ => Reply::ok("{}"),
         }));
         let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
@@ -207,7 +207,7 @@ fn server_errors_and_rate_limits_are_retried() {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&calls);
     let server = Server::start(imds_or(move |r| match r.path.as_str() {
-        "/bootstrap/control-plane/101" => match seen.fetch_add(1, Ordering::SeqCst) {
+        "/bootstrap/101" => match seen.fetch_add(1, Ordering::SeqCst) {
             0 => Reply::status(500),
             1 => Reply::Full {
                 status: 429,
@@ -232,17 +232,13 @@ fn server_errors_and_rate_limits_are_retried() {
 fn a_client_error_is_final() {
     let scratch = tempfile::tempdir().unwrap();
     let server = Server::start(imds_or(|r| match r.path.as_str() {
-        "/bootstrap/control-plane/101" => Reply::status(404),
+        "/bootstrap/101" => Reply::status(404),
         _ => Reply::ok("{}"),
     }));
     let (out, root) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     assert!(stderr(&out).contains("HTTP 404"), "{}", stderr(&out));
-    assert_eq!(
-        server.count("/bootstrap/control-plane/101"),
-        1,
-        "a 404 was retried"
-    );
+    assert_eq!(server.count("/bootstrap/101"), 1, "a 404 was retried");
     assert!(only_the_node_key(&root), "wrote {:?}", tree(&root));
 }
 
@@ -250,7 +246,7 @@ fn a_client_error_is_final() {
 fn an_endless_body_is_cut_at_the_envelope_limit() {
     let scratch = tempfile::tempdir().unwrap();
     let server = Server::start(imds_or(|r| match r.path.as_str() {
-        "/bootstrap/control-plane/101" => Reply::Endless,
+        "/bootstrap/101" => Reply::Endless,
         _ => Reply::ok("{}"),
     }));
     let start = Instant::now();
@@ -265,7 +261,7 @@ fn an_endless_body_is_cut_at_the_envelope_limit() {
 fn a_trickling_body_times_out_and_the_deadline_ends_the_retries() {
     let scratch = tempfile::tempdir().unwrap();
     let server = Server::start(imds_or(|r| match r.path.as_str() {
-        "/bootstrap/control-plane/101" => Reply::Trickle,
+        "/bootstrap/101" => Reply::Trickle,
         _ => Reply::ok("{}"),
     }));
     let start = Instant::now();

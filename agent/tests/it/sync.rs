@@ -143,7 +143,7 @@ fn fake(answer: Answer) -> Fake {
             return Reply::status(401);
         }
         match (r.method.as_str(), r.path.as_str()) {
-            ("GET", "/bootstrap/control-plane/101") => {
+            ("GET", "/bootstrap/101") => {
                 let key = r
                     .header(NODE_KEY_HEADER)
                     .map(|k| NodePublicKey::parse(k).unwrap());
@@ -183,7 +183,7 @@ fn fake(answer: Answer) -> Fake {
                 seen.reports.push(report);
                 Reply::status(204)
             }
-            ("POST", "/bootstrap/control-plane/101/status") => Reply::status(204),
+            ("POST", "/bootstrap/101/status") => Reply::status(204),
             _ => Reply::status(404),
         }
     }));

@@ -91,8 +91,8 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "EXK8S_NODE_DRAIN_TIMEOUT_SECS", default_value_t = 600)]
     node_drain_timeout_secs: u64,
     /// Renew a leaf certificate when less than this share of its validity remains.
-    #[arg(long, env = "EXK8S_RENEW_WHEN_REMAINING", default_value = "1/3", value_parser = crate::renewal::RenewAt::parse)]
-    renew_when_remaining: crate::renewal::RenewAt,
+    #[arg(long, env = "EXK8S_RENEW_WHEN_REMAINING", default_value = "1/3", value_parser = crate::pki::RenewAt::parse)]
+    renew_when_remaining: crate::pki::RenewAt,
     /// Seconds /healthz answers 418 before shutdown.
     #[arg(long, env = "EXK8S_DRAIN_SECS", default_value_t = 5)]
     drain_secs: u64,

@@ -528,7 +528,10 @@ async fn provision(
     tx.commit().await.map_err(Failure::db)?;
     tracing::info!(cluster_id, nodes = nodes.len(), "cluster founded");
     // The new nodes will all ask for their bundles at once: make an RSA cluster's keys now.
-    crate::keypool::refresh_cluster(state, cluster_id).await;
+    state
+        .key_pool
+        .refresh_cluster(&state.db.pool, cluster_id)
+        .await;
 
     let node_ips = nodes
         .iter()

@@ -186,7 +186,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             rotations(&state).await;
             pools(&state).await;
             memberships(&state).await;
-            if let Err(e) = crate::keypool::refresh(&state).await {
+            if let Err(e) = state.key_pool.refresh(&state.db.pool).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
             }
             prune(&state).await;

@@ -93,9 +93,9 @@ pub(super) fn limit_vm(state: &AppState, vm: &issuance::Vm) -> Result<(), ApiErr
         .map_err(rate_limited)
 }
 
-/// The signed bundle for exactly this VM.
+/// The signed bundle for exactly this VM, whatever its role.
 #[utoipa::path(
-    get, path = "/bootstrap/control-plane/{vm_id}",
+    get, path = "/bootstrap/{vm_id}",
     params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
     responses(
         (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v2+json payload"),
@@ -145,7 +145,7 @@ pub async fn bundle(
 
 /// A phase report from the VM's agent.
 #[utoipa::path(
-    post, path = "/bootstrap/control-plane/{vm_id}/status", request_body = StatusReport,
+    post, path = "/bootstrap/{vm_id}/status", request_body = StatusReport,
     params(("vm_id" = i64, Path)),
     responses((status = 204, description = "recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
     security(("imds_token" = [], "bootstrap_token" = [])),
@@ -170,6 +170,48 @@ pub async fn status(
     limit_vm(&state, &vm)?;
     issuance::report::record(&state, &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The path agents before the role-neutral one fetch from (workers too, despite its name):
+/// an alias of `GET /bootstrap/{vm_id}`, served until the next bundle payload version.
+#[utoipa::path(
+    get, path = "/bootstrap/control-plane/{vm_id}",
+    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
+    responses(
+        (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v2+json payload"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("imds_token" = [], "bootstrap_token" = [])),
+)]
+#[deprecated = "an alias kept for agents baked before `GET /bootstrap/{vm_id}`"]
+pub async fn bundle_alias(
+    state: State<AppState>,
+    peer: ConnectInfo<SocketAddr>,
+    vm_id: ApiPath<i64>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    bundle(state, peer, vm_id, headers).await
+}
+
+/// An alias of `POST /bootstrap/{vm_id}/status` for agents baked before it, served until the
+/// next bundle payload version.
+#[utoipa::path(
+    post, path = "/bootstrap/control-plane/{vm_id}/status", request_body = StatusReport,
+    params(("vm_id" = i64, Path)),
+    responses((status = 204, description = "recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("imds_token" = [], "bootstrap_token" = [])),
+)]
+#[deprecated = "an alias kept for agents baked before `POST /bootstrap/{vm_id}/status`"]
+pub async fn status_alias(
+    state: State<AppState>,
+    peer: ConnectInfo<SocketAddr>,
+    vm_id: ApiPath<i64>,
+    headers: HeaderMap,
+    report: ApiJson<StatusReport>,
+) -> Result<StatusCode, ApiError> {
+    status(state, peer, vm_id, headers, report).await
 }
 
 /// The public bundle-signing keys, in the agent's `.pub` format (active key first).

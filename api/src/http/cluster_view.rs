@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use exk8s_common::contract::Role;
 
-use super::clusters::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
 use super::conditions::Condition;
 use super::error::ApiError;
+use super::views::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
 use crate::app::AppState;
 use crate::db::{
     self,

@@ -83,7 +83,7 @@ impl utoipa::Modify for CommonResponses {
                         )
                     });
                 }
-                if path.starts_with("/bootstrap/control-plane/") {
+                if path.starts_with("/bootstrap/") && path != "/bootstrap/keys" {
                     operation.responses.responses.insert(
                         "429".to_owned(),
                         error("rate limited; retry after Retry-After seconds", true),

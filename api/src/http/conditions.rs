@@ -4,24 +4,9 @@
 //! `ScalingUp`/`ScalingDown` (the control plane is changing to the size asked for) and
 //! `Deleting`; and the control plane's replica counts in Cluster API's sense.
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use crate::db::nodes::NodeRow;
 
-/// One condition, as Cluster API v1beta2 writes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    /// RFC 3339.
-    #[serde(rename = "lastTransitionTime")]
-    pub last_transition_time: String,
-}
+pub use super::views::Condition;
 
 pub(super) fn rfc3339(unix: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(unix)
@@ -207,7 +192,7 @@ pub(super) fn scaling(
 /// `CARotating`: true while a CA rotation runs (membership changes wait for it), saying its
 /// phase and the node it waits for.
 pub(super) fn ca_rotation(
-    rotation: Option<&super::clusters::CaRotationView>,
+    rotation: Option<&super::views::CaRotationView>,
     since: i64,
 ) -> Condition {
     let (status, reason, message, since) = match rotation {

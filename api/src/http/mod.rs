@@ -19,6 +19,7 @@ pub mod paging;
 pub mod pools;
 mod prefer;
 pub mod server;
+pub mod views;
 
 use std::time::Instant;
 
@@ -60,6 +61,8 @@ use crate::app::AppState;
         bootstrap::rearm,
         bootstrap::bundle,
         bootstrap::status,
+        bootstrap::bundle_alias,
+        bootstrap::status_alias,
         bootstrap::keys,
         nodes::start_rollout,
         nodes::generation,
@@ -123,6 +126,10 @@ impl utoipa::Modify for SecuritySchemes {
 }
 
 /// The route table.
+#[allow(
+    deprecated,
+    reason = "the old bootstrap paths are served as deprecated aliases on purpose"
+)]
 pub fn router(state: AppState) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     Router::new()
@@ -143,8 +150,10 @@ pub fn router(state: AppState) -> Router {
         .route("/clusters/{id}/nodes/{vm_id}/rearm", axum::routing::post(bootstrap::rearm))
         .route("/clusters/{id}/nodes/{vm_id}", axum::routing::delete(membership::remove_member))
         .route("/clusters/{id}/nodes/{vm_id}/replace", axum::routing::post(membership::replace_member))
-        .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle))
-        .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status))
+        .route("/bootstrap/{vm_id}", get(bootstrap::bundle))
+        .route("/bootstrap/{vm_id}/status", axum::routing::post(bootstrap::status))
+        .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle_alias))
+        .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status_alias))
         .route("/bootstrap/keys", get(bootstrap::keys))
         .route("/clusters/{id}/rollout", axum::routing::post(nodes::start_rollout))
         .route("/clusters/{id}/certificates", get(certificates::inventory))

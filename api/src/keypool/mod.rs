@@ -22,9 +22,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::app::AppState;
 use crate::db::{self, DbError, keys::PendingBundles};
 use crate::pki::{BundleCerts, KeyAlgorithm, LeafKey};
+use sqlx::AnyPool;
 
 /// Keys the pool holds in all, by default: a 32-node RSA storm takes about 120.
 pub const DEFAULT_MAX_KEYS: usize = 2048;
@@ -298,23 +298,25 @@ fn demand(rows: &[PendingBundles]) -> HashMap<i64, Demand> {
     demand
 }
 
-/// Sets every cluster's demand from the database (the reconciler, each pass).
-pub async fn refresh(state: &AppState) -> Result<(), DbError> {
-    let rows = db::keys::pending(&state.db.pool).await?;
-    state.key_pool.set_demand(&demand(&rows));
-    Ok(())
-}
+impl KeyPool {
+    /// Sets every cluster's demand from the database (the reconciler, each pass).
+    pub async fn refresh(&self, db: &AnyPool) -> Result<(), DbError> {
+        let rows = db::keys::pending(db).await?;
+        self.set_demand(&demand(&rows));
+        Ok(())
+    }
 
-/// Sets one cluster's demand from the database, right after its nodes were recorded. A
-/// failure is logged: the pool only saves time, and the next reconciler pass catches up.
-pub async fn refresh_cluster(state: &AppState, cluster_id: i64) {
-    match db::keys::pending_in(&state.db.pool, cluster_id).await {
-        Ok(rows) => {
-            let wanted = demand(&rows).remove(&cluster_id);
-            state.key_pool.set_cluster(cluster_id, wanted);
-        }
-        Err(e) => {
-            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "key pool: cannot read the cluster's pending bundles");
+    /// Sets one cluster's demand from the database, right after its nodes were recorded. A
+    /// failure is logged: the pool only saves time, and the next reconciler pass catches up.
+    pub async fn refresh_cluster(&self, db: &AnyPool, cluster_id: i64) {
+        match db::keys::pending_in(db, cluster_id).await {
+            Ok(rows) => {
+                let wanted = demand(&rows).remove(&cluster_id);
+                self.set_cluster(cluster_id, wanted);
+            }
+            Err(e) => {
+                tracing::warn!(cluster_id, error = %crate::error_chain(&e), "key pool: cannot read the cluster's pending bundles");
+            }
         }
     }
 }

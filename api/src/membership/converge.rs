@@ -505,6 +505,9 @@ async fn record_member(
         vm_id = vm.id,
         "control-plane member joining"
     );
-    crate::keypool::refresh_cluster(state, cluster.id).await;
+    state
+        .key_pool
+        .refresh_cluster(&state.db.pool, cluster.id)
+        .await;
     Ok(())
 }

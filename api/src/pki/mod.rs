@@ -23,6 +23,7 @@ mod keys;
 pub mod kubeconfig;
 mod leaf;
 mod network;
+mod renew_at;
 mod secret;
 
 pub use algorithm::KeyAlgorithm;
@@ -37,6 +38,7 @@ pub use keygen::{HELPER_COMMAND, KeyMaker, write_helper_key};
 pub use keys::{KeySource, LeafKey};
 pub use leaf::{IssuedCert, LeafSpec, Usage};
 pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};
+pub use renew_at::RenewAt;
 pub use secret::SecretPem;
 
 use time::OffsetDateTime;

@@ -335,7 +335,10 @@ async fn record_worker(
         vm_id = vm.id,
         "worker recorded"
     );
-    crate::keypool::refresh_cluster(state, cluster.id).await;
+    state
+        .key_pool
+        .refresh_cluster(&state.db.pool, cluster.id)
+        .await;
     Ok(())
 }
 

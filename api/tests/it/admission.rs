@@ -1,14 +1,25 @@
 //! Admission control of bundle requests, on SQLite and PostgreSQL: with every CPU slot held
-//! (deterministically, by jobs waiting on a barrier) and no room to queue, a bundle request is
-//! answered 503 with `Retry-After` at once — while the slots are still held, so it was not
-//! queued behind them — and served once a slot frees.
+//! (deterministically, by jobs waiting for a gate to open) and no room to queue, a bundle request
+//! is answered 503 with `Retry-After` at once — while the slots are still held, so it was not
+//! queued behind them — and served once a slot frees. The gate also opens when the test fails:
+//! a runtime waits for its blocking jobs when dropped, so a gate left shut would hang the suite
+//! instead of failing it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::app::{Backend, both_backends, spawn_with, test_config};
 use crate::bootstrap::{NONCE, cluster_with_credentials, fetch};
+
+/// Shut while held; open once dropped, on success or on a failed assertion alike.
+struct Gate(Arc<AtomicBool>);
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
 
 async fn a_saturated_pool_refuses_bundles_at_once(backend: Backend) {
     let mut config = test_config();
@@ -21,15 +32,17 @@ async fn a_saturated_pool_refuses_bundles_at_once(backend: Backend) {
     let bearer = format!("Bearer {}", node.bootstrap);
 
     let slots = std::thread::available_parallelism().map_or(2, usize::from);
-    let gate = Arc::new(std::sync::Barrier::new(slots + 1));
+    let gate = Gate(Arc::new(AtomicBool::new(false)));
     let holding = Arc::new(AtomicUsize::new(0));
     let holders: Vec<_> = (0..slots)
         .map(|_| {
-            let (cpu, gate, holding) = (app.state.cpu.clone(), gate.clone(), holding.clone());
+            let (cpu, open, holding) = (app.state.cpu.clone(), gate.0.clone(), holding.clone());
             tokio::spawn(async move {
                 cpu.run(move || {
                     holding.fetch_add(1, Ordering::SeqCst);
-                    gate.wait();
+                    while !open.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
                 })
                 .await
                 .unwrap();
@@ -54,9 +67,7 @@ async fn a_saturated_pool_refuses_bundles_at_once(backend: Backend) {
         "the slots were held throughout"
     );
 
-    tokio::task::spawn_blocking(move || gate.wait())
-        .await
-        .unwrap();
+    drop(gate);
     for holder in holders {
         holder.await.unwrap();
     }

@@ -28,7 +28,7 @@ pub(crate) async fn fetch(
 ) -> reqwest::Response {
     let mut request = app
         .http
-        .get(format!("{}/bootstrap/control-plane/{vm}", app.url))
+        .get(format!("{}/bootstrap/{vm}", app.url))
         .header("X-Exk8s-Nonce", nonce);
     if let Some(imds) = imds {
         request = request.header("X-exc-imds-token", imds);
@@ -46,10 +46,7 @@ pub(crate) async fn report(
     state: &str,
 ) -> reqwest::StatusCode {
     app.http
-        .post(format!(
-            "{}/bootstrap/control-plane/{}/status",
-            app.url, node.vm
-        ))
+        .post(format!("{}/bootstrap/{}/status", app.url, node.vm))
         .header("X-exc-imds-token", &node.imds)
         .bearer_auth(&node.bootstrap)
         .json(&json!({"phase": phase, "state": state, "message": ""}))
@@ -266,12 +263,18 @@ async fn envelopes_verify_and_bind_and_serials_increase(backend: Backend) {
             .contains(&body)
     }));
 
-    // 32 concurrent fetches: 32 distinct serials, all above the first one.
+    // 32 concurrent fetches: 32 distinct serials, all above the first one. Every other one
+    // through the old control-plane path, an alias for agents baked before the role-neutral one.
     let mut tasks = Vec::new();
     for i in 0..32 {
+        let path = if i % 2 == 0 {
+            "bootstrap"
+        } else {
+            "bootstrap/control-plane"
+        };
         let request = app
             .http
-            .get(format!("{}/bootstrap/control-plane/{}", app.url, node.vm))
+            .get(format!("{}/{path}/{}", app.url, node.vm))
             .header("X-exc-imds-token", &node.imds)
             .bearer_auth(&node.bootstrap)
             .header("X-Exk8s-Nonce", format!("concurrent-nonce-{i:08}"));
@@ -327,7 +330,20 @@ async fn complete_nodes_get_410_until_rearmed(backend: Backend) {
         "addons",
     ] {
         assert_eq!(report(&app, node, phase, "started").await, 204);
-        assert_eq!(report(&app, node, phase, "succeeded").await, 204);
+        // Through the old control-plane path too: an alias for agents baked before.
+        let through_alias = app
+            .http
+            .post(format!(
+                "{}/bootstrap/control-plane/{}/status",
+                app.url, node.vm
+            ))
+            .header("X-exc-imds-token", &node.imds)
+            .bearer_auth(&node.bootstrap)
+            .json(&json!({"phase": phase, "state": "succeeded", "message": ""}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(through_alias.status(), 204);
     }
     let view: Value = app
         .get(&format!("/clusters/{}", node.cluster))
@@ -397,10 +413,7 @@ async fn complete_nodes_get_410_until_rearmed(backend: Backend) {
     ] {
         let response = app
             .http
-            .post(format!(
-                "{}/bootstrap/control-plane/{}/status",
-                app.url, node.vm
-            ))
+            .post(format!("{}/bootstrap/{}/status", app.url, node.vm))
             .header("X-exc-imds-token", &node.imds)
             .bearer_auth(&node.bootstrap)
             .json(&body)
@@ -539,12 +552,24 @@ async fn the_openapi_document_describes_the_bootstrap_routes(backend: Backend) {
         .json()
         .await
         .unwrap();
-    let fetch = &doc["paths"]["/bootstrap/control-plane/{vm_id}"]["get"];
-    assert_eq!(
-        fetch["security"],
-        json!([{"imds_token": [], "bootstrap_token": []}])
-    );
-    assert!(doc["paths"]["/bootstrap/control-plane/{vm_id}/status"]["post"].is_object());
+    for prefix in ["/bootstrap", "/bootstrap/control-plane"] {
+        let fetch = &doc["paths"][format!("{prefix}/{{vm_id}}")]["get"];
+        assert_eq!(
+            fetch["security"],
+            json!([{"imds_token": [], "bootstrap_token": []}])
+        );
+        let status = &doc["paths"][format!("{prefix}/{{vm_id}}/status")]["post"];
+        assert!(status.is_object(), "{prefix}");
+        // The old paths are documented as deprecated aliases; the role-neutral ones are not.
+        let alias = prefix.ends_with("control-plane");
+        for operation in [fetch, status] {
+            assert_eq!(
+                operation["deprecated"].as_bool().unwrap_or(false),
+                alias,
+                "{prefix}"
+            );
+        }
+    }
     assert!(doc["paths"]["/bootstrap/keys"]["get"].is_object());
     assert!(doc["paths"]["/clusters/{id}/nodes/{vm_id}/rearm"]["post"].is_object());
     assert_eq!(

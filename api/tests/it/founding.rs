@@ -38,10 +38,7 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
         format!("exk8s-7-{id:x}.k8s.internal")
     );
     assert_eq!(created["dns_configured"], true);
-    assert_eq!(
-        created["bootstrap_path_template"],
-        "/bootstrap/control-plane/{vm_id}"
-    );
+    assert_eq!(created["bootstrap_path_template"], "/bootstrap/{vm_id}");
     let kubeconfig: serde_yaml::Value =
         serde_yaml::from_str(created["kubeconfig"].as_str().unwrap()).unwrap();
     assert_eq!(
