@@ -4,8 +4,9 @@
 //! cluster keeps etcd quorum and the apiserver stays reachable throughout. A node already in
 //! flight may always fetch again (its own retry). Workers are not gated here.
 //!
-//! [`gate`] is the decision on loaded rows (cheap, before any certificate is minted);
-//! `db::nodes::take_update` makes the same decision atomically when the serial is taken.
+//! [`gate`] is the one decision: issuance takes it on loaded rows (cheap, before any certificate
+//! is minted) and again on rows read under the cluster's lock when the serial is taken
+//! (`db::nodes::lock_cluster`, then `db::nodes::hand_update`).
 //! [`start`] bumps every node's desired generation: the operator's "re-issue everything".
 
 use exk8s_common::contract::Role;

@@ -429,33 +429,30 @@ pub async fn rearm<'c>(
     Ok(done.rows_affected() == 1)
 }
 
-/// Takes the next serial for an update bundle and hands the node its desired generation — only
-/// when the node is behind and, for a control-plane node, the rollout allows it: no other
-/// control-plane node in flight, every other one healthy (see `rollout::gate`). The cluster's
-/// row is written first, so concurrent decisions for one cluster are taken one at a time on
-/// both databases.
-pub async fn take_update(
-    tx: &mut sqlx::AnyConnection,
-    cluster_id: i64,
-    node_id: i64,
-) -> Result<Option<Handed>, DbError> {
+/// Locks `cluster_id`'s row for the rest of `tx`: rollout decisions for one cluster (which
+/// node may take its next generation, `rollout::gate`) are then taken one at a time, on both
+/// databases, over node rows read after the lock.
+pub async fn lock_cluster(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Result<(), DbError> {
     sqlx::query("UPDATE clusters SET updated_at = updated_at WHERE id = $1")
         .bind(cluster_id)
         .execute(&mut *tx)
         .await?;
+    Ok(())
+}
+
+/// Takes the next serial for an update bundle and hands the node its desired generation, when
+/// it is behind. Whether the rollout allows it is the caller's decision, taken under
+/// [`lock_cluster`] in the same transaction.
+pub async fn hand_update(
+    tx: &mut sqlx::AnyConnection,
+    node_id: i64,
+) -> Result<Option<Handed>, DbError> {
     let row = sqlx::query(
         "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation \
          WHERE id = $1 AND desired_generation > applied_generation \
-           AND (role <> 'control-plane' OR handed_generation >= desired_generation OR NOT EXISTS ( \
-               SELECT 1 FROM cluster_nodes o \
-               WHERE o.cluster_id = $2 AND o.id <> $1 AND o.role = 'control-plane' \
-                 AND COALESCE(o.etcd_membership, '') <> 'leaving' \
-                 AND (o.handed_generation > o.applied_generation \
-                      OR o.phase NOT IN ('complete', 'sync') OR o.phase_state <> 'succeeded'))) \
          RETURNING serial, handed_generation",
     )
     .bind(node_id)
-    .bind(cluster_id)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(r) = row else { return Ok(None) };

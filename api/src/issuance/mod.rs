@@ -260,7 +260,17 @@ async fn sign_bundle(
     let mut tx = state.db.begin().await?;
     let taken = match request.kind {
         BundleKind::Bootstrap => db::nodes::take_serial(&mut tx, node.id).await?,
-        BundleKind::Update => db::nodes::take_update(&mut tx, node.cluster_id, node.id).await?,
+        BundleKind::Update => {
+            // The rollout's decision again, on rows read under the cluster's lock: another
+            // node may have taken the one slot since the check before minting.
+            db::nodes::lock_cluster(&mut tx, node.cluster_id).await?;
+            let nodes = db::nodes::list(&mut *tx, node.cluster_id).await?;
+            let fresh = nodes.iter().find(|n| n.id == node.id);
+            match fresh.map(|fresh| rollout::gate(fresh, &nodes)) {
+                Some(Ok(())) => db::nodes::hand_update(&mut tx, node.id).await?,
+                Some(Err(_)) | None => None,
+            }
+        }
     };
     let Some(handed) = taken else {
         return Ok(None);
