@@ -45,6 +45,15 @@ pub fn operator(stack: &Stack, method: &str, path: &str) -> ureq::Request {
         .set("Authorization", &format!("Bearer {}", stack.token))
 }
 
+/// The operator kubeconfig `GET /clusters/{id}/kubeconfig` hands out now.
+pub fn operator_kubeconfig(stack: &Stack, cluster: i64) -> String {
+    operator(stack, "GET", &format!("/clusters/{cluster}/kubeconfig"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap()
+}
+
 /// `GET /clusters/{id}` as JSON.
 pub fn view(stack: &Stack, cluster: i64) -> Value {
     operator(stack, "GET", &format!("/clusters/{cluster}"))

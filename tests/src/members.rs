@@ -197,16 +197,24 @@ pub fn agent_performing(stack: &Stack, founded: &Founded, root: &Path, vm: i64, 
     );
 }
 
+/// Waits for a control-plane member whose etcd membership is `membership` (`joining`,
+/// `leaving`); its node as the cluster view shows it.
+pub fn member_in(stack: &Stack, cluster: i64, membership: &str) -> Value {
+    let mut found = None;
+    wait_for(&format!("a member {membership}"), || {
+        found = control_plane(stack, cluster)
+            .into_iter()
+            .find(|n| n["etcd_membership"] == membership);
+        found.is_some()
+    });
+    found.unwrap()
+}
+
 /// Waits for the control plane's joining member; its VM id.
 pub fn joining_member(stack: &Stack, cluster: i64) -> i64 {
-    let mut joining = None;
-    wait_for("a member joining", || {
-        joining = control_plane(stack, cluster)
-            .into_iter()
-            .find(|n| n["etcd_membership"] == "joining");
-        joining.is_some()
-    });
-    joining.unwrap()["vm_id"].as_i64().unwrap()
+    member_in(stack, cluster, "joining")["vm_id"]
+        .as_i64()
+        .unwrap()
 }
 
 /// One member joins: the agent runs (performing its etcd steps), the test starts etcd from the

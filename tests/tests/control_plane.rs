@@ -21,7 +21,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use exk8s_tests::cluster::{agent_ok, found, operator};
+use exk8s_tests::cluster::{agent_ok, found, operator_kubeconfig};
 use exk8s_tests::control_plane::{Node, etcdctl, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
 use exk8s_tests::netns::Lan;
@@ -105,15 +105,7 @@ fn founded_for_real(algorithm: &str) {
 
     // The operator's kubeconfig, as the API hands it out, reaches the control-plane name.
     let operator_config = dir.join("operator.kubeconfig");
-    let text = operator(
-        &stack,
-        "GET",
-        &format!("/clusters/{}/kubeconfig", founded.cluster),
-    )
-    .call()
-    .unwrap()
-    .into_string()
-    .unwrap();
+    let text = operator_kubeconfig(&stack, founded.cluster);
     assert!(text.contains(&format!("https://{dns_name}:6443")), "{text}");
     std::fs::write(&operator_config, text).unwrap();
     let whoami: Value = serde_json::from_str(&until(

@@ -32,12 +32,11 @@ const READY: Duration = Duration::from_secs(120);
 const CLIENT: usize = 3;
 
 fn operator_kubeconfig(stack: &Stack, cluster: i64, to: &Path) {
-    let text = operator(stack, "GET", &format!("/clusters/{cluster}/kubeconfig"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    std::fs::write(to, text).unwrap();
+    std::fs::write(
+        to,
+        exk8s_tests::cluster::operator_kubeconfig(stack, cluster),
+    )
+    .unwrap();
 }
 
 /// The three nodes, driven one at a time.

@@ -23,10 +23,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use exk8s_tests::availability::{self, Shared};
-use exk8s_tests::cluster::{Founded, found, operator, view};
+use exk8s_tests::cluster::{Founded, found, operator, operator_kubeconfig, view};
 use exk8s_tests::control_plane::{Node, etcdctl, kubectl, kubectl_until};
 use exk8s_tests::dev::{Stack, start_dev};
-use exk8s_tests::members::{HEALTHCHECK, agent_with, control_plane, sim_vm_ids, wait_for};
+use exk8s_tests::members::{
+    HEALTHCHECK, agent_with, control_plane, member_in, sim_vm_ids, wait_for,
+};
 use exk8s_tests::netns::{Forward, Lan};
 use exk8s_tests::procs::binary;
 use serde_json::{Value, json};
@@ -187,14 +189,7 @@ impl Plane<'_> {
     /// the learner; the agent promotes it; its apiserver starts and is put in service; then
     /// every member follows.
     fn join(&mut self) {
-        let mut joining = None;
-        wait_for("a member joining", || {
-            joining = control_plane(self.stack, self.founded.cluster)
-                .into_iter()
-                .find(|n| n["etcd_membership"] == "joining");
-            joining.is_some()
-        });
-        let joining = joining.unwrap();
+        let joining = member_in(self.stack, self.founded.cluster, "joining");
         let vm = joining["vm_id"].as_i64().unwrap();
         let ip = joining["private_ipv4"].as_str().unwrap().to_owned();
         self.shared.step(&format!("join vm {vm}"));
@@ -230,14 +225,7 @@ impl Plane<'_> {
     /// The newest member leaves: out of service, removed from etcd by the oldest member's
     /// agent, its VM deleted (its processes stopped); then every member follows.
     fn leave(&mut self) {
-        let mut leaving = None;
-        wait_for("a member leaving", || {
-            leaving = control_plane(self.stack, self.founded.cluster)
-                .into_iter()
-                .find(|n| n["etcd_membership"] == "leaving");
-            leaving.is_some()
-        });
-        let leaving = leaving.unwrap();
+        let leaving = member_in(self.stack, self.founded.cluster, "leaving");
         let vm = leaving["vm_id"].as_i64().unwrap();
         let ip = leaving["private_ipv4"].as_str().unwrap().to_owned();
         let remaining = control_plane(self.stack, self.founded.cluster).len() - 1;
@@ -314,15 +302,7 @@ fn a_real_control_plane_goes_one_three_one_with_every_other_apiserver_ready() {
     let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
     let lan = Lan::new(&[CLIENT_IP], 24, "");
     let operator_config = dir.join("operator.kubeconfig");
-    let text = operator(
-        &stack,
-        "GET",
-        &format!("/clusters/{}/kubeconfig", founded.cluster),
-    )
-    .call()
-    .unwrap()
-    .into_string()
-    .unwrap();
+    let text = operator_kubeconfig(&stack, founded.cluster);
     std::fs::write(&operator_config, text).unwrap();
     let shared = Shared::new(Vec::new(), operator_config);
     let mut plane = Plane {

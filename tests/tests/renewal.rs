@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use exk8s_tests::cluster::{
-    Booted, ETCD_CLIENT, agent_ok, boot_three, keep_etcd_identity, operator,
+    Booted, ETCD_CLIENT, agent_ok, boot_three, keep_etcd_identity, operator, operator_kubeconfig,
 };
 use exk8s_tests::etcd::{EtcdCluster, etcdctl, wait_all_healthy};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
@@ -102,15 +102,7 @@ fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
     drop(etcd);
 
     // The operator's re-minted kubeconfig verifies against the renewed apiserver certificate.
-    let text = operator(
-        &stack,
-        "GET",
-        &format!("/clusters/{}/kubeconfig", founded.cluster),
-    )
-    .call()
-    .unwrap()
-    .into_string()
-    .unwrap();
+    let text = operator_kubeconfig(&stack, founded.cluster);
     let kubeconfig = KubeconfigIdentity::parse(&text);
     let port = tls::serve(
         &file(&roots[0], "apiserver.pem"),

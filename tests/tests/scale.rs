@@ -29,7 +29,7 @@ use exk8s_tests::dev::{Stack, start_dev, start_postgres_serve};
 use exk8s_tests::etcd::{EtcdCluster, put_keys};
 use exk8s_tests::members::{
     HEALTHCHECK, agent_command, agent_performing, check_members, control_plane, join_one,
-    joining_member, members, sampler, sim_vm_ids, voter_urls, wait_for,
+    joining_member, member_in, members, sampler, sim_vm_ids, voter_urls, wait_for,
 };
 use serde_json::json;
 
@@ -87,14 +87,7 @@ fn shrink(
     let first = founded.vms[0];
     let first_root = dir.join(format!("vm-{first}"));
     for remaining in (to..from).rev() {
-        let mut leaving = None;
-        wait_for("a member leaving", || {
-            leaving = control_plane(stack, founded.cluster)
-                .into_iter()
-                .find(|n| n["etcd_membership"] == "leaving");
-            leaving.is_some()
-        });
-        let leaving = leaving.unwrap();
+        let leaving = member_in(stack, founded.cluster, "leaving");
         let vm = leaving["vm_id"].as_i64().unwrap();
         agent_performing(stack, founded, &first_root, first, "sync");
         wait_for("the member removed", || {

@@ -22,7 +22,7 @@ mod subject;
 
 use std::sync::Arc;
 
-use exk8s_common::contract::BundleKind;
+use exk8s_common::contract::{BundleKind, Role};
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
 use exk8s_common::payload::{Freshness, Identity, PayloadBody};
@@ -263,12 +263,17 @@ async fn sign_bundle(
         BundleKind::Update => {
             // The rollout's decision again, on rows read under the cluster's lock: another
             // node may have taken the one slot since the check before minting.
+            // Workers are not gated: no need to read the cluster's nodes for them.
             db::nodes::lock_cluster(&mut tx, node.cluster_id).await?;
-            let nodes = db::nodes::list(&mut *tx, node.cluster_id).await?;
-            let fresh = nodes.iter().find(|n| n.id == node.id);
-            match fresh.map(|fresh| rollout::gate(fresh, &nodes)) {
-                Some(Ok(())) => db::nodes::hand_update(&mut tx, node.id).await?,
-                Some(Err(_)) | None => None,
+            let allowed = node.role != Role::ControlPlane || {
+                let nodes = db::nodes::list(&mut *tx, node.cluster_id).await?;
+                let fresh = nodes.iter().find(|n| n.id == node.id);
+                fresh.is_some_and(|fresh| rollout::gate(fresh, &nodes).is_ok())
+            };
+            if allowed {
+                db::nodes::hand_update(&mut tx, node.id).await?
+            } else {
+                None
             }
         }
     };
