@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
-use crate::app::AppState;
-use crate::db::{self, DbError, certificates::CertKind, certificates::CertRow};
+use std::sync::Arc;
+
+use crate::crypto::Keyring;
+use crate::db::{self, Db, DbError, certificates::CertKind, certificates::CertRow};
 use crate::metrics::SoonestExpiry;
 use crate::pki::{BundleCerts, ClusterPki, IssuedCert, NodeServingCerts, PkiError};
 
@@ -248,27 +250,38 @@ pub fn current(rows: Vec<CertRow>, applied: &BTreeMap<i64, i64>) -> Vec<CertRow>
         .collect()
 }
 
+/// What the inventory and the operator's kubeconfig need: the rows, the clock, opened trust,
+/// the CPU pool that mints the operator's key and the metrics that show the soonest expiry.
+#[derive(Debug, Clone)]
+pub struct Certifier {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    pub keks: Arc<Keyring>,
+    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub cpu: crate::cpu::CpuPool,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
 /// The inventory of `org_id`'s cluster `cluster_id`, with days left judged at the API's clock.
 pub async fn inventory(
-    state: &AppState,
+    ctx: &Certifier,
     org_id: i64,
     cluster_id: i64,
 ) -> Result<Inventory, CertificatesError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(CertificatesError::NotFound)?;
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
-    let rows = db::certificates::list(&state.db.pool, cluster_id).await?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
+    let rows = db::certificates::list(&ctx.db.pool, cluster_id).await?;
     let inventory = inventory_of(
         cluster_id,
         cluster.created_at,
         &nodes,
         rows,
-        state.clock.unix(),
+        ctx.clock.unix(),
     );
     if !inventory.certificates.is_empty() {
-        state
-            .metrics
+        ctx.metrics
             .set_soonest_expiry(cluster_id, inventory.soonest_expiry());
     }
     Ok(inventory)
@@ -308,19 +321,19 @@ pub fn inventory_of(
 /// name; the cluster's leaf lifetime), recording its certificate. A new client certificate
 /// each call.
 pub async fn operator_kubeconfig(
-    state: &AppState,
+    ctx: &Certifier,
     row: db::clusters::ClusterRow,
 ) -> Result<crate::pki::SecretPem, CertificatesError> {
     use crate::pki::ClientIdentity;
     use crate::pki::kubeconfig::{self, KubeconfigSpec};
 
-    let keks = std::sync::Arc::clone(&state.keks);
-    let issuers = std::sync::Arc::clone(&state.issuers);
-    let now = state.clock.now();
+    let keks = Arc::clone(&ctx.keks);
+    let issuers = Arc::clone(&ctx.issuers);
+    let now = ctx.clock.now();
     let cluster_id = row.id;
-    let rotation = db::rotations::get(&state.db.pool, cluster_id).await?;
+    let rotation = db::rotations::get(&ctx.db.pool, cluster_id).await?;
     // Opening the CA and minting the client key is CPU work (seconds for RSA-4096): the pool.
-    let (text, admin) = state
+    let (text, admin) = ctx
         .cpu
         .run(move || {
             let pki = issuers.open(&keks, &row)?;
@@ -337,7 +350,7 @@ pub async fn operator_kubeconfig(
             Ok::<_, CertificatesError>((text, admin))
         })
         .await??;
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     record(
         &mut tx,
         cluster_id,

@@ -19,6 +19,7 @@ pub mod certificates;
 pub mod cli;
 pub mod clock;
 pub mod compute;
+pub mod config;
 pub mod cpu;
 pub mod crypto;
 pub mod db;

@@ -7,11 +7,35 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use crate::app::AppState;
-use crate::compute::{ComputeError, CreateVm, Vm};
-use crate::db::{self, DbError, resources::Kind};
+use std::sync::Arc;
+
+use crate::compute::{Compute, ComputeError, CreateVm, Vm};
+use crate::config::ApiConfig;
+use crate::db::{self, Db, DbError, resources::Kind};
+use crate::dns::Dns;
 use crate::pki::NodeAddresses;
 use exk8s_common::names::NodeName;
+
+/// What making, naming and releasing machines needs: the journal, the compute API, the DNS
+/// service (when exk8s manages names) and the settings written into every VM's userdata.
+#[derive(Debug, Clone)]
+pub struct Machines {
+    pub db: Db,
+    pub compute: Arc<dyn Compute>,
+    pub dns: Option<Arc<dyn Dns>>,
+    pub config: Arc<ApiConfig>,
+}
+
+impl Machines {
+    /// The userdata every new VM boots with: where its agent reaches this API.
+    pub fn userdata(&self) -> Result<String, crate::render::RenderError> {
+        crate::render::render_userdata(
+            &self.config.public_url,
+            &self.config.imds_url,
+            self.config.agent_insecure_http,
+        )
+    }
+}
 
 /// Why a machine could not be made or released.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +80,7 @@ pub struct NewMachine {
 }
 
 /// Journals the machine (committed), creates it, journals its id.
-pub async fn create(state: &AppState, machine: NewMachine) -> Result<Vm, MachineError> {
+pub async fn create(machines: &Machines, machine: NewMachine) -> Result<Vm, MachineError> {
     let NewMachine {
         cluster_id,
         ordinal,
@@ -65,7 +89,7 @@ pub async fn create(state: &AppState, machine: NewMachine) -> Result<Vm, Machine
     } = machine;
     vm.client_token = client_token(cluster_id, ordinal);
     let journal_id = db::resources::journal_intent(
-        &state.db.pool,
+        &machines.db.pool,
         &db::resources::Intent {
             cluster_id,
             kind: Kind::Vm,
@@ -76,16 +100,17 @@ pub async fn create(state: &AppState, machine: NewMachine) -> Result<Vm, Machine
         db::now(),
     )
     .await?;
-    let created = state
-        .compute
-        .create_vm(&vm)
-        .await
-        .map_err(|source| MachineError::Compute {
-            step: "VM creation",
-            source,
-        })?;
+    let created =
+        machines
+            .compute
+            .create_vm(&vm)
+            .await
+            .map_err(|source| MachineError::Compute {
+                step: "VM creation",
+                source,
+            })?;
     db::resources::set_state(
-        &state.db.pool,
+        &machines.db.pool,
         journal_id,
         "created",
         Some(&created.id.to_string()),
@@ -98,7 +123,7 @@ pub async fn create(state: &AppState, machine: NewMachine) -> Result<Vm, Machine
 /// Deletes the journaled VM `resource` (by its id, or its token when the id was never
 /// recorded) and marks it deleted. Deleting what is gone is not an error.
 pub async fn release(
-    state: &AppState,
+    machines: &Machines,
     resource: &db::resources::Resource,
 ) -> Result<(), MachineError> {
     let failed = |source| MachineError::Compute {
@@ -111,7 +136,7 @@ pub async fn release(
         .and_then(|id| id.parse::<i64>().ok())
     {
         Some(id) => Some(id),
-        None => state
+        None => machines
             .compute
             .find_vm(&resource.client_token)
             .await
@@ -119,18 +144,18 @@ pub async fn release(
             .map(|vm| vm.id),
     };
     if let Some(id) = id {
-        state.compute.delete_vm(id).await.map_err(failed)?;
+        machines.compute.delete_vm(id).await.map_err(failed)?;
         tracing::info!(cluster_id = resource.cluster_id, vm_id = id, "deleted VM");
     }
-    db::resources::set_state(&state.db.pool, resource.id, "deleted", None, db::now()).await?;
+    db::resources::set_state(&machines.db.pool, resource.id, "deleted", None, db::now()).await?;
     Ok(())
 }
 
 /// Polls a VM until it reports a private IPv4 address, up to the configured deadline.
-pub async fn wait_for_address(state: &AppState, vm_id: i64) -> Result<Vm, MachineError> {
-    let deadline = Instant::now() + state.config.address_timeout;
+pub async fn wait_for_address(machines: &Machines, vm_id: i64) -> Result<Vm, MachineError> {
+    let deadline = Instant::now() + machines.config.address_timeout;
     loop {
-        let vm = state
+        let vm = machines
             .compute
             .get_vm(vm_id)
             .await
@@ -143,7 +168,7 @@ pub async fn wait_for_address(state: &AppState, vm_id: i64) -> Result<Vm, Machin
             return Ok(vm);
         }
         if Instant::now() >= deadline {
-            let waited = state.config.address_timeout.as_secs();
+            let waited = machines.config.address_timeout.as_secs();
             return Err(lookup_failed(format!(
                 "VM {vm_id} got no address within {waited}s"
             )));

@@ -12,14 +12,29 @@ use std::sync::Arc;
 use exk8s_common::contract::Role;
 use time::OffsetDateTime;
 
-use crate::app::AppState;
 use crate::certificates;
+use crate::crypto::Keyring;
 use crate::db::phase::ClusterPhase;
-use crate::db::{self, DbError, certificates::CertRow, clusters::ClusterRow, nodes::NodeRow};
+use crate::db::{self, Db, DbError, certificates::CertRow, clusters::ClusterRow, nodes::NodeRow};
 use crate::founding::trust::{self, NodeKeyColumn};
 use crate::pki::{ClusterNetwork, ClusterPki, NodeServingCerts, PkiError, ServiceCidr};
 
 pub use crate::pki::RenewAt;
+
+/// What renewal needs: the rows and their kept copy, the clock and rule leaves are judged by,
+/// opened trust, the KEKs that seal re-minted serving keys, the CPU pool that mints them and
+/// the metrics that show the soonest expiry.
+#[derive(Debug, Clone)]
+pub struct Renewer {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    pub renew_at: RenewAt,
+    pub keks: Arc<Keyring>,
+    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub recorded: Arc<crate::cert_cache::CertificateCache>,
+    pub cpu: crate::cpu::CpuPool,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
 
 /// Why a renewal pass stopped.
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +72,13 @@ pub struct Renewed {
 const PAGE: i64 = 500;
 
 /// One pass over every founded cluster, [`PAGE`] at a time.
-pub async fn pass(state: &AppState) -> Result<Vec<Renewed>, RenewalError> {
-    pass_in_pages(state, PAGE).await
+pub async fn pass(ctx: &Renewer) -> Result<Vec<Renewed>, RenewalError> {
+    pass_in_pages(ctx, PAGE).await
 }
 
 /// One pass over every founded cluster, `page` at a time.
-pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, RenewalError> {
-    let pool = &state.db.pool;
+pub async fn pass_in_pages(ctx: &Renewer, page: i64) -> Result<Vec<Renewed>, RenewalError> {
+    let pool = &ctx.db.pool;
     let page = page.max(1);
     let mut renewed = Vec::new();
     let mut after = 0;
@@ -80,23 +95,21 @@ pub async fn pass_in_pages(state: &AppState, page: i64) -> Result<Vec<Renewed>, 
         };
         // The certificates come from memory while unchanged (see `crate::cert_cache`).
         let ids: Vec<i64> = founded.iter().map(|&(id, _)| id).collect();
-        let ahead = state.recorded.ahead(&span, &ids);
+        let ahead = ctx.recorded.ahead(&span, &ids);
         let (nodes, read) = tokio::try_join!(
             db::pages::nodes(pool, &span),
             db::pages::certificates(pool, &ahead)
         )?;
         let mut nodes = db::pages::group(nodes, |n| n.cluster_id);
         let versions = founded.iter().copied();
-        let mut certificates = (state.recorded)
-            .resolve(pool, versions, &nodes, read)
-            .await?;
+        let mut certificates = (ctx.recorded).resolve(pool, versions, &nodes, read).await?;
         for id in &ids {
             let nodes = nodes.remove(id).unwrap_or_default();
             let certificates = certificates
                 .remove(id)
                 .map(|rows| rows.to_vec())
                 .unwrap_or_default();
-            renewed.extend(renew_due(state, *id, nodes, certificates).await?);
+            renewed.extend(renew_due(ctx, *id, nodes, certificates).await?);
         }
         if i64::try_from(founded.len()).unwrap_or(i64::MAX) < page {
             return Ok(renewed);
@@ -111,7 +124,7 @@ const SERVING: [&str; 3] = ["apiserver", "etcd-server", "etcd-peer"];
 /// read for the pass) whose running certificates are due its next generation. The cluster's
 /// full row, and its opened trust, are read only when a node is due.
 async fn renew_due(
-    state: &AppState,
+    ctx: &Renewer,
     cluster_id: i64,
     nodes: Vec<NodeRow>,
     recorded: Vec<CertRow>,
@@ -120,10 +133,10 @@ async fn renew_due(
     let current = certificates::current(recorded, &applied);
     if !current.is_empty() {
         let soonest = certificates::soonest_expiry(&current);
-        state.metrics.set_soonest_expiry(cluster_id, soonest);
+        ctx.metrics.set_soonest_expiry(cluster_id, soonest);
     }
-    let now = state.clock.now();
-    let rule = state.config.renew_at;
+    let now = ctx.clock.now();
+    let rule = ctx.renew_at;
     let due = |c: &CertRow| rule.due(c.not_before, c.not_after, now.unix_timestamp());
     // Every role's leaves renew; only control-plane nodes have serving certificates stored.
     let due_nodes: Vec<(&NodeRow, bool)> = nodes
@@ -145,16 +158,16 @@ async fn renew_due(
     if due_nodes.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id).await? else {
+    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
         return Ok(Vec::new());
     };
     if cluster.phase != ClusterPhase::Founded {
         return Ok(Vec::new()); // It is being deleted since the page was read.
     }
-    let pki = state.issuers.open(&state.keks, &cluster)?;
+    let pki = ctx.issuers.open(&ctx.keks, &cluster)?;
     let mut renewed = Vec::new();
     for (node, serving) in due_nodes {
-        if let Some(done) = renew_node(state, &cluster, node, &pki, serving, now).await? {
+        if let Some(done) = renew_node(ctx, &cluster, node, &pki, serving, now).await? {
             tracing::info!(
                 cluster_id = cluster.id,
                 vm_id = node.vm_id,
@@ -171,7 +184,7 @@ async fn renew_due(
 /// Bumps `node`'s generation (when it is idle) and, with `serving`, stores re-minted serving
 /// certificates, in one transaction.
 async fn renew_node(
-    state: &AppState,
+    ctx: &Renewer,
     cluster: &ClusterRow,
     node: &NodeRow,
     pki: &Arc<ClusterPki>,
@@ -179,17 +192,17 @@ async fn renew_node(
     now: OffsetDateTime,
 ) -> Result<Option<Renewed>, RenewalError> {
     let minted = if serving {
-        Some(mint_serving(state, cluster, node, pki, now).await?)
+        Some(mint_serving(&ctx.cpu, cluster, node, pki, now).await?)
     } else {
         None
     };
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let Some(desired_generation) = db::renewal::bump_idle_node(&mut tx, node.id).await? else {
         // It started moving since we looked: its next bundle is fresh anyway.
         return Ok(None);
     };
     if let Some(certs) = &minted {
-        store_serving(state, &mut tx, cluster, node, certs).await?;
+        store_serving(&ctx.keks, &mut tx, cluster, node, certs).await?;
     }
     tx.commit().await?;
     Ok(Some(Renewed {
@@ -203,7 +216,7 @@ async fn renew_node(
 /// New serving certificates for `node`, with the SANs its addresses and the cluster's network
 /// give (the same as at founding).
 pub(crate) async fn mint_serving(
-    state: &AppState,
+    cpu: &crate::cpu::CpuPool,
     cluster: &ClusterRow,
     node: &NodeRow,
     pki: &Arc<ClusterPki>,
@@ -219,22 +232,20 @@ pub(crate) async fn mint_serving(
         what: "addresses",
     })?;
     let pki = Arc::clone(pki);
-    Ok(state
-        .cpu
+    Ok(cpu
         .run(move || NodeServingCerts::generate(&pki, &addresses, &network, now))
         .await??)
 }
 
 /// Seals and stores `certs` as `node`'s serving certificates.
 pub(crate) async fn store_serving(
-    state: &AppState,
+    keks: &Keyring,
     tx: &mut sqlx::AnyConnection,
     cluster: &ClusterRow,
     node: &NodeRow,
     certs: &NodeServingCerts,
 ) -> Result<(), RenewalError> {
-    let seal =
-        |column, cert| trust::seal_node_key(&state.keks, cluster.id, node.vm_id, column, cert);
+    let seal = |column, cert| trust::seal_node_key(keks, cluster.id, node.vm_id, column, cert);
     let (apiserver, etcd_server, etcd_peer) = (
         seal(NodeKeyColumn::Apiserver, &certs.apiserver)?,
         seal(NodeKeyColumn::EtcdServer, &certs.etcd_server)?,
@@ -258,11 +269,11 @@ pub(crate) async fn store_serving(
 /// gets its next generation, whose bundle carries freshly minted leaves; the rollout delivers
 /// them one control-plane node at a time.
 pub async fn force(
-    state: &AppState,
+    ctx: &Renewer,
     org_id: i64,
     cluster_id: i64,
 ) -> Result<crate::rollout::Started, RenewalError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(RenewalError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
@@ -271,16 +282,19 @@ pub async fn force(
             phase: cluster.phase,
         });
     }
-    let pki = state.issuers.open(&state.keks, &cluster)?;
-    let now = state.clock.now();
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let pki = ctx.issuers.open(&ctx.keks, &cluster)?;
+    let now = ctx.clock.now();
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     let mut minted = Vec::new();
     for node in nodes.iter().filter(|n| n.role == Role::ControlPlane) {
-        minted.push((node, mint_serving(state, &cluster, node, &pki, now).await?));
+        minted.push((
+            node,
+            mint_serving(&ctx.cpu, &cluster, node, &pki, now).await?,
+        ));
     }
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     for (node, certs) in &minted {
-        store_serving(state, &mut tx, &cluster, node, certs).await?;
+        store_serving(&ctx.keks, &mut tx, &cluster, node, certs).await?;
     }
     let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;
     tx.commit().await?;

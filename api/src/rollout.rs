@@ -11,7 +11,7 @@
 
 use exk8s_common::contract::Role;
 
-use crate::app::AppState;
+use crate::db::Db;
 use crate::db::{self, DbError, nodes::NodeRow, phase::ClusterPhase};
 
 /// Why a node must wait for its update.
@@ -82,12 +82,8 @@ pub enum RolloutError {
 /// Gives every node of `org_id`'s cluster `cluster_id` a new generation (re-minted per-bundle
 /// certificates, same CAs); nodes fetch it through `exk8s-agent sync`, one control-plane node
 /// at a time.
-pub async fn start(
-    state: &AppState,
-    org_id: i64,
-    cluster_id: i64,
-) -> Result<Started, RolloutError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+pub async fn start(db: &Db, org_id: i64, cluster_id: i64) -> Result<Started, RolloutError> {
+    let cluster = db::clusters::get(&db.pool, org_id, cluster_id)
         .await?
         .ok_or(RolloutError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
@@ -96,7 +92,7 @@ pub async fn start(
             phase: cluster.phase,
         });
     }
-    let mut tx = state.db.begin().await?;
+    let mut tx = db.begin().await?;
     let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;
     tx.commit().await?;
     tracing::info!(cluster_id, nodes = nodes.len(), "rollout started");

@@ -15,13 +15,27 @@ use std::sync::Arc;
 
 use exk8s_common::contract::Role;
 
-use crate::app::AppState;
+use crate::clock::Clock;
+use crate::cpu::CpuPool;
+use crate::crypto::Keyring;
 use crate::db::phase::ClusterPhase;
 use crate::db::rotations::{Rotation, RotationPhase};
-use crate::db::{self, DbError};
+use crate::db::{self, Db, DbError};
 use crate::founding::trust::{self, cluster_aad};
+use crate::issuance::issuers::IssuerCache;
 use crate::pki::{CaRole, CertAuthority, ClusterPki, PkiError, SecretPem};
 use crate::renewal::{RenewalError, mint_serving, store_serving};
+
+/// What a CA rotation needs: the rows, the clock its phases are judged by, the KEKs that seal
+/// the new CA's key, opened trust, and the CPU pool that mints serving certificates.
+#[derive(Debug, Clone)]
+pub struct Rotator {
+    pub db: Db,
+    pub clock: Arc<dyn Clock>,
+    pub keks: Arc<Keyring>,
+    pub issuers: Arc<IssuerCache>,
+    pub cpu: CpuPool,
+}
 
 /// Why a rotation could not start or move on.
 #[derive(Debug, thiserror::Error)]
@@ -102,12 +116,12 @@ pub struct Started {
 
 /// Starts rotating `ca` of `org_id`'s cluster `cluster_id`.
 pub async fn start(
-    state: &AppState,
+    ctx: &Rotator,
     org_id: i64,
     cluster_id: i64,
     ca: CaRole,
 ) -> Result<Started, RotationError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(RotationError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
@@ -116,20 +130,20 @@ pub async fn start(
             phase: cluster.phase,
         });
     }
-    if let Some(current) = db::rotations::get(&state.db.pool, cluster_id).await? {
+    if let Some(current) = db::rotations::get(&ctx.db.pool, cluster_id).await? {
         return Err(in_progress(&current));
     }
-    let algorithm = state.issuers.open(&state.keks, &cluster)?.algorithm;
-    let now = state.clock.now();
-    let new = state
+    let algorithm = ctx.issuers.open(&ctx.keks, &cluster)?.algorithm;
+    let now = ctx.clock.now();
+    let new = ctx
         .cpu
         .run(move || CertAuthority::generate(ca, algorithm, now))
         .await??;
-    let sealed = state.keks.seal(
+    let sealed = ctx.keks.seal(
         &cluster_aad(cluster_id, NEW_KEY),
         new.key_pem().expose().as_bytes(),
     )?;
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     if !db::rotations::insert(
         &mut tx,
         cluster_id,
@@ -141,7 +155,7 @@ pub async fn start(
     .await?
     {
         drop(tx);
-        let current = db::rotations::get(&state.db.pool, cluster_id).await?;
+        let current = db::rotations::get(&ctx.db.pool, cluster_id).await?;
         return Err(current.map_or(RotationError::NotFound, |c| in_progress(&c)));
     }
     let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;
@@ -174,19 +188,19 @@ pub enum Advanced {
 
 /// Moves `cluster_id`'s rotation to its next phase when every node runs its desired
 /// generation (the phase was delivered everywhere). `None`: nothing to do yet.
-pub async fn advance(state: &AppState, cluster_id: i64) -> Result<Option<Advanced>, RotationError> {
-    let Some(rotation) = db::rotations::get(&state.db.pool, cluster_id).await? else {
+pub async fn advance(ctx: &Rotator, cluster_id: i64) -> Result<Option<Advanced>, RotationError> {
+    let Some(rotation) = db::rotations::get(&ctx.db.pool, cluster_id).await? else {
         return Ok(None);
     };
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     if nodes.is_empty() || waiting_for(&nodes).is_some() {
         return Ok(None);
     }
-    let now = state.clock.unix();
+    let now = ctx.clock.unix();
     let advanced = match rotation.phase {
-        RotationPhase::TrustBoth => sign_with_new(state, &rotation, &nodes).await?,
+        RotationPhase::TrustBoth => sign_with_new(ctx, &rotation, &nodes).await?,
         RotationPhase::SignNew => {
-            let mut tx = state.db.begin().await?;
+            let mut tx = ctx.db.begin().await?;
             if !db::rotations::advance(
                 &mut tx,
                 cluster_id,
@@ -204,7 +218,7 @@ pub async fn advance(state: &AppState, cluster_id: i64) -> Result<Option<Advance
             Some(Advanced::To(RotationPhase::DropOld))
         }
         RotationPhase::DropOld => {
-            let mut tx = state.db.begin().await?;
+            let mut tx = ctx.db.begin().await?;
             let done = db::rotations::finish(&mut tx, cluster_id).await?;
             tx.commit().await?;
             done.then_some(Advanced::Finished)
@@ -228,18 +242,18 @@ pub fn waiting_for(nodes: &[db::nodes::NodeRow]) -> Option<&db::nodes::NodeRow> 
 /// trust-both → sign-new: the waiting CA becomes the cluster's, serving certificates are
 /// re-minted under the new CAs, every node gets its next generation.
 async fn sign_with_new(
-    state: &AppState,
+    ctx: &Rotator,
     rotation: &Rotation,
     nodes: &[db::nodes::NodeRow],
 ) -> Result<Option<Advanced>, RotationError> {
     let cluster_id = rotation.cluster_id;
-    let Some(mut cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id).await? else {
+    let Some(mut cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
         return Ok(None);
     };
     let (Some(new_cert), Some(sealed)) = (&rotation.other_cert, &rotation.new_key_sealed) else {
         return Err(RotationError::Trust(trust::TrustError::Missing(cluster_id)));
     };
-    let key = state
+    let key = ctx
         .keks
         .open_text(&cluster_aad(cluster_id, NEW_KEY), sealed)?;
     // Checks the pair before anything is written.
@@ -263,18 +277,21 @@ async fn sign_with_new(
         CaRole::Etcd => "etcd_ca_key",
         CaRole::FrontProxy => "front_proxy_ca_key",
     };
-    let resealed = state
+    let resealed = ctx
         .keks
         .seal(&cluster_aad(cluster_id, column), key.as_bytes())?;
     let old_cert = cert_column.replace(new_cert.clone()).unwrap_or_default();
     *key_column = Some(resealed.clone());
-    let pki: Arc<ClusterPki> = state.issuers.open(&state.keks, &cluster)?;
-    let now = state.clock.now();
+    let pki: Arc<ClusterPki> = ctx.issuers.open(&ctx.keks, &cluster)?;
+    let now = ctx.clock.now();
     let mut serving = Vec::new();
     for node in nodes.iter().filter(|n| n.role == Role::ControlPlane) {
-        serving.push((node, mint_serving(state, &cluster, node, &pki, now).await?));
+        serving.push((
+            node,
+            mint_serving(&ctx.cpu, &cluster, node, &pki, now).await?,
+        ));
     }
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     if !db::rotations::advance(
         &mut tx,
         cluster_id,
@@ -289,7 +306,7 @@ async fn sign_with_new(
     }
     db::rotations::set_ca(&mut tx, cluster_id, rotation.ca, new_cert, &resealed).await?;
     for (node, certs) in &serving {
-        store_serving(state, &mut tx, &cluster, node, certs).await?;
+        store_serving(&ctx.keks, &mut tx, &cluster, node, certs).await?;
     }
     crate::certificates::record(
         &mut tx,

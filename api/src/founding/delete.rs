@@ -10,9 +10,9 @@
 use std::time::{Duration, Instant};
 
 use super::release::{self, ReleaseError};
-use crate::app::AppState;
 use crate::db::{self, DbError, leases::Leased, phase::ClusterPhase};
 use crate::lease;
+use crate::machines::Machines;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeleteError {
@@ -36,12 +36,12 @@ const RETRY: Duration = Duration::from_millis(100);
 
 /// Deletes cluster `cluster_id`, waiting at most `wait` for convergences to stop.
 pub async fn delete(
-    state: &AppState,
+    machines: &Machines,
     cluster_id: i64,
     wait: Duration,
 ) -> Result<Deleted, DeleteError> {
     db::clusters::set_phase(
-        &state.db.pool,
+        &machines.db.pool,
         cluster_id,
         ClusterPhase::Deleting,
         db::now(),
@@ -50,7 +50,7 @@ pub async fn delete(
     let deadline = Instant::now() + wait;
     let mut wanted = vec![Leased::Membership(cluster_id)];
     wanted.extend(
-        db::pools::list(&state.db.pool, cluster_id)
+        db::pools::list(&machines.db.pool, cluster_id)
             .await?
             .iter()
             .map(|p| Leased::Pool(p.id)),
@@ -58,7 +58,7 @@ pub async fn delete(
     let mut held = Vec::with_capacity(wanted.len());
     for what in wanted {
         loop {
-            if let Some(lease) = lease::claim(&state.db, what).await? {
+            if let Some(lease) = lease::claim(&machines.db, what).await? {
                 held.push(lease);
                 break;
             }
@@ -70,12 +70,12 @@ pub async fn delete(
             tokio::time::sleep(RETRY).await;
         }
     }
-    if let Err(e) = release::release_all(state, cluster_id).await {
+    if let Err(e) = release::release_all(machines, cluster_id).await {
         give_back(held).await;
         return Err(e.into());
     }
-    db::resources::delete_for_cluster(&state.db.pool, cluster_id).await?;
-    db::clusters::delete(&state.db.pool, cluster_id).await?;
+    db::resources::delete_for_cluster(&machines.db.pool, cluster_id).await?;
+    db::clusters::delete(&machines.db.pool, cluster_id).await?;
     // The rows the leases were on are gone: nothing to give back.
     drop(held);
     tracing::info!(cluster_id, "cluster deleted");
@@ -91,8 +91,8 @@ async fn give_back(held: Vec<lease::Held>) {
 }
 
 /// Finishes every cluster left `deleting`; returns how many were deleted.
-pub async fn finish_all(state: &AppState) -> usize {
-    let ids = match db::clusters::deleting(&state.db.pool).await {
+pub async fn finish_all(machines: &Machines) -> usize {
+    let ids = match db::clusters::deleting(&machines.db.pool).await {
         Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list clusters being deleted");
@@ -101,7 +101,7 @@ pub async fn finish_all(state: &AppState) -> usize {
     };
     let mut done = 0;
     for cluster_id in ids {
-        match delete(state, cluster_id, Duration::from_secs(1)).await {
+        match delete(machines, cluster_id, Duration::from_secs(1)).await {
             Ok(Deleted::Done) => done += 1,
             Ok(Deleted::Pending) => {}
             Err(e) => {

@@ -1,21 +1,21 @@
 //! The cluster's shared DNS name: one A record over every control-plane node, journaled like
 //! every external thing founding makes. A failure is reported on the cluster, never fatal.
 
-use crate::app::AppState;
+use super::Founder;
 use crate::db::{self, DbError, resources::Kind};
 
 use super::Founded;
 
 /// Creates the shared A record; a failure is reported, never fatal.
-pub(super) async fn configure(state: &AppState, founded: &mut Founded) {
-    let Some(dns) = &state.dns else {
+pub(super) async fn configure(ctx: &Founder, founded: &mut Founded) {
+    let Some(dns) = &ctx.machines.dns else {
         founded.dns_error = Some("DNS management is disabled (--dns none)".into());
         return;
     };
     let token = format!("cluster-{}-dns", founded.id);
     let recorded = async {
         let journal_id = db::resources::journal_intent(
-            &state.db.pool,
+            &ctx.db.pool,
             &db::resources::Intent {
                 cluster_id: founded.id,
                 kind: Kind::DnsRecord,
@@ -33,7 +33,7 @@ pub(super) async fn configure(state: &AppState, founded: &mut Founded) {
         Err(e) => Err(format!("journaling the DNS record failed: {e}")),
         Ok(journal_id) => match dns.upsert_a(&founded.dns_name, &founded.node_ips).await {
             Ok(()) => db::resources::set_state(
-                &state.db.pool,
+                &ctx.db.pool,
                 journal_id,
                 "created",
                 Some(&founded.dns_name),
@@ -53,5 +53,5 @@ pub(super) async fn configure(state: &AppState, founded: &mut Founded) {
     };
     founded.dns_configured = configured;
     founded.dns_error = error.clone();
-    let _ = db::clusters::set_dns(&state.db.pool, founded.id, configured, error.as_deref()).await;
+    let _ = db::clusters::set_dns(&ctx.db.pool, founded.id, configured, error.as_deref()).await;
 }

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use super::Founder;
 use super::request::ClusterSpecRequest;
 use super::{Failure, Founded, FoundingError, Target, dns, provision, release, trust};
-use crate::app::AppState;
 use crate::compute::Subnet;
 use crate::db::{self, phase::ClusterPhase};
 use crate::pki::{ClusterNetwork, ClusterPki, ServiceCidr, SuppliedCas};
@@ -14,7 +14,7 @@ use crate::render::EncryptionKey;
 
 /// An accepted founding, run by a worker.
 pub(super) struct Job {
-    pub(super) state: AppState,
+    pub(super) ctx: Founder,
     pub(super) id: i64,
     pub(super) name: String,
     pub(super) dns_name: String,
@@ -26,11 +26,11 @@ pub(super) struct Job {
 
 impl Job {
     pub(super) async fn run(mut self) -> Result<Founded, FoundingError> {
-        let state = self.state.clone();
-        let state = &state;
+        let ctx = self.ctx.clone();
+        let ctx = &ctx;
         let id = self.id;
         // The reconciler undoes a founding that waited past the provisioning deadline.
-        if !db::clusters::resume_provisioning(&state.db.pool, id, db::now()).await? {
+        if !db::clusters::resume_provisioning(&ctx.db.pool, id, db::now()).await? {
             tracing::warn!(
                 cluster_id = id,
                 "founding waited past its deadline and was released"
@@ -46,23 +46,23 @@ impl Job {
         let mut created = release::Created::default();
         match self.found(&mut created).await {
             Ok(mut founded) => {
-                state.metrics.clusters_founded.inc();
+                ctx.metrics.clusters_founded.inc();
                 founded.dns_name.clone_from(&self.dns_name);
-                dns::configure(state, &mut founded).await;
+                dns::configure(ctx, &mut founded).await;
                 Ok(founded)
             }
-            Err(failure) => Err(compensate(state, id, failure, &created).await),
+            Err(failure) => Err(compensate(ctx, id, failure, &created).await),
         }
     }
 
     /// The cluster's PKI, sealed into its row, then its machines.
     async fn found(&mut self, created: &mut release::Created) -> Result<Founded, Failure> {
-        let state = &self.state;
+        let ctx = &self.ctx;
         let algorithm = self.spec.key_algorithm;
         let leaf_lifetime = time::Duration::days(self.spec.leaf_lifetime_days);
-        let now = state.clock.now();
+        let now = ctx.clock.now();
         let supplied = std::mem::take(&mut self.supplied);
-        let pki = state
+        let pki = ctx
             .cpu
             .run(move || {
                 let mut pki = ClusterPki::with_supplied(algorithm, now, supplied)?;
@@ -74,14 +74,14 @@ impl Job {
             .map_err(|e| Failure::internal("certificates", e))?;
         let pki = Arc::new(pki);
         let encryption = EncryptionKey::generate().map_err(|e| Failure::internal("keys", e))?;
-        let trust = trust::seal(&state.keks, self.id, &pki, &encryption)
+        let trust = trust::seal(&ctx.keks, self.id, &pki, &encryption)
             .map_err(|e| Failure::internal("sealing", e))?;
-        db::clusters::set_trust(&state.db.pool, self.id, &trust)
+        db::clusters::set_trust(&ctx.db.pool, self.id, &trust)
             .await
             .map_err(Failure::db)?;
         let network = ClusterNetwork::new(
             self.service_cidr,
-            &state.config.cluster_domain,
+            &ctx.config.cluster_domain,
             &self.dns_name,
         )
         .map_err(|e| Failure::internal("network", e))?;
@@ -91,7 +91,7 @@ impl Job {
             network: &network,
             subnet: &self.subnet,
         };
-        provision(state, &target, &self.spec, &pki, created).await
+        provision(ctx, &target, &self.spec, &pki, created).await
     }
 }
 
@@ -99,38 +99,31 @@ impl Job {
 /// deleted and the cluster ends `failed` with the reason; when the journal is out of reach,
 /// what this founding created is released from memory (the reconciler records it later).
 async fn compensate(
-    state: &AppState,
+    ctx: &Founder,
     id: i64,
     failure: Failure,
     created: &release::Created,
 ) -> FoundingError {
-    state.metrics.clusters_failed.inc();
+    ctx.metrics.clusters_failed.inc();
     tracing::warn!(cluster_id = id, reason = failure.reason, error = %failure.error, "founding failed; compensating");
     let message = failure.error.to_string();
     if failure.error.is_db_unavailable() {
         // Every journal write would wait out the pool's timeout.
-        release::release_created(state, id, created).await;
+        release::release_created(&ctx.machines, id, created).await;
         return failure.error;
     }
     let record = |phase| {
-        db::clusters::set_error(
-            &state.db.pool,
-            id,
-            phase,
-            failure.reason,
-            &message,
-            db::now(),
-        )
+        db::clusters::set_error(&ctx.db.pool, id, phase, failure.reason, &message, db::now())
     };
     let _ = record(ClusterPhase::Compensating).await;
-    match release::release_all(state, id).await {
+    match release::release_all(&ctx.machines, id).await {
         Ok(()) => {
             let _ = record(ClusterPhase::Failed).await;
-            state.metrics.compensations.inc();
+            ctx.metrics.compensations.inc();
         }
         Err(e) => {
             tracing::warn!(cluster_id = id, error = %crate::error_chain(&e), "the journal is out of reach; releasing what this founding created from memory");
-            release::release_created(state, id, created).await;
+            release::release_created(&ctx.machines, id, created).await;
         }
     }
     failure.error

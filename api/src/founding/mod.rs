@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::app::AppState;
 use crate::compute::{ComputeError, CreateSecurityGroup, CreateVm, Rule, Subnet, Vm};
+use crate::config::ApiConfig;
 use crate::db::{
-    self, DbError, clusters::NewCluster, nodes::NewNode, phase::ClusterPhase, resources::Kind,
+    self, Db, DbError, clusters::NewCluster, nodes::NewNode, phase::ClusterPhase, resources::Kind,
 };
 use crate::machines::{self, MachineError, NewMachine};
 use crate::pki::kubeconfig::{self, KubeconfigSpec};
@@ -39,6 +39,23 @@ use crate::pki::{
 };
 use exk8s_common::contract::Role;
 use request::{ClusterSpecRequest, SuppliedCasRequest};
+
+/// What founding needs: the rows, the clock certificates are made at, the settings (network,
+/// zone, quotas), the KEKs that seal the cluster's trust, the CPU pool that makes it, the key
+/// pool (told of the new cluster), the founding workers, the metrics, and the machines with
+/// their DNS name.
+#[derive(Debug, Clone)]
+pub struct Founder {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    pub config: Arc<ApiConfig>,
+    pub keks: Arc<crate::crypto::Keyring>,
+    pub cpu: crate::cpu::CpuPool,
+    pub key_pool: crate::keypool::KeyPool,
+    pub founders: queue::Founders,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub machines: machines::Machines,
+}
 
 /// A founded cluster, as the response reports it.
 #[derive(Debug)]
@@ -182,22 +199,22 @@ impl Started {
 /// placement, records the cluster `provisioning`, and hands the rest to a founding worker.
 /// Every refusal here leaves nothing behind; past it, failures are recorded on the cluster.
 pub async fn start(
-    state: &AppState,
+    ctx: &Founder,
     org_id: i64,
     spec: &ClusterSpecRequest,
     supplied: Option<SuppliedCasRequest>,
 ) -> Result<Started, FoundingError> {
-    let admission = state.founders.admit().ok_or(FoundingError::Busy {
+    let admission = ctx.founders.admit().ok_or(FoundingError::Busy {
         retry_after_secs: BUSY_RETRY_SECS,
     })?;
-    let config = &state.config;
+    let config = &ctx.config;
     let service_cidr = ServiceCidr::parse(&config.service_cidr).map_err(FoundingError::internal)?;
     let terms = ImportTerms {
         leaf_algorithm: spec.key_algorithm,
         leaf_lifetime: time::Duration::days(spec.leaf_lifetime_days),
-        now: state.clock.now(),
+        now: ctx.clock.now(),
     };
-    let supplied = state
+    let supplied = ctx
         .cpu
         .run(move || supplied::check(supplied.as_ref(), terms))
         .await
@@ -207,18 +224,18 @@ pub async fn start(
         vms: spec.control_plane_count,
         pools: 0,
     };
-    crate::quotas::admit(&state.db, config.quotas, org_id, ask)
+    crate::quotas::admit(&ctx.db, config.quotas, org_id, ask)
         .await
         .map_err(|e| match e {
             crate::quotas::QuotaError::Exceeded(e) => FoundingError::Quota(e),
             crate::quotas::QuotaError::Db(db) => FoundingError::Db(db),
         })?;
-    let subnet = check_placement(state, spec).await?;
+    let subnet = check_placement(ctx, spec).await?;
 
     // The cluster's age (and its service-account key's) is judged by the same clock.
-    let now = state.clock.unix();
+    let now = ctx.clock.unix();
     let spec_json = serde_json::to_string(spec).map_err(FoundingError::internal)?;
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let new = NewCluster {
         org_id,
         spec_json: &spec_json,
@@ -242,7 +259,7 @@ pub async fn start(
     tx.commit().await?;
     tracing::info!(cluster_id = id, org_id, %name, "founding accepted");
     let job = job::Job {
-        state: state.clone(),
+        ctx: ctx.clone(),
         id,
         name,
         dns_name,
@@ -251,7 +268,7 @@ pub async fn start(
         supplied,
         subnet,
     };
-    let done = state.founders.spawn(admission, job.run());
+    let done = ctx.founders.spawn(admission, job.run());
     Ok(Started { id, done })
 }
 
@@ -261,10 +278,10 @@ const BUSY_RETRY_SECS: u64 = 10;
 /// Checks, before anything is created, that the subnet and every given security group exist:
 /// a request refused here leaves no row and no resource behind.
 async fn check_placement(
-    state: &AppState,
+    ctx: &Founder,
     spec: &ClusterSpecRequest,
 ) -> Result<Subnet, FoundingError> {
-    let compute = &state.compute;
+    let compute = &ctx.machines.compute;
     let subnet = compute
         .get_subnet(spec.subnet_id)
         .await
@@ -289,12 +306,7 @@ async fn check_placement(
 }
 
 /// Journals `kind` with `client_token` (committed), returning the journal row id.
-async fn journal(
-    state: &AppState,
-    cluster_id: i64,
-    kind: Kind,
-    token: &str,
-) -> Result<i64, Failure> {
+async fn journal(ctx: &Founder, cluster_id: i64, kind: Kind, token: &str) -> Result<i64, Failure> {
     let intent = db::resources::Intent {
         cluster_id,
         kind,
@@ -302,7 +314,7 @@ async fn journal(
         ordinal: None,
         pool_id: None,
     };
-    db::resources::journal_intent(&state.db.pool, &intent, db::now())
+    db::resources::journal_intent(&ctx.db.pool, &intent, db::now())
         .await
         .map_err(Failure::db)
 }
@@ -316,7 +328,7 @@ struct Target<'a> {
 }
 
 async fn provision(
-    state: &AppState,
+    ctx: &Founder,
     target: &Target<'_>,
     spec: &ClusterSpecRequest,
     pki: &Arc<ClusterPki>,
@@ -328,11 +340,11 @@ async fn provision(
         network,
         subnet,
     } = *target;
-    let compute = &state.compute;
+    let compute = &ctx.machines.compute;
     let mut groups = spec.security_group_ids.clone();
     if groups.is_empty() {
         let token = format!("cluster-{cluster_id}-sg");
-        let journal_id = journal(state, cluster_id, Kind::SecurityGroup, &token).await?;
+        let journal_id = journal(ctx, cluster_id, Kind::SecurityGroup, &token).await?;
         let group = compute
             .create_security_group(&CreateSecurityGroup {
                 name: format!("{name}-control-plane"),
@@ -355,7 +367,7 @@ async fn provision(
             .map_err(|e| Failure::compute("security group creation", e))?;
         created.security_group = Some(group.id);
         db::resources::set_state(
-            &state.db.pool,
+            &ctx.db.pool,
             journal_id,
             "created",
             Some(&group.id.to_string()),
@@ -363,18 +375,16 @@ async fn provision(
         )
         .await
         .map_err(Failure::db)?;
-        db::clusters::set_security_group(&state.db.pool, cluster_id, group.id, db::now())
+        db::clusters::set_security_group(&ctx.db.pool, cluster_id, group.id, db::now())
             .await
             .map_err(Failure::db)?;
         groups.push(group.id);
     }
 
-    let userdata = crate::render::render_userdata(
-        &state.config.public_url,
-        &state.config.imds_url,
-        state.config.agent_insecure_http,
-    )
-    .map_err(|e| Failure::internal("userdata", e))?;
+    let userdata = ctx
+        .machines
+        .userdata()
+        .map_err(|e| Failure::internal("userdata", e))?;
     let mut vms: Vec<Vm> = Vec::new();
     for ordinal in 1..=spec.control_plane_count {
         let tags = BTreeMap::from([
@@ -401,10 +411,10 @@ async fn provision(
                 client_token: String::new(),
             },
         };
-        let vm = machines::create(state, machine).await?;
+        let vm = machines::create(&ctx.machines, machine).await?;
         created.vms.push(vm.id);
         db::clusters::set_phase(
-            &state.db.pool,
+            &ctx.db.pool,
             cluster_id,
             ClusterPhase::Provisioning,
             db::now(),
@@ -416,7 +426,7 @@ async fn provision(
 
     let mut nodes = Vec::with_capacity(vms.len());
     for (index, vm) in vms.iter().enumerate() {
-        let vm = machines::wait_for_address(state, vm.id).await?;
+        let vm = machines::wait_for_address(&ctx.machines, vm.id).await?;
         let name = trust::node_name(cluster_id, trust::CONTROL_PLANE_GROUP, vm.id)
             .map_err(|e| Failure::internal("node name", e))?;
         let addresses = machines::addresses(&vm, name)?;
@@ -427,8 +437,8 @@ async fn provision(
     let pki_for_certs = Arc::clone(pki);
     let network_for_certs = network.clone();
     let addresses: Vec<NodeAddresses> = nodes.iter().map(|(_, _, a)| a.clone()).collect();
-    let now = state.clock.now();
-    let (serving, admin) = state
+    let now = ctx.clock.now();
+    let (serving, admin) = ctx
         .cpu
         .run(move || {
             let serving = addresses
@@ -453,9 +463,9 @@ async fn provision(
 
     let now = db::now();
     for (vm, ..) in &nodes {
-        // A compute service that reuses an id (or a simulator restarted without its state)
+        // A compute service that reuses an id (or a simulator restarted without its ctx)
         // would make two nodes one: an upstream fault, reported as such.
-        let taken = db::nodes::find_by_vm(&state.db.pool, vm.id)
+        let taken = db::nodes::find_by_vm(&ctx.db.pool, vm.id)
             .await
             .map_err(Failure::db)?;
         if let Some(existing) = taken {
@@ -469,7 +479,7 @@ async fn provision(
             ));
         }
     }
-    let mut tx = state.db.begin().await.map_err(Failure::db)?;
+    let mut tx = ctx.db.begin().await.map_err(Failure::db)?;
     for ((vm, ordinal, addresses), certs) in nodes.iter().zip(&serving) {
         let node_id = db::nodes::insert(
             &mut tx,
@@ -491,7 +501,7 @@ async fn provision(
         .await
         .map_err(Failure::db)?;
         let seal = |column: trust::NodeKeyColumn, cert| {
-            trust::seal_node_key(&state.keks, cluster_id, vm.id, column, cert)
+            trust::seal_node_key(&ctx.keks, cluster_id, vm.id, column, cert)
                 .map_err(|e| Failure::internal("sealing", e))
         };
         db::nodes::insert_etcd_member(
@@ -528,10 +538,7 @@ async fn provision(
     tx.commit().await.map_err(Failure::db)?;
     tracing::info!(cluster_id, nodes = nodes.len(), "cluster founded");
     // The new nodes will all ask for their bundles at once: make an RSA cluster's keys now.
-    state
-        .key_pool
-        .refresh_cluster(&state.db.pool, cluster_id)
-        .await;
+    ctx.key_pool.refresh_cluster(&ctx.db.pool, cluster_id).await;
 
     let node_ips = nodes
         .iter()

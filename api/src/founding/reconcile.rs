@@ -6,17 +6,38 @@
 //! request nonces. Claims are atomic in the database, so several API replicas never compensate
 //! the same cluster (or converge the same pool) at once.
 
-use crate::app::AppState;
-use crate::db;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::db::{self, Db};
+
+/// What the reconciler's passes need: the rows, the clock retention is judged by, the
+/// timings, the metrics, the key pool, and each domain it moves on.
+#[derive(Debug, Clone)]
+pub struct Reconciler {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    /// A `provisioning` cluster untouched this long is abandoned.
+    pub provisioning_deadline: Duration,
+    /// How long a pass waits for the next.
+    pub interval: Duration,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub key_pool: crate::keypool::KeyPool,
+    pub machines: crate::machines::Machines,
+    pub renewer: crate::renewal::Renewer,
+    pub rotator: crate::rotation::Rotator,
+    pub pools: crate::pools::Pools,
+    pub membership: crate::membership::Membership,
+}
 
 /// One pass: compensates every stale cluster; returns how many were finished.
-pub async fn pass(state: &AppState) -> usize {
+pub async fn pass(ctx: &Reconciler) -> usize {
     let mut finished = 0;
     loop {
         let now = db::now();
         let stale_before =
-            now - i64::try_from(state.config.provisioning_deadline.as_secs()).unwrap_or(i64::MAX);
-        let claimed = match db::clusters::claim_stale(&state.db.pool, stale_before, now).await {
+            now - i64::try_from(ctx.provisioning_deadline.as_secs()).unwrap_or(i64::MAX);
+        let claimed = match db::clusters::claim_stale(&ctx.db.pool, stale_before, now).await {
             Ok(Some(id)) => id,
             Ok(None) => return finished,
             Err(e) => {
@@ -24,11 +45,11 @@ pub async fn pass(state: &AppState) -> usize {
                 return finished;
             }
         };
-        match super::release::release_all(state, claimed).await {
+        match super::release::release_all(&ctx.machines, claimed).await {
             Ok(()) => {
                 let reason = "abandoned";
                 let message = "founding did not finish (the API stopped mid-way); its resources were released";
-                let row = db::clusters::get_by_id(&state.db.pool, claimed)
+                let row = db::clusters::get_by_id(&ctx.db.pool, claimed)
                     .await
                     .ok()
                     .flatten();
@@ -40,7 +61,7 @@ pub async fn pass(state: &AppState) -> usize {
                     _ => (reason.to_owned(), message.to_owned()),
                 };
                 if db::clusters::set_error(
-                    &state.db.pool,
+                    &ctx.db.pool,
                     claimed,
                     crate::db::phase::ClusterPhase::Failed,
                     &reason,
@@ -50,7 +71,7 @@ pub async fn pass(state: &AppState) -> usize {
                 .await
                 .is_ok()
                 {
-                    state.metrics.compensations.inc();
+                    ctx.metrics.compensations.inc();
                     finished += 1;
                     tracing::info!(
                         cluster_id = claimed,
@@ -68,8 +89,8 @@ pub async fn pass(state: &AppState) -> usize {
 }
 
 /// Moves on every CA rotation whose phase reached every node (a missed report's work).
-async fn rotations(state: &AppState) {
-    let clusters = match db::rotations::in_progress(&state.db.pool).await {
+async fn rotations(ctx: &Reconciler) {
+    let clusters = match db::rotations::in_progress(&ctx.db.pool).await {
         Ok(clusters) => clusters,
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list CA rotations");
@@ -77,7 +98,7 @@ async fn rotations(state: &AppState) {
         }
     };
     for cluster_id in clusters {
-        if let Err(e) = crate::rotation::advance(state, cluster_id).await {
+        if let Err(e) = crate::rotation::advance(&ctx.rotator, cluster_id).await {
             tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: CA rotation could not move on");
         }
     }
@@ -85,8 +106,8 @@ async fn rotations(state: &AppState) {
 
 /// Converges every pool whose machines differ from it and that no process converges: a crash
 /// mid-way, a failed step, a drain whose deadline passed. Returns how many pools it converged.
-pub async fn pools(state: &AppState) -> usize {
-    let ids = match db::pools::needing_work(&state.db.pool, db::now()).await {
+pub async fn pools(ctx: &Reconciler) -> usize {
+    let ids = match db::pools::needing_work(&ctx.db.pool, db::now()).await {
         Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list node pools");
@@ -95,7 +116,7 @@ pub async fn pools(state: &AppState) -> usize {
     };
     let mut converged = 0;
     for pool_id in ids {
-        match crate::pools::converge::converge(state, pool_id).await {
+        match crate::pools::converge::converge(&ctx.pools, pool_id).await {
             Ok(
                 crate::pools::converge::Outcome::Converged | crate::pools::converge::Outcome::Gone,
             ) => {
@@ -111,8 +132,8 @@ pub async fn pools(state: &AppState) -> usize {
 }
 
 /// Moves on every control-plane change nobody is moving (a crash, a join past its timeout).
-pub async fn memberships(state: &AppState) {
-    let ids = match db::membership::needing_work(&state.db.pool, db::now()).await {
+pub async fn memberships(ctx: &Reconciler) {
+    let ids = match db::membership::needing_work(&ctx.db.pool, db::now()).await {
         Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list control-plane changes");
@@ -120,7 +141,7 @@ pub async fn memberships(state: &AppState) {
         }
     };
     for cluster_id in ids {
-        if let Err(e) = crate::membership::converge::converge(state, cluster_id).await {
+        if let Err(e) = crate::membership::converge::converge(&ctx.membership, cluster_id).await {
             tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: control-plane change stopped");
         }
     }
@@ -135,13 +156,13 @@ pub const REPORT_RETENTION_SECS: i64 = 30 * 86_400;
 /// How long an `Idempotency-Key` replays its first answer.
 pub const IDEMPOTENCY_RETENTION_SECS: i64 = 86_400;
 
-/// Forgets what no one can use any more, at the state's clock: clusters' changes and node
+/// Forgets what no one can use any more, at the reconciler's clock: clusters' changes and node
 /// reports past their retention, expired instance-metadata tokens, signed requests' nonces that
 /// no accepted timestamp could carry, and idempotency keys past a day. Each table stays bounded
 /// by its retention however long the fleet runs (README, "What the database keeps").
-pub async fn prune(state: &AppState) {
-    let now = state.clock.unix();
-    let pool = &state.db.pool;
+pub async fn prune(ctx: &Reconciler) {
+    let now = ctx.clock.unix();
+    let pool = &ctx.db.pool;
     let outcomes = [
         (
             "cluster events",
@@ -175,22 +196,22 @@ pub async fn prune(state: &AppState) {
 /// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes, the
 /// key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
 /// process stops.
-pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            pass(&state).await;
-            super::delete::finish_all(&state).await;
-            if let Err(e) = crate::renewal::pass(&state).await {
+            pass(&ctx).await;
+            super::delete::finish_all(&ctx.machines).await;
+            if let Err(e) = crate::renewal::pass(&ctx.renewer).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
             }
-            rotations(&state).await;
-            pools(&state).await;
-            memberships(&state).await;
-            if let Err(e) = state.key_pool.refresh(&state.db.pool).await {
+            rotations(&ctx).await;
+            pools(&ctx).await;
+            memberships(&ctx).await;
+            if let Err(e) = ctx.key_pool.refresh(&ctx.db.pool).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
             }
-            prune(&state).await;
-            tokio::time::sleep(state.config.reconcile_interval).await;
+            prune(&ctx).await;
+            tokio::time::sleep(ctx.interval).await;
         }
     })
 }

@@ -6,9 +6,9 @@
 //! [`release_created`] is the fallback for founding when the journal cannot be read: it deletes
 //! what one founding call knows it created, without touching the database.
 
-use crate::app::AppState;
 use crate::compute::ComputeError;
 use crate::db::{self, DbError, resources::Kind};
+use crate::machines::Machines;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
@@ -22,9 +22,9 @@ pub enum ReleaseError {
     },
 }
 
-pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), ReleaseError> {
-    let resources = db::resources::list_for_cluster(&state.db.pool, cluster_id).await?;
-    let dns_name = db::clusters::get_by_id(&state.db.pool, cluster_id)
+pub async fn release_all(machines: &Machines, cluster_id: i64) -> Result<(), ReleaseError> {
+    let resources = db::resources::list_for_cluster(&machines.db.pool, cluster_id).await?;
+    let dns_name = db::clusters::get_by_id(&machines.db.pool, cluster_id)
         .await?
         .map(|c| c.control_plane_dns_name);
     for resource in resources.iter().rev().filter(|r| r.state != "deleted") {
@@ -37,7 +37,7 @@ pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), Releas
             Kind::Vm => {
                 let id = match known_id {
                     Some(id) => Some(id),
-                    None => state
+                    None => machines
                         .compute
                         .find_vm(&resource.client_token)
                         .await
@@ -45,7 +45,7 @@ pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), Releas
                         .map(|vm| vm.id),
                 };
                 if let Some(id) = id {
-                    state
+                    machines
                         .compute
                         .delete_vm(id)
                         .await
@@ -56,7 +56,7 @@ pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), Releas
             Kind::SecurityGroup => {
                 let id = match known_id {
                     Some(id) => Some(id),
-                    None => state
+                    None => machines
                         .compute
                         .find_security_group(&resource.client_token)
                         .await
@@ -64,7 +64,7 @@ pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), Releas
                         .map(|g| g.id),
                 };
                 if let Some(id) = id {
-                    state
+                    machines
                         .compute
                         .delete_security_group(id)
                         .await
@@ -73,14 +73,15 @@ pub async fn release_all(state: &AppState, cluster_id: i64) -> Result<(), Releas
                 }
             }
             Kind::DnsRecord => {
-                if let (Some(dns), Some(name)) = (&state.dns, &dns_name) {
+                if let (Some(dns), Some(name)) = (&machines.dns, &dns_name) {
                     dns.delete_a(name)
                         .await
                         .map_err(failed(format!("DNS record {name}")))?;
                 }
             }
         }
-        db::resources::set_state(&state.db.pool, resource.id, "deleted", None, db::now()).await?;
+        db::resources::set_state(&machines.db.pool, resource.id, "deleted", None, db::now())
+            .await?;
     }
     Ok(())
 }
@@ -95,9 +96,9 @@ pub struct Created {
 /// Best effort, database-free: deletes `created` (VMs first, then their group). The journal
 /// still lists them; the reconciler marks them deleted once the database answers (deleting what
 /// is gone is a no-op).
-pub async fn release_created(state: &AppState, cluster_id: i64, created: &Created) {
+pub async fn release_created(machines: &Machines, cluster_id: i64, created: &Created) {
     for &vm_id in created.vms.iter().rev() {
-        match state.compute.delete_vm(vm_id).await {
+        match machines.compute.delete_vm(vm_id).await {
             Ok(()) => tracing::info!(cluster_id, vm_id, "deleted VM (from memory)"),
             Err(e) => {
                 tracing::warn!(cluster_id, vm_id, error = %crate::error_chain(&e), "could not delete VM; the reconciler will");
@@ -105,7 +106,7 @@ pub async fn release_created(state: &AppState, cluster_id: i64, created: &Create
         }
     }
     if let Some(group_id) = created.security_group {
-        match state.compute.delete_security_group(group_id).await {
+        match machines.compute.delete_security_group(group_id).await {
             Ok(()) => tracing::info!(cluster_id, group_id, "deleted security group (from memory)"),
             Err(e) => {
                 tracing::warn!(cluster_id, group_id, error = %crate::error_chain(&e), "could not delete security group; the reconciler will");

@@ -116,10 +116,10 @@ pub async fn bundle(
     let deadline = state.config.bootstrap_deadline;
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let envelope = tokio::time::timeout(deadline, async {
-        let vm = match issuance::authenticate(&state, &headers, vm_id).await? {
+        let vm = match issuance::authenticate(&state.db, &headers, vm_id).await? {
             Ok(vm) => vm,
             Err(refusal) => {
-                return Err(issuance::refuse(&state, vm_id, refusal, &source)
+                return Err(issuance::refuse(&state.db, vm_id, refusal, &source)
                     .await
                     .into());
             }
@@ -127,7 +127,7 @@ pub async fn bundle(
         limit_vm(&state, &vm)?;
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let node_key = headers.get(NODE_KEY_HEADER).and_then(|v| v.to_str().ok());
-        Ok::<_, ApiError>(issuance::issue(&state, &vm, nonce, node_key, &source).await?)
+        Ok::<_, ApiError>(issuance::issue(&state.issuer(), &vm, nonce, node_key, &source).await?)
     })
     .await
     .map_err(|_| {
@@ -159,16 +159,16 @@ pub async fn status(
 ) -> Result<StatusCode, ApiError> {
     limit_source(&state, peer.ip())?;
     let source = peer.ip().to_string();
-    let vm = match issuance::authenticate(&state, &headers, vm_id).await? {
+    let vm = match issuance::authenticate(&state.db, &headers, vm_id).await? {
         Ok(vm) => vm,
         Err(refusal) => {
-            return Err(issuance::refuse(&state, vm_id, refusal, &source)
+            return Err(issuance::refuse(&state.db, vm_id, refusal, &source)
                 .await
                 .into());
         }
     };
     limit_vm(&state, &vm)?;
-    issuance::report::record(&state, &vm, &report.as_report()).await?;
+    issuance::report::record(&state.reporter(), &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

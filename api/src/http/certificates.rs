@@ -71,7 +71,7 @@ pub async fn inventory(
     operator: Operator,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<CertificateInventory>, ApiError> {
-    let inventory = certificates::inventory(&state, operator.org_id, id)
+    let inventory = certificates::inventory(&state.certifier(), operator.org_id, id)
         .await
         .map_err(certificates_error)?;
     Ok(Json(CertificateInventory {
@@ -117,7 +117,7 @@ pub async fn renew(
     operator: Operator,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<(StatusCode, Json<RolloutStarted>), ApiError> {
-    let started = crate::renewal::force(&state, operator.org_id, id)
+    let started = crate::renewal::force(&state.renewer(), operator.org_id, id)
         .await
         .map_err(|e| match e {
             RenewalError::NotFound => ApiError::NotFound,
@@ -177,7 +177,7 @@ pub async fn rotate_ca(
             ),
         )
     })?;
-    let started = crate::rotation::start(&state, operator.org_id, id, ca)
+    let started = crate::rotation::start(&state.rotator(), operator.org_id, id, ca)
         .await
         .map_err(|e| match e {
             RotationError::NotFound => ApiError::NotFound,

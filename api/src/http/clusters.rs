@@ -112,7 +112,7 @@ pub async fn create_cluster(
         locate: Some(cluster_location),
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let started = founding::start(&state, operator.org_id, &spec, supplied).await?;
+        let started = founding::start(&state.founder(), operator.org_id, &spec, supplied).await?;
         let id = started.id;
         match started.outcome_within(wait).await {
             Some(founded) => {
@@ -224,7 +224,7 @@ pub async fn get_kubeconfig(
             row.phase
         )));
     }
-    let text = crate::certificates::operator_kubeconfig(&state, row)
+    let text = crate::certificates::operator_kubeconfig(&state.certifier(), row)
         .await
         .map_err(super::certificates::certificates_error)?;
     Ok((
@@ -250,7 +250,7 @@ pub async fn delete_cluster(
             "cluster {id} is still being founded"
         )));
     }
-    let deleted = founding::delete::delete(&state, id, DELETE_WAIT)
+    let deleted = founding::delete::delete(&state.machines(), id, DELETE_WAIT)
         .await
         .map_err(|e| match e {
             founding::delete::DeleteError::Db(db) => ApiError::from(db),

@@ -65,7 +65,8 @@ pub async fn scale(
         locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let scaling = membership::scale(&state, operator.org_id, cluster_id, count).await?;
+        let scaling =
+            membership::scale(&state.membership(), operator.org_id, cluster_id, count).await?;
         let status = if scaling.desired == scaling.voters {
             StatusCode::OK
         } else {
@@ -106,7 +107,8 @@ pub async fn remove_member(
         locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let scaling = membership::remove(&state, operator.org_id, cluster_id, vm_id).await?;
+        let scaling =
+            membership::remove(&state.membership(), operator.org_id, cluster_id, vm_id).await?;
         let view = ScalingView {
             cluster_id,
             desired: scaling.desired,
@@ -143,7 +145,8 @@ pub async fn replace_member(
         locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let scaling = membership::replace(&state, operator.org_id, cluster_id, vm_id).await?;
+        let scaling =
+            membership::replace(&state.membership(), operator.org_id, cluster_id, vm_id).await?;
         let view = ScalingView {
             cluster_id,
             desired: scaling.desired,

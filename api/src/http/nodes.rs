@@ -36,11 +36,11 @@ async fn signed_vm(
         body,
     };
     limit_source(state, peer.ip())?;
-    let vm = match issuance::signed::authenticate(state, &request, vm_id).await? {
+    let vm = match issuance::signed::authenticate(&state.db, &request, vm_id).await? {
         Ok(vm) => vm,
         Err(refusal) => {
             let source = peer.ip().to_string();
-            return Err(issuance::refuse(state, vm_id, refusal, &source)
+            return Err(issuance::refuse(&state.db, vm_id, refusal, &source)
                 .await
                 .into());
         }
@@ -107,7 +107,7 @@ pub async fn bundle(
         let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let source = peer.ip().to_string();
-        Ok::<_, ApiError>(issuance::issue_update(&state, &vm, nonce, &source).await?)
+        Ok::<_, ApiError>(issuance::issue_update(&state.issuer(), &vm, nonce, &source).await?)
     };
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let update =
@@ -145,7 +145,7 @@ pub async fn status(
 ) -> Result<StatusCode, ApiError> {
     let vm = signed_vm(&state, peer, (&method, &uri, &headers, &body), vm_id).await?;
     let report: StatusReport = decode_json(&body)?;
-    issuance::report::record(&state, &vm, &report.as_report()).await?;
+    issuance::report::record(&state.reporter(), &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -191,7 +191,7 @@ pub async fn start_rollout(
     operator: Operator,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<(StatusCode, axum::Json<RolloutStarted>), ApiError> {
-    let started = rollout::start(&state, operator.org_id, id)
+    let started = rollout::start(&state.db, operator.org_id, id)
         .await
         .map_err(|e| match e {
             RolloutError::NotFound => ApiError::NotFound,

@@ -149,7 +149,7 @@ pub async fn create_pool(
         locate: None,
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        accepted(pools::create(&state, operator.org_id, cluster_id, &spec).await?)
+        accepted(pools::create(&state.pools(), operator.org_id, cluster_id, &spec).await?)
     })
     .await
 }
@@ -161,7 +161,7 @@ pub async fn list_pools(
     operator: Operator,
     ApiPath(cluster_id): ApiPath<i64>,
 ) -> Result<Json<Vec<PoolView>>, ApiError> {
-    let pools = pools::list(&state, operator.org_id, cluster_id).await?;
+    let pools = pools::list(&state.pools(), operator.org_id, cluster_id).await?;
     Ok(Json(pools.into_iter().map(view).collect::<Result<_, _>>()?))
 }
 
@@ -172,7 +172,7 @@ pub async fn get_pool(
     operator: Operator,
     ApiPath((cluster_id, pool_id)): ApiPath<(i64, i64)>,
 ) -> Result<Json<PoolView>, ApiError> {
-    let pool = pools::get(&state, operator.org_id, cluster_id, pool_id).await?;
+    let pool = pools::get(&state.pools(), operator.org_id, cluster_id, pool_id).await?;
     Ok(Json(view(pool)?))
 }
 
@@ -190,7 +190,14 @@ pub async fn update_pool(
     ApiJson(request): ApiJson<UpdatePoolRequest>,
 ) -> Result<(StatusCode, Json<PoolView>), ApiError> {
     let change = request.validate().map_err(PoolError::from)?;
-    let pool = pools::update(&state, operator.org_id, cluster_id, pool_id, &change).await?;
+    let pool = pools::update(
+        &state.pools(),
+        operator.org_id,
+        cluster_id,
+        pool_id,
+        &change,
+    )
+    .await?;
     Ok((StatusCode::ACCEPTED, Json(view(pool)?)))
 }
 
@@ -201,6 +208,6 @@ pub async fn delete_pool(
     operator: Operator,
     ApiPath((cluster_id, pool_id)): ApiPath<(i64, i64)>,
 ) -> Result<(StatusCode, Json<PoolView>), ApiError> {
-    let pool = pools::delete(&state, operator.org_id, cluster_id, pool_id).await?;
+    let pool = pools::delete(&state.pools(), operator.org_id, cluster_id, pool_id).await?;
     Ok((StatusCode::ACCEPTED, Json(view(pool)?)))
 }

@@ -26,7 +26,7 @@ impl Application {
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|e| BuildError::Bind(listen.to_owned(), e))?;
-        crate::founding::reconcile::spawn(state.clone());
+        crate::founding::reconcile::spawn(state.reconciler());
         Ok(Self {
             listener,
             state,

@@ -4,7 +4,7 @@
 
 use exk8s_common::contract::IMDS_TOKEN_HEADER;
 
-use crate::app::AppState;
+use crate::db::Db;
 use crate::db::phase::ClusterPhase;
 use crate::db::tokens::{ApiToken, ImdsToken};
 use crate::db::{self, DbError, clusters::ClusterRow, issuances::Audit, nodes::NodeRow};
@@ -113,7 +113,7 @@ pub fn member_of(found: Option<(NodeRow, ClusterRow)>, org_id: i64) -> Result<Vm
 
 /// Checks both bootstrap credentials and the VM's membership.
 pub async fn authenticate(
-    state: &AppState,
+    db: &Db,
     headers: &axum::http::HeaderMap,
     path_vm: i64,
 ) -> Result<Result<Vm, Refusal>, DbError> {
@@ -128,7 +128,7 @@ pub async fn authenticate(
     };
     // Every record in one round trip; judged in the same order as ever.
     let found = db::callers::bootstrap(
-        &state.db.pool,
+        &db.pool,
         &tokens::hash(imds),
         &tokens::hash(bearer),
         path_vm,
@@ -171,12 +171,7 @@ fn bootstrap_principal(found: Option<ApiToken>, org: i64) -> Result<(), Refusal>
 }
 
 /// Writes a refusal's audit row and turns it into its error.
-pub async fn refuse(
-    state: &AppState,
-    path_vm: i64,
-    refusal: Refusal,
-    source: &str,
-) -> IssuanceError {
+pub async fn refuse(db: &Db, path_vm: i64, refusal: Refusal, source: &str) -> IssuanceError {
     tracing::info!(
         vm_id = path_vm,
         reason = refusal.reason,
@@ -190,7 +185,7 @@ pub async fn refuse(
         source_address: Some(source),
         ..Audit::default()
     };
-    if let Err(e) = db::issuances::insert(&state.db.pool, &audit, db::now()).await {
+    if let Err(e) = db::issuances::insert(&db.pool, &audit, db::now()).await {
         return IssuanceError::Db(e);
     }
     IssuanceError::Refused(refusal.class)

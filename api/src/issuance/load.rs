@@ -5,9 +5,10 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use crate::app::AppState;
+use crate::crypto::Keyring;
 use crate::db::{self, clusters::ClusterRow, nodes::NodeRow, phase::EtcdMembership};
 use crate::founding::trust::{self, NodeKeyColumn};
+use crate::issuance::issuers::IssuerCache;
 use crate::pki::{ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, ServiceCidr};
 use crate::render::{ClusterSpec, ControlPlaneNode, Membership, PodCidr, Versions};
 
@@ -73,14 +74,18 @@ pub struct Cluster {
     pub spec: ClusterSpec,
 }
 
-/// Opens `cluster`'s PKI and secrets-encryption key and checks its stored facts.
-pub fn cluster(state: &AppState, cluster: &ClusterRow) -> Result<Cluster, IssuanceError> {
-    let pki = state
-        .issuers
-        .open(&state.keks, cluster)
+/// Opens `cluster`'s PKI (through the cache of opened trust) and secrets-encryption key and
+/// checks its stored facts.
+pub fn cluster(
+    keks: &Keyring,
+    issuers: &IssuerCache,
+    cluster: &ClusterRow,
+) -> Result<Cluster, IssuanceError> {
+    let pki = issuers
+        .open(keks, cluster)
         .map_err(IssuanceError::internal)?;
     let encryption_key =
-        trust::open_encryption_key(&state.keks, cluster).map_err(IssuanceError::internal)?;
+        trust::open_encryption_key(keks, cluster).map_err(IssuanceError::internal)?;
     let network = ClusterNetwork::new(
         ServiceCidr::parse(&cluster.service_cidr).map_err(IssuanceError::internal)?,
         &cluster.cluster_domain,
@@ -108,14 +113,14 @@ pub fn cluster(state: &AppState, cluster: &ClusterRow) -> Result<Cluster, Issuan
 /// The serving certificates a control-plane node was given at founding (`stored`), keys
 /// opened.
 pub fn serving_certs(
-    state: &AppState,
+    keks: &Keyring,
     cluster_id: i64,
     node: &NodeRow,
     stored: Option<db::nodes::ServingRow>,
 ) -> Result<NodeServingCerts, IssuanceError> {
     let row = stored.ok_or_else(|| unusable(node, "serving certificates"))?;
     let open = |column: NodeKeyColumn, cert: &str, sealed: &str| {
-        trust::open_node_cert(&state.keks, cluster_id, node.vm_id, column, cert, sealed)
+        trust::open_node_cert(keks, cluster_id, node.vm_id, column, cert, sealed)
             .map_err(IssuanceError::internal)
     };
     Ok(NodeServingCerts {

@@ -27,14 +27,32 @@ use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
 use exk8s_common::payload::{Freshness, Identity, PayloadBody};
 
-use crate::app::AppState;
-use crate::db::{self, DbError, issuances::Audit};
+use crate::config::ApiConfig;
+use crate::crypto::Keyring;
+use crate::db::{self, Db, DbError, issuances::Audit};
 use crate::pki::{BundleCerts, CertFacts, KeySource, LeafKey};
 use crate::render::Issuance;
 use crate::rollout;
+use exk8s_common::BundleSigner;
 
 pub use auth::{Refusal, Refused, Vm, authenticate, refuse};
 pub use exk8s_common::contract::{IMDS_TOKEN_HEADER as IMDS_HEADER, NONCE_HEADER};
+
+/// What issuing a bundle needs: the rows, the clock leaves are minted at, opened trust and the
+/// KEKs under it, the keys made ahead, the CPU pool, the bundle signer, the metrics, and the
+/// settings that shape a bundle (its lifetime, its artifacts, the request deadline).
+#[derive(Debug, Clone)]
+pub struct Issuer {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    pub config: Arc<ApiConfig>,
+    pub keks: Arc<Keyring>,
+    pub issuers: Arc<issuers::IssuerCache>,
+    pub key_pool: crate::keypool::KeyPool,
+    pub cpu: crate::cpu::CpuPool,
+    pub signer: Arc<BundleSigner>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
 
 /// Why a bundle was not issued.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +119,7 @@ fn parse_node_key(key: Option<&str>) -> Result<Option<NodePublicKey>, IssuanceEr
 /// The bootstrap bundle (the node's first, fetched with the bootstrap token). A node key sent
 /// with it is registered for the node's day-2 requests (the latest bootstrap fetch wins).
 pub async fn issue(
-    state: &AppState,
+    ctx: &Issuer,
     vm: &Vm,
     nonce: Option<&str>,
     node_key: Option<&str>,
@@ -119,7 +137,7 @@ pub async fn issue(
             source_address: Some(source),
             ..Audit::default()
         };
-        db::issuances::insert(&state.db.pool, &audit, db::now()).await?;
+        db::issuances::insert(&ctx.db.pool, &audit, db::now()).await?;
         return Err(IssuanceError::Sealed);
     }
     let request = Request {
@@ -129,7 +147,7 @@ pub async fn issue(
         kind: BundleKind::Bootstrap,
         node_key,
     };
-    sign_bundle(state, &request)
+    sign_bundle(ctx, &request)
         .await?
         .ok_or(IssuanceError::Sealed)
 }
@@ -148,7 +166,7 @@ pub enum Update {
 /// The update bundle for a node that is behind its desired generation, when the rollout lets
 /// it have one now (one control-plane node at a time, the others healthy).
 pub async fn issue_update(
-    state: &AppState,
+    ctx: &Issuer,
     vm: &Vm,
     nonce: Option<&str>,
     source: &str,
@@ -157,7 +175,7 @@ pub async fn issue_update(
     if vm.node.up_to_date() {
         return Ok(Update::Current);
     }
-    let nodes = db::nodes::list(&state.db.pool, vm.cluster.id).await?;
+    let nodes = db::nodes::list(&ctx.db.pool, vm.cluster.id).await?;
     if let Err(hold) = rollout::gate(&vm.node, &nodes) {
         return Ok(Update::Wait(hold));
     }
@@ -168,7 +186,7 @@ pub async fn issue_update(
         kind: BundleKind::Update,
         node_key: None,
     };
-    match sign_bundle(state, &request).await? {
+    match sign_bundle(ctx, &request).await? {
         Some(envelope) => Ok(Update::Bundle(envelope)),
         // Another node took the rollout's one slot between the check and the commit.
         None => Ok(Update::Wait(rollout::Hold::AnotherNodeUpdating)),
@@ -200,14 +218,14 @@ struct Prepared {
 /// generation) and writes its audit row and inventory in one short transaction; signs it as
 /// a last step. `None` when the node may not take one now.
 async fn sign_bundle(
-    state: &AppState,
+    ctx: &Issuer,
     request: &Request<'_>,
 ) -> Result<Option<Vec<u8>>, IssuanceError> {
     let (cluster, node) = (&request.vm.cluster, &request.vm.node);
-    let loaded = subject::load(state, cluster, node, request.kind).await?;
+    let loaded = subject::load(ctx, cluster, node, request.kind).await?;
     let role = loaded.role();
     let now = db::now();
-    let ttl = i64::try_from(state.config.bundle_ttl.as_secs()).unwrap_or(900);
+    let ttl = i64::try_from(ctx.config.bundle_ttl.as_secs()).unwrap_or(900);
     let issuance = Issuance {
         bundle_id: uuid::Uuid::new_v4(),
         issued_at: now,
@@ -220,18 +238,15 @@ async fn sign_bundle(
         kind: request.kind,
         drains: loaded.drains().to_vec(),
     };
-    let minting_at = state.clock.now();
-    let (key_pool, cluster_id, config) = (
-        state.key_pool.clone(),
-        cluster.id,
-        Arc::clone(&state.config),
-    );
+    let minting_at = ctx.clock.now();
+    let (key_pool, cluster_id, config) =
+        (ctx.key_pool.clone(), cluster.id, Arc::clone(&ctx.config));
     // Refused at once when the pool cannot start it in time; stopped before its next key when
     // the request is dropped (client gone, deadline passed). Keys made ahead for the cluster
     // are taken only once the job runs, so a refused request wastes none.
-    let (loaded, prepared) = state
+    let (loaded, prepared) = ctx
         .cpu
-        .admit(state.config.bootstrap_deadline, move |stop| {
+        .admit(ctx.config.bootstrap_deadline, move |stop| {
             let wanted = BundleCerts::keys(loaded.role());
             let ready = key_pool.take(cluster_id, loaded.pki.algorithm, wanted);
             let stopped = || stop.requested();
@@ -253,11 +268,10 @@ async fn sign_bundle(
         minted,
         fresh,
     } = prepared?;
-    state
-        .metrics
+    ctx.metrics
         .count_bundle_keys(BundleCerts::keys(role), fresh);
 
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let taken = match request.kind {
         BundleKind::Bootstrap => db::nodes::take_serial(&mut tx, node.id).await?,
         BundleKind::Update => {
@@ -291,7 +305,7 @@ async fn sign_bundle(
         .map_err(IssuanceError::internal)?;
     let bundle_id = identity.bundle_id.to_string();
     let digest = exk8s_common::names::Sha256Digest::of(&payload).to_hex();
-    let key_id = state.signer.key_id().to_string();
+    let key_id = ctx.signer.key_id().to_string();
     let audit = Audit {
         vm_id: node.vm_id,
         cluster_id: Some(cluster.id),
@@ -331,13 +345,13 @@ async fn sign_bundle(
     .await
     .map_err(IssuanceError::internal)?;
     tx.commit().await?;
-    let signer = Arc::clone(&state.signer);
-    let envelope = state
+    let signer = Arc::clone(&ctx.signer);
+    let envelope = ctx
         .cpu
         .finish(move || signer.sign_to_json(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload))
         .await
         .map_err(IssuanceError::internal)?;
-    state.metrics.bundles_issued.inc();
+    ctx.metrics.bundles_issued.inc();
     tracing::info!(vm_id = node.vm_id, cluster_id = cluster.id, serial, generation = handed.generation, kind = %request.kind, bundle_id = %bundle_id, "bundle issued");
     Ok(Some(envelope))
 }
@@ -347,7 +361,7 @@ async fn sign_bundle(
 fn prepare(
     loaded: &subject::Loaded,
     issuance: &Issuance,
-    config: &crate::app::ApiConfig,
+    config: &ApiConfig,
     minting_at: time::OffsetDateTime,
     ready: Vec<LeafKey>,
     stopped: &dyn Fn() -> bool,

@@ -5,11 +5,21 @@
 
 use exk8s_common::contract::{BootPhase, ComponentHealth, MAX_REPORT_MESSAGE_CHARS, ReportState};
 
-use crate::app::AppState;
+use crate::db::Db;
 use crate::db::{self, phase::NodePhase};
 use crate::field::FieldError;
 
 use super::{IssuanceError, Vm};
+
+/// What recording a report needs: the rows, and what a report moves on — the cluster's CA
+/// rotation, its pools (a drain applied) and its control plane (a join or a rollout ended).
+#[derive(Debug, Clone)]
+pub struct Reporter {
+    pub db: Db,
+    pub rotator: crate::rotation::Rotator,
+    pub pools: crate::pools::Pools,
+    pub membership: crate::membership::Membership,
+}
 
 /// One report, as parsed from the request.
 #[derive(Debug, Clone)]
@@ -46,7 +56,7 @@ fn check_components(components: &[ComponentHealth]) -> Result<(), FieldError> {
 }
 
 /// Checks and records `report` for `vm`.
-pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<(), IssuanceError> {
+pub async fn record(ctx: &Reporter, vm: &Vm, report: &Report<'_>) -> Result<(), IssuanceError> {
     if report.message.chars().count() > MAX_REPORT_MESSAGE_CHARS {
         return Err(FieldError::new(
             "message",
@@ -65,7 +75,7 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
         })
         .transpose()?;
     let now = db::now();
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     db::issuances::insert_report(
         &mut *tx,
         vm.node.id,
@@ -84,17 +94,17 @@ pub async fn record(state: &AppState, vm: &Vm, report: &Report<'_>) -> Result<()
     tx.commit().await?;
     if phase.healthy() {
         // The last node to apply a rotation phase moves the rotation on.
-        if let Err(e) = crate::rotation::advance(state, vm.cluster.id).await {
+        if let Err(e) = crate::rotation::advance(&ctx.rotator, vm.cluster.id).await {
             tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "CA rotation could not move on (the reconciler retries)");
         }
         // A drainer that applied its drain lets the drained workers go.
-        crate::pools::converge::after_report(state, vm.node.id).await;
+        crate::pools::converge::after_report(&ctx.pools, vm.node.id).await;
     }
     // A joined member's report — or a failed join's, or the end of a rollout — moves a
     // control-plane change on.
     let finished = phase.healthy() || report.state == exk8s_common::contract::ReportState::Failed;
     if finished && vm.node.role == exk8s_common::contract::Role::ControlPlane {
-        crate::membership::converge::after_report(state, vm.cluster.id).await;
+        crate::membership::converge::after_report(&ctx.membership, vm.cluster.id).await;
     }
     tracing::info!(vm_id = vm.node.vm_id, phase = %report.phase, state = %report.state, generation, "node reported");
     Ok(())

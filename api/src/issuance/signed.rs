@@ -11,7 +11,7 @@ use exk8s_common::node_auth::{
     MAX_REQUEST_SKEW_SECS, NodePublicKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message,
 };
 
-use crate::app::AppState;
+use crate::db::Db;
 use crate::db::{self, DbError};
 use crate::tokens;
 
@@ -28,7 +28,7 @@ pub struct SignedRequest<'a> {
 
 /// Checks the IMDS token, the signature, its freshness and its nonce, then the VM's membership.
 pub async fn authenticate(
-    state: &AppState,
+    db: &Db,
     request: &SignedRequest<'_>,
     path_vm: i64,
 ) -> Result<Result<Vm, Refusal>, DbError> {
@@ -46,7 +46,7 @@ pub async fn authenticate(
     };
     // The session, the node and its cluster in one read; membership is judged after the
     // signature.
-    let found = db::callers::signed(&state.db.pool, &tokens::hash(imds), path_vm).await?;
+    let found = db::callers::signed(&db.pool, &tokens::hash(imds), path_vm).await?;
     let session = match session_of(found.session) {
         Ok(session) => session,
         Err(refusal) => return Ok(Err(refusal)),
@@ -84,8 +84,7 @@ pub async fn authenticate(
     }
     // Kept until no timestamp that could carry it is accepted any more.
     let expires_at = timestamp + MAX_REQUEST_SKEW_SECS + 1;
-    let fresh =
-        db::nonces::remember(&state.db.pool, node.id, nonce.as_str(), expires_at, now).await?;
+    let fresh = db::nonces::remember(&db.pool, node.id, nonce.as_str(), expires_at, now).await?;
     if !fresh {
         return Ok(Err(unauthorized("request nonce replayed")));
     }

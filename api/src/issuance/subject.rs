@@ -11,7 +11,7 @@ use exk8s_common::names::NodeName;
 use exk8s_common::payload::BundlePayload;
 use serde::Deserialize;
 
-use crate::app::AppState;
+use super::Issuer;
 use crate::certificates::{self, Issued};
 use crate::db::{self, clusters::ClusterRow, nodes::NodeRow};
 use crate::labels::{NodeLabel, Taint};
@@ -59,9 +59,9 @@ fn unusable(node: &NodeRow, what: &'static str) -> IssuanceError {
 }
 
 /// A worker's record and its pool's registration.
-async fn worker(state: &AppState, node: &NodeRow) -> Result<WorkerNode, IssuanceError> {
+async fn worker(ctx: &Issuer, node: &NodeRow) -> Result<WorkerNode, IssuanceError> {
     let pool_id = node.pool_id.ok_or_else(|| unusable(node, "pool"))?;
-    let pool = db::pools::get(&state.db.pool, pool_id)
+    let pool = db::pools::get(&ctx.db.pool, pool_id)
         .await?
         .ok_or_else(|| unusable(node, "pool"))?;
     let labels: BTreeMap<String, String> =
@@ -87,12 +87,12 @@ async fn worker(state: &AppState, node: &NodeRow) -> Result<WorkerNode, Issuance
 /// Loads what `node`'s bundle of `kind` is made from (the workers to drain only for an
 /// update: a bootstrap bundle carries none).
 pub(super) async fn load(
-    state: &AppState,
+    ctx: &Issuer,
     cluster: &ClusterRow,
     node: &NodeRow,
     kind: BundleKind,
 ) -> Result<Loaded, IssuanceError> {
-    let load::Cluster { pki, spec } = load::cluster(state, cluster)?;
+    let load::Cluster { pki, spec } = load::cluster(&ctx.keks, &ctx.issuers, cluster)?;
     // During a CA rotation trust files carry the CA trusted beside the signing one. A
     // control-plane node reads the rotation with its peers and serving certificates, in one
     // statement.
@@ -102,7 +102,7 @@ pub(super) async fn load(
                 nodes: rows,
                 serving,
                 rotation,
-            } = db::nodes::control_plane_view(&state.db.pool, cluster.id, node.id).await?;
+            } = db::nodes::control_plane_view(&ctx.db.pool, cluster.id, node.id).await?;
             let subject = Subject::ControlPlane {
                 this: load::control_plane_node(node, &rows)?,
                 peers: rows
@@ -110,9 +110,9 @@ pub(super) async fn load(
                     .filter(|p| p.role == Role::ControlPlane)
                     .map(|p| load::control_plane_node(p, &rows))
                     .collect::<Result<Vec<_>, _>>()?,
-                serving: load::serving_certs(state, cluster.id, node, serving)?,
+                serving: load::serving_certs(&ctx.keks, cluster.id, node, serving)?,
                 drains: match kind {
-                    BundleKind::Update => db::removals::drained_by(&state.db.pool, node.id)
+                    BundleKind::Update => db::removals::drained_by(&ctx.db.pool, node.id)
                         .await?
                         .iter()
                         .map(|name| NodeName::new(name.as_str()))
@@ -124,8 +124,8 @@ pub(super) async fn load(
             (rotation, subject)
         }
         Role::Worker => (
-            db::rotations::get(&state.db.pool, cluster.id).await?,
-            Subject::Worker(worker(state, node).await?),
+            db::rotations::get(&ctx.db.pool, cluster.id).await?,
+            Subject::Worker(worker(ctx, node).await?),
         ),
     };
     let trusted = Trusted::of(&pki, rotation.as_ref());

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::app::AppState;
+use super::Membership;
 use crate::compute::CreateVm;
 use crate::db::leases::Leased;
 use crate::db::{
@@ -49,19 +49,19 @@ pub enum Outcome {
     Gone,
 }
 
-pub fn spawn(state: AppState, cluster_id: i64) {
+pub fn spawn(ctx: Membership, cluster_id: i64) {
     tokio::spawn(async move {
-        if let Err(e) = converge(&state, cluster_id).await {
+        if let Err(e) = converge(&ctx, cluster_id).await {
             tracing::warn!(cluster_id, error = %crate::error_chain(&e), "control-plane change stopped");
         }
     });
 }
 
 /// After a control-plane node reported: a change in progress may move on.
-pub async fn after_report(state: &AppState, cluster_id: i64) {
+pub async fn after_report(ctx: &Membership, cluster_id: i64) {
     let changing = async {
-        let asked = db::membership::desired(&state.db.pool, cluster_id).await?;
-        let moving = db::nodes::list(&state.db.pool, cluster_id)
+        let asked = db::membership::desired(&ctx.db.pool, cluster_id).await?;
+        let moving = db::nodes::list(&ctx.db.pool, cluster_id)
             .await?
             .iter()
             .any(|n| {
@@ -73,15 +73,15 @@ pub async fn after_report(state: &AppState, cluster_id: i64) {
         Ok::<bool, DbError>(asked.is_some() || moving)
     };
     if changing.await.unwrap_or(true) {
-        spawn(state.clone(), cluster_id);
+        spawn(ctx.clone(), cluster_id);
     }
 }
 
-pub async fn converge(state: &AppState, cluster_id: i64) -> Result<Outcome, ConvergeError> {
-    let Some(lease) = lease::claim(&state.db, Leased::Membership(cluster_id)).await? else {
+pub async fn converge(ctx: &Membership, cluster_id: i64) -> Result<Outcome, ConvergeError> {
+    let Some(lease) = lease::claim(&ctx.db, Leased::Membership(cluster_id)).await? else {
         return Ok(Outcome::Busy);
     };
-    let result = run(state, cluster_id, &lease).await;
+    let result = run(ctx, cluster_id, &lease).await;
     if matches!(result, Err(ConvergeError::Lease(_))) {
         // Another process moves the change on now; its lease is not ours to release.
         return result;
@@ -92,26 +92,26 @@ pub async fn converge(state: &AppState, cluster_id: i64) -> Result<Outcome, Conv
 }
 
 async fn run(
-    state: &AppState,
+    ctx: &Membership,
     cluster_id: i64,
     lease: &lease::Held,
 ) -> Result<Outcome, ConvergeError> {
     loop {
         lease.ensure()?;
-        let Some(cluster) = db::clusters::get_by_id(&state.db.pool, cluster_id)
+        let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id)
             .await?
             .filter(|c| c.phase == ClusterPhase::Founded)
         else {
             return Ok(Outcome::Gone);
         };
-        let control_plane: Vec<NodeRow> = db::nodes::list(&state.db.pool, cluster_id)
+        let control_plane: Vec<NodeRow> = db::nodes::list(&ctx.db.pool, cluster_id)
             .await?
             .into_iter()
             .filter(|n| n.role == Role::ControlPlane)
             .collect();
 
         let recorded: HashSet<i64> = control_plane.iter().map(|n| n.ordinal).collect();
-        let journal = db::resources::list_for_cluster(&state.db.pool, cluster_id).await?;
+        let journal = db::resources::list_for_cluster(&ctx.db.pool, cluster_id).await?;
         let orphans: Vec<_> = journal
             .iter()
             .filter(|r| {
@@ -124,7 +124,7 @@ async fn run(
         if !orphans.is_empty() {
             for resource in orphans {
                 tracing::info!(cluster_id, token = %resource.client_token, "releasing a control-plane VM whose join never started");
-                machines::release(state, resource).await?;
+                machines::release(&ctx.machines, resource).await?;
             }
             continue;
         }
@@ -147,14 +147,14 @@ async fn run(
                 if remover.is_none_or(|r| r.phase.failed()) {
                     if let Some(other) = super::remover(&control_plane, leaving) {
                         if remover.is_none_or(|r| r.id != other.id) {
-                            start_leaving(state, &cluster, &control_plane, leaving).await?;
+                            start_leaving(ctx, &cluster, &control_plane, leaving).await?;
                             continue;
                         }
                     }
                 }
                 return Ok(Outcome::Waiting);
             }
-            left(state, &cluster, leaving, &journal).await?;
+            left(ctx, &cluster, leaving, &journal).await?;
             continue;
         }
         if let Some(joining) = control_plane
@@ -162,7 +162,7 @@ async fn run(
             .find(|n| n.etcd_membership == Some(EtcdMembership::Joining))
         {
             if joining.phase.healthy() {
-                promoted(state, &cluster, joining).await?;
+                promoted(ctx, &cluster, joining).await?;
                 continue;
             }
             let failed = matches!(
@@ -173,8 +173,8 @@ async fn run(
                 }
             );
             let timeout =
-                i64::try_from(state.config.member_join_timeout.as_secs()).unwrap_or(i64::MAX);
-            let late = state.clock.unix() >= joining_since(joining) + timeout;
+                i64::try_from(ctx.config.member_join_timeout.as_secs()).unwrap_or(i64::MAX);
+            let late = ctx.clock.unix() >= joining_since(joining) + timeout;
             if failed || late {
                 let why = if failed {
                     format!("its agent reported {}", joining.phase)
@@ -186,12 +186,12 @@ async fn run(
                     "the join of {} was abandoned ({why}); the control plane stays at {voters}",
                     joining.node_name
                 );
-                withdraw(state, &cluster, &control_plane, joining, &journal, &reason).await?;
+                withdraw(ctx, &cluster, &control_plane, joining, &journal, &reason).await?;
                 return Err(ConvergeError::Failed(reason));
             }
             return Ok(Outcome::Waiting);
         }
-        let desired = db::membership::desired(&state.db.pool, cluster_id).await?;
+        let desired = db::membership::desired(&ctx.db.pool, cluster_id).await?;
         let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
         if let Some(old) = control_plane.iter().find(|n| n.replace_since.is_some()) {
             // Replacing: the others healthy and current, then a surge, or the old one first.
@@ -202,11 +202,11 @@ async fn run(
                 return Ok(Outcome::Waiting);
             }
             if voters > desired.unwrap_or(voters) || !old.phase.healthy() {
-                start_leaving(state, &cluster, &control_plane, old).await?;
+                start_leaving(ctx, &cluster, &control_plane, old).await?;
             } else if old.in_flight() || !old.up_to_date() {
                 return Ok(Outcome::Waiting);
             } else {
-                add_member(state, &cluster).await?;
+                add_member(ctx, &cluster).await?;
             }
             continue;
         }
@@ -221,13 +221,13 @@ async fn run(
             return Ok(Outcome::Converged);
         };
         if voters < desired {
-            add_member(state, &cluster).await?;
+            add_member(ctx, &cluster).await?;
             continue;
         }
         if voters > desired {
             // The newest member leaves.
             if let Some(leaving) = control_plane.iter().max_by_key(|n| n.ordinal) {
-                start_leaving(state, &cluster, &control_plane, leaving).await?;
+                start_leaving(ctx, &cluster, &control_plane, leaving).await?;
             }
             continue;
         }
@@ -242,11 +242,11 @@ fn joining_since(node: &NodeRow) -> i64 {
 
 /// A joined member votes: every node follows, and the shared name lists it.
 async fn promoted(
-    state: &AppState,
+    ctx: &Membership,
     cluster: &ClusterRow,
     node: &NodeRow,
 ) -> Result<(), ConvergeError> {
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     db::membership::set(&mut *tx, node.id, EtcdMembership::Voter).await?;
     db::nodes::bump_generations(&mut tx, cluster.id).await?;
     tx.commit().await?;
@@ -255,12 +255,12 @@ async fn promoted(
         vm_id = node.vm_id,
         "control-plane member joined"
     );
-    update_dns(state, cluster).await
+    update_dns(ctx, cluster).await
 }
 
 /// `leaving` leaves: the oldest healthy other voter gets a generation whose bundle removes it.
 async fn start_leaving(
-    state: &AppState,
+    ctx: &Membership,
     cluster: &ClusterRow,
     control_plane: &[NodeRow],
     leaving: &NodeRow,
@@ -271,7 +271,7 @@ async fn start_leaving(
             leaving.node_name
         )));
     };
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
     db::membership::start_leaving(&mut tx, leaving.id, remover.id, generation).await?;
     tx.commit().await?;
@@ -286,13 +286,13 @@ async fn start_leaving(
 
 /// A member etcd no longer lists: its VM goes, then its row, and every member follows.
 async fn left(
-    state: &AppState,
+    ctx: &Membership,
     cluster: &ClusterRow,
     node: &NodeRow,
     journal: &[db::resources::Resource],
 ) -> Result<(), ConvergeError> {
-    release_vm(state, node, journal).await?;
-    let mut tx = state.db.begin().await?;
+    release_vm(ctx, node, journal).await?;
+    let mut tx = ctx.db.begin().await?;
     db::removals::delete(&mut *tx, node.id).await?;
     db::membership::hand_over_initial(&mut tx, cluster.id).await?;
     db::nodes::bump_generations(&mut tx, cluster.id).await?;
@@ -302,11 +302,11 @@ async fn left(
         vm_id = node.vm_id,
         "control-plane member removed"
     );
-    update_dns(state, cluster).await
+    update_dns(ctx, cluster).await
 }
 
 async fn release_vm(
-    state: &AppState,
+    ctx: &Membership,
     node: &NodeRow,
     journal: &[db::resources::Resource],
 ) -> Result<(), ConvergeError> {
@@ -314,8 +314,9 @@ async fn release_vm(
         .iter()
         .find(|r| r.ordinal == Some(node.ordinal) && r.pool_id.is_none())
     {
-        Some(resource) => machines::release(state, resource).await?,
-        None => state
+        Some(resource) => machines::release(&ctx.machines, resource).await?,
+        None => ctx
+            .machines
             .compute
             .delete_vm(node.vm_id)
             .await
@@ -328,11 +329,11 @@ async fn release_vm(
 }
 
 /// The shared name lists the control plane's members.
-async fn update_dns(state: &AppState, cluster: &ClusterRow) -> Result<(), ConvergeError> {
-    let (Some(dns), true) = (&state.dns, cluster.dns_configured) else {
+async fn update_dns(ctx: &Membership, cluster: &ClusterRow) -> Result<(), ConvergeError> {
+    let (Some(dns), true) = (&ctx.machines.dns, cluster.dns_configured) else {
         return Ok(());
     };
-    let nodes = db::nodes::list(&state.db.pool, cluster.id).await?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster.id).await?;
     let ips: Vec<String> = nodes
         .iter()
         .filter(|n| n.role == Role::ControlPlane)
@@ -353,14 +354,14 @@ async fn update_dns(state: &AppState, cluster: &ClusterRow) -> Result<(), Conver
 /// before withdrawing it), and only then does its VM go. With no healthy voter to do that the
 /// VM goes at once.
 async fn withdraw(
-    state: &AppState,
+    ctx: &Membership,
     cluster: &ClusterRow,
     control_plane: &[NodeRow],
     node: &NodeRow,
     journal: &[db::resources::Resource],
     reason: &str,
 ) -> Result<(), ConvergeError> {
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     db::membership::abandon(&mut tx, cluster.id, reason).await?;
     match super::remover(control_plane, node) {
         Some(remover) => {
@@ -370,8 +371,8 @@ async fn withdraw(
         }
         None => {
             tx.commit().await?;
-            release_vm(state, node, journal).await?;
-            db::removals::delete(&state.db.pool, node.id).await?;
+            release_vm(ctx, node, journal).await?;
+            db::removals::delete(&ctx.db.pool, node.id).await?;
         }
     }
     tracing::warn!(
@@ -383,18 +384,16 @@ async fn withdraw(
 }
 
 /// One new member: VM, address, serving certificates, and its node row, `joining`.
-async fn add_member(state: &AppState, cluster: &ClusterRow) -> Result<(), ConvergeError> {
+async fn add_member(ctx: &Membership, cluster: &ClusterRow) -> Result<(), ConvergeError> {
     let spec: ClusterSpecRequest = serde_json::from_str(&cluster.spec_json)
         .map_err(|e| ConvergeError::Failed(format!("the cluster's stored spec: {e}")))?;
-    let ordinal = db::clusters::next_ordinal(&state.db.pool, cluster.id).await?;
+    let ordinal = db::clusters::next_ordinal(&ctx.db.pool, cluster.id).await?;
     let mut groups = spec.security_group_ids.clone();
     groups.extend(cluster.security_group_id);
-    let userdata = crate::render::render_userdata(
-        &state.config.public_url,
-        &state.config.imds_url,
-        state.config.agent_insecure_http,
-    )
-    .map_err(|e| ConvergeError::Failed(format!("userdata: {e}")))?;
+    let userdata = ctx
+        .machines
+        .userdata()
+        .map_err(|e| ConvergeError::Failed(format!("userdata: {e}")))?;
     let machine = NewMachine {
         cluster_id: cluster.id,
         ordinal,
@@ -422,15 +421,15 @@ async fn add_member(state: &AppState, cluster: &ClusterRow) -> Result<(), Conver
         },
     };
     let made = async {
-        let vm = machines::create(state, machine).await?;
-        let vm = machines::wait_for_address(state, vm.id).await?;
-        record_member(state, cluster, ordinal, &vm).await
+        let vm = machines::create(&ctx.machines, machine).await?;
+        let vm = machines::wait_for_address(&ctx.machines, vm.id).await?;
+        record_member(ctx, cluster, ordinal, &vm).await
     }
     .await;
     if let Err(e) = made {
         let token = machines::client_token(cluster.id, ordinal);
-        if let Ok(Some(resource)) = db::resources::find_by_token(&state.db.pool, &token).await {
-            if let Err(release) = machines::release(state, &resource).await {
+        if let Ok(Some(resource)) = db::resources::find_by_token(&ctx.db.pool, &token).await {
+            if let Err(release) = machines::release(&ctx.machines, &resource).await {
                 tracing::warn!(cluster_id = cluster.id, error = %crate::error_chain(&release), "could not release a control-plane VM (the next pass does)");
             }
         }
@@ -440,7 +439,7 @@ async fn add_member(state: &AppState, cluster: &ClusterRow) -> Result<(), Conver
 }
 
 async fn record_member(
-    state: &AppState,
+    ctx: &Membership,
     cluster: &ClusterRow,
     ordinal: i64,
     vm: &crate::compute::Vm,
@@ -448,19 +447,19 @@ async fn record_member(
     let name = trust::node_name(cluster.id, trust::CONTROL_PLANE_GROUP, vm.id)
         .map_err(|e| ConvergeError::Failed(format!("node name: {e}")))?;
     let addresses = machines::addresses(vm, name)?;
-    let opened = crate::issuance::load::cluster(state, cluster)
+    let opened = crate::issuance::load::cluster(&ctx.keks, &ctx.issuers, cluster)
         .map_err(|e| ConvergeError::Failed(format!("opening the cluster's PKI: {e}")))?;
     let (pki, network) = (Arc::clone(&opened.pki), opened.spec.network.clone());
-    let now = state.clock.now();
+    let now = ctx.clock.now();
     let for_certs = addresses.clone();
-    let serving = state
+    let serving = ctx
         .cpu
         .run(move || NodeServingCerts::generate(&pki, &for_certs, &network, now))
         .await
         .map_err(|e| ConvergeError::Failed(format!("minting serving certificates: {e}")))?
         .map_err(|e| ConvergeError::Failed(format!("minting serving certificates: {e}")))?;
     let seal = |column, cert| {
-        trust::seal_node_key(&state.keks, cluster.id, vm.id, column, cert)
+        trust::seal_node_key(&ctx.keks, cluster.id, vm.id, column, cert)
             .map_err(|e| ConvergeError::Failed(format!("sealing: {e}")))
     };
     let etcd_server = seal(trust::NodeKeyColumn::EtcdServer, &serving.etcd_server)?;
@@ -471,7 +470,7 @@ async fn record_member(
         addresses.private_ipv6.map(|a| a.to_string()),
         addresses.public_ipv4.map(|a| a.to_string()),
     );
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let node_id = db::nodes::insert(
         &mut tx,
         &db::nodes::NewNode {
@@ -487,7 +486,7 @@ async fn record_member(
             pool_id: None,
             etcd_membership: Some(EtcdMembership::Joining),
         },
-        state.clock.unix(),
+        ctx.clock.unix(),
     )
     .await?;
     db::nodes::insert_etcd_member(
@@ -505,9 +504,6 @@ async fn record_member(
         vm_id = vm.id,
         "control-plane member joining"
     );
-    state
-        .key_pool
-        .refresh_cluster(&state.db.pool, cluster.id)
-        .await;
+    ctx.key_pool.refresh_cluster(&ctx.db.pool, cluster.id).await;
     Ok(())
 }

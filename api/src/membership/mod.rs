@@ -20,13 +20,31 @@ pub use replace::replace;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::app::AppState;
-use crate::db::{self, DbError, phase::ClusterPhase, phase::EtcdMembership};
+use std::sync::Arc;
+
+use crate::config::ApiConfig;
+use crate::db::{self, Db, DbError, phase::ClusterPhase, phase::EtcdMembership};
 use crate::field::FieldError;
 use exk8s_common::contract::Role;
 
 /// The sizes a control plane may have: an odd number of etcd members.
 pub const COUNTS: [i64; 4] = [1, 3, 5, 7];
+
+/// What changing a control plane needs: the rows, the clock joins are timed by, the settings
+/// (quotas, the join deadline), opened trust, the KEKs and the CPU pool (a new member's serving
+/// certificates), the key pool (told of the cluster's new size), and the machines with their
+/// DNS name.
+#[derive(Debug, Clone)]
+pub struct Membership {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    pub config: Arc<ApiConfig>,
+    pub keks: Arc<crate::crypto::Keyring>,
+    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub cpu: crate::cpu::CpuPool,
+    pub key_pool: crate::keypool::KeyPool,
+    pub machines: crate::machines::Machines,
+}
 
 /// `PATCH /clusters/{id}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -44,7 +62,7 @@ pub enum MembershipError {
     Invalid(#[from] FieldError),
     #[error("not found")]
     NotFound,
-    /// The cluster's state does not allow the change now (409).
+    /// The cluster's ctx does not allow the change now (409).
     #[error("{0}")]
     Conflict(String),
     #[error(transparent)]
@@ -131,12 +149,12 @@ fn no_change_in_progress(control_plane: &[&db::nodes::NodeRow]) -> Result<(), Me
 /// Records the size asked for and starts the change; refused unless the cluster is founded,
 /// healthy, up to date and not changing already.
 pub async fn scale(
-    state: &AppState,
+    ctx: &Membership,
     org_id: i64,
     cluster_id: i64,
     count: i64,
 ) -> Result<Scaling, MembershipError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(MembershipError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
@@ -145,7 +163,7 @@ pub async fn scale(
             cluster.phase
         )));
     }
-    if db::rotations::get(&state.db.pool, cluster_id)
+    if db::rotations::get(&ctx.db.pool, cluster_id)
         .await?
         .is_some()
     {
@@ -153,14 +171,14 @@ pub async fn scale(
             "a CA rotation is in progress; change the control plane after it".into(),
         ));
     }
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     let control_plane: Vec<_> = nodes
         .iter()
         .filter(|n| n.role == Role::ControlPlane)
         .collect();
     no_change_in_progress(&control_plane)?;
     let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
-    if let Some(asked) = db::membership::desired(&state.db.pool, cluster_id).await? {
+    if let Some(asked) = db::membership::desired(&ctx.db.pool, cluster_id).await? {
         if asked != voters && asked != count {
             return Err(MembershipError::Conflict(format!(
                 "a change to {asked} members is in progress ({voters} now)"
@@ -183,8 +201,8 @@ pub async fn scale(
         vms: count - voters,
         ..crate::quotas::Ask::default()
     };
-    crate::quotas::admit(&state.db, state.config.quotas, org_id, ask).await?;
-    db::membership::set_desired(&state.db.pool, cluster_id, count).await?;
+    crate::quotas::admit(&ctx.db, ctx.config.quotas, org_id, ask).await?;
+    db::membership::set_desired(&ctx.db.pool, cluster_id, count).await?;
     if count != voters {
         tracing::info!(
             cluster_id,
@@ -192,7 +210,7 @@ pub async fn scale(
             to = count,
             "control plane changing size"
         );
-        converge::spawn(state.clone(), cluster_id);
+        converge::spawn(ctx.clone(), cluster_id);
     }
     Ok(Scaling {
         desired: count,
@@ -205,12 +223,12 @@ pub async fn scale(
 /// is the only member, when the change could not reach a majority of the members now, or when
 /// the members left would not have a majority of their own healthy.
 pub async fn remove(
-    state: &AppState,
+    ctx: &Membership,
     org_id: i64,
     cluster_id: i64,
     vm_id: i64,
 ) -> Result<Scaling, MembershipError> {
-    let nodes = member_of(state, org_id, cluster_id, vm_id).await?;
+    let nodes = member_of(ctx, org_id, cluster_id, vm_id).await?;
     let target = target_of(&nodes, vm_id)?;
     let control_plane: Vec<_> = nodes
         .iter()
@@ -228,7 +246,7 @@ pub async fn remove(
             "no other healthy member to remove it".into(),
         ));
     };
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let generation = db::removals::bump_generation(&mut tx, remover.id).await?;
     db::membership::start_leaving(&mut tx, target.id, remover.id, generation).await?;
     db::membership::forget_desired(&mut *tx, cluster_id).await?;
@@ -239,7 +257,7 @@ pub async fn remove(
         remover = remover.vm_id,
         "control-plane member removal started"
     );
-    converge::spawn(state.clone(), cluster_id);
+    converge::spawn(ctx.clone(), cluster_id);
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     Ok(Scaling {
         desired: count(voters - 1),
@@ -250,12 +268,12 @@ pub async fn remove(
 /// The nodes of `cluster_id` — founded, with no CA rotation and no membership change in
 /// progress — for a change to the member `vm_id`.
 async fn member_of(
-    state: &AppState,
+    ctx: &Membership,
     org_id: i64,
     cluster_id: i64,
     vm_id: i64,
 ) -> Result<Vec<db::nodes::NodeRow>, MembershipError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(MembershipError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
@@ -264,9 +282,9 @@ async fn member_of(
             cluster.phase
         )));
     }
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     target_of(&nodes, vm_id)?;
-    if db::rotations::get(&state.db.pool, cluster_id)
+    if db::rotations::get(&ctx.db.pool, cluster_id)
         .await?
         .is_some()
     {

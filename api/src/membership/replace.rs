@@ -9,8 +9,8 @@
 //!   removed by the oldest healthy voter — etcd refuses to add even a learner while a voter is
 //!   unreachable — and its replacement joins after.
 
+use super::Membership;
 use super::{MembershipError, Scaling, majority_without, member_of, remover, target_of};
-use crate::app::AppState;
 use crate::db;
 use exk8s_common::contract::Role;
 
@@ -18,19 +18,19 @@ use exk8s_common::contract::Role;
 /// progress, when the cluster is not founded or rotating its CAs, and — for a member that is
 /// down — when the members left would not have a healthy majority.
 pub async fn replace(
-    state: &AppState,
+    ctx: &Membership,
     org_id: i64,
     cluster_id: i64,
     vm_id: i64,
 ) -> Result<Scaling, MembershipError> {
-    let nodes = member_of(state, org_id, cluster_id, vm_id).await?;
+    let nodes = member_of(ctx, org_id, cluster_id, vm_id).await?;
     let target = target_of(&nodes, vm_id)?;
     let control_plane: Vec<_> = nodes
         .iter()
         .filter(|n| n.role == Role::ControlPlane)
         .collect();
     let voters = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
-    if let Some(asked) = db::membership::desired(&state.db.pool, cluster_id).await? {
+    if let Some(asked) = db::membership::desired(&ctx.db.pool, cluster_id).await? {
         if asked != voters {
             return Err(MembershipError::Conflict(format!(
                 "a change to {asked} members is in progress ({voters} now)"
@@ -67,9 +67,9 @@ pub async fn replace(
             ));
         }
     }
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     db::membership::set_desired(&mut *tx, cluster_id, voters).await?;
-    db::membership::mark_replaced(&mut *tx, target.id, state.clock.unix()).await?;
+    db::membership::mark_replaced(&mut *tx, target.id, ctx.clock.unix()).await?;
     tx.commit().await?;
     tracing::info!(
         cluster_id,
@@ -77,7 +77,7 @@ pub async fn replace(
         healthy = target.phase.healthy(),
         "control-plane member replacement started"
     );
-    super::converge::spawn(state.clone(), cluster_id);
+    super::converge::spawn(ctx.clone(), cluster_id);
     Ok(Scaling {
         desired: voters,
         voters,

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use tokio::task::JoinSet;
 
-use crate::app::AppState;
+use super::Pools;
 use crate::compute::CreateVm;
 use crate::db::leases::Leased;
 use crate::db::{
@@ -62,18 +62,18 @@ pub enum Outcome {
 }
 
 /// Converges the pool in the background; failures are logged and recorded on the pool.
-pub fn spawn(state: AppState, pool_id: i64) {
+pub fn spawn(ctx: Pools, pool_id: i64) {
     tokio::spawn(async move {
-        if let Err(e) = converge(&state, pool_id).await {
+        if let Err(e) = converge(&ctx, pool_id).await {
             tracing::warn!(pool_id, error = %crate::error_chain(&e), "node pool did not converge (the reconciler retries)");
         }
     });
 }
 
 /// After a control-plane node reported healthy: the pools whose workers it drains move on.
-pub async fn after_report(state: &AppState, node_id: i64) {
-    match db::removals::pools_drained_by(&state.db.pool, node_id).await {
-        Ok(pools) => pools.into_iter().for_each(|id| spawn(state.clone(), id)),
+pub async fn after_report(ctx: &Pools, node_id: i64) {
+    match db::removals::pools_drained_by(&ctx.db.pool, node_id).await {
+        Ok(pools) => pools.into_iter().for_each(|id| spawn(ctx.clone(), id)),
         Err(e) => {
             tracing::warn!(node_id, error = %crate::error_chain(&e), "cannot look up the drains of a node (the reconciler moves them on)");
         }
@@ -81,12 +81,12 @@ pub async fn after_report(state: &AppState, node_id: i64) {
 }
 
 /// Converges the pool now, unless another convergence holds it.
-pub async fn converge(state: &AppState, pool_id: i64) -> Result<Outcome, ConvergeError> {
+pub async fn converge(ctx: &Pools, pool_id: i64) -> Result<Outcome, ConvergeError> {
     loop {
-        let Some(lease) = lease::claim(&state.db, Leased::Pool(pool_id)).await? else {
+        let Some(lease) = lease::claim(&ctx.db, Leased::Pool(pool_id)).await? else {
             return Ok(Outcome::Busy);
         };
-        let result = run(state, pool_id, &lease).await;
+        let result = run(ctx, pool_id, &lease).await;
         if matches!(result, Err(ConvergeError::Lease(_))) {
             // Another process converges the pool now; its lease is not ours to release.
             return result;
@@ -95,7 +95,7 @@ pub async fn converge(state: &AppState, pool_id: i64) -> Result<Outcome, Converg
         lease.release(error.as_deref()).await?;
         // A change made while the lease was held, whose own convergence found it busy.
         if result.as_ref().is_ok_and(|o| *o == Outcome::Converged)
-            && db::pools::needs_work(&state.db.pool, pool_id).await?
+            && db::pools::needs_work(&ctx.db.pool, pool_id).await?
         {
             continue;
         }
@@ -111,17 +111,15 @@ struct Placement {
 }
 
 impl Placement {
-    fn of(state: &AppState, cluster: &ClusterRow) -> Result<Self, ConvergeError> {
+    fn of(ctx: &Pools, cluster: &ClusterRow) -> Result<Self, ConvergeError> {
         let spec: ClusterSpecRequest = serde_json::from_str(&cluster.spec_json)
             .map_err(|e| ConvergeError::Corrupt(format!("cluster {} spec: {e}", cluster.id)))?;
         let mut security_groups = spec.security_group_ids.clone();
         security_groups.extend(cluster.security_group_id);
-        let userdata = crate::render::render_userdata(
-            &state.config.public_url,
-            &state.config.imds_url,
-            state.config.agent_insecure_http,
-        )
-        .map_err(|e| ConvergeError::Corrupt(format!("userdata: {e}")))?;
+        let userdata = ctx
+            .machines
+            .userdata()
+            .map_err(|e| ConvergeError::Corrupt(format!("userdata: {e}")))?;
         Ok(Self {
             spec,
             security_groups,
@@ -130,23 +128,19 @@ impl Placement {
     }
 }
 
-async fn run(
-    state: &AppState,
-    pool_id: i64,
-    lease: &lease::Held,
-) -> Result<Outcome, ConvergeError> {
+async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, ConvergeError> {
     loop {
         lease.ensure()?;
-        let Some(pool) = db::pools::get(&state.db.pool, pool_id).await? else {
+        let Some(pool) = db::pools::get(&ctx.db.pool, pool_id).await? else {
             return Ok(Outcome::Gone);
         };
-        let cluster = db::clusters::get_by_id(&state.db.pool, pool.cluster_id).await?;
+        let cluster = db::clusters::get_by_id(&ctx.db.pool, pool.cluster_id).await?;
         // A cluster being deleted releases every machine it journaled, its pools' included.
         let Some(cluster) = cluster.filter(|c| c.phase == ClusterPhase::Founded) else {
             return Ok(Outcome::Gone);
         };
-        let nodes = db::removals::pool_nodes(&state.db.pool, pool_id).await?;
-        let journal = db::resources::live_for_pool(&state.db.pool, pool_id).await?;
+        let nodes = db::removals::pool_nodes(&ctx.db.pool, pool_id).await?;
+        let journal = db::resources::live_for_pool(&ctx.db.pool, pool_id).await?;
 
         let recorded: HashSet<i64> = nodes.iter().map(|n| n.ordinal).collect();
         let orphans: Vec<&Resource> = journal
@@ -156,7 +150,7 @@ async fn run(
         if !orphans.is_empty() {
             for resource in orphans {
                 tracing::info!(pool_id, token = %resource.client_token, "releasing a worker VM whose creation did not finish");
-                machines::release(state, resource).await?;
+                machines::release(&ctx.machines, resource).await?;
             }
             continue;
         }
@@ -164,7 +158,7 @@ async fn run(
         let mut waiting = false;
         let mut removed = false;
         for node in nodes.iter().filter(|n| n.removal.is_some()) {
-            if remove(state, &cluster, node, &journal).await? {
+            if remove(ctx, &cluster, node, &journal).await? {
                 removed = true;
             } else {
                 waiting = true;
@@ -177,12 +171,12 @@ async fn run(
         let active: Vec<&NodeRow> = nodes.iter().filter(|n| n.removal.is_none()).collect();
         let desired = usize::try_from(pool.desired_count).unwrap_or(0);
         if active.len() < desired {
-            let placement = std::sync::Arc::new(Placement::of(state, &cluster)?);
+            let placement = std::sync::Arc::new(Placement::of(ctx, &cluster)?);
             let mut tasks = JoinSet::new();
             for _ in 0..(desired - active.len()).min(PARALLEL) {
-                let (state, cluster, pool) = (state.clone(), cluster.clone(), pool.clone());
+                let (ctx, cluster, pool) = (ctx.clone(), cluster.clone(), pool.clone());
                 let placement = std::sync::Arc::clone(&placement);
-                tasks.spawn(async move { add_worker(&state, &cluster, &pool, &placement).await });
+                tasks.spawn(async move { add_worker(&ctx, &cluster, &pool, &placement).await });
             }
             let mut first_error = None;
             while let Some(joined) = tasks.join_next().await {
@@ -200,14 +194,14 @@ async fn run(
             let mut surplus = active;
             surplus.sort_by_key(|n| std::cmp::Reverse(n.ordinal));
             surplus.truncate(surplus.len() - desired);
-            start_draining(state, &cluster, &surplus).await?;
+            start_draining(ctx, &cluster, &surplus).await?;
             continue;
         }
         if waiting {
             return Ok(Outcome::Waiting);
         }
         if pool.deleting && nodes.is_empty() {
-            db::pools::delete(&state.db.pool, pool_id).await?;
+            db::pools::delete(&ctx.db.pool, pool_id).await?;
             tracing::info!(cluster_id = cluster.id, pool_id, "node pool deleted");
             return Ok(Outcome::Gone);
         }
@@ -218,12 +212,12 @@ async fn run(
 /// Makes one worker: ordinal, journaled VM, address, node row. A failure after the journal
 /// entry releases the VM at once (and, if that fails too, the next convergence does).
 async fn add_worker(
-    state: &AppState,
+    ctx: &Pools,
     cluster: &ClusterRow,
     pool: &PoolRow,
     placement: &Placement,
 ) -> Result<(), ConvergeError> {
-    let ordinal = db::clusters::next_ordinal(&state.db.pool, cluster.id).await?;
+    let ordinal = db::clusters::next_ordinal(&ctx.db.pool, cluster.id).await?;
     let spec = &placement.spec;
     let machine = NewMachine {
         cluster_id: cluster.id,
@@ -253,15 +247,15 @@ async fn add_worker(
         },
     };
     let made = async {
-        let vm = machines::create(state, machine).await?;
-        let vm = machines::wait_for_address(state, vm.id).await?;
-        record_worker(state, cluster, pool, ordinal, &vm).await
+        let vm = machines::create(&ctx.machines, machine).await?;
+        let vm = machines::wait_for_address(&ctx.machines, vm.id).await?;
+        record_worker(ctx, cluster, pool, ordinal, &vm).await
     }
     .await;
     if let Err(e) = made {
         let token = machines::client_token(cluster.id, ordinal);
-        if let Ok(Some(resource)) = db::resources::find_by_token(&state.db.pool, &token).await {
-            if let Err(release) = machines::release(state, &resource).await {
+        if let Ok(Some(resource)) = db::resources::find_by_token(&ctx.db.pool, &token).await {
+            if let Err(release) = machines::release(&ctx.machines, &resource).await {
                 tracing::warn!(pool_id = pool.id, error = %crate::error_chain(&release), "could not release a worker VM (the next convergence does)");
             }
         }
@@ -272,7 +266,7 @@ async fn add_worker(
 
 /// Records the worker `vm` as a node of the pool, with the lowest free pod range.
 async fn record_worker(
-    state: &AppState,
+    ctx: &Pools,
     cluster: &ClusterRow,
     pool: &PoolRow,
     ordinal: i64,
@@ -281,7 +275,7 @@ async fn record_worker(
     let name = trust::node_name(cluster.id, &pool.name, vm.id)
         .map_err(|e| ConvergeError::Corrupt(format!("node name: {e}")))?;
     let addresses = machines::addresses(vm, name)?;
-    if let Some(taken) = db::nodes::find_by_vm(&state.db.pool, vm.id).await? {
+    if let Some(taken) = db::nodes::find_by_vm(&ctx.db.pool, vm.id).await? {
         return Err(MachineError::Upstream {
             step: "node records",
             message: format!(
@@ -299,7 +293,7 @@ async fn record_worker(
     );
     // The controller-manager gives each node a block of the pod CIDR: no node past the last
     // block. `count_for_adding` holds the cluster's additions until this transaction ends.
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let nodes = db::nodes::count_for_adding(&mut tx, cluster.id).await?;
     let blocks = crate::render::PodCidr::parse(&cluster.pod_cidr)
         .map_err(|e| ConvergeError::Corrupt(format!("pod CIDR: {e}")))?
@@ -335,17 +329,14 @@ async fn record_worker(
         vm_id = vm.id,
         "worker recorded"
     );
-    state
-        .key_pool
-        .refresh_cluster(&state.db.pool, cluster.id)
-        .await;
+    ctx.key_pool.refresh_cluster(&ctx.db.pool, cluster.id).await;
     Ok(())
 }
 
 /// The control-plane node whose agent drains workers: the oldest one that finished booting and
 /// syncs (has a node key), if any.
-async fn drainer(state: &AppState, cluster_id: i64) -> Result<Option<NodeRow>, DbError> {
-    let nodes = db::nodes::list(&state.db.pool, cluster_id).await?;
+async fn drainer(ctx: &Pools, cluster_id: i64) -> Result<Option<NodeRow>, DbError> {
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     Ok(nodes.into_iter().find(|n| {
         n.role == Role::ControlPlane
             && n.removal.is_none()
@@ -356,18 +347,18 @@ async fn drainer(state: &AppState, cluster_id: i64) -> Result<Option<NodeRow>, D
 
 /// Marks `nodes` draining, all by one drainer at its next generation.
 async fn start_draining(
-    state: &AppState,
+    ctx: &Pools,
     cluster: &ClusterRow,
     nodes: &[&NodeRow],
 ) -> Result<(), ConvergeError> {
-    let drainer = drainer(state, cluster.id).await?;
-    let mut tx = state.db.begin().await?;
+    let drainer = drainer(ctx, cluster.id).await?;
+    let mut tx = ctx.db.begin().await?;
     let drain_by = match &drainer {
         Some(d) => Some((d.id, db::removals::bump_generation(&mut tx, d.id).await?)),
         None => None,
     };
     for node in nodes {
-        db::removals::start_draining(&mut tx, node.id, drain_by, state.clock.unix()).await?;
+        db::removals::start_draining(&mut tx, node.id, drain_by, ctx.clock.unix()).await?;
     }
     tx.commit().await?;
     for node in nodes {
@@ -378,19 +369,20 @@ async fn start_draining(
 
 /// Moves one removal on; true when the node is gone.
 async fn remove(
-    state: &AppState,
+    ctx: &Pools,
     cluster: &ClusterRow,
     node: &NodeRow,
     journal: &[Resource],
 ) -> Result<bool, ConvergeError> {
-    if node.removal == Some(Removal::Draining) && !drained(state, cluster, node).await? {
+    if node.removal == Some(Removal::Draining) && !drained(ctx, cluster, node).await? {
         return Ok(false);
     }
-    db::removals::set(&state.db.pool, node.id, Removal::Drained).await?;
+    db::removals::set(&ctx.db.pool, node.id, Removal::Drained).await?;
     match journal.iter().find(|r| r.ordinal == Some(node.ordinal)) {
-        Some(resource) => machines::release(state, resource).await?,
+        Some(resource) => machines::release(&ctx.machines, resource).await?,
         // Released before a crash; deleting again is a no-op.
-        None => state
+        None => ctx
+            .machines
             .compute
             .delete_vm(node.vm_id)
             .await
@@ -399,7 +391,7 @@ async fn remove(
                 source,
             })?,
     }
-    db::removals::delete(&state.db.pool, node.id).await?;
+    db::removals::delete(&ctx.db.pool, node.id).await?;
     tracing::info!(
         cluster_id = cluster.id,
         vm_id = node.vm_id,
@@ -411,17 +403,13 @@ async fn remove(
 /// Whether a draining worker may go: it never booted (nothing runs on it), its drainer
 /// applied the generation that drains it, or the drain deadline passed. A worker whose
 /// drainer is gone (or that had none) is given one.
-async fn drained(
-    state: &AppState,
-    cluster: &ClusterRow,
-    node: &NodeRow,
-) -> Result<bool, ConvergeError> {
+async fn drained(ctx: &Pools, cluster: &ClusterRow, node: &NodeRow) -> Result<bool, ConvergeError> {
     if node.phase == db::phase::NodePhase::Pending {
         return Ok(true);
     }
-    let now = state.clock.unix();
+    let now = ctx.clock.unix();
     let deadline = node.removal_since.unwrap_or(now)
-        + i64::try_from(state.config.node_drain_timeout.as_secs()).unwrap_or(i64::MAX);
+        + i64::try_from(ctx.config.node_drain_timeout.as_secs()).unwrap_or(i64::MAX);
     if now >= deadline {
         tracing::warn!(
             cluster_id = cluster.id,
@@ -431,7 +419,7 @@ async fn drained(
         return Ok(true);
     }
     let current = match node.drain_by {
-        Some(id) => db::nodes::list(&state.db.pool, cluster.id)
+        Some(id) => db::nodes::list(&ctx.db.pool, cluster.id)
             .await?
             .into_iter()
             .find(|n| n.id == id && n.removal.is_none()),
@@ -441,8 +429,8 @@ async fn drained(
         (Some(drainer), Some(generation)) => Ok(drainer.applied_generation >= generation),
         _ => {
             // No drainer (yet, or any more): ask the current one.
-            if drainer(state, cluster.id).await?.is_some() {
-                start_draining(state, cluster, &[node]).await?;
+            if drainer(ctx, cluster.id).await?.is_some() {
+                start_draining(ctx, cluster, &[node]).await?;
             }
             Ok(false)
         }

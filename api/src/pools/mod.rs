@@ -1,4 +1,4 @@
-//! Worker node pools: a pool is a desired state — placement, registration (labels, taints)
+//! Worker node pools: a pool is a desired ctx — placement, registration (labels, taints)
 //! and a count — recorded first; its machines are then made or removed by [`converge`], in
 //! the background after each change and by the reconciler after a crash, until the pool's
 //! nodes match it. Removing a worker drains it first, through a control-plane node's agent.
@@ -6,10 +6,23 @@
 pub mod converge;
 pub mod request;
 
-use crate::app::AppState;
-use crate::db::{self, DbError, phase::ClusterPhase, pools::PoolRow};
+use std::sync::Arc;
+
+use crate::config::ApiConfig;
+use crate::db::{self, Db, DbError, phase::ClusterPhase, pools::PoolRow};
 use crate::field::FieldError;
 use request::{PoolSpec, PoolUpdate};
+
+/// What converging pools needs: the rows, the clock drains are timed by, the settings (quotas,
+/// the drain deadline), the key pool (told of the cluster's new size) and the machines.
+#[derive(Debug, Clone)]
+pub struct Pools {
+    pub db: Db,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    pub config: Arc<ApiConfig>,
+    pub key_pool: crate::keypool::KeyPool,
+    pub machines: crate::machines::Machines,
+}
 
 /// Why a pool request was refused, in the domain's terms; `http/` maps each to its answer.
 #[derive(Debug, thiserror::Error)]
@@ -19,7 +32,7 @@ pub enum PoolError {
     Invalid(#[from] FieldError),
     #[error("not found")]
     NotFound,
-    /// The request collides with the cluster's or the pool's state (409).
+    /// The request collides with the cluster's or the pool's ctx (409).
     #[error("{0}")]
     Conflict(String),
     /// The compute API failed (502).
@@ -50,11 +63,11 @@ pub struct Pool {
 
 /// The org's founded cluster `cluster_id`.
 async fn founded_cluster(
-    state: &AppState,
+    ctx: &Pools,
     org_id: i64,
     cluster_id: i64,
 ) -> Result<db::clusters::ClusterRow, PoolError> {
-    let cluster = db::clusters::get(&state.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(PoolError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
@@ -70,19 +83,19 @@ async fn founded_cluster(
 /// (one per node): `asked` for `pool` (None: a new pool), the other pools and the control
 /// plane as they stand.
 async fn check_room(
-    state: &AppState,
+    ctx: &Pools,
     cluster: &db::clusters::ClusterRow,
     pool: Option<i64>,
     asked: i64,
 ) -> Result<(), PoolError> {
     let cidr = crate::render::PodCidr::parse(&cluster.pod_cidr)
         .map_err(|e| PoolError::Conflict(format!("the cluster's pod CIDR is unusable: {e}")))?;
-    let control_plane = db::nodes::list(&state.db.pool, cluster.id)
+    let control_plane = db::nodes::list(&ctx.db.pool, cluster.id)
         .await?
         .iter()
         .filter(|n| n.pool_id.is_none())
         .count();
-    let others: i64 = db::pools::list(&state.db.pool, cluster.id)
+    let others: i64 = db::pools::list(&ctx.db.pool, cluster.id)
         .await?
         .iter()
         .filter(|p| Some(p.id) != pool)
@@ -105,20 +118,21 @@ async fn check_room(
 
 /// Records the pool and starts making its machines; answers at once.
 pub async fn create(
-    state: &AppState,
+    ctx: &Pools,
     org_id: i64,
     cluster_id: i64,
     spec: &PoolSpec,
 ) -> Result<Pool, PoolError> {
-    let cluster = founded_cluster(state, org_id, cluster_id).await?;
-    check_room(state, &cluster, None, spec.count).await?;
+    let cluster = founded_cluster(ctx, org_id, cluster_id).await?;
+    check_room(ctx, &cluster, None, spec.count).await?;
     let ask = crate::quotas::Ask {
         clusters: 0,
         vms: spec.count,
         pools: 1,
     };
-    crate::quotas::admit(&state.db, state.config.quotas, org_id, ask).await?;
-    let subnet = state
+    crate::quotas::admit(&ctx.db, ctx.config.quotas, org_id, ask).await?;
+    let subnet = ctx
+        .machines
         .compute
         .get_subnet(spec.subnet_id)
         .await
@@ -130,7 +144,7 @@ pub async fn create(
         )
         .into());
     }
-    let mut tx = state.db.begin().await?;
+    let mut tx = ctx.db.begin().await?;
     let inserted = db::pools::insert(
         &mut tx,
         &db::pools::NewPool {
@@ -157,18 +171,18 @@ pub async fn create(
     };
     tx.commit().await?;
     tracing::info!(cluster_id, pool_id = id, name = %spec.name, count = spec.count, "node pool created");
-    converge::spawn(state.clone(), id);
-    get(state, org_id, cluster_id, id).await
+    converge::spawn(ctx.clone(), id);
+    get(ctx, org_id, cluster_id, id).await
 }
 
 /// The cluster's pools.
-pub async fn list(state: &AppState, org_id: i64, cluster_id: i64) -> Result<Vec<Pool>, PoolError> {
-    db::clusters::get(&state.db.pool, org_id, cluster_id)
+pub async fn list(ctx: &Pools, org_id: i64, cluster_id: i64) -> Result<Vec<Pool>, PoolError> {
+    db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(PoolError::NotFound)?;
     let mut pools = Vec::new();
-    for row in db::pools::list(&state.db.pool, cluster_id).await? {
-        let nodes = db::removals::pool_nodes(&state.db.pool, row.id).await?;
+    for row in db::pools::list(&ctx.db.pool, cluster_id).await? {
+        let nodes = db::removals::pool_nodes(&ctx.db.pool, row.id).await?;
         pools.push(Pool { row, nodes });
     }
     Ok(pools)
@@ -176,42 +190,42 @@ pub async fn list(state: &AppState, org_id: i64, cluster_id: i64) -> Result<Vec<
 
 /// One pool of the org's cluster; another org's is not found.
 pub async fn get(
-    state: &AppState,
+    ctx: &Pools,
     org_id: i64,
     cluster_id: i64,
     pool_id: i64,
 ) -> Result<Pool, PoolError> {
-    db::clusters::get(&state.db.pool, org_id, cluster_id)
+    db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(PoolError::NotFound)?;
-    let row = db::pools::get(&state.db.pool, pool_id)
+    let row = db::pools::get(&ctx.db.pool, pool_id)
         .await?
         .filter(|p| p.cluster_id == cluster_id)
         .ok_or(PoolError::NotFound)?;
-    let nodes = db::removals::pool_nodes(&state.db.pool, row.id).await?;
+    let nodes = db::removals::pool_nodes(&ctx.db.pool, row.id).await?;
     Ok(Pool { row, nodes })
 }
 
 /// Changes the pool's count, labels or taints and starts converging it.
 pub async fn update(
-    state: &AppState,
+    ctx: &Pools,
     org_id: i64,
     cluster_id: i64,
     pool_id: i64,
     change: &PoolUpdate,
 ) -> Result<Pool, PoolError> {
-    let cluster = founded_cluster(state, org_id, cluster_id).await?;
-    let pool = get(state, org_id, cluster_id, pool_id).await?;
+    let cluster = founded_cluster(ctx, org_id, cluster_id).await?;
+    let pool = get(ctx, org_id, cluster_id, pool_id).await?;
     if let Some(count) = change.count {
-        check_room(state, &cluster, Some(pool.row.id), count).await?;
+        check_room(ctx, &cluster, Some(pool.row.id), count).await?;
         let ask = crate::quotas::Ask {
             vms: count - pool.row.desired_count,
             ..crate::quotas::Ask::default()
         };
-        crate::quotas::admit(&state.db, state.config.quotas, org_id, ask).await?;
+        crate::quotas::admit(&ctx.db, ctx.config.quotas, org_id, ask).await?;
     }
     let updated = db::pools::update(
-        &state.db.pool,
+        &ctx.db.pool,
         pool.row.id,
         &db::pools::PoolChange {
             desired_count: change.count,
@@ -227,22 +241,22 @@ pub async fn update(
         )));
     }
     tracing::info!(cluster_id, pool_id, count = ?change.count, "node pool changed");
-    converge::spawn(state.clone(), pool_id);
-    get(state, org_id, cluster_id, pool_id).await
+    converge::spawn(ctx.clone(), pool_id);
+    get(ctx, org_id, cluster_id, pool_id).await
 }
 
 /// Marks the pool deleted: its workers are drained and released, then the pool goes.
 pub async fn delete(
-    state: &AppState,
+    ctx: &Pools,
     org_id: i64,
     cluster_id: i64,
     pool_id: i64,
 ) -> Result<Pool, PoolError> {
-    let pool = get(state, org_id, cluster_id, pool_id).await?;
-    db::pools::set_deleting(&state.db.pool, pool.row.id, db::now()).await?;
+    let pool = get(ctx, org_id, cluster_id, pool_id).await?;
+    db::pools::set_deleting(&ctx.db.pool, pool.row.id, db::now()).await?;
     tracing::info!(cluster_id, pool_id, "node pool deletion started");
-    converge::spawn(state.clone(), pool_id);
-    match get(state, org_id, cluster_id, pool_id).await {
+    converge::spawn(ctx.clone(), pool_id);
+    match get(ctx, org_id, cluster_id, pool_id).await {
         // Converged already (an empty pool goes at once).
         Err(PoolError::NotFound) => Ok(Pool {
             row: PoolRow {

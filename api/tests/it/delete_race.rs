@@ -44,7 +44,7 @@ async fn a_delete_during_a_pool_scale_up_leaves_nothing(backend: Backend) {
         assert_eq!(accepted["phase"], "deleting", "{accepted}");
         // The reconciler's pass finishes what the delete accepted.
         for _ in 0..100 {
-            exk8s_api::founding::delete::finish_all(&app.state).await;
+            exk8s_api::founding::delete::finish_all(&app.state.machines()).await;
             if app.cluster_count().await == 0 {
                 break;
             }

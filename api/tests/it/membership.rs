@@ -313,7 +313,7 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
     );
     let d = joining(&app, cluster).await;
     idle(&app, cluster).await;
-    exk8s_api::founding::reconcile::memberships(&app.state).await;
+    exk8s_api::founding::reconcile::memberships(&app.state.reconciler()).await;
     assert_eq!(
         control_plane(&view(&app, cluster).await).len(),
         3,
@@ -322,7 +322,7 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
     clock.advance(time::Duration::seconds(
         i64::try_from(join_timeout.as_secs()).unwrap() + 1,
     ));
-    exk8s_api::founding::reconcile::memberships(&app.state).await;
+    exk8s_api::founding::reconcile::memberships(&app.state.reconciler()).await;
     withdrawn(&app, cluster, &members, d.vm).await;
     let late = view(&app, cluster).await;
     assert_eq!(control_plane(&late).len(), 2);

@@ -104,7 +104,7 @@ both_backends!(a_control_plane_shrinks_newest_first);
 async fn converge_once(app: &crate::app::TestApp, cluster: i64) {
     use exk8s_api::membership::converge::{Outcome, converge};
     wait_until("a converge pass", Duration::from_secs(20), || async {
-        converge(&app.state, cluster).await.unwrap() != Outcome::Busy
+        converge(&app.state.membership(), cluster).await.unwrap() != Outcome::Busy
     })
     .await;
 }

@@ -190,7 +190,10 @@ async fn booted_workers_are_drained_by_a_control_plane_node_before_their_vms_go(
     })
     .await;
     idle(&app, id).await;
-    assert_eq!(exk8s_api::founding::reconcile::pools(&app.state).await, 0);
+    assert_eq!(
+        exk8s_api::founding::reconcile::pools(&app.state.reconciler()).await,
+        0
+    );
     assert_eq!(
         worker_vms(&app, "blue").len(),
         1,
@@ -199,7 +202,10 @@ async fn booted_workers_are_drained_by_a_control_plane_node_before_their_vms_go(
     clock.advance(time::Duration::seconds(
         i64::try_from(drain_timeout.as_secs()).unwrap() + 1,
     ));
-    assert_eq!(exk8s_api::founding::reconcile::pools(&app.state).await, 1);
+    assert_eq!(
+        exk8s_api::founding::reconcile::pools(&app.state.reconciler()).await,
+        1
+    );
     assert!(worker_vms(&app, "blue").is_empty());
     assert_eq!(pool(&app, cluster, id).await["nodes"], json!([]));
 

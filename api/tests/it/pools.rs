@@ -441,7 +441,7 @@ async fn a_creation_left_half_made_is_undone_and_the_pool_converged(backend: Bac
         .await
         .unwrap();
     let vm = exk8s_api::machines::create(
-        &app.state,
+        &app.state.machines(),
         exk8s_api::machines::NewMachine {
             cluster_id: cluster,
             ordinal,
@@ -498,7 +498,10 @@ async fn a_creation_left_half_made_is_undone_and_the_pool_converged(backend: Bac
         vec![id]
     );
 
-    assert_eq!(exk8s_api::founding::reconcile::pools(&app.state).await, 1);
+    assert_eq!(
+        exk8s_api::founding::reconcile::pools(&app.state.reconciler()).await,
+        1
+    );
     let two = pool(&app, cluster, id).await;
     assert_eq!(two["replicas"], 2);
     assert!(

@@ -62,7 +62,9 @@ async fn leaves_renew_themselves_over_thirty_days(backend: Backend) {
     let mut renewals: BTreeMap<i64, u32> = BTreeMap::new();
     for day in 1..=30 {
         clock.advance(Duration::days(1));
-        exk8s_api::renewal::pass(&app.state).await.unwrap();
+        exk8s_api::renewal::pass(&app.state.renewer())
+            .await
+            .unwrap();
         // The nodes' timers: each asks until nobody has anything left to apply.
         for _round in 0..6 {
             let mut moved = false;
@@ -158,21 +160,21 @@ async fn a_pass_reads_the_fleet_a_page_at_a_time_and_renews_every_page(backend: 
     // A day in, nothing is due: the pass reads every page and renews nothing.
     clock.advance(Duration::days(1));
     assert!(
-        exk8s_api::renewal::pass_in_pages(&app.state, 2)
+        exk8s_api::renewal::pass_in_pages(&app.state.renewer(), 2)
             .await
             .unwrap()
             .is_empty()
     );
     // Past two thirds of the leaves' three days, every node of every page (2 + 2 + 1) is due.
     clock.advance(Duration::hours(25));
-    let renewed = exk8s_api::renewal::pass_in_pages(&app.state, 2)
+    let renewed = exk8s_api::renewal::pass_in_pages(&app.state.renewer(), 2)
         .await
         .unwrap();
     let renewed: Vec<i64> = renewed.iter().map(|r| r.vm_id).collect();
     assert_eq!(renewed, vms);
     // Each is moving to its next generation now: a second pass finds nothing to do.
     assert!(
-        exk8s_api::renewal::pass_in_pages(&app.state, 2)
+        exk8s_api::renewal::pass_in_pages(&app.state.renewer(), 2)
             .await
             .unwrap()
             .is_empty()

@@ -41,11 +41,11 @@ async fn months_of_agent_runs_stay_bounded(backend: Backend) {
             .await
             .unwrap();
         if run % 24 == 23 {
-            reconcile::prune(&app.state).await;
+            reconcile::prune(&app.state.reconciler()).await;
         }
         clock.advance(Duration::hours(1));
     }
-    reconcile::prune(&app.state).await;
+    reconcile::prune(&app.state.reconciler()).await;
     let tokens = count(&app, "imds_tokens").await;
     let reports = count(&app, "node_reports").await;
     // Only tokens still valid (the last six hours' runs) remain.
@@ -64,7 +64,7 @@ async fn months_of_agent_runs_stay_bounded(backend: Backend) {
     );
     // A node that stopped reporting long ago keeps its latest report.
     clock.advance(Duration::days(365));
-    reconcile::prune(&app.state).await;
+    reconcile::prune(&app.state.reconciler()).await;
     assert_eq!(count(&app, "node_reports").await, 1);
     assert_eq!(count(&app, "imds_tokens").await, 0);
     let last = db::issuances::last_report_at(pool, nodes[0].cluster)
