@@ -45,6 +45,7 @@ pub mod renewal;
 pub mod rollout;
 pub mod rotation;
 pub mod sim;
+pub mod status;
 pub mod tokens;
 
 pub use exk8s_common::error_chain;

@@ -16,6 +16,7 @@ use crate::db::{
     pages::{Clusters, group},
     phase::ClusterPhase,
 };
+use crate::status;
 
 /// One cluster's related rows.
 #[derive(Default)]
@@ -228,7 +229,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             .metrics
             .set_soonest_expiry(row.id, inventory.soonest_expiry());
     }
-    let certificates = crate::certificates::availability(&inventory, row.created_at, now);
+    let certificates = status::availability(&inventory, row.created_at, now);
     let ca_rotation = parts.rotation.map(|r| CaRotationView {
         ca: db::rotations::ca_name(r.ca).to_owned(),
         phase: r.phase.to_string(),
@@ -246,9 +247,9 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     let ready =
         founded && control_plane().next().is_some() && control_plane().all(|n| n.phase.completed());
     let last_report = parts.last_report;
-    let machines = super::conditions::machines(&nodes, last_report.unwrap_or(row.created_at));
+    let machines = status::machines(&nodes, last_report.unwrap_or(row.created_at));
     let (desired_control_plane_count, membership_error) = parts.membership;
-    let [scaling_up, scaling_down] = super::conditions::scaling(
+    let [scaling_up, scaling_down] = status::scaling(
         &nodes,
         desired_control_plane_count,
         membership_error.as_deref(),
@@ -259,7 +260,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         .into_iter()
         .map(|p| {
             let [replicas, ready_replicas, up_to_date_replicas] =
-                super::conditions::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)));
+                status::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)));
             PoolSummary {
                 id: p.id,
                 name: p.name.clone(),
@@ -285,13 +286,27 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             })
             .collect()
     };
-    let replicas = super::conditions::replicas(&nodes);
-    let deleting = super::conditions::deleting(row.phase, row.updated_at);
-    let rotating = super::conditions::ca_rotation(ca_rotation.as_ref(), row.created_at);
+    let replicas = status::replicas(&nodes);
+    let deleting = status::deleting(row.phase, row.updated_at);
+    let rotating = status::ca_rotation(
+        ca_rotation
+            .as_ref()
+            .map(|r| status::Rotating {
+                ca: &r.ca,
+                phase: &r.phase,
+                updated_at: r.updated_at,
+                waiting_for: r.waiting_for.as_deref(),
+            })
+            .as_ref(),
+        row.created_at,
+    );
     let reported = parts.components;
-    let health = super::component_conditions::Health::new(&nodes, &reported);
+    let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
-    let node_conditions: Vec<Vec<Condition>> = nodes.iter().map(|n| health.node(n)).collect();
+    let node_conditions: Vec<Vec<Condition>> = nodes
+        .iter()
+        .map(|n| health.node(n).into_iter().map(Condition::from).collect())
+        .collect();
     ClusterView {
         replicas: replicas.replicas,
         ready_replicas: replicas.ready,
@@ -311,17 +326,20 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         kubernetes_version: row.kubernetes_version,
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
-        conditions: vec![
+        conditions: [
             available,
             etcd_healthy,
             components_healthy,
-            super::conditions::certificates(&certificates),
+            status::certificates(&certificates),
             machines,
             scaling_up,
             scaling_down,
             rotating,
             deleting,
-        ],
+        ]
+        .into_iter()
+        .map(Condition::from)
+        .collect(),
         node_pools,
         control_plane_members: MembersView::of(&nodes, desired_control_plane_count),
         desired_control_plane_count,

@@ -1,10 +1,4 @@
-//! The cluster's conditions, in Cluster API v1beta2's shape: `CertificatesAvailable` (from the
-//! certificate inventory) and `MachinesReady` (every machine — control-plane nodes and pool
-//! workers not on their way out — finished booting and last reported healthy) and
-//! `ScalingUp`/`ScalingDown` (the control plane is changing to the size asked for) and
-//! `Deleting`; and the control plane's replica counts in Cluster API's sense.
-
-use crate::db::nodes::NodeRow;
+//! Renders the judged conditions ([`crate::status`]) in Cluster API v1beta2's wire shape.
 
 pub use super::views::Condition;
 
@@ -18,301 +12,35 @@ pub(super) fn rfc3339(unix: i64) -> String {
         .unwrap_or_default()
 }
 
-pub(super) fn certificates(a: &crate::certificates::Availability) -> Condition {
-    let status = match a.available {
-        Some(true) => "True",
-        Some(false) => "False",
-        None => "Unknown",
-    };
-    Condition {
-        type_: "CertificatesAvailable".into(),
-        status: status.into(),
-        reason: a.reason.into(),
-        message: a.message.clone(),
-        last_transition_time: rfc3339(a.since),
-    }
-}
-
-/// `MachinesReady`; `since` is when a machine last reported (or the cluster was made).
-pub(super) fn machines(nodes: &[NodeRow], since: i64) -> Condition {
-    let machines: Vec<&NodeRow> = nodes.iter().filter(|n| n.removal.is_none()).collect();
-    let not_ready: Vec<&str> = machines
-        .iter()
-        .filter(|n| !n.phase.healthy())
-        .map(|n| n.node_name.as_str())
-        .collect();
-    let (status, reason, message) = if machines.is_empty() {
-        (
-            "Unknown",
-            "NoMachines",
-            "the cluster has no machine".to_owned(),
-        )
-    } else if not_ready.is_empty() {
-        (
-            "True",
-            "Ready",
-            format!("all {} machines are ready", machines.len()),
-        )
-    } else {
-        let shown: Vec<&str> = not_ready.iter().take(5).copied().collect();
-        let more = not_ready.len().saturating_sub(shown.len());
-        let tail = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
-        (
-            "False",
-            "NotReady",
-            format!(
-                "{} of {} machines are not ready: {}{tail}",
-                not_ready.len(),
-                machines.len(),
-                shown.join(", ")
-            ),
-        )
-    };
-    Condition {
-        type_: "MachinesReady".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: rfc3339(since),
-    }
-}
-
-/// `ScalingUp` and `ScalingDown`: True while the control plane grows or shrinks to the size
-/// asked for, with the step in progress.
-pub(super) fn scaling(
-    nodes: &[NodeRow],
-    desired: Option<i64>,
-    error: Option<&str>,
-    since: i64,
-) -> [Condition; 2] {
-    use crate::db::phase::EtcdMembership;
-    let control_plane = || {
-        nodes
-            .iter()
-            .filter(|n| n.role == exk8s_common::contract::Role::ControlPlane)
-    };
-    let with = |m: EtcdMembership| control_plane().find(move |n| n.etcd_membership == Some(m));
-    let voters = control_plane()
-        .filter(|n| n.etcd_membership == Some(EtcdMembership::Voter))
-        .count();
-    let voters = i64::try_from(voters).unwrap_or(i64::MAX);
-    // What a membership change really waits for: the first member not healthy or not up to
-    // date, named with what it is at.
-    let waiting_on = || {
-        control_plane()
-            .find(|n| !n.phase.healthy() || !n.up_to_date())
-            .map(|n| {
-                format!(
-                    "{} is healthy and up to date (it is {}, at generation {} of {})",
-                    n.node_name, n.phase, n.applied_generation, n.desired_generation
-                )
-            })
-    };
-    let settled = || match error {
-        Some(e) => ("False", "ChangeStopped", e.to_owned()),
-        None => ("False", "AtDesiredSize", format!("{voters} voting members")),
-    };
-    let up = match (desired, with(EtcdMembership::Joining)) {
-        (_, Some(node)) => (
-            "True",
-            "MemberJoining",
-            format!(
-                "{} is joining etcd ({}); {voters} voting",
-                node.node_name, node.phase
-            ),
-        ),
-        (_, None) if control_plane().any(|n| n.replace_since.is_some()) => (
-            "True",
-            "ReplacementPending",
-            format!(
-                "{} is to be replaced: its replacement joins (or, when it is down, follows its removal) once every other member is healthy and up to date",
-                control_plane()
-                    .find(|n| n.replace_since.is_some())
-                    .map_or("a member", |n| n.node_name.as_str())
-            ),
-        ),
-        (Some(asked), None) if asked > voters => match waiting_on() {
-            Some(why) => (
-                "True",
-                "WaitingForRollout",
-                format!("{voters} of {asked} members; the next joins once {why}"),
-            ),
-            None => (
-                "True",
-                "JoinPending",
-                format!(
-                    "{voters} of {asked} members; every member is healthy and up to date, the next join starts at the reconciler's next pass"
-                ),
-            ),
-        },
-        _ => settled(),
-    };
-    let down = match (desired, with(EtcdMembership::Leaving)) {
-        (_, Some(node)) => (
-            "True",
-            "MemberLeaving",
-            format!(
-                "{} is being drained and removed from etcd by {}",
-                node.node_name,
-                control_plane()
-                    .find(|n| Some(n.id) == node.drain_by)
-                    .map_or("another member", |n| n.node_name.as_str())
-            ),
-        ),
-        (Some(asked), None) if asked < voters => match waiting_on() {
-            Some(why) => (
-                "True",
-                "WaitingForRollout",
-                format!("{voters} members, {asked} asked; the next leaves once {why}"),
-            ),
-            None => (
-                "True",
-                "LeavePending",
-                format!(
-                    "{voters} members, {asked} asked; every member is healthy and up to date, the next leaves at the reconciler's next pass"
-                ),
-            ),
-        },
-        _ => settled(),
-    };
-    let condition = |type_: &str, (status, reason, message): (&str, &str, String)| Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: rfc3339(since),
-    };
-    [condition("ScalingUp", up), condition("ScalingDown", down)]
-}
-
-/// `CARotating`: true while a CA rotation runs (membership changes wait for it), saying its
-/// phase and the node it waits for.
-pub(super) fn ca_rotation(
-    rotation: Option<&super::views::CaRotationView>,
-    since: i64,
-) -> Condition {
-    let (status, reason, message, since) = match rotation {
-        None => (
-            "False",
-            "NoRotation",
-            "no CA rotation is in progress".to_owned(),
-            since,
-        ),
-        Some(r) => (
-            "True",
-            match r.waiting_for {
-                Some(_) => "WaitingForNode",
-                None => "PhaseComplete",
-            },
-            match &r.waiting_for {
-                Some(node) => format!(
-                    "the {} CA's rotation is in phase {}; it waits for {node}; membership changes wait for the rotation",
-                    r.ca, r.phase
-                ),
-                None => format!(
-                    "the {} CA's rotation is in phase {}; every node that took a bundle applied it, the next phase starts at the reconciler's next pass",
-                    r.ca, r.phase
-                ),
-            },
-            r.updated_at,
-        ),
-    };
-    Condition {
-        type_: "CARotating".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: rfc3339(since),
-    }
-}
-
-/// `Deleting`: true from the moment a deletion was accepted (`since`: the cluster's last change).
-pub(super) fn deleting(phase: crate::db::phase::ClusterPhase, since: i64) -> Condition {
-    let (status, reason, message) = if phase == crate::db::phase::ClusterPhase::Deleting {
-        (
-            "True",
-            "Deleting",
-            "the cluster is being deleted: its VMs, security group and DNS records are released",
-        )
-    } else {
-        ("False", "NotDeleting", "the cluster is not being deleted")
-    };
-    Condition {
-        type_: "Deleting".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: rfc3339(since),
-    }
-}
-
-/// The control plane's machines counted as Cluster API's KubeadmControlPlane counts them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Replicas {
-    /// Control-plane machines (leaving ones included, until they are gone).
-    pub(super) replicas: i64,
-    /// Those whose agent last reported healthy.
-    pub(super) ready: i64,
-    /// Those running their newest generation.
-    pub(super) up_to_date: i64,
-    /// One of them finished its boot: the control plane came up at least once.
-    pub(super) initialized: bool,
-}
-
-/// A worker pool's `[replicas, ready, up to date]`: its nodes not being removed, those healthy,
-/// and those healthy on their desired generation.
-pub(super) fn pool_replicas<'a>(nodes: impl Iterator<Item = &'a NodeRow>) -> [i64; 3] {
-    let active: Vec<&NodeRow> = nodes.filter(|n| n.removal.is_none()).collect();
-    let count = |keep: &dyn Fn(&NodeRow) -> bool| {
-        i64::try_from(active.iter().filter(|n| keep(n)).count()).unwrap_or(i64::MAX)
-    };
-    [
-        count(&|_| true),
-        count(&|n| n.phase.healthy()),
-        count(&|n| n.phase.healthy() && n.up_to_date()),
-    ]
-}
-
-pub(super) fn replicas(nodes: &[NodeRow]) -> Replicas {
-    let control_plane: Vec<&NodeRow> = nodes
-        .iter()
-        .filter(|n| n.role == exk8s_common::contract::Role::ControlPlane)
-        .collect();
-    let count = |keep: &dyn Fn(&NodeRow) -> bool| {
-        i64::try_from(control_plane.iter().filter(|n| keep(n)).count()).unwrap_or(i64::MAX)
-    };
-    Replicas {
-        replicas: count(&|_| true),
-        ready: count(&|n| n.phase.healthy()),
-        up_to_date: count(&|n| n.up_to_date()),
-        initialized: control_plane.iter().any(|n| n.phase.completed()),
+impl From<crate::status::Condition> for Condition {
+    fn from(c: crate::status::Condition) -> Self {
+        Self {
+            type_: c.type_.into(),
+            status: c.status.as_str().into(),
+            reason: c.reason.into(),
+            message: c.message,
+            last_transition_time: rfc3339(c.since),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::phase::ClusterPhase;
+    use crate::status::{Status, deleting};
 
     #[test]
-    fn deleting_is_true_only_while_the_cluster_is_deleted() {
-        let gone = deleting(ClusterPhase::Deleting, 1_700_000_000);
-        assert_eq!(
-            (gone.status.as_str(), gone.reason.as_str()),
-            ("True", "Deleting")
-        );
-        assert_eq!(gone.last_transition_time, "2023-11-14T22:13:20Z");
-        for phase in [
-            ClusterPhase::Provisioning,
-            ClusterPhase::Founded,
-            ClusterPhase::Compensating,
-            ClusterPhase::Failed,
-        ] {
-            assert_eq!(deleting(phase, 0).status, "False", "{phase:?}");
-        }
+    fn a_condition_is_written_as_cluster_api_writes_it() {
+        let rendered = Condition::from(deleting(
+            crate::db::phase::ClusterPhase::Deleting,
+            1_700_000_000,
+        ));
+        assert_eq!(rendered.type_, "Deleting");
+        assert_eq!(rendered.status, Status::True.as_str());
+        assert_eq!(rendered.reason, "Deleting");
+        assert_eq!(rendered.last_transition_time, "2023-11-14T22:13:20Z");
+        let json = serde_json::to_value(&rendered).unwrap();
+        assert_eq!(json["type"], "Deleting");
+        assert_eq!(json["lastTransitionTime"], "2023-11-14T22:13:20Z");
     }
 }

@@ -5,7 +5,6 @@ pub mod certificates;
 mod cluster_view;
 pub mod clusters;
 mod common_responses;
-mod component_conditions;
 pub mod conditions;
 use common_responses::CommonResponses;
 pub mod error;

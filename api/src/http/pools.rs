@@ -83,7 +83,7 @@ pub struct PoolView {
 fn view(pool: Pool) -> Result<PoolView, ApiError> {
     let Pool { row, nodes } = pool;
     let [replicas, ready_replicas, up_to_date_replicas] =
-        super::conditions::pool_replicas(nodes.iter());
+        crate::status::pool_replicas(nodes.iter());
     Ok(PoolView {
         replicas,
         ready_replicas,

@@ -57,7 +57,7 @@ async fn recorded(
     let rows = db::certificates::list(pool, id).await.unwrap();
     let inventory =
         exk8s_api::certificates::inventory_of(id, cluster.created_at, &nodes, rows, now);
-    let judged = exk8s_api::certificates::availability(&inventory, cluster.created_at, now);
+    let judged = exk8s_api::status::availability(&inventory, cluster.created_at, now);
     let since = OffsetDateTime::from_unix_timestamp(judged.since)
         .unwrap()
         .format(&Rfc3339)

@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 
 use exk8s_common::contract::{Component, Role};
 
-use super::conditions::{Condition, rfc3339};
+use super::{Condition, Status};
 use crate::db::components::ComponentRow;
 use crate::db::nodes::NodeRow;
 use crate::db::phase::EtcdMembership;
 
 /// What a node's agent last reported of each component.
-pub(super) struct Health<'a> {
+pub struct Health<'a> {
     nodes: &'a [NodeRow],
     reported: BTreeMap<(i64, Component), &'a ComponentRow>,
 }
@@ -38,13 +38,19 @@ fn components(role: Role) -> &'static [Component] {
     }
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: String, at: i64) -> Condition {
+fn condition(
+    type_: &'static str,
+    status: Status,
+    reason: &'static str,
+    message: String,
+    since: i64,
+) -> Condition {
     Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
+        type_,
+        status,
+        reason,
         message,
-        last_transition_time: rfc3339(at),
+        since,
     }
 }
 
@@ -58,7 +64,7 @@ fn listed(names: &[String]) -> String {
 }
 
 impl<'a> Health<'a> {
-    pub(super) fn new(nodes: &'a [NodeRow], rows: &'a [ComponentRow]) -> Self {
+    pub fn new(nodes: &'a [NodeRow], rows: &'a [ComponentRow]) -> Self {
         Self {
             nodes,
             reported: rows.iter().map(|r| ((r.node_id, r.component), r)).collect(),
@@ -70,27 +76,27 @@ impl<'a> Health<'a> {
     }
 
     /// The node's component conditions.
-    pub(super) fn node(&self, node: &NodeRow) -> Vec<Condition> {
+    pub fn node(&self, node: &NodeRow) -> Vec<Condition> {
         components(node.role)
             .iter()
             .map(|&c| match self.of(node, c) {
                 Some(r) if r.healthy => condition(
                     condition_type(c),
-                    "True",
+                    Status::True,
                     "Healthy",
                     format!("{c} is healthy"),
                     r.changed_at,
                 ),
                 Some(r) => condition(
                     condition_type(c),
-                    "False",
+                    Status::False,
                     "Unhealthy",
                     r.message.clone(),
                     r.changed_at,
                 ),
                 None => condition(
                     condition_type(c),
-                    "Unknown",
+                    Status::Unknown,
                     "NotReported",
                     format!("the node's agent has not reported {c} yet"),
                     node.created_at,
@@ -125,7 +131,7 @@ impl<'a> Health<'a> {
 
     /// `EtcdClusterHealthy`, `ControlPlaneComponentsHealthy` and `Available`; `founded` says
     /// whether the cluster's founding finished, `since` is when it was made.
-    pub(super) fn cluster(&self, founded: bool, since: i64) -> [Condition; 3] {
+    pub fn cluster(&self, founded: bool, since: i64) -> [Condition; 3] {
         let members = self.etcd_members();
         let quorum = members.len() / 2 + 1;
         let etcd: Vec<Option<&ComponentRow>> = members
@@ -146,7 +152,7 @@ impl<'a> Health<'a> {
         let etcd_condition = if etcd.iter().all(Option::is_none) {
             condition(
                 "EtcdClusterHealthy",
-                "Unknown",
+                Status::Unknown,
                 "NotReported",
                 "no etcd member has reported its health yet".into(),
                 since,
@@ -154,7 +160,7 @@ impl<'a> Health<'a> {
         } else if sick_etcd.is_empty() {
             condition(
                 "EtcdClusterHealthy",
-                "True",
+                Status::True,
                 "Healthy",
                 format!("all {} etcd members are healthy", members.len()),
                 etcd_at,
@@ -167,7 +173,7 @@ impl<'a> Health<'a> {
             };
             condition(
                 "EtcdClusterHealthy",
-                "False",
+                Status::False,
                 reason,
                 format!(
                     "{healthy_etcd} of {} etcd members are healthy (quorum {quorum}): {}",
@@ -201,7 +207,7 @@ impl<'a> Health<'a> {
         let pods_condition = if !sick.is_empty() {
             condition(
                 "ControlPlaneComponentsHealthy",
-                "False",
+                Status::False,
                 "Unhealthy",
                 listed(&sick),
                 pods_at,
@@ -209,7 +215,7 @@ impl<'a> Health<'a> {
         } else if !unknown.is_empty() || rows.is_empty() {
             condition(
                 "ControlPlaneComponentsHealthy",
-                "Unknown",
+                Status::Unknown,
                 "NotReported",
                 format!("not reported yet: {}", listed(&unknown)),
                 pods_at,
@@ -217,7 +223,7 @@ impl<'a> Health<'a> {
         } else {
             condition(
                 "ControlPlaneComponentsHealthy",
-                "True",
+                Status::True,
                 "Healthy",
                 "every control-plane component is healthy".into(),
                 pods_at,
@@ -230,13 +236,13 @@ impl<'a> Health<'a> {
             .count();
         let (status, reason, message) = if !founded {
             (
-                "False",
+                Status::False,
                 "NotFounded",
                 "the cluster is not founded".to_owned(),
             )
         } else if members.is_empty() || healthy_etcd < quorum {
             (
-                "False",
+                Status::False,
                 "EtcdQuorumLost",
                 format!(
                     "{healthy_etcd} of {} etcd members are healthy; quorum is {quorum}",
@@ -245,13 +251,13 @@ impl<'a> Health<'a> {
             )
         } else if apiservers == 0 {
             (
-                "False",
+                Status::False,
                 "NoHealthyAPIServer",
                 "no kube-apiserver is healthy".to_owned(),
             )
         } else {
             (
-                "True",
+                Status::True,
                 "Available",
                 format!(
                     "etcd has quorum ({healthy_etcd} of {} members healthy) and {apiservers} \
