@@ -24,7 +24,7 @@ pub enum CertificatesError {
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
-    Trust(#[from] crate::founding::trust::TrustError),
+    Trust(#[from] crate::trust::TrustError),
     #[error(transparent)]
     Cpu(#[from] crate::cpu::CpuError),
 }

@@ -82,6 +82,26 @@ async fn beat(db: Db, what: Leased, lost: Arc<AtomicBool>) {
     }
 }
 
+/// Runs `pass` under `what`'s lease; `None` when another process holds it. The lease is given
+/// back with the pass's error recorded, unless the pass lost it (then it is another process's
+/// to give back).
+pub async fn run<T, E: std::error::Error + Send + Sync + 'static>(
+    db: &Db,
+    what: Leased,
+    pass: impl AsyncFnOnce(&Held) -> Result<T, E>,
+) -> Result<Option<Result<T, E>>, DbError> {
+    let Some(held) = claim(db, what).await? else {
+        return Ok(None);
+    };
+    let result = pass(&held).await;
+    if held.ensure().is_err() {
+        return Ok(Some(result));
+    }
+    let error = result.as_ref().err().map(|e| crate::error_chain(e));
+    held.release(error.as_deref()).await?;
+    Ok(Some(result))
+}
+
 impl Held {
     /// Errs once the lease was lost: the holder stops before its next step.
     pub fn ensure(&self) -> Result<(), LeaseLost> {

@@ -18,6 +18,7 @@ pub mod cert_cache;
 pub mod certificates;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod compute;
 pub mod config;
 pub mod cpu;
@@ -34,6 +35,7 @@ pub mod keypool;
 pub mod labels;
 pub mod lease;
 pub mod machines;
+pub mod machineset;
 pub mod membership;
 pub mod metrics;
 pub mod pki;
@@ -47,6 +49,7 @@ pub mod rotation;
 pub mod sim;
 pub mod status;
 pub mod tokens;
+pub mod trust;
 
 pub use exk8s_common::error_chain;
 /// The server, for the composition roots (the CLI and tests).

@@ -49,6 +49,9 @@ pub enum MachineError {
     /// The compute API answered something exk8s cannot use.
     #[error("{step} failed: {message}")]
     Upstream { step: &'static str, message: String },
+    /// A stored fact a new machine is made from cannot be used (a defect, not the caller's).
+    #[error("{what} cannot be used: {message}")]
+    Unusable { what: &'static str, message: String },
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -58,6 +61,7 @@ impl MachineError {
     pub fn step(&self) -> &'static str {
         match self {
             Self::Compute { step, .. } | Self::Upstream { step, .. } => step,
+            Self::Unusable { what, .. } => what,
             Self::Db(_) => "database",
         }
     }

@@ -16,8 +16,8 @@ use crate::certificates;
 use crate::crypto::Keyring;
 use crate::db::phase::ClusterPhase;
 use crate::db::{self, Db, DbError, certificates::CertRow, clusters::ClusterRow, nodes::NodeRow};
-use crate::founding::trust::{self, NodeKeyColumn};
 use crate::pki::{ClusterNetwork, ClusterPki, NodeServingCerts, PkiError, ServiceCidr};
+use crate::trust::{self, NodeKeyColumn};
 
 pub use crate::pki::RenewAt;
 

@@ -21,10 +21,10 @@ use crate::crypto::Keyring;
 use crate::db::phase::ClusterPhase;
 use crate::db::rotations::{Rotation, RotationPhase};
 use crate::db::{self, Db, DbError};
-use crate::founding::trust::{self, cluster_aad};
 use crate::issuance::issuers::IssuerCache;
 use crate::pki::{CaRole, CertAuthority, ClusterPki, PkiError, SecretPem};
 use crate::renewal::{RenewalError, mint_serving, store_serving};
+use crate::trust::{self, cluster_aad};
 
 /// What a CA rotation needs: the rows, the clock its phases are judged by, the KEKs that seal
 /// the new CA's key, opened trust, and the CPU pool that mints serving certificates.

@@ -102,7 +102,7 @@ pub async fn needing_work<'c>(
     db: impl Executor<'c, Database = Any>,
     now: i64,
 ) -> Result<Vec<i64>, DbError> {
-    let rows = sqlx::query(
+    Ok(sqlx::query_scalar::<_, i64>(
         "SELECT c.id FROM clusters c WHERE c.phase = 'founded' \
          AND (c.membership_lease_until IS NULL OR c.membership_lease_until < $1) \
          AND (c.desired_control_plane_count <> (SELECT COUNT(*) FROM cluster_nodes n \
@@ -113,11 +113,7 @@ pub async fn needing_work<'c>(
     )
     .bind(now)
     .fetch_all(db)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|r| r.try_get("id"))
-        .collect::<Result<_, _>>()?)
+    .await?)
 }
 
 pub async fn set<'c>(

@@ -181,17 +181,13 @@ pub async fn needing_work<'c>(
     db: impl Executor<'c, Database = Any>,
     now: i64,
 ) -> Result<Vec<i64>, DbError> {
-    let rows = sqlx::query(&format!(
+    Ok(sqlx::query_scalar::<_, i64>(&format!(
         "SELECT p.id FROM node_pools p WHERE (p.lease_until IS NULL OR p.lease_until < $1) \
          AND {NEEDS_WORK} ORDER BY p.id"
     ))
     .bind(now)
     .fetch_all(db)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|r| r.try_get("id"))
-        .collect::<Result<_, _>>()?)
+    .await?)
 }
 
 /// Whether the pool needs work.

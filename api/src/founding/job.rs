@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use super::Founder;
 use super::request::ClusterSpecRequest;
-use super::{Failure, Founded, FoundingError, Target, dns, provision, release, trust};
+use super::{Failure, Founded, FoundingError, Target, dns, provision, release};
 use crate::compute::Subnet;
 use crate::db::{self, phase::ClusterPhase};
 use crate::pki::{ClusterNetwork, ClusterPki, ServiceCidr, SuppliedCas};
 use crate::render::EncryptionKey;
+use crate::trust;
 
 /// An accepted founding, run by a worker.
 pub(super) struct Job {

@@ -18,7 +18,6 @@ pub mod reconcile;
 pub mod release;
 pub mod request;
 pub mod supplied;
-pub mod trust;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +36,7 @@ use crate::pki::{
     ClientIdentity, ClusterNetwork, ClusterPki, ImportTerms, NodeAddresses, NodeServingCerts,
     SecretPem, ServiceCidr,
 };
+use crate::trust;
 use exk8s_common::contract::Role;
 use request::{ClusterSpecRequest, SuppliedCasRequest};
 
@@ -127,6 +127,7 @@ impl From<MachineError> for Failure {
         match e {
             MachineError::Compute { step, source } => Self::compute(step, source),
             MachineError::Upstream { step, message } => Self::upstream(step, message),
+            e @ MachineError::Unusable { .. } => Self::internal(e.step(), e),
             MachineError::Db(e) => Self::db(e),
         }
     }
@@ -234,7 +235,7 @@ pub async fn start(
 
     // The cluster's age (and its service-account key's) is judged by the same clock.
     let now = ctx.clock.unix();
-    let spec_json = serde_json::to_string(spec).map_err(FoundingError::internal)?;
+    let spec_json = crate::cluster::Spec::from(spec).to_stored();
     let mut tx = ctx.db.begin().await?;
     let new = NewCluster {
         org_id,
@@ -463,7 +464,7 @@ async fn provision(
 
     let now = db::now();
     for (vm, ..) in &nodes {
-        // A compute service that reuses an id (or a simulator restarted without its ctx)
+        // A compute service that reuses an id (or a simulator restarted without its state)
         // would make two nodes one: an upstream fault, reported as such.
         let taken = db::nodes::find_by_vm(&ctx.db.pool, vm.id)
             .await

@@ -108,24 +108,11 @@ pub struct ClusterSpecRequest {
 
 /// Leaf certificates last a year unless the cluster says otherwise.
 pub const DEFAULT_LEAF_LIFETIME_DAYS: i64 = 365;
-const LEAF_LIFETIME_DAYS: std::ops::RangeInclusive<i64> = 1..=3650;
+/// The leaf lifetimes a cluster may ask for, in days.
+pub const LEAF_LIFETIME_DAYS: std::ops::RangeInclusive<i64> = 1..=3650;
 
 fn default_leaf_lifetime_days() -> i64 {
     DEFAULT_LEAF_LIFETIME_DAYS
-}
-
-/// The leaf lifetime a stored cluster spec asks for (the default when the spec predates it
-/// or cannot be read).
-pub fn leaf_lifetime(spec_json: &str) -> time::Duration {
-    #[derive(Deserialize)]
-    struct Lifetime {
-        #[serde(default = "default_leaf_lifetime_days")]
-        leaf_lifetime_days: i64,
-    }
-    let days = serde_json::from_str::<Lifetime>(spec_json)
-        .map(|l| l.leaf_lifetime_days)
-        .unwrap_or(DEFAULT_LEAF_LIFETIME_DAYS);
-    time::Duration::days(days.clamp(*LEAF_LIFETIME_DAYS.start(), *LEAF_LIFETIME_DAYS.end()))
 }
 
 const MAX_SECURITY_GROUPS: usize = 5;

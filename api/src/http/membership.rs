@@ -13,21 +13,6 @@ use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::membership::{self, MembershipError, ScaleRequest};
 
-impl From<MembershipError> for ApiError {
-    fn from(e: MembershipError) -> Self {
-        match e {
-            MembershipError::Invalid(field) => Self::Unprocessable {
-                field: Some(field.field),
-                message: field.message,
-            },
-            MembershipError::NotFound => Self::NotFound,
-            MembershipError::Conflict(message) => Self::Conflict(message),
-            MembershipError::Db(db) => db.into(),
-            e @ MembershipError::Quota(_) => Self::QuotaExceeded(e.to_string()),
-        }
-    }
-}
-
 /// Where a control-plane change stands.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ScalingView {

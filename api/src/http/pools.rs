@@ -16,21 +16,23 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::phase::Removal;
+use crate::machineset::ChangeError;
 use crate::pools::request::{CreatePoolRequest, TaintRequest, UpdatePoolRequest};
 use crate::pools::{self, Pool, PoolError};
 
-impl From<PoolError> for ApiError {
-    fn from(e: PoolError) -> Self {
+/// A refused change of a machine set (a pool or a control plane).
+impl From<ChangeError> for ApiError {
+    fn from(e: ChangeError) -> Self {
         match e {
-            PoolError::Invalid(field) => Self::Unprocessable {
+            ChangeError::Invalid(field) => Self::Unprocessable {
                 field: Some(field.field),
                 message: field.message,
             },
-            PoolError::NotFound => Self::NotFound,
-            PoolError::Conflict(message) => Self::Conflict(message),
-            PoolError::Upstream(message) => Self::BadGateway(message),
-            PoolError::Db(db) => db.into(),
-            e @ PoolError::Quota(_) => Self::QuotaExceeded(e.to_string()),
+            ChangeError::NotFound => Self::NotFound,
+            ChangeError::Conflict(message) => Self::Conflict(message),
+            ChangeError::Upstream(message) => Self::BadGateway(message),
+            ChangeError::Db(db) => db.into(),
+            e @ ChangeError::Quota(_) => Self::QuotaExceeded(e.to_string()),
         }
     }
 }

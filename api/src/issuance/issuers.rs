@@ -14,8 +14,8 @@ use exk8s_common::names::Sha256Digest;
 
 use crate::crypto::Keyring;
 use crate::db::clusters::ClusterRow;
-use crate::founding::trust::{self, TrustError};
 use crate::pki::ClusterPki;
+use crate::trust::{self, TrustError};
 
 /// How many clusters' trust the API keeps open by default (a few KiB each).
 pub const DEFAULT_CAPACITY: NonZeroUsize = match NonZeroUsize::new(1024) {

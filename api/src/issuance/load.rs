@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use crate::crypto::Keyring;
 use crate::db::{self, clusters::ClusterRow, nodes::NodeRow, phase::EtcdMembership};
-use crate::founding::trust::{self, NodeKeyColumn};
 use crate::issuance::issuers::IssuerCache;
 use crate::pki::{ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, ServiceCidr};
 use crate::render::{ClusterSpec, ControlPlaneNode, Membership, PodCidr, Versions};
+use crate::trust::{self, NodeKeyColumn};
 
 use super::IssuanceError;
 

@@ -15,45 +15,24 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::Membership;
-use crate::compute::CreateVm;
 use crate::db::leases::Leased;
 use crate::db::{
     self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::EtcdMembership,
 };
-use crate::founding::{request::ClusterSpecRequest, trust};
 use crate::lease;
-use crate::machines::{self, MachineError, NewMachine};
+use crate::machines::{self, NewMachine};
+use crate::machineset::{self, Member, Placement, Shape};
 use crate::pki::NodeServingCerts;
+use crate::trust;
 use exk8s_common::contract::{ReportState, Role};
 
-/// Why a change stopped; recorded on the cluster.
-#[derive(Debug, thiserror::Error)]
-pub enum ConvergeError {
-    #[error(transparent)]
-    Machine(#[from] MachineError),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    #[error("{0}")]
-    Failed(String),
-    #[error(transparent)]
-    Lease(#[from] lease::LeaseLost),
-}
+pub use crate::machineset::ConvergeError;
 
-/// How a pass ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Converged,
-    /// A member is joining, or a rollout runs: its reports move the change on.
-    Waiting,
-    Busy,
-    Gone,
-}
+pub use crate::machineset::Outcome;
 
 pub fn spawn(ctx: Membership, cluster_id: i64) {
-    tokio::spawn(async move {
-        if let Err(e) = converge(&ctx, cluster_id).await {
-            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "control-plane change stopped");
-        }
+    machineset::spawn("control-plane change", cluster_id, async move {
+        converge(&ctx, cluster_id).await
     });
 }
 
@@ -78,17 +57,11 @@ pub async fn after_report(ctx: &Membership, cluster_id: i64) {
 }
 
 pub async fn converge(ctx: &Membership, cluster_id: i64) -> Result<Outcome, ConvergeError> {
-    let Some(lease) = lease::claim(&ctx.db, Leased::Membership(cluster_id)).await? else {
-        return Ok(Outcome::Busy);
-    };
-    let result = run(ctx, cluster_id, &lease).await;
-    if matches!(result, Err(ConvergeError::Lease(_))) {
-        // Another process moves the change on now; its lease is not ours to release.
-        return result;
-    }
-    let error = result.as_ref().err().map(|e| crate::error_chain(e));
-    lease.release(error.as_deref()).await?;
-    result
+    let ran = lease::run(&ctx.db, Leased::Membership(cluster_id), async |lease| {
+        run(ctx, cluster_id, lease).await
+    })
+    .await?;
+    ran.unwrap_or(Ok(Outcome::Busy))
 }
 
 async fn run(
@@ -121,11 +94,7 @@ async fn run(
                     && r.ordinal.is_none_or(|o| !recorded.contains(&o))
             })
             .collect();
-        if !orphans.is_empty() {
-            for resource in orphans {
-                tracing::info!(cluster_id, token = %resource.client_token, "releasing a control-plane VM whose join never started");
-                machines::release(&ctx.machines, resource).await?;
-            }
+        if machineset::release_orphans(&ctx.machines, orphans).await? {
             continue;
         }
 
@@ -187,7 +156,7 @@ async fn run(
                     joining.node_name
                 );
                 withdraw(ctx, &cluster, &control_plane, joining, &journal, &reason).await?;
-                return Err(ConvergeError::Failed(reason));
+                return Err(ConvergeError::Stopped(reason));
             }
             return Ok(Outcome::Waiting);
         }
@@ -266,7 +235,7 @@ async fn start_leaving(
     leaving: &NodeRow,
 ) -> Result<(), ConvergeError> {
     let Some(remover) = super::remover(control_plane, leaving) else {
-        return Err(ConvergeError::Failed(format!(
+        return Err(ConvergeError::Stopped(format!(
             "no healthy member is left to remove {} from etcd",
             leaving.node_name
         )));
@@ -310,22 +279,10 @@ async fn release_vm(
     node: &NodeRow,
     journal: &[db::resources::Resource],
 ) -> Result<(), ConvergeError> {
-    match journal
+    let journaled = journal
         .iter()
-        .find(|r| r.ordinal == Some(node.ordinal) && r.pool_id.is_none())
-    {
-        Some(resource) => machines::release(&ctx.machines, resource).await?,
-        None => ctx
-            .machines
-            .compute
-            .delete_vm(node.vm_id)
-            .await
-            .map_err(|source| MachineError::Compute {
-                step: "VM deletion",
-                source,
-            })?,
-    }
-    Ok(())
+        .find(|r| r.ordinal == Some(node.ordinal) && r.pool_id.is_none());
+    Ok(machineset::release_vm(&ctx.machines, node, journaled).await?)
 }
 
 /// The shared name lists the control plane's members.
@@ -385,57 +342,30 @@ async fn withdraw(
 
 /// One new member: VM, address, serving certificates, and its node row, `joining`.
 async fn add_member(ctx: &Membership, cluster: &ClusterRow) -> Result<(), ConvergeError> {
-    let spec: ClusterSpecRequest = serde_json::from_str(&cluster.spec_json)
-        .map_err(|e| ConvergeError::Failed(format!("the cluster's stored spec: {e}")))?;
+    let placement = Placement::of(&ctx.machines, cluster)?;
     let ordinal = db::clusters::next_ordinal(&ctx.db.pool, cluster.id).await?;
-    let mut groups = spec.security_group_ids.clone();
-    groups.extend(cluster.security_group_id);
-    let userdata = ctx
-        .machines
-        .userdata()
-        .map_err(|e| ConvergeError::Failed(format!("userdata: {e}")))?;
+    let tags = [
+        ("exk8s.io/role", "control-plane".to_owned()),
+        ("exk8s.io/cluster", cluster.id.to_string()),
+        ("exk8s.io/ordinal", ordinal.to_string()),
+    ];
+    let spec = &placement.spec;
     let machine = NewMachine {
         cluster_id: cluster.id,
         ordinal,
         pool_id: None,
-        vm: CreateVm {
+        vm: placement.vm(Shape {
             name: format!("{}-cp-{ordinal}", cluster.name),
-            image_id: spec.control_plane_image_id,
-            instance_type: spec.control_plane_instance_type.clone(),
-            zone_id: spec.zone_id,
-            subnet_id: spec.subnet_id,
-            security_group_ids: groups,
-            allocate_public_ipv4: spec.allocate_public_ipv4,
-            ssh_pubkey: spec.ssh_pubkey.clone(),
-            root_volume_size_gib: spec.root_volume_size_gib,
-            userdata,
-            tags: [
-                ("exk8s.io/role", "control-plane".to_owned()),
-                ("exk8s.io/cluster", cluster.id.to_string()),
-                ("exk8s.io/ordinal", ordinal.to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect(),
-            client_token: String::new(),
-        },
+            image_id: spec.control_plane.image_id,
+            instance_type: &spec.control_plane.instance_type,
+            subnet_id: spec.placement.subnet_id,
+            tags: &tags,
+        }),
     };
-    let made = async {
-        let vm = machines::create(&ctx.machines, machine).await?;
-        let vm = machines::wait_for_address(&ctx.machines, vm.id).await?;
+    machineset::make(&ctx.machines, machine, async |vm| {
         record_member(ctx, cluster, ordinal, &vm).await
-    }
-    .await;
-    if let Err(e) = made {
-        let token = machines::client_token(cluster.id, ordinal);
-        if let Ok(Some(resource)) = db::resources::find_by_token(&ctx.db.pool, &token).await {
-            if let Err(release) = machines::release(&ctx.machines, &resource).await {
-                tracing::warn!(cluster_id = cluster.id, error = %crate::error_chain(&release), "could not release a control-plane VM (the next pass does)");
-            }
-        }
-        return Err(e);
-    }
-    Ok(())
+    })
+    .await
 }
 
 async fn record_member(
@@ -445,10 +375,10 @@ async fn record_member(
     vm: &crate::compute::Vm,
 ) -> Result<(), ConvergeError> {
     let name = trust::node_name(cluster.id, trust::CONTROL_PLANE_GROUP, vm.id)
-        .map_err(|e| ConvergeError::Failed(format!("node name: {e}")))?;
+        .map_err(|e| ConvergeError::Stopped(format!("node name: {e}")))?;
     let addresses = machines::addresses(vm, name)?;
     let opened = crate::issuance::load::cluster(&ctx.keks, &ctx.issuers, cluster)
-        .map_err(|e| ConvergeError::Failed(format!("opening the cluster's PKI: {e}")))?;
+        .map_err(|e| ConvergeError::Stopped(format!("opening the cluster's PKI: {e}")))?;
     let (pki, network) = (Arc::clone(&opened.pki), opened.spec.network.clone());
     let now = ctx.clock.now();
     let for_certs = addresses.clone();
@@ -456,36 +386,22 @@ async fn record_member(
         .cpu
         .run(move || NodeServingCerts::generate(&pki, &for_certs, &network, now))
         .await
-        .map_err(|e| ConvergeError::Failed(format!("minting serving certificates: {e}")))?
-        .map_err(|e| ConvergeError::Failed(format!("minting serving certificates: {e}")))?;
+        .map_err(|e| ConvergeError::Stopped(format!("minting serving certificates: {e}")))?
+        .map_err(|e| ConvergeError::Stopped(format!("minting serving certificates: {e}")))?;
     let seal = |column, cert| {
         trust::seal_node_key(&ctx.keks, cluster.id, vm.id, column, cert)
-            .map_err(|e| ConvergeError::Failed(format!("sealing: {e}")))
+            .map_err(|e| ConvergeError::Stopped(format!("sealing: {e}")))
     };
     let etcd_server = seal(trust::NodeKeyColumn::EtcdServer, &serving.etcd_server)?;
     let etcd_peer = seal(trust::NodeKeyColumn::EtcdPeer, &serving.etcd_peer)?;
     let apiserver = seal(trust::NodeKeyColumn::Apiserver, &serving.apiserver)?;
-    let (v4, v6, public) = (
-        addresses.private_ipv4.to_string(),
-        addresses.private_ipv6.map(|a| a.to_string()),
-        addresses.public_ipv4.map(|a| a.to_string()),
-    );
     let mut tx = ctx.db.begin().await?;
-    let node_id = db::nodes::insert(
+    let node_id = machineset::insert_node(
         &mut tx,
-        &db::nodes::NewNode {
-            cluster_id: cluster.id,
-            ordinal,
-            vm_id: vm.id,
-            node_name: addresses.name.as_str(),
-            private_ipv4: &v4,
-            private_ipv6: v6.as_deref(),
-            public_ipv4: public.as_deref(),
-            is_initial: false,
-            role: Role::ControlPlane,
-            pool_id: None,
-            etcd_membership: Some(EtcdMembership::Joining),
-        },
+        cluster.id,
+        (ordinal, vm),
+        &addresses,
+        Member::ControlPlane(EtcdMembership::Joining),
         ctx.clock.unix(),
     )
     .await?;

@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 use std::sync::Arc;
 
 use crate::config::ApiConfig;
-use crate::db::{self, Db, DbError, phase::ClusterPhase, phase::EtcdMembership};
+use crate::db::{self, Db, phase::ClusterPhase, phase::EtcdMembership};
 use crate::field::FieldError;
 use exk8s_common::contract::Role;
 
@@ -56,30 +56,7 @@ pub struct ScaleRequest {
 }
 
 /// Why a membership change was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum MembershipError {
-    #[error(transparent)]
-    Invalid(#[from] FieldError),
-    #[error("not found")]
-    NotFound,
-    /// The cluster's ctx does not allow the change now (409).
-    #[error("{0}")]
-    Conflict(String),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    /// The org's quota would be passed (409).
-    #[error(transparent)]
-    Quota(#[from] crate::quotas::Exceeded),
-}
-
-impl From<crate::quotas::QuotaError> for MembershipError {
-    fn from(e: crate::quotas::QuotaError) -> Self {
-        match e {
-            crate::quotas::QuotaError::Exceeded(e) => Self::Quota(e),
-            crate::quotas::QuotaError::Db(db) => Self::Db(db),
-        }
-    }
-}
+pub type MembershipError = crate::machineset::ChangeError;
 
 /// Where a change stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

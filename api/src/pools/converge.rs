@@ -15,58 +15,27 @@ use std::collections::HashSet;
 use tokio::task::JoinSet;
 
 use super::Pools;
-use crate::compute::CreateVm;
 use crate::db::leases::Leased;
 use crate::db::{
     self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::Removal,
     pools::PoolRow, resources::Resource,
 };
-use crate::founding::{request::ClusterSpecRequest, trust};
 use crate::lease;
 use crate::machines::{self, MachineError, NewMachine};
+use crate::machineset::{self, Member, Placement, Shape};
+use crate::trust;
 use exk8s_common::contract::Role;
 
 /// Workers made at once.
 const PARALLEL: usize = 8;
 
-/// Why a convergence stopped short; recorded on the pool, retried by the reconciler.
-#[derive(Debug, thiserror::Error)]
-pub enum ConvergeError {
-    #[error(transparent)]
-    Machine(#[from] MachineError),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    /// The cluster's stored facts cannot be used (its spec, a node name).
-    #[error("{0}")]
-    Corrupt(String),
-    /// The cluster's pod CIDR has no block left for another node.
-    #[error("{0}")]
-    NoRoom(String),
-    #[error("a worker task failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
-    #[error(transparent)]
-    Lease(#[from] lease::LeaseLost),
-}
+pub use crate::machineset::ConvergeError;
 
-/// How a convergence ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The pool's nodes match it.
-    Converged,
-    /// Workers are draining; the drainer's report (or the deadline) moves them on.
-    Waiting,
-    /// Another convergence holds the pool.
-    Busy,
-    /// The pool (or its cluster) is gone or going.
-    Gone,
-}
+pub use crate::machineset::Outcome;
 
-/// Converges the pool in the background; failures are logged and recorded on the pool.
 pub fn spawn(ctx: Pools, pool_id: i64) {
-    tokio::spawn(async move {
-        if let Err(e) = converge(&ctx, pool_id).await {
-            tracing::warn!(pool_id, error = %crate::error_chain(&e), "node pool did not converge (the reconciler retries)");
-        }
+    machineset::spawn("node pool", pool_id, async move {
+        converge(&ctx, pool_id).await
     });
 }
 
@@ -83,16 +52,13 @@ pub async fn after_report(ctx: &Pools, node_id: i64) {
 /// Converges the pool now, unless another convergence holds it.
 pub async fn converge(ctx: &Pools, pool_id: i64) -> Result<Outcome, ConvergeError> {
     loop {
-        let Some(lease) = lease::claim(&ctx.db, Leased::Pool(pool_id)).await? else {
+        let ran = lease::run(&ctx.db, Leased::Pool(pool_id), async |lease| {
+            run(ctx, pool_id, lease).await
+        })
+        .await?;
+        let Some(result) = ran else {
             return Ok(Outcome::Busy);
         };
-        let result = run(ctx, pool_id, &lease).await;
-        if matches!(result, Err(ConvergeError::Lease(_))) {
-            // Another process converges the pool now; its lease is not ours to release.
-            return result;
-        }
-        let error = result.as_ref().err().map(|e| crate::error_chain(e));
-        lease.release(error.as_deref()).await?;
         // A change made while the lease was held, whose own convergence found it busy.
         if result.as_ref().is_ok_and(|o| *o == Outcome::Converged)
             && db::pools::needs_work(&ctx.db.pool, pool_id).await?
@@ -100,31 +66,6 @@ pub async fn converge(ctx: &Pools, pool_id: i64) -> Result<Outcome, ConvergeErro
             continue;
         }
         return result;
-    }
-}
-
-/// Where a pool's workers go, from the cluster's founding request.
-struct Placement {
-    spec: ClusterSpecRequest,
-    security_groups: Vec<i64>,
-    userdata: String,
-}
-
-impl Placement {
-    fn of(ctx: &Pools, cluster: &ClusterRow) -> Result<Self, ConvergeError> {
-        let spec: ClusterSpecRequest = serde_json::from_str(&cluster.spec_json)
-            .map_err(|e| ConvergeError::Corrupt(format!("cluster {} spec: {e}", cluster.id)))?;
-        let mut security_groups = spec.security_group_ids.clone();
-        security_groups.extend(cluster.security_group_id);
-        let userdata = ctx
-            .machines
-            .userdata()
-            .map_err(|e| ConvergeError::Corrupt(format!("userdata: {e}")))?;
-        Ok(Self {
-            spec,
-            security_groups,
-            userdata,
-        })
     }
 }
 
@@ -147,11 +88,7 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
             .iter()
             .filter(|r| r.ordinal.is_none_or(|o| !recorded.contains(&o)))
             .collect();
-        if !orphans.is_empty() {
-            for resource in orphans {
-                tracing::info!(pool_id, token = %resource.client_token, "releasing a worker VM whose creation did not finish");
-                machines::release(&ctx.machines, resource).await?;
-            }
+        if machineset::release_orphans(&ctx.machines, orphans).await? {
             continue;
         }
 
@@ -171,7 +108,7 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
         let active: Vec<&NodeRow> = nodes.iter().filter(|n| n.removal.is_none()).collect();
         let desired = usize::try_from(pool.desired_count).unwrap_or(0);
         if active.len() < desired {
-            let placement = std::sync::Arc::new(Placement::of(ctx, &cluster)?);
+            let placement = std::sync::Arc::new(Placement::of(&ctx.machines, &cluster)?);
             let mut tasks = JoinSet::new();
             for _ in 0..(desired - active.len()).min(PARALLEL) {
                 let (ctx, cluster, pool) = (ctx.clone(), cluster.clone(), pool.clone());
@@ -209,8 +146,7 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
     }
 }
 
-/// Makes one worker: ordinal, journaled VM, address, node row. A failure after the journal
-/// entry releases the VM at once (and, if that fails too, the next convergence does).
+/// Makes one worker: ordinal, journaled VM, address, node row.
 async fn add_worker(
     ctx: &Pools,
     cluster: &ClusterRow,
@@ -218,50 +154,28 @@ async fn add_worker(
     placement: &Placement,
 ) -> Result<(), ConvergeError> {
     let ordinal = db::clusters::next_ordinal(&ctx.db.pool, cluster.id).await?;
-    let spec = &placement.spec;
+    let tags = [
+        ("exk8s.io/role", "worker".to_owned()),
+        ("exk8s.io/cluster", cluster.id.to_string()),
+        ("exk8s.io/pool", pool.name.clone()),
+        ("exk8s.io/ordinal", ordinal.to_string()),
+    ];
     let machine = NewMachine {
         cluster_id: cluster.id,
         ordinal,
         pool_id: Some(pool.id),
-        vm: CreateVm {
+        vm: placement.vm(Shape {
             name: format!("{}-{}-{ordinal}", cluster.name, pool.name),
             image_id: pool.image_id,
-            instance_type: pool.instance_type.clone(),
-            zone_id: spec.zone_id,
+            instance_type: &pool.instance_type,
             subnet_id: pool.subnet_id,
-            security_group_ids: placement.security_groups.clone(),
-            allocate_public_ipv4: spec.allocate_public_ipv4,
-            ssh_pubkey: spec.ssh_pubkey.clone(),
-            root_volume_size_gib: spec.root_volume_size_gib,
-            userdata: placement.userdata.clone(),
-            tags: [
-                ("exk8s.io/role", "worker".to_owned()),
-                ("exk8s.io/cluster", cluster.id.to_string()),
-                ("exk8s.io/pool", pool.name.clone()),
-                ("exk8s.io/ordinal", ordinal.to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect(),
-            client_token: String::new(),
-        },
+            tags: &tags,
+        }),
     };
-    let made = async {
-        let vm = machines::create(&ctx.machines, machine).await?;
-        let vm = machines::wait_for_address(&ctx.machines, vm.id).await?;
+    machineset::make(&ctx.machines, machine, async |vm| {
         record_worker(ctx, cluster, pool, ordinal, &vm).await
-    }
-    .await;
-    if let Err(e) = made {
-        let token = machines::client_token(cluster.id, ordinal);
-        if let Ok(Some(resource)) = db::resources::find_by_token(&ctx.db.pool, &token).await {
-            if let Err(release) = machines::release(&ctx.machines, &resource).await {
-                tracing::warn!(pool_id = pool.id, error = %crate::error_chain(&release), "could not release a worker VM (the next convergence does)");
-            }
-        }
-        return Err(e);
-    }
-    Ok(())
+    })
+    .await
 }
 
 /// Records the worker `vm` as a node of the pool, with the lowest free pod range.
@@ -273,7 +187,7 @@ async fn record_worker(
     vm: &crate::compute::Vm,
 ) -> Result<(), ConvergeError> {
     let name = trust::node_name(cluster.id, &pool.name, vm.id)
-        .map_err(|e| ConvergeError::Corrupt(format!("node name: {e}")))?;
+        .map_err(|e| ConvergeError::Stopped(format!("node name: {e}")))?;
     let addresses = machines::addresses(vm, name)?;
     if let Some(taken) = db::nodes::find_by_vm(&ctx.db.pool, vm.id).await? {
         return Err(MachineError::Upstream {
@@ -286,39 +200,26 @@ async fn record_worker(
         }
         .into());
     }
-    let (v4, v6, public) = (
-        addresses.private_ipv4.to_string(),
-        addresses.private_ipv6.map(|a| a.to_string()),
-        addresses.public_ipv4.map(|a| a.to_string()),
-    );
     // The controller-manager gives each node a block of the pod CIDR: no node past the last
     // block. `count_for_adding` holds the cluster's additions until this transaction ends.
     let mut tx = ctx.db.begin().await?;
     let nodes = db::nodes::count_for_adding(&mut tx, cluster.id).await?;
     let blocks = crate::render::PodCidr::parse(&cluster.pod_cidr)
-        .map_err(|e| ConvergeError::Corrupt(format!("pod CIDR: {e}")))?
+        .map_err(|e| ConvergeError::Stopped(format!("pod CIDR: {e}")))?
         .blocks();
     if u64::try_from(nodes).unwrap_or(u64::MAX) >= blocks {
-        return Err(ConvergeError::NoRoom(format!(
+        return Err(ConvergeError::Stopped(format!(
             "the pod CIDR {} has no free block for another node",
             cluster.pod_cidr
         )));
     }
-    db::nodes::insert(
+    let worker = Member::Worker { pool_id: pool.id };
+    machineset::insert_node(
         &mut tx,
-        &db::nodes::NewNode {
-            cluster_id: cluster.id,
-            ordinal,
-            vm_id: vm.id,
-            node_name: addresses.name.as_str(),
-            private_ipv4: &v4,
-            private_ipv6: v6.as_deref(),
-            public_ipv4: public.as_deref(),
-            is_initial: false,
-            role: Role::Worker,
-            pool_id: Some(pool.id),
-            etcd_membership: None,
-        },
+        cluster.id,
+        (ordinal, vm),
+        &addresses,
+        worker,
         db::now(),
     )
     .await?;
@@ -378,19 +279,8 @@ async fn remove(
         return Ok(false);
     }
     db::removals::set(&ctx.db.pool, node.id, Removal::Drained).await?;
-    match journal.iter().find(|r| r.ordinal == Some(node.ordinal)) {
-        Some(resource) => machines::release(&ctx.machines, resource).await?,
-        // Released before a crash; deleting again is a no-op.
-        None => ctx
-            .machines
-            .compute
-            .delete_vm(node.vm_id)
-            .await
-            .map_err(|source| MachineError::Compute {
-                step: "VM deletion",
-                source,
-            })?,
-    }
+    let journaled = journal.iter().find(|r| r.ordinal == Some(node.ordinal));
+    machineset::release_vm(&ctx.machines, node, journaled).await?;
     db::removals::delete(&ctx.db.pool, node.id).await?;
     tracing::info!(
         cluster_id = cluster.id,

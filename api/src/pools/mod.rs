@@ -1,4 +1,4 @@
-//! Worker node pools: a pool is a desired ctx — placement, registration (labels, taints)
+//! Worker node pools: a pool is a desired state — placement, registration (labels, taints)
 //! and a count — recorded first; its machines are then made or removed by [`converge`], in
 //! the background after each change and by the reconciler after a crash, until the pool's
 //! nodes match it. Removing a worker drains it first, through a control-plane node's agent.
@@ -24,35 +24,8 @@ pub struct Pools {
     pub machines: crate::machines::Machines,
 }
 
-/// Why a pool request was refused, in the domain's terms; `http/` maps each to its answer.
-#[derive(Debug, thiserror::Error)]
-pub enum PoolError {
-    /// A field is malformed or impossible (422, naming the field).
-    #[error(transparent)]
-    Invalid(#[from] FieldError),
-    #[error("not found")]
-    NotFound,
-    /// The request collides with the cluster's or the pool's ctx (409).
-    #[error("{0}")]
-    Conflict(String),
-    /// The compute API failed (502).
-    #[error("{0}")]
-    Upstream(String),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    /// The org's quota would be passed (409).
-    #[error(transparent)]
-    Quota(#[from] crate::quotas::Exceeded),
-}
-
-impl From<crate::quotas::QuotaError> for PoolError {
-    fn from(e: crate::quotas::QuotaError) -> Self {
-        match e {
-            crate::quotas::QuotaError::Exceeded(e) => Self::Quota(e),
-            crate::quotas::QuotaError::Db(db) => Self::Db(db),
-        }
-    }
-}
+/// Why a pool request was refused.
+pub type PoolError = crate::machineset::ChangeError;
 
 /// A pool with its nodes, oldest first.
 #[derive(Debug, Clone)]

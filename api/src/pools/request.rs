@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::field::FieldError;
-use crate::founding::trust::CONTROL_PLANE_GROUP;
 use crate::labels::{NodeLabel, Taint};
+use crate::trust::CONTROL_PLANE_GROUP;
 
 /// Nodes a pool may have.
 pub const COUNT: std::ops::RangeInclusive<i64> = 0..=1000;

@@ -54,7 +54,7 @@ async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, v
     )
     .await
     .unwrap();
-    let name = exk8s_api::founding::trust::node_name(cluster, pool, vm).unwrap();
+    let name = exk8s_api::trust::node_name(cluster, pool, vm).unwrap();
     let before = db::nodes::count_for_adding(&mut *tx, cluster)
         .await
         .unwrap();

@@ -22,6 +22,8 @@ pub enum TrustError {
     Seal(#[from] SealError),
     #[error(transparent)]
     Pki(#[from] PkiError),
+    #[error(transparent)]
+    Spec(#[from] crate::cluster::SpecError),
 }
 
 pub fn cluster_aad(cluster_id: i64, column: &str) -> String {
@@ -105,7 +107,7 @@ pub fn open(keks: &Keyring, row: &ClusterRow) -> Result<Arc<ClusterPki>, TrustEr
             private_pem: SecretPem::new(sa_key.to_string()),
         },
     };
-    pki.set_leaf_lifetime(super::request::leaf_lifetime(&row.spec_json));
+    pki.set_leaf_lifetime(crate::cluster::Spec::from_stored(&row.spec_json)?.leaf_lifetime());
     Ok(Arc::new(pki))
 }
 
