@@ -10,18 +10,12 @@ use exk8s_common::contract::{IMDS_TOKEN_HEADER, NONCE_HEADER, PhaseReport};
 use exk8s_common::limits::MAX_ENVELOPE_BYTES;
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NodeKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message};
-use serde::Deserialize;
 
 use crate::error::AgentError;
 use crate::http::{Attempt, classify, read_capped, retry};
 use crate::imds::{Session, relay};
 
-/// What the API says about this node's generations.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct Generations {
-    pub desired_generation: u64,
-    pub applied_generation: u64,
-}
+pub use exk8s_common::contract::Generations;
 
 /// The API's answer to "my update, please".
 #[derive(Debug)]

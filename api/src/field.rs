@@ -17,3 +17,10 @@ impl FieldError {
         }
     }
 }
+
+/// An operator's request checked field by field into what the domain takes: defaults applied,
+/// every bad field named.
+pub trait Validate {
+    type Valid;
+    fn validate(self) -> Result<Self::Valid, FieldError>;
+}

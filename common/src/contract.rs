@@ -212,6 +212,18 @@ text_enum!(BundleKind);
 text_enum!(BootPhase);
 text_enum!(ReportState);
 
+/// A node's generations, as `GET /nodes/{vm_id}/generation` answers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Generations {
+    /// The generation the node should run (bumped whenever its bundle would change).
+    pub desired_generation: u64,
+    /// The generation the node last reported healthy (0 before its first bundle is applied).
+    pub applied_generation: u64,
+    /// `applied_generation` has reached `desired_generation`.
+    pub up_to_date: bool,
+}
+
 /// A phase report, as the agent sends it to `…/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -16,7 +16,7 @@
 use std::sync::OnceLock;
 
 use exk8s_api::app::ApiConfig;
-use exk8s_api::founding::request::CreateClusterRequest;
+use exk8s_api::founding::request::{CreateClusterRequest, ValidateCluster as _};
 use exk8s_api::http::extract::decode_json;
 use exk8s_common::names::{AllowList, ArtifactDest, ArtifactRoots, BundlePath, FileRoots};
 use exk8s_common::{BUNDLE_PAYLOAD_TYPE, BundlePayload, BundleSigner, Keyring, verify};

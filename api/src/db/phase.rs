@@ -5,57 +5,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub use exk8s_api_types::phase::{ClusterPhase, EtcdMembership, Removal};
 use exk8s_common::contract::{BootPhase, ReportState, UnknownName};
-use serde::{Deserialize, Serialize};
-
-/// Where a cluster stands: `provisioning` → `founded` | (`compensating` →) `failed`;
-/// `deleting` while its resources are released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ClusterPhase {
-    Provisioning,
-    Founded,
-    Compensating,
-    Failed,
-    Deleting,
-}
-
-impl ClusterPhase {
-    pub const ALL: [Self; 5] = [
-        Self::Provisioning,
-        Self::Founded,
-        Self::Compensating,
-        Self::Failed,
-        Self::Deleting,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Provisioning => "provisioning",
-            Self::Founded => "founded",
-            Self::Compensating => "compensating",
-            Self::Failed => "failed",
-            Self::Deleting => "deleting",
-        }
-    }
-}
-
-impl fmt::Display for ClusterPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ClusterPhase {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, UnknownName> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
-    }
-}
 
 /// What a node last said about itself: nothing yet, or a phase and where it stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,82 +83,6 @@ impl fmt::Display for NodePhase {
             } => write!(f, "{phase}"),
             Self::Reported { phase, state } => write!(f, "{phase}:{state}"),
         }
-    }
-}
-
-/// Where a node being removed stands: its workloads are being evicted (`draining`), or they
-/// are gone — or the drain's deadline passed — and its VM may be deleted (`drained`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Removal {
-    Draining,
-    Drained,
-}
-
-impl Removal {
-    pub const ALL: [Self; 2] = [Self::Draining, Self::Drained];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Draining => "draining",
-            Self::Drained => "drained",
-        }
-    }
-}
-
-impl fmt::Display for Removal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Removal {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, UnknownName> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
-    }
-}
-
-/// A control-plane node's place in etcd: a voter, joining (a learner until promoted), or
-/// leaving (to be removed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum EtcdMembership {
-    Voter,
-    Joining,
-    Leaving,
-}
-
-impl EtcdMembership {
-    pub const ALL: [Self; 3] = [Self::Voter, Self::Joining, Self::Leaving];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Voter => "voter",
-            Self::Joining => "joining",
-            Self::Leaving => "leaving",
-        }
-    }
-}
-
-impl fmt::Display for EtcdMembership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for EtcdMembership {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, UnknownName> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
     }
 }
 

@@ -5,84 +5,11 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+
+pub use exk8s_api_types::{CreateClusterRequest, SuppliedCaRequest, SuppliedCasRequest};
 
 use crate::field::FieldError;
 use crate::pki::KeyAlgorithm;
-
-/// The request body. Every field is optional in the type so that a missing one gets our own
-/// message; unknown fields are refused.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateClusterRequest {
-    /// The cluster's name in its org (its kubeconfig's cluster and context): 1–40 of a-z, 0-9
-    /// and '-', starting with a letter, not ending with '-', not starting with `exk8s-` (the
-    /// names the API gives: `exk8s-<org>-<id hex>` when none is asked for). Unique in the org.
-    #[schema(pattern = "^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$", max_length = 40)]
-    pub name: Option<String>,
-    /// Control-plane VMs: 1 (default) or 3. Even counts are refused (etcd quorum).
-    #[schema(minimum = 1, maximum = 3)]
-    pub control_plane_count: Option<i64>,
-    /// Image of the control-plane VMs (required, > 0).
-    #[schema(minimum = 1)]
-    pub control_plane_image_id: Option<i64>,
-    /// Instance type, e.g. `e2.medium` (required).
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-    pub control_plane_instance_type: Option<String>,
-    /// Default 1.
-    #[schema(minimum = 1)]
-    pub zone_id: Option<i64>,
-    /// Subnet the VMs join (required).
-    #[schema(minimum = 1)]
-    pub subnet_id: Option<i64>,
-    /// Existing security groups; when empty the API creates one (all IPv4 from the subnet, TCP
-    /// 6443 from anywhere). At most 5, each positive, none repeated.
-    #[schema(max_items = 5)]
-    pub security_group_ids: Option<Vec<i64>>,
-    pub allocate_public_ipv4: Option<bool>,
-    /// An OpenSSH public key line for the VMs.
-    pub ssh_pubkey: Option<String>,
-    /// Default 20, between 10 and 2048.
-    #[schema(minimum = 10, maximum = 2048)]
-    pub root_volume_size_gib: Option<i64>,
-    /// `ecdsa-p256` (default), `ecdsa-p384`, `rsa-2048`, `rsa-3072`, `rsa-4096`.
-    #[schema(pattern = "^(ecdsa-p256|ecdsa-p384|rsa-2048|rsa-3072|rsa-4096)$")]
-    pub key_algorithm: Option<String>,
-    /// One of the configured versions; default the first.
-    pub kubernetes_version: Option<String>,
-    /// Days every leaf certificate lasts (default 365, at least 1, at most 3650); leaves are
-    /// renewed automatically before they expire.
-    #[schema(minimum = 1, maximum = 3650)]
-    pub leaf_lifetime_days: Option<i64>,
-    /// CAs to found the cluster on instead of new ones (bring your own CA). Each given one is
-    /// checked before anything is created: a CA certificate (CA:TRUE, keyCertSign) with an
-    /// RSA (2048–8192 bits), P-256 or P-384 key, valid now and for one leaf lifetime more, and
-    /// its matching private key. The keys are sealed like generated ones and never returned.
-    pub certificate_authorities: Option<SuppliedCasRequest>,
-}
-
-/// The CAs an operator brings, by role; a role left out gets a CA made by the API.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SuppliedCasRequest {
-    /// Signs the apiservers', kubelets' and every Kubernetes client certificate.
-    pub cluster: Option<SuppliedCaRequest>,
-    /// Signs etcd's serving and peer certificates and its clients'.
-    pub etcd: Option<SuppliedCaRequest>,
-    /// Signs the front-proxy (aggregation layer) client certificate.
-    pub front_proxy: Option<SuppliedCaRequest>,
-}
-
-/// One CA: its certificate and private key, PEM.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SuppliedCaRequest {
-    /// One `CERTIFICATE` PEM block.
-    pub cert_pem: Option<String>,
-    /// The private key, PEM (PKCS#8, SEC1 or PKCS#1). Never logged or returned.
-    #[schema(value_type = Option<String>, format = Password)]
-    pub key_pem: Option<crate::pki::SecretPem>,
-}
 
 /// A request that passed every check, with defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,9 +133,14 @@ const MAX_NAME: usize = 40;
 /// Names the API gives start with it (`exk8s-<org>-<id hex>`).
 pub const GENERATED_PREFIX: &str = "exk8s-";
 
-impl CreateClusterRequest {
+/// Checks a founding request against the versions this API offers.
+pub trait ValidateCluster {
     /// Applies defaults and checks every field; `versions` is the configured allow-list.
-    pub fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, FieldError> {
+    fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, FieldError>;
+}
+
+impl ValidateCluster for CreateClusterRequest {
+    fn validate(self, versions: &[String]) -> Result<ClusterSpecRequest, FieldError> {
         if let Some(name) = &self.name {
             validate_name(name)?;
         }

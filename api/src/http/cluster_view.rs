@@ -8,8 +8,8 @@ use exk8s_common::contract::Role;
 
 use super::conditions::Condition;
 use super::error::ApiError;
-use super::views::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
 use crate::app::AppState;
+use crate::db::phase::EtcdMembership;
 use crate::db::{
     self,
     clusters::ClusterRow,
@@ -17,6 +17,7 @@ use crate::db::{
     phase::ClusterPhase,
 };
 use crate::status;
+use exk8s_api_types::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
 
 /// One cluster's related rows.
 #[derive(Default)]
@@ -341,7 +342,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         .map(Condition::from)
         .collect(),
         node_pools,
-        control_plane_members: MembersView::of(&nodes, desired_control_plane_count),
+        control_plane_members: members_view(&nodes, desired_control_plane_count),
         desired_control_plane_count,
         membership_error,
         ca_rotation,
@@ -367,6 +368,28 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             })
             .collect(),
         created_at: row.created_at,
+    }
+}
+
+/// A control plane's members counted from its nodes; `asked` is the size asked for.
+fn members_view(nodes: &[db::nodes::NodeRow], asked: Option<i64>) -> MembersView {
+    let count = |m: EtcdMembership| {
+        let n = nodes
+            .iter()
+            .filter(|n| n.role == Role::ControlPlane && n.etcd_membership == Some(m))
+            .count();
+        i64::try_from(n).unwrap_or(i64::MAX)
+    };
+    let (voters, joining, leaving) = (
+        count(EtcdMembership::Voter),
+        count(EtcdMembership::Joining),
+        count(EtcdMembership::Leaving),
+    );
+    MembersView {
+        desired: asked.unwrap_or(voters + joining),
+        voters,
+        joining,
+        leaving,
     }
 }
 

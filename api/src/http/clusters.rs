@@ -5,43 +5,17 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
-pub use super::views::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
 use crate::app::AppState;
 use crate::db::{self, phase::ClusterPhase};
-use crate::founding::{self, request::CreateClusterRequest};
-
-/// A DNS record the operator may want.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct DnsRecord {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub values: Vec<String>,
-}
-
-/// What founding answers.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ClusterCreated {
-    pub cluster_id: i64,
-    pub name: String,
-    /// Admin kubeconfig pointing at the shared control-plane DNS name.
-    pub kubeconfig: String,
-    pub control_plane_vm_ids: Vec<i64>,
-    pub control_plane_dns_name: String,
-    pub service_cidr: String,
-    pub pod_cidr: String,
-    pub dns_configured: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dns_error: Option<String>,
-    pub bootstrap_path_template: String,
-    pub wildcard_ingress_dns_name: String,
-    pub suggested_dns_records: Vec<DnsRecord>,
-}
+use crate::founding::{
+    self,
+    request::{CreateClusterRequest, ValidateCluster as _},
+};
+pub use exk8s_api_types::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
+use exk8s_api_types::{ClusterCreated, DnsRecord};
 
 fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
     let config = &state.config;

@@ -1,6 +1,6 @@
 //! Renders the judged conditions ([`crate::status`]) in Cluster API v1beta2's wire shape.
 
-pub use super::views::Condition;
+pub use exk8s_api_types::Condition;
 
 pub(super) fn rfc3339(unix: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(unix)

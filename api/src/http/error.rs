@@ -4,26 +4,9 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::db::DbError;
-
-/// The JSON error body.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable machine-readable code.
-    pub code: &'static str,
-    pub message: String,
-    /// The request field at fault, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-}
+pub use exk8s_api_types::{ErrorBody, ErrorDetail};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -219,7 +202,7 @@ impl IntoResponse for ApiError {
         };
         let body = ErrorBody {
             error: ErrorDetail {
-                code: self.code(),
+                code: self.code().to_owned(),
                 message: self.to_string(),
                 field,
             },

@@ -20,63 +20,18 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
-use serde::Serialize;
 use tokio::sync::broadcast;
-use utoipa::ToSchema;
 
-use super::clusters::ClusterView;
-use super::conditions::Condition;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiPath, Operator};
 use crate::app::AppState;
-use crate::db::{self, events::Change, phase::ClusterPhase};
+use crate::db::{self, events::Change};
+use exk8s_api_types::{ChangeEvent, StatusEvent, StreamEnd};
 
 /// How often `status` is recomputed when no change arrived (conditions also move with time).
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Changes read at once from the store while a stream catches up.
 const PAGE: i64 = 200;
-
-/// The data of a `cluster`, `node` or `report` event.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ChangeEvent {
-    /// Unix seconds.
-    pub at: i64,
-    /// A cluster phase (`cluster`), or a node's phase as `GET /clusters/{id}` shows it.
-    pub phase: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vm_id: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_reason: Option<String>,
-    /// A failure's message, or the text of a node's report.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
-/// The data of a `status` event.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct StatusEvent {
-    pub phase: ClusterPhase,
-    pub ready: bool,
-    pub initialized: bool,
-    pub replicas: i64,
-    pub ready_replicas: i64,
-    pub up_to_date_replicas: i64,
-    pub conditions: Vec<Condition>,
-}
-
-impl From<&ClusterView> for StatusEvent {
-    fn from(v: &ClusterView) -> Self {
-        Self {
-            phase: v.phase,
-            ready: v.ready,
-            initialized: v.initialized,
-            replicas: v.replicas,
-            ready_replicas: v.ready_replicas,
-            up_to_date_replicas: v.up_to_date_replicas,
-            conditions: v.conditions.clone(),
-        }
-    }
-}
 
 /// The cluster's changes as they happen (`text/event-stream`).
 #[utoipa::path(
@@ -168,16 +123,6 @@ fn last_event_id(headers: &HeaderMap) -> Result<i64, ApiError> {
         })
 }
 
-/// Why the server ended a stream (the data of an `end` event); the client reconnects with
-/// `Last-Event-ID` where the reason allows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StreamEnd {
-    /// `token` (the token was revoked or expired: reconnect with a valid one), `lifetime`
-    /// (streams last at most the server's stream lifetime: reconnect) or `draining` (this
-    /// server stops: reconnect, to another replica).
-    pub reason: &'static str,
-}
-
 /// The stream's periods, from the server's configuration.
 #[derive(Debug, Clone, Copy)]
 struct StreamConfig {
@@ -234,10 +179,9 @@ impl Watch {
             }
             if let Some(reason) = self.why_end().await {
                 self.ended = true;
-                if let Ok(event) = Event::default()
-                    .event("end")
-                    .json_data(StreamEnd { reason })
-                {
+                if let Ok(event) = Event::default().event("end").json_data(StreamEnd {
+                    reason: reason.to_owned(),
+                }) {
                     return Some(event);
                 }
                 return None;

@@ -5,23 +5,13 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
+use crate::field::Validate as _;
 use crate::membership::{self, MembershipError, ScaleRequest};
-
-/// Where a control-plane change stands.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ScalingView {
-    pub cluster_id: i64,
-    /// The size asked for.
-    pub desired: i64,
-    /// Voting members now.
-    pub voters: i64,
-}
+use exk8s_api_types::ScalingView;
 
 /// Scales the control plane up to 3, 5 or 7 members, one at a time.
 #[utoipa::path(

@@ -18,7 +18,6 @@ pub mod paging;
 pub mod pools;
 mod prefer;
 pub mod server;
-pub mod views;
 
 use std::time::Instant;
 
@@ -71,7 +70,7 @@ use crate::app::AppState;
         health::readyz,
         health::metrics,
     ),
-    components(schemas(error::ErrorBody, error::ErrorDetail, events::ChangeEvent, events::StatusEvent)),
+    components(schemas(error::ErrorBody, error::ErrorDetail, exk8s_api_types::ChangeEvent, exk8s_api_types::StatusEvent)),
     modifiers(&SecuritySchemes, &CommonResponses),
 )]
 pub struct ApiDoc;

@@ -8,8 +8,6 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::bootstrap::{StatusReport, limit_source, limit_vm};
 use super::error::{ApiError, ErrorBody};
@@ -17,6 +15,8 @@ use super::extract::{ApiPath, Operator, decode_json};
 use crate::app::AppState;
 use crate::issuance::{self, NONCE_HEADER, Update, signed::SignedRequest};
 use crate::rollout::{self, RolloutError};
+use exk8s_api_types::{RolloutNode, RolloutStarted};
+use exk8s_common::contract::Generations;
 
 /// How long a node told to wait should wait before asking again.
 const WAIT_SECS: u64 = 30;
@@ -49,18 +49,10 @@ async fn signed_vm(
     Ok(vm)
 }
 
-/// A node's generations.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Generation {
-    pub desired_generation: i64,
-    pub applied_generation: i64,
-    pub up_to_date: bool,
-}
-
 /// The node's desired and applied generations.
 #[utoipa::path(
     get, path = "/nodes/{vm_id}/generation", params(("vm_id" = i64, Path)),
-    responses((status = 200, body = Generation), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    responses((status = 200, body = Generations), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
     security(("imds_token" = [], "node_signature" = [])),
 )]
 pub async fn generation(
@@ -70,11 +62,13 @@ pub async fn generation(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-) -> Result<axum::Json<Generation>, ApiError> {
+) -> Result<axum::Json<Generations>, ApiError> {
     let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
-    Ok(axum::Json(Generation {
-        desired_generation: vm.node.desired_generation,
-        applied_generation: vm.node.applied_generation,
+    // Generations are at least 0 (a CHECK of the schema).
+    let generation = |g: i64| u64::try_from(g).map_err(ApiError::internal);
+    Ok(axum::Json(Generations {
+        desired_generation: generation(vm.node.desired_generation)?,
+        applied_generation: generation(vm.node.applied_generation)?,
         up_to_date: vm.node.up_to_date(),
     }))
 }
@@ -147,19 +141,6 @@ pub async fn status(
     let report: StatusReport = decode_json(&body)?;
     issuance::report::record(&state.reporter(), &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// A started rollout: each node's new desired generation.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RolloutStarted {
-    pub cluster_id: i64,
-    pub nodes: Vec<RolloutNode>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RolloutNode {
-    pub vm_id: i64,
-    pub desired_generation: i64,
 }
 
 impl From<rollout::Started> for RolloutStarted {

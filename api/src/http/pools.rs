@@ -3,22 +3,19 @@
 //! pool's machines are made or removed in the background (`pools::converge`), visible in
 //! `GET` as they go.
 
-use std::collections::BTreeMap;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
-use crate::db::phase::Removal;
+use crate::field::Validate as _;
 use crate::machineset::ChangeError;
-use crate::pools::request::{CreatePoolRequest, TaintRequest, UpdatePoolRequest};
+use crate::pools::request::{CreatePoolRequest, UpdatePoolRequest};
 use crate::pools::{self, Pool, PoolError};
+use exk8s_api_types::{PoolNodeView, PoolView};
 
 /// A refused change of a machine set (a pool or a control plane).
 impl From<ChangeError> for ApiError {
@@ -35,51 +32,6 @@ impl From<ChangeError> for ApiError {
             e @ ChangeError::Quota(_) => Self::QuotaExceeded(e.to_string()),
         }
     }
-}
-
-/// One worker of a pool.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PoolNodeView {
-    pub vm_id: i64,
-    /// The cluster's machine number: higher was made later (scaling down removes the highest).
-    pub ordinal: i64,
-    pub name: String,
-    pub private_ipv4: String,
-    /// The last phase its agent reported (`pending` until it reports).
-    pub phase: String,
-    pub desired_generation: i64,
-    pub applied_generation: i64,
-    pub up_to_date: bool,
-    /// `draining` or `drained` while it is being removed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub removal: Option<Removal>,
-}
-
-/// A pool and where its machines stand.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PoolView {
-    pub id: i64,
-    pub cluster_id: i64,
-    pub name: String,
-    pub instance_type: String,
-    pub image_id: i64,
-    pub subnet_id: i64,
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<TaintRequest>,
-    /// The count asked for.
-    pub desired: i64,
-    /// Workers that exist and are not being removed.
-    pub replicas: i64,
-    /// Of those, the ones whose agent finished and last reported healthy.
-    pub ready_replicas: i64,
-    /// Of those, the ones running their desired generation.
-    pub up_to_date_replicas: i64,
-    /// `DELETE` was asked: the pool goes once its workers are gone.
-    pub deleting: bool,
-    /// Why the last attempt to converge the pool failed (it is retried).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-    pub nodes: Vec<PoolNodeView>,
 }
 
 fn view(pool: Pool) -> Result<PoolView, ApiError> {

@@ -17,14 +17,12 @@ mod replace;
 
 pub use replace::replace;
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use std::sync::Arc;
 
 use crate::config::ApiConfig;
 use crate::db::{self, Db, phase::ClusterPhase, phase::EtcdMembership};
-use crate::field::FieldError;
+use crate::field::{FieldError, Validate};
+pub use exk8s_api_types::ScaleRequest;
 use exk8s_common::contract::Role;
 
 /// The sizes a control plane may have: an odd number of etcd members.
@@ -46,15 +44,6 @@ pub struct Membership {
     pub machines: crate::machines::Machines,
 }
 
-/// `PATCH /clusters/{id}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ScaleRequest {
-    /// 1, 3, 5 or 7.
-    #[schema(minimum = 1, maximum = 7)]
-    pub control_plane_count: Option<i64>,
-}
-
 /// Why a membership change was refused.
 pub type MembershipError = crate::machineset::ChangeError;
 
@@ -65,8 +54,10 @@ pub struct Scaling {
     pub voters: i64,
 }
 
-impl ScaleRequest {
-    pub fn validate(&self) -> Result<i64, FieldError> {
+impl Validate for &ScaleRequest {
+    type Valid = i64;
+
+    fn validate(self) -> Result<i64, FieldError> {
         let field = "control_plane_count";
         let count = self
             .control_plane_count

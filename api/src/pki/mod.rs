@@ -24,10 +24,10 @@ pub mod kubeconfig;
 mod leaf;
 mod network;
 mod renew_at;
-mod secret;
 
 pub use algorithm::KeyAlgorithm;
 pub use ca::{CA_RSA_BITS, CaKey, CaRole, CertAuthority, ServiceAccountKey};
+pub use exk8s_api_types::SecretPem;
 pub use facts::{CertFacts, facts};
 pub use identities::{
     BundleCerts, ClientIdentity, ControlPlaneCerts, NodeCerts, NodeServingCerts, apiserver_spec,
@@ -39,7 +39,6 @@ pub use keys::{KeySource, LeafKey};
 pub use leaf::{IssuedCert, LeafSpec, Usage};
 pub use network::{ClusterNetwork, NodeAddresses, ServiceCidr};
 pub use renew_at::RenewAt;
-pub use secret::SecretPem;
 
 use time::OffsetDateTime;
 

@@ -4,65 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-use crate::field::FieldError;
+use crate::field::{FieldError, Validate};
 use crate::labels::{NodeLabel, Taint};
 use crate::trust::CONTROL_PLANE_GROUP;
+pub use exk8s_api_types::pools::{CreatePoolRequest, TaintRequest, UpdatePoolRequest};
 
 /// Nodes a pool may have.
 pub const COUNT: std::ops::RangeInclusive<i64> = 0..=1000;
 /// A pool's name becomes part of its nodes' names (`<pool>-<vm id>.cluster-<id>.internal`).
 const NAME_MAX: usize = 40;
-
-/// One taint, as Kubernetes writes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TaintRequest {
-    pub key: String,
-    #[serde(default)]
-    pub value: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
-}
-
-/// `POST /clusters/{id}/node-pools`. Every field is optional in the type so a missing one gets
-/// our own message; unknown fields are refused.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreatePoolRequest {
-    /// Lowercase DNS label of at most 40 characters, unique in the cluster (not `cp`).
-    #[schema(pattern = "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub name: Option<String>,
-    /// Worker VMs, 0–1000 (required).
-    #[schema(minimum = 0, maximum = 1000)]
-    pub count: Option<i64>,
-    /// Instance type, e.g. `e2.medium` (required).
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-    pub instance_type: Option<String>,
-    /// Image of the worker VMs, with the exk8s agent baked in (required, > 0).
-    #[schema(minimum = 1)]
-    pub image_id: Option<i64>,
-    /// Subnet the workers join (required, must exist).
-    #[schema(minimum = 1)]
-    pub subnet_id: Option<i64>,
-    /// Labels the kubelets register their nodes with (NodeRestriction's rules apply).
-    pub labels: Option<BTreeMap<String, String>>,
-    /// Taints the kubelets register their nodes with.
-    pub taints: Option<Vec<TaintRequest>>,
-}
-
-/// `PATCH /clusters/{id}/node-pools/{pool}`: what is given changes. New labels and taints are
-/// what nodes register with from then on; nodes already registered keep theirs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UpdatePoolRequest {
-    #[schema(minimum = 0, maximum = 1000)]
-    pub count: Option<i64>,
-    pub labels: Option<BTreeMap<String, String>>,
-    pub taints: Option<Vec<TaintRequest>>,
-}
 
 /// A pool request that passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,8 +121,10 @@ fn taints_json(taints: &[TaintRequest]) -> Result<String, FieldError> {
     serde_json::to_string(taints).map_err(|e| FieldError::new("taints", e.to_string()))
 }
 
-impl CreatePoolRequest {
-    pub fn validate(self) -> Result<PoolSpec, FieldError> {
+impl Validate for CreatePoolRequest {
+    type Valid = PoolSpec;
+
+    fn validate(self) -> Result<PoolSpec, FieldError> {
         let name = required("name", self.name)?;
         check_name(&name)?;
         let count = check_count(required("count", self.count)?)?;
@@ -202,8 +154,10 @@ impl CreatePoolRequest {
     }
 }
 
-impl UpdatePoolRequest {
-    pub fn validate(self) -> Result<PoolUpdate, FieldError> {
+impl Validate for UpdatePoolRequest {
+    type Valid = PoolUpdate;
+
+    fn validate(self) -> Result<PoolUpdate, FieldError> {
         if self.count.is_none() && self.labels.is_none() && self.taints.is_none() {
             return Err(FieldError::new(
                 "count",

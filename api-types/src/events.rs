@@ -1,0 +1,61 @@
+//! The data of the events `GET /clusters/{id}/events` streams.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{ClusterView, Condition};
+use crate::phase::ClusterPhase;
+
+/// The data of a `cluster`, `node` or `report` event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChangeEvent {
+    /// Unix seconds.
+    pub at: i64,
+    /// A cluster phase (`cluster`), or a node's phase as `GET /clusters/{id}` shows it.
+    pub phase: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    /// A failure's message, or the text of a node's report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The data of a `status` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StatusEvent {
+    pub phase: ClusterPhase,
+    pub ready: bool,
+    pub initialized: bool,
+    pub replicas: i64,
+    pub ready_replicas: i64,
+    pub up_to_date_replicas: i64,
+    pub conditions: Vec<Condition>,
+}
+
+/// Why the server ended a stream (the data of an `end` event); the client reconnects with
+/// `Last-Event-ID` where the reason allows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StreamEnd {
+    /// `token` (the token was revoked or expired: reconnect with a valid one), `lifetime`
+    /// (streams last at most the server's stream lifetime: reconnect) or `draining` (this
+    /// server stops: reconnect, to another replica).
+    pub reason: String,
+}
+
+impl From<&ClusterView> for StatusEvent {
+    fn from(v: &ClusterView) -> Self {
+        Self {
+            phase: v.phase,
+            ready: v.ready,
+            initialized: v.initialized,
+            replicas: v.replicas,
+            ready_replicas: v.ready_replicas,
+            up_to_date_replicas: v.up_to_date_replicas,
+            conditions: v.conditions.clone(),
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! The operator API's requests and answers: one definition that `exk8s-api` serves and the
+//! `exk8s` CLI reads. Plain data with serde; the OpenAPI schema of each type is behind the
+//! `openapi` feature (the API turns it on). The node channel's types (bundles, reports) are in
+//! `exk8s_common::contract`, not here.
+
+pub mod certificates;
+pub mod cluster;
+pub mod error;
+pub mod events;
+pub mod phase;
+pub mod pools;
+mod secret;
+
+pub use certificates::{
+    CertificateInventory, CertificateView, RolloutNode, RolloutStarted, RotateCaRequest,
+    RotationStarted,
+};
+pub use cluster::{
+    CaRotationView, ClusterCreated, ClusterView, Condition, CreateClusterRequest, DnsRecord,
+    MembersView, NodeView, PoolSummary, ScaleRequest, ScalingView, SuppliedCaRequest,
+    SuppliedCasRequest,
+};
+pub use error::{ErrorBody, ErrorDetail};
+pub use events::{ChangeEvent, StatusEvent, StreamEnd};
+pub use phase::{ClusterPhase, EtcdMembership, Removal};
+pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
+pub use secret::SecretPem;
