@@ -296,3 +296,14 @@ pub struct ScalingView {
     /// Voting members now.
     pub voters: i64,
 }
+
+/// What `DELETE /clusters/{id}` answers when the delete goes on in the background (202).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeleteAccepted {
+    pub cluster_id: i64,
+    /// `deleting`.
+    pub phase: ClusterPhase,
+    /// Why the delete did not finish at once.
+    pub message: String,
+}

@@ -16,8 +16,8 @@ pub use certificates::{
     RotationStarted,
 };
 pub use cluster::{
-    CaRotationView, ClusterCreated, ClusterView, Condition, CreateClusterRequest, DnsRecord,
-    MembersView, NodeView, PoolSummary, ScaleRequest, ScalingView, SuppliedCaRequest,
+    CaRotationView, ClusterCreated, ClusterView, Condition, CreateClusterRequest, DeleteAccepted,
+    DnsRecord, MembersView, NodeView, PoolSummary, ScaleRequest, ScalingView, SuppliedCaRequest,
     SuppliedCasRequest,
 };
 pub use error::{ErrorBody, ErrorDetail};

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::config::Session;
 use crate::error::CliError;
@@ -25,12 +26,10 @@ impl Api {
         if let Ok(id) = cluster.parse::<i64>() {
             return Ok(id);
         }
-        let list = self.get_all("/clusters")?;
-        list.as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["name"] == cluster)
-            .and_then(|c| c["id"].as_i64())
+        let list: Vec<exk8s_api_types::ClusterView> = self.get_all("/clusters")?;
+        list.iter()
+            .find(|c| c.name == cluster)
+            .map(|c| c.id)
             .ok_or_else(|| CliError::Failed(format!("no cluster named `{cluster}`")))
     }
 
@@ -52,30 +51,22 @@ impl Api {
             )
     }
 
-    /// `GET path` as JSON.
-    pub(crate) fn get(&self, path: &str) -> Result<Value, CliError> {
+    /// `GET path`, its JSON read as `T`.
+    pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         let response = self.call(self.request("GET", path).call())?;
-        json(response)
+        json(path, response)
     }
 
     /// Every page of a paged list (`GET path`, then each `Link: <…>; rel="next"`), joined.
-    pub(crate) fn get_all(&self, path: &str) -> Result<Value, CliError> {
+    pub(crate) fn get_all<T: DeserializeOwned>(&self, path: &str) -> Result<Vec<T>, CliError> {
         let mut all = Vec::new();
         let mut next = Some(path.to_owned());
         while let Some(path) = next.take() {
             let response = self.call(self.request("GET", &path).call())?;
             next = response.header("link").and_then(next_page);
-            match json(response)? {
-                Value::Array(items) => all.extend(items),
-                other => {
-                    return Err(CliError::Unexpected(format!(
-                        "a list was expected from {path}, got {}",
-                        other.to_string().chars().take(80).collect::<String>()
-                    )));
-                }
-            }
+            all.extend(json::<Vec<T>>(&path, response)?);
         }
-        Ok(Value::Array(all))
+        Ok(all)
     }
 
     /// `GET path` as text (a kubeconfig).
@@ -102,15 +93,15 @@ impl Api {
         Ok(response.into_reader())
     }
 
-    /// `method path` with an optional JSON body and Idempotency-Key; the answer's JSON,
-    /// `Null` when it has none.
-    pub(crate) fn send(
+    /// `method path` with an optional JSON body and Idempotency-Key; the answer read as `T`,
+    /// `None` when it has none (204).
+    pub(crate) fn send<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<&(impl Serialize + ?Sized)>,
         idempotency_key: Option<&str>,
-    ) -> Result<Value, CliError> {
+    ) -> Result<Option<T>, CliError> {
         let mut request = self.request(method, path);
         if let Some(key) = idempotency_key {
             request = request.set("Idempotency-Key", key);
@@ -121,9 +112,9 @@ impl Api {
         };
         let response = self.call(sent)?;
         if response.status() == 204 {
-            return Ok(Value::Null);
+            return Ok(None);
         }
-        json(response)
+        json(path, response).map(Some)
     }
 
     fn call(
@@ -169,11 +160,14 @@ fn read(response: ureq::Response) -> Result<String, CliError> {
     Ok(text)
 }
 
-fn json(response: ureq::Response) -> Result<Value, CliError> {
+fn json<T: DeserializeOwned>(path: &str, response: ureq::Response) -> Result<T, CliError> {
     let status = response.status();
     let text = read(response)?;
-    serde_json::from_str(&text)
-        .map_err(|e| CliError::Unexpected(format!("status {status}, not JSON: {e}")))
+    serde_json::from_str(&text).map_err(|e| {
+        CliError::Unexpected(format!(
+            "the answer of {path} (status {status}) is not what this CLI reads: {e}"
+        ))
+    })
 }
 
 /// An error answer as the operator should read it.
@@ -181,14 +175,12 @@ fn refusal(status: u16, response: ureq::Response) -> CliError {
     let body = read(response).ok();
     let error = body
         .as_deref()
-        .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .map(|v| v["error"].clone())
-        .filter(Value::is_object);
+        .and_then(|t| serde_json::from_str::<exk8s_api_types::ErrorBody>(t).ok());
     match error {
-        Some(e) => CliError::Api {
+        Some(exk8s_api_types::ErrorBody { error }) => CliError::Api {
             status,
-            field: e["field"].as_str().map(str::to_owned),
-            message: e["message"].as_str().unwrap_or("no message").to_owned(),
+            field: error.field,
+            message: error.message,
         },
         None => CliError::Api {
             status,

@@ -4,7 +4,10 @@ use std::io::Read as _;
 use std::time::Duration;
 
 use clap::CommandFactory as _;
-use serde_json::{Value, json};
+use exk8s_api_types::{
+    CertificateInventory, ClusterCreated, ClusterView, CreateClusterRequest, NodeView,
+    ScaleRequest, SecretPem, SuppliedCaRequest, SuppliedCasRequest,
+};
 
 use crate::client::Api;
 use crate::config::{self, Config, Session, Token};
@@ -35,18 +38,12 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                 Command::NodePools(p) => day2::pools(&api, p, format),
                 Command::Members(m) => day2::members(&api, m),
                 Command::Rollout { cluster } => {
-                    day2::start(&api, &cluster, "rollout", None, format)
+                    day2::start_rollout(&api, &cluster, "rollout", format)
                 }
                 Command::RenewCerts { cluster } => {
-                    day2::start(&api, &cluster, "certificates/renew", None, format)
+                    day2::start_rollout(&api, &cluster, "certificates/renew", format)
                 }
-                Command::RotateCa { cluster, ca } => day2::start(
-                    &api,
-                    &cluster,
-                    "certificates/rotate-ca",
-                    Some(json!({"ca": ca})),
-                    format,
-                ),
+                Command::RotateCa { cluster, ca } => day2::rotate_ca(&api, &cluster, ca, format),
                 Command::Login { .. } | Command::Completions { .. } => Ok(()),
             }
         }
@@ -82,7 +79,7 @@ fn login(api: Option<String>, token: Option<String>, no_verify: bool) -> Result<
         token: token.clone(),
     };
     if !no_verify {
-        Api::new(session).get("/clusters")?;
+        Api::new(session).get::<Vec<ClusterView>>("/clusters")?;
     }
     let file = config::path()?;
     config::save(&file, &Config { api, token })?;
@@ -93,12 +90,12 @@ fn login(api: Option<String>, token: Option<String>, no_verify: bool) -> Result<
 fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError> {
     match command {
         Clusters::List => {
-            let list = api.get_all("/clusters")?;
+            let list: Vec<ClusterView> = api.get_all("/clusters")?;
             show(format, &list, cluster_table)
         }
         Clusters::Get { cluster } => {
             let id = api.cluster_id(&cluster)?;
-            let view = api.get(&format!("/clusters/{id}"))?;
+            let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
             show(format, &view, cluster_detail)
         }
         Clusters::Create(args) => create(api, &args, format),
@@ -110,10 +107,13 @@ fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError
                      again with --yes"
                 )));
             }
-            let answer = api.send("DELETE", &format!("/clusters/{id}"), None, None)?;
-            match answer["message"].as_str() {
+            let answer: Option<exk8s_api_types::DeleteAccepted> =
+                api.send("DELETE", &format!("/clusters/{id}"), None::<&()>, None)?;
+            match answer {
                 // 202: the API accepted the delete and finishes it in the background.
-                Some(message) => eprintln!("cluster {cluster} is being deleted: {message}"),
+                Some(accepted) => {
+                    eprintln!("cluster {cluster} is being deleted: {}", accepted.message);
+                }
                 None => eprintln!("cluster {cluster} deleted"),
             }
             Ok(())
@@ -121,7 +121,7 @@ fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError
     }
 }
 
-fn cluster_table(list: &Value) -> comfy_table::Table {
+fn cluster_table(list: &Vec<ClusterView>) -> comfy_table::Table {
     let mut t = table(&[
         "id",
         "name",
@@ -133,67 +133,66 @@ fn cluster_table(list: &Value) -> comfy_table::Table {
         "age",
     ]);
     let now = output::now();
-    for c in list.as_array().into_iter().flatten() {
-        let nodes = c["nodes"].as_array().map_or(0, Vec::len);
+    for c in list {
         t.add_row(vec![
-            cell(&c["id"]),
-            cell(&c["name"]),
-            cell(&c["phase"]),
-            cell(&c["ready"]),
-            format!("{}/{}", cell(&c["ready_replicas"]), cell(&c["replicas"])),
-            nodes.to_string(),
-            cell(&c["version"]),
-            age(&c["created_at"], now),
+            c.id.to_string(),
+            c.name.clone(),
+            c.phase.to_string(),
+            c.ready.to_string(),
+            format!("{}/{}", c.ready_replicas, c.replicas),
+            c.nodes.len().to_string(),
+            c.version.clone(),
+            age(c.created_at, now),
         ]);
     }
     t
 }
 
-fn cluster_detail(c: &Value) -> comfy_table::Table {
+fn cluster_detail(c: &ClusterView) -> comfy_table::Table {
     let mut t = table(&["field", "value"]);
-    for key in [
-        "id",
-        "name",
-        "phase",
-        "ready",
-        "initialized",
-        "replicas",
-        "ready_replicas",
-        "up_to_date_replicas",
-        "control_plane_dns_name",
-        "version",
-        "key_algorithm",
-        "service_cidr",
-        "pod_cidr",
-        "error_reason",
-        "error_message",
-        "membership_error",
-    ] {
-        if !c[key].is_null() {
-            t.add_row(vec![key.to_owned(), cell(&c[key])]);
+    let fields = [
+        ("id", Some(c.id.to_string())),
+        ("name", Some(c.name.clone())),
+        ("phase", Some(c.phase.to_string())),
+        ("ready", Some(c.ready.to_string())),
+        ("initialized", Some(c.initialized.to_string())),
+        ("replicas", Some(c.replicas.to_string())),
+        ("ready_replicas", Some(c.ready_replicas.to_string())),
+        (
+            "up_to_date_replicas",
+            Some(c.up_to_date_replicas.to_string()),
+        ),
+        (
+            "control_plane_dns_name",
+            Some(c.control_plane_dns_name.clone()),
+        ),
+        ("version", Some(c.version.clone())),
+        ("key_algorithm", Some(c.key_algorithm.clone())),
+        ("service_cidr", Some(c.service_cidr.clone())),
+        ("pod_cidr", Some(c.pod_cidr.clone())),
+        ("error_reason", c.error_reason.clone()),
+        ("error_message", c.error_message.clone()),
+        ("membership_error", c.membership_error.clone()),
+    ];
+    for (key, value) in fields {
+        if let Some(value) = value {
+            t.add_row(vec![key.to_owned(), value]);
         }
     }
-    let members = &c["control_plane_members"];
-    if members.is_object() {
+    let members = &c.control_plane_members;
+    t.add_row(vec![
+        "control_plane_members".to_owned(),
+        format!(
+            "{} voters, {} joining, {} leaving (desired {})",
+            members.voters, members.joining, members.leaving, members.desired
+        ),
+    ]);
+    for condition in &c.conditions {
         t.add_row(vec![
-            "control_plane_members".to_owned(),
-            format!(
-                "{} voters, {} joining, {} leaving (desired {})",
-                cell(&members["voters"]),
-                cell(&members["joining"]),
-                cell(&members["leaving"]),
-                cell(&members["desired"])
-            ),
-        ]);
-    }
-    for condition in c["conditions"].as_array().into_iter().flatten() {
-        t.add_row(vec![
-            format!("condition {}", cell(&condition["type"])),
+            format!("condition {}", condition.type_),
             format!(
                 "{} {}: {}",
-                cell(&condition["status"]),
-                cell(&condition["reason"]),
-                cell(&condition["message"])
+                condition.status, condition.reason, condition.message
             ),
         ]);
     }
@@ -201,75 +200,65 @@ fn cluster_detail(c: &Value) -> comfy_table::Table {
 }
 
 fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> {
-    let mut body = json!({
-        "control_plane_count": args.control_plane,
-        "control_plane_image_id": args.image,
-        "control_plane_instance_type": args.instance_type,
-        "subnet_id": args.subnet,
-        "allocate_public_ipv4": args.public_ip,
-    });
-    let optional = [
-        ("name", args.name.clone().map(Value::from)),
-        ("zone_id", args.zone.map(Value::from)),
-        ("key_algorithm", args.key_algorithm.clone().map(Value::from)),
-        (
-            "kubernetes_version",
-            args.kubernetes_version.clone().map(Value::from),
+    let ssh_pubkey = match &args.ssh_key_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| CliError::io(format!("reading {}", file.display()), e))?
+                .trim()
+                .to_owned(),
         ),
-        (
-            "leaf_lifetime_days",
-            args.leaf_lifetime_days.map(Value::from),
-        ),
-    ];
-    for (key, value) in optional {
-        if let Some(v) = value {
-            body[key] = v;
-        }
-    }
-    if let Some(file) = &args.ssh_key_file {
-        let key = std::fs::read_to_string(file)
-            .map_err(|e| CliError::io(format!("reading {}", file.display()), e))?;
-        body["ssh_pubkey"] = Value::from(key.trim());
-    }
-    let brought = [
-        ("cluster", &args.cluster_ca_cert, &args.cluster_ca_key),
-        ("etcd", &args.etcd_ca_cert, &args.etcd_ca_key),
-        (
-            "front_proxy",
-            &args.front_proxy_ca_cert,
-            &args.front_proxy_ca_key,
-        ),
-    ];
-    for (role, cert, key) in brought {
-        if let (Some(cert), Some(key)) = (cert, key) {
-            let read = |file: &std::path::Path| {
-                std::fs::read_to_string(file)
-                    .map(zeroize::Zeroizing::new)
-                    .map_err(|e| CliError::io(format!("reading {}", file.display()), e))
-            };
-            let (cert, key) = (read(cert)?, read(key)?);
-            body["certificate_authorities"][role] =
-                json!({"cert_pem": cert.as_str(), "key_pem": key.as_str()});
-        }
-    }
-    let sent = api.send(
-        "POST",
-        "/clusters",
-        Some(&body),
-        args.idempotency_key.as_deref(),
-    );
-    // The request held CA keys when some were brought: wipe its copy.
-    zeroize_json(&mut body);
-    let accepted = sent?;
-    // 202: the cluster, founding in the background (`id`); 201 (a founding that ended within
-    // a preferred wait): `cluster_id`.
-    let id = accepted["id"]
-        .as_i64()
-        .or_else(|| accepted["cluster_id"].as_i64())
-        .ok_or_else(|| CliError::Unexpected("the answer names no cluster id".into()))?;
+        None => None,
+    };
+    let brought = |cert: &Option<std::path::PathBuf>, key: &Option<std::path::PathBuf>| {
+        let (Some(cert), Some(key)) = (cert, key) else {
+            return Ok(None);
+        };
+        let read = |file: &std::path::Path| {
+            std::fs::read_to_string(file)
+                .map_err(|e| CliError::io(format!("reading {}", file.display()), e))
+        };
+        Ok::<_, CliError>(Some(SuppliedCaRequest {
+            cert_pem: Some(read(cert)?),
+            // Read straight into memory that is wiped when the request is dropped.
+            key_pem: Some(SecretPem::new(read(key)?)),
+        }))
+    };
+    let cas = SuppliedCasRequest {
+        cluster: brought(&args.cluster_ca_cert, &args.cluster_ca_key)?,
+        etcd: brought(&args.etcd_ca_cert, &args.etcd_ca_key)?,
+        front_proxy: brought(&args.front_proxy_ca_cert, &args.front_proxy_ca_key)?,
+    };
+    let brings_cas = cas.cluster.is_some() || cas.etcd.is_some() || cas.front_proxy.is_some();
+    let body = CreateClusterRequest {
+        name: args.name.clone(),
+        control_plane_count: Some(args.control_plane),
+        control_plane_image_id: Some(args.image),
+        control_plane_instance_type: Some(args.instance_type.clone()),
+        zone_id: args.zone,
+        subnet_id: Some(args.subnet),
+        security_group_ids: None,
+        allocate_public_ipv4: Some(args.public_ip),
+        ssh_pubkey,
+        root_volume_size_gib: None,
+        key_algorithm: args.key_algorithm.clone(),
+        kubernetes_version: args.kubernetes_version.clone(),
+        leaf_lifetime_days: args.leaf_lifetime_days,
+        certificate_authorities: brings_cas.then_some(cas),
+    };
+    let accepted: Founding = api
+        .send(
+            "POST",
+            "/clusters",
+            Some(&body),
+            args.idempotency_key.as_deref(),
+        )?
+        .ok_or_else(|| CliError::Unexpected("the answer to POST /clusters was empty".into()))?;
+    let (id, name) = match &accepted {
+        Founding::Founded(created) => (created.cluster_id, created.name.as_str()),
+        Founding::Accepted(view) => (view.id, view.name.as_str()),
+    };
     eprintln!(
-        "cluster {} ({id}) accepted; it is being founded, then its VMs boot and their agents report",
-        accepted["name"].as_str().unwrap_or("?")
+        "cluster {name} ({id}) accepted; it is being founded, then its VMs boot and their agents report"
     );
     let view = if args.wait {
         watch::until_ready(api, id, Duration::from_secs(args.timeout))?
@@ -279,21 +268,19 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
     show(format, &view, cluster_detail)
 }
 
-/// Overwrites every string in `value` (a request that carried private keys).
-fn zeroize_json(value: &mut Value) {
-    use zeroize::Zeroize as _;
-    match value {
-        Value::String(s) => s.zeroize(),
-        Value::Array(items) => items.iter_mut().for_each(zeroize_json),
-        Value::Object(map) => map.values_mut().for_each(zeroize_json),
-        _ => {}
-    }
+/// What `POST /clusters` answers: the founded cluster when founding ended within the wait the
+/// request preferred (201), else the cluster being founded (202).
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+enum Founding {
+    Founded(Box<ClusterCreated>),
+    Accepted(Box<ClusterView>),
 }
 
 fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
-    let view = api.get(&format!("/clusters/{id}"))?;
-    show(format, &view["nodes"], |nodes| {
+    let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
+    show(format, &view.nodes, |nodes: &Vec<NodeView>| {
         let mut t = table(&[
             "name",
             "vm",
@@ -303,19 +290,15 @@ fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
             "generation",
             "address",
         ]);
-        for n in nodes.as_array().into_iter().flatten() {
+        for n in nodes {
             t.add_row(vec![
-                cell(&n["name"]),
-                cell(&n["vm_id"]),
-                cell(&n["role"]),
-                cell(&n["phase"]),
-                cell(&n["etcd_membership"]),
-                format!(
-                    "{}/{}",
-                    cell(&n["applied_generation"]),
-                    cell(&n["desired_generation"])
-                ),
-                cell(&n["private_ipv4"]),
+                n.name.clone(),
+                n.vm_id.to_string(),
+                n.role.to_string(),
+                n.phase.clone(),
+                cell(n.etcd_membership),
+                format!("{}/{}", n.applied_generation, n.desired_generation),
+                n.private_ipv4.clone(),
             ]);
         }
         t
@@ -324,17 +307,17 @@ fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
 
 fn certs(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
-    let inventory = api.get(&format!("/clusters/{id}/certificates"))?;
+    let inventory: CertificateInventory = api.get(&format!("/clusters/{id}/certificates"))?;
     show(format, &inventory, |inv| {
         let mut t = table(&["name", "vm", "kind", "subject", "expires", "days left"]);
-        for c in inv["certificates"].as_array().into_iter().flatten() {
+        for c in &inv.certificates {
             t.add_row(vec![
-                cell(&c["name"]),
-                cell(&c["vm_id"]),
-                cell(&c["kind"]),
-                cell(&c["subject"]),
-                output::date(&c["not_after"]),
-                cell(&c["days_left"]),
+                c.name.clone(),
+                cell(c.vm_id),
+                c.kind.clone(),
+                c.subject.clone(),
+                output::date(c.not_after),
+                c.days_left.to_string(),
             ]);
         }
         t
@@ -355,13 +338,16 @@ fn get_kubeconfig(api: &Api, cluster: &str, merge: bool) -> Result<(), CliError>
 
 fn scale(api: &Api, cluster: &str, count: i64, format: Format) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
-    api.send(
+    let body = ScaleRequest {
+        control_plane_count: Some(count),
+    };
+    api.send::<exk8s_api_types::ScalingView>(
         "PATCH",
         &format!("/clusters/{id}"),
-        Some(&json!({"control_plane_count": count})),
+        Some(&body),
         None,
     )?;
     eprintln!("scaling cluster {cluster} to {count} control-plane members, one at a time");
-    let view = api.get(&format!("/clusters/{id}"))?;
+    let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
     show(format, &view, cluster_detail)
 }

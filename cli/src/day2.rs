@@ -3,11 +3,18 @@
 //! cluster's status (`exk8s clusters get`) follows it to the end.
 
 use clap::Subcommand;
-use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+use exk8s_api_types::{
+    CreatePoolRequest, PoolView, RolloutNode, RolloutStarted, RotateCaRequest, RotationStarted,
+    TaintRequest, UpdatePoolRequest,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::client::Api;
 use crate::error::CliError;
-use crate::output::{Format, cell, show, table};
+use crate::output::{Format, show, table};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Pools {
@@ -56,16 +63,14 @@ fn pool_id(api: &Api, cluster: i64, pool: &str) -> Result<i64, CliError> {
     if let Ok(id) = pool.parse::<i64>() {
         return Ok(id);
     }
-    api.get(&format!("/clusters/{cluster}/node-pools"))?
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["name"] == pool)
-        .and_then(|p| p["id"].as_i64())
+    api.get::<Vec<PoolView>>(&format!("/clusters/{cluster}/node-pools"))?
+        .iter()
+        .find(|p| p.name == pool)
+        .map(|p| p.id)
         .ok_or_else(|| CliError::Failed(format!("cluster {cluster} has no pool named `{pool}`")))
 }
 
-fn pools_table(list: &Value) -> comfy_table::Table {
+fn pools_table(pools: &[PoolView]) -> comfy_table::Table {
     let mut t = table(&[
         "id",
         "name",
@@ -74,37 +79,38 @@ fn pools_table(list: &Value) -> comfy_table::Table {
         "up to date",
         "instance type",
     ]);
-    let rows: Vec<&Value> = match list {
-        Value::Array(items) => items.iter().collect(),
-        one => vec![one],
-    };
-    for p in rows {
+    for p in pools {
         t.add_row(vec![
-            cell(&p["id"]),
-            cell(&p["name"]),
-            cell(&p["desired"]),
-            format!("{}/{}", cell(&p["ready_replicas"]), cell(&p["replicas"])),
-            cell(&p["up_to_date_replicas"]),
-            cell(&p["instance_type"]),
+            p.id.to_string(),
+            p.name.clone(),
+            p.desired.to_string(),
+            format!("{}/{}", p.ready_replicas, p.replicas),
+            p.up_to_date_replicas.to_string(),
+            p.instance_type.clone(),
         ]);
     }
     t
 }
 
+/// One pool, shown as a table of one.
+fn pool_table(pool: &PoolView) -> comfy_table::Table {
+    pools_table(std::slice::from_ref(pool))
+}
+
 /// `key=value` labels.
-fn labels(given: &[String]) -> Result<Map<String, Value>, CliError> {
+fn labels(given: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     given
         .iter()
         .map(|l| {
             l.split_once('=')
-                .map(|(k, v)| (k.to_owned(), Value::from(v)))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .ok_or_else(|| CliError::Usage(format!("--label `{l}` is not key=value")))
         })
         .collect()
 }
 
 /// `key=value:Effect` or `key:Effect` taints, as kubectl writes them.
-fn taints(given: &[String]) -> Result<Vec<Value>, CliError> {
+fn taints(given: &[String]) -> Result<Vec<TaintRequest>, CliError> {
     given
         .iter()
         .map(|t| {
@@ -112,11 +118,11 @@ fn taints(given: &[String]) -> Result<Vec<Value>, CliError> {
                 .rsplit_once(':')
                 .ok_or_else(|| CliError::Usage(format!("--taint `{t}` is not key=value:Effect")))?;
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let mut taint = json!({"key": key, "effect": effect});
-            if !value.is_empty() {
-                taint["value"] = Value::from(value);
-            }
-            Ok(taint)
+            Ok(TaintRequest {
+                key: key.to_owned(),
+                value: value.to_owned(),
+                effect: effect.to_owned(),
+            })
         })
         .collect()
 }
@@ -125,17 +131,14 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
     match command {
         Pools::List { cluster } => {
             let id = api.cluster_id(&cluster)?;
-            show(
-                format,
-                &api.get(&format!("/clusters/{id}/node-pools"))?,
-                pools_table,
-            )
+            let pools: Vec<PoolView> = api.get(&format!("/clusters/{id}/node-pools"))?;
+            show(format, &pools, |p: &Vec<PoolView>| pools_table(p))
         }
         Pools::Get { cluster, pool } => {
             let id = api.cluster_id(&cluster)?;
             let pool = pool_id(api, id, &pool)?;
-            let view = api.get(&format!("/clusters/{id}/node-pools/{pool}"))?;
-            show(format, &view, pools_table)
+            let view: PoolView = api.get(&format!("/clusters/{id}/node-pools/{pool}"))?;
+            show(format, &view, pool_table)
         }
         Pools::Create {
             cluster,
@@ -148,23 +151,23 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             taints: given_taints,
         } => {
             let id = api.cluster_id(&cluster)?;
-            let body = json!({
-                "name": name,
-                "count": count,
-                "instance_type": instance_type,
-                "image_id": image,
-                "subnet_id": subnet,
-                "labels": labels(&given_labels)?,
-                "taints": taints(&given_taints)?,
-            });
-            let made = api.send(
+            let body = CreatePoolRequest {
+                name: Some(name.clone()),
+                count: Some(count),
+                instance_type: Some(instance_type),
+                image_id: Some(image),
+                subnet_id: Some(subnet),
+                labels: Some(labels(&given_labels)?),
+                taints: Some(taints(&given_taints)?),
+            };
+            let made: PoolView = answer(api.send(
                 "POST",
                 &format!("/clusters/{id}/node-pools"),
                 Some(&body),
                 None,
-            )?;
+            )?)?;
             eprintln!("pool {name} created; its workers are made in the background");
-            show(format, &made, pools_table)
+            show(format, &made, pool_table)
         }
         Pools::Scale {
             cluster,
@@ -174,8 +177,12 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             let id = api.cluster_id(&cluster)?;
             let pool = pool_id(api, id, &pool)?;
             let path = format!("/clusters/{id}/node-pools/{pool}");
-            let changed = api.send("PATCH", &path, Some(&json!({"count": count})), None)?;
-            show(format, &changed, pools_table)
+            let body = UpdatePoolRequest {
+                count: Some(count),
+                ..UpdatePoolRequest::default()
+            };
+            let changed: PoolView = answer(api.send("PATCH", &path, Some(&body), None)?)?;
+            show(format, &changed, pool_table)
         }
         Pools::Delete { cluster, pool, yes } => {
             if !yes {
@@ -185,10 +192,10 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             }
             let id = api.cluster_id(&cluster)?;
             let pool_id = pool_id(api, id, &pool)?;
-            api.send(
+            api.send::<PoolView>(
                 "DELETE",
                 &format!("/clusters/{id}/node-pools/{pool_id}"),
-                None,
+                None::<&()>,
                 None,
             )?;
             eprintln!("pool {pool} is being deleted: its workers are drained and released");
@@ -197,32 +204,58 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
     }
 }
 
-/// A started rollout, renewal or rotation: its nodes.
-fn started_table(started: &Value) -> comfy_table::Table {
+/// A started rollout, renewal or rotation: its nodes' new generations.
+fn started_table(nodes: &[RolloutNode]) -> comfy_table::Table {
     let mut t = table(&["vm", "generation"]);
-    for n in started["nodes"].as_array().into_iter().flatten() {
-        t.add_row(vec![cell(&n["vm_id"]), cell(&n["desired_generation"])]);
+    for n in nodes {
+        t.add_row(vec![n.vm_id.to_string(), n.desired_generation.to_string()]);
     }
     t
 }
 
-/// `POST /clusters/{id}/<what>` with `body`, the answer shown.
-pub(crate) fn start(
+/// `POST /clusters/{id}/rollout` or `…/certificates/renew`, the answer shown.
+pub(crate) fn start_rollout(
     api: &Api,
     cluster: &str,
     what: &str,
-    body: Option<Value>,
     format: Format,
 ) -> Result<(), CliError> {
+    let started: RolloutStarted = start(api, cluster, what, None::<&()>)?;
+    show(format, &started, |s| started_table(&s.nodes))
+}
+
+/// `POST /clusters/{id}/certificates/rotate-ca` for `ca`, the answer shown.
+pub(crate) fn rotate_ca(
+    api: &Api,
+    cluster: &str,
+    ca: String,
+    format: Format,
+) -> Result<(), CliError> {
+    let body = RotateCaRequest { ca: Some(ca) };
+    let started: RotationStarted = start(api, cluster, "certificates/rotate-ca", Some(&body))?;
+    eprintln!(
+        "the {} CA's rotation is in phase {}",
+        started.ca, started.phase
+    );
+    show(format, &started, |s| started_table(&s.nodes))
+}
+
+/// An answer that must carry a body.
+fn answer<T>(body: Option<T>) -> Result<T, CliError> {
+    body.ok_or_else(|| CliError::Unexpected("the API answered without a body".into()))
+}
+
+/// `POST /clusters/{id}/<what>` with `body`: what it started.
+fn start<T: DeserializeOwned>(
+    api: &Api,
+    cluster: &str,
+    what: &str,
+    body: Option<&impl Serialize>,
+) -> Result<T, CliError> {
     let id = api.cluster_id(cluster)?;
-    let started = api.send(
-        "POST",
-        &format!("/clusters/{id}/{what}"),
-        body.as_ref(),
-        None,
-    )?;
+    let started = answer(api.send("POST", &format!("/clusters/{id}/{what}"), body, None)?)?;
     eprintln!("started; every node takes its next generation, one control-plane node at a time");
-    show(format, &started, started_table)
+    Ok(started)
 }
 
 #[derive(Debug, Subcommand)]
@@ -243,10 +276,10 @@ pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
     match command {
         Members::Replace { cluster, vm } => {
             let id = api.cluster_id(&cluster)?;
-            api.send(
+            api.send::<exk8s_api_types::ScalingView>(
                 "POST",
                 &format!("/clusters/{id}/nodes/{vm}/replace"),
-                None,
+                None::<&()>,
                 None,
             )?;
             eprintln!("replacing VM {vm}; `exk8s clusters get {cluster}` shows each step");
@@ -258,7 +291,12 @@ pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
                 )));
             }
             let id = api.cluster_id(&cluster)?;
-            api.send("DELETE", &format!("/clusters/{id}/nodes/{vm}"), None, None)?;
+            api.send::<exk8s_api_types::ScalingView>(
+                "DELETE",
+                &format!("/clusters/{id}/nodes/{vm}"),
+                None::<&()>,
+                None,
+            )?;
             eprintln!("removing VM {vm}; `exk8s clusters get {cluster}` shows each step");
         }
     }
@@ -273,11 +311,16 @@ mod tests {
     fn taints_and_labels_read_as_kubectl_writes_them() {
         let t = taints(&["dedicated=blue:NoSchedule".into(), "gpu:NoExecute".into()])
             .unwrap_or_else(|e| panic!("{e}"));
+        let taint = |key: &str, value: &str, effect: &str| TaintRequest {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        };
         assert_eq!(
             t,
             [
-                json!({"key": "dedicated", "value": "blue", "effect": "NoSchedule"}),
-                json!({"key": "gpu", "effect": "NoExecute"})
+                taint("dedicated", "blue", "NoSchedule"),
+                taint("gpu", "", "NoExecute")
             ]
         );
         assert!(taints(&["nocolon".into()]).is_err());

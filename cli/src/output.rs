@@ -4,7 +4,7 @@
 use std::io::Write as _;
 
 use comfy_table::{ContentArrangement, Table, presets::NOTHING};
-use serde_json::Value;
+use serde::Serialize;
 
 use crate::error::CliError;
 
@@ -22,10 +22,10 @@ pub(crate) fn line(text: &str) -> Result<(), CliError> {
 }
 
 /// Shows `value` as JSON or YAML, or as `table` renders it.
-pub(crate) fn show(
+pub(crate) fn show<T: Serialize + ?Sized>(
     format: Format,
-    value: &Value,
-    table: impl FnOnce(&Value) -> Table,
+    value: &T,
+    table: impl FnOnce(&T) -> Table,
 ) -> Result<(), CliError> {
     let text = match format {
         Format::Json => serde_json::to_string_pretty(value)
@@ -60,20 +60,13 @@ pub(crate) fn table(header: &[&str]) -> Table {
     table
 }
 
-/// A JSON scalar as a cell ("-" when absent).
-pub(crate) fn cell(value: &Value) -> String {
-    match value {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// An optional value as a cell ("-" when absent).
+pub(crate) fn cell<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-/// How long ago `unix` was, like kubectl's AGE column.
-pub(crate) fn age(unix: &Value, now: i64) -> String {
-    let Some(then) = unix.as_i64() else {
-        return "-".into();
-    };
+/// How long ago `then` (unix seconds) was, like kubectl's AGE column.
+pub(crate) fn age(then: i64, now: i64) -> String {
     let secs = (now - then).max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
@@ -84,10 +77,9 @@ pub(crate) fn age(unix: &Value, now: i64) -> String {
 }
 
 /// The UTC day of a unix time, `YYYY-MM-DD`.
-pub(crate) fn date(unix: &Value) -> String {
-    unix.as_i64()
-        .and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok())
-        .map_or_else(|| "-".into(), |t| t.date().to_string())
+pub(crate) fn date(unix: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(unix)
+        .map_or_else(|_| "-".into(), |t| t.date().to_string())
 }
 
 pub(crate) fn now() -> i64 {

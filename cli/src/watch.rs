@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead as _, IsTerminal as _};
 use std::time::{Duration, Instant};
 
+use exk8s_api_types::{ChangeEvent, ClusterView, StatusEvent};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use serde_json::Value;
 
 use crate::client::Api;
 use crate::error::CliError;
@@ -109,7 +109,7 @@ fn changed(seen: &mut BTreeMap<String, String>, what: &str, now: String) {
 
 /// Waits until cluster `id` is ready, following its event stream (resumed with its last event
 /// id when it drops); its last view.
-pub(crate) fn until_ready(api: &Api, id: i64, timeout: Duration) -> Result<Value, CliError> {
+pub(crate) fn until_ready(api: &Api, id: i64, timeout: Duration) -> Result<ClusterView, CliError> {
     let mut display = Display::new();
     let mut follow = Follow {
         api,
@@ -154,7 +154,7 @@ struct Follow<'a> {
 }
 
 impl Follow<'_> {
-    fn run(&mut self, display: &mut Display) -> Result<Value, CliError> {
+    fn run(&mut self, display: &mut Display) -> Result<ClusterView, CliError> {
         let path = format!("/clusters/{}/events", self.id);
         let mut reopened = 0;
         loop {
@@ -224,33 +224,37 @@ impl Follow<'_> {
 
     /// The cluster's name and its nodes' names.
     fn learn_names(&mut self) -> Result<(), CliError> {
-        let view = self.api.get(&format!("/clusters/{}", self.id))?;
-        self.name = view["name"].as_str().unwrap_or("?").to_owned();
-        for node in view["nodes"].as_array().into_iter().flatten() {
-            if let (Some(vm), Some(name)) = (node["vm_id"].as_i64(), node["name"].as_str()) {
-                self.names.insert(vm, name.to_owned());
-            }
+        let view: ClusterView = self.api.get(&format!("/clusters/{}", self.id))?;
+        self.name = view.name;
+        for node in view.nodes {
+            self.names.insert(node.vm_id, node.name);
         }
         Ok(())
     }
 
     /// Shows one event; the cluster's view once it is ready, an error when it failed.
-    fn apply(&mut self, event: Sse, display: &mut Display) -> Result<Option<Value>, CliError> {
+    fn apply(
+        &mut self,
+        event: Sse,
+        display: &mut Display,
+    ) -> Result<Option<ClusterView>, CliError> {
         if event.data.is_empty() {
             return Ok(None);
         }
         if event.id.is_some() {
             self.last = event.id;
         }
-        let data: Value = serde_json::from_str(&event.data)
-            .map_err(|e| CliError::Unexpected(format!("an event the CLI cannot read ({e})")))?;
-        let text = |key: &str| data[key].as_str().unwrap_or("").to_owned();
+        let unreadable = |e: serde_json::Error| {
+            CliError::Unexpected(format!("an event the CLI cannot read ({e})"))
+        };
         match event.kind.as_str() {
             "cluster" => {
-                self.phase = text("phase");
+                let change: ChangeEvent = serde_json::from_str(&event.data).map_err(unreadable)?;
+                self.phase = change.phase;
                 if matches!(self.phase.as_str(), "failed" | "compensating" | "deleting") {
-                    let why = [text("message"), text("error_reason")]
+                    let why = [change.message, change.error_reason]
                         .into_iter()
+                        .flatten()
                         .find(|t| !t.is_empty())
                         .unwrap_or_else(|| "no reason recorded".into());
                     return Err(CliError::Failed(format!(
@@ -260,7 +264,8 @@ impl Follow<'_> {
                 }
             }
             "node" | "report" => {
-                let Some(vm) = data["vm_id"].as_i64() else {
+                let change: ChangeEvent = serde_json::from_str(&event.data).map_err(unreadable)?;
+                let Some(vm) = change.vm_id else {
                     return Ok(None);
                 };
                 if !self.names.contains_key(&vm) {
@@ -271,10 +276,10 @@ impl Follow<'_> {
                     .get(&vm)
                     .cloned()
                     .unwrap_or_else(|| format!("vm {vm}"));
-                let phase = text("phase");
+                let phase = change.phase;
                 display.node(&name, &phase);
                 if phase.ends_with(":failed") {
-                    let said = text("message");
+                    let said = change.message.unwrap_or_default();
                     return Err(CliError::Failed(format!(
                         "node {name} reported {phase}{}; `exk8s nodes {}` shows every node",
                         if said.is_empty() {
@@ -288,12 +293,13 @@ impl Follow<'_> {
                 self.phases.insert(vm, phase);
             }
             "status" => {
-                self.phase = text("phase");
+                let status: StatusEvent = serde_json::from_str(&event.data).map_err(unreadable)?;
+                self.phase = status.phase.to_string();
                 display.cluster(format!(
                     "cluster {}: {}, {}/{} control-plane nodes ready",
-                    self.name, self.phase, data["ready_replicas"], data["replicas"]
+                    self.name, self.phase, status.ready_replicas, status.replicas
                 ));
-                if data["ready"] == true {
+                if status.ready {
                     return self.api.get(&format!("/clusters/{}", self.id)).map(Some);
                 }
             }

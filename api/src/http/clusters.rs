@@ -15,7 +15,7 @@ use crate::founding::{
     request::{CreateClusterRequest, ValidateCluster as _},
 };
 pub use exk8s_api_types::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
-use exk8s_api_types::{ClusterCreated, DnsRecord};
+use exk8s_api_types::{ClusterCreated, DeleteAccepted, DnsRecord};
 
 fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
     let config = &state.config;
@@ -212,7 +212,7 @@ pub async fn get_kubeconfig(
 /// every convergence: membership and pool changes stop first. When one is still in a step after
 /// a few seconds (or the compute API fails), the cluster stays `deleting` and the reconciler
 /// finishes the delete; retrying the delete also does.
-#[utoipa::path(delete, path = "/clusters/{id}", params(("id" = i64, Path)), responses((status = 204, description = "deleted"), (status = 202, description = "the cluster is `deleting`: a change was still stopping; the reconciler finishes the delete"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)), security(("operator_token" = [])))]
+#[utoipa::path(delete, path = "/clusters/{id}", params(("id" = i64, Path)), responses((status = 204, description = "deleted"), (status = 202, body = DeleteAccepted, description = "the cluster is `deleting`: a change was still stopping; the reconciler finishes the delete"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)), security(("operator_token" = [])))]
 pub async fn delete_cluster(
     State(state): State<AppState>,
     operator: Operator,
@@ -234,11 +234,13 @@ pub async fn delete_cluster(
         founding::delete::Deleted::Done => StatusCode::NO_CONTENT.into_response(),
         founding::delete::Deleted::Pending => (
             StatusCode::ACCEPTED,
-            Json(serde_json::json!({
-                "cluster_id": id,
-                "phase": "deleting",
-                "message": "a change of the cluster was still stopping; the reconciler finishes the delete",
-            })),
+            Json(DeleteAccepted {
+                cluster_id: id,
+                phase: ClusterPhase::Deleting,
+                message: "a change of the cluster was still stopping; the reconciler finishes the \
+                          delete"
+                    .into(),
+            }),
         )
             .into_response(),
     })
