@@ -34,6 +34,7 @@ pub mod keyfiles;
 pub mod keypool;
 pub mod labels;
 pub mod lease;
+pub mod lifecycle;
 pub mod machines;
 pub mod machineset;
 pub mod membership;

@@ -15,6 +15,7 @@ use super::DbError;
 use super::clusters::{self, ClusterRow};
 use super::phase::{EtcdMembership, NodePhase, Removal, decode};
 use super::rotations;
+use crate::lifecycle::generations::{self, Generations};
 
 #[derive(Debug, Clone)]
 pub struct NodeRow {
@@ -53,13 +54,22 @@ pub struct NodeRow {
 }
 
 impl NodeRow {
-    pub fn up_to_date(&self) -> bool {
-        self.applied_generation >= self.desired_generation
+    pub fn generations(&self) -> Generations {
+        Generations {
+            desired: self.desired_generation,
+            handed: self.handed_generation,
+            applied: self.applied_generation,
+        }
     }
 
-    /// Handed a generation it has not reported applied yet.
+    /// It runs what it should ([`Generations::up_to_date`]).
+    pub fn up_to_date(&self) -> bool {
+        self.generations().up_to_date()
+    }
+
+    /// Handed a generation it has not reported applied yet ([`Generations::in_flight`]).
     pub fn in_flight(&self) -> bool {
-        self.handed_generation > self.applied_generation
+        self.generations().in_flight()
     }
 }
 
@@ -383,32 +393,44 @@ pub async fn take_serial(
     }))
 }
 
-/// Records a node's report. `complete` closes bootstrap issuance until an operator re-arms; a
-/// succeeded `complete` or `sync` at `generation` (at most what was handed out) marks that
-/// generation applied. Agents that predate generations report none: the handed one counts.
-pub async fn record_report<'c>(
-    db: impl Executor<'c, Database = Any>,
+/// Records a node's report as [`generations::report`] decides it, on the node's generations read
+/// under its row's lock in `tx`.
+pub async fn record_report(
+    tx: &mut sqlx::AnyConnection,
     node_id: i64,
     phase: NodePhase,
     generation: Option<i64>,
 ) -> Result<(), DbError> {
-    let (name, state) = phase.columns();
-    let applied = phase.healthy();
+    // The no-op write takes the row's lock (both databases) before it is read.
+    sqlx::query("UPDATE cluster_nodes SET applied_generation = applied_generation WHERE id = $1")
+        .bind(node_id)
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query(
+        "SELECT desired_generation, handed_generation, applied_generation FROM cluster_nodes \
+         WHERE id = $1",
+    )
+    .bind(node_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else { return Ok(()) };
+    let now = Generations {
+        desired: row.try_get("desired_generation")?,
+        handed: row.try_get("handed_generation")?,
+        applied: row.try_get("applied_generation")?,
+    };
+    let reported = generations::report(now, phase, generation);
+    let (name, state) = reported.phase.columns();
     sqlx::query(
-        "UPDATE cluster_nodes SET phase = $1, phase_state = $2, \
-         issuance_allowed = CASE WHEN $1 = 'complete' THEN 0 ELSE issuance_allowed END, \
-         applied_generation = CASE WHEN $3 = 1 \
-             AND COALESCE($4, handed_generation) <= handed_generation \
-             AND COALESCE($4, handed_generation) > applied_generation \
-             THEN COALESCE($4, handed_generation) ELSE applied_generation END \
-         WHERE id = $5",
+        "UPDATE cluster_nodes SET phase = $1, phase_state = $2, applied_generation = $3, \
+         issuance_allowed = CASE WHEN $4 = 1 THEN 0 ELSE issuance_allowed END WHERE id = $5",
     )
     .bind(name)
     .bind(state)
-    .bind(i64::from(applied))
-    .bind(generation)
+    .bind(reported.applied)
+    .bind(i64::from(reported.closes_bootstrap))
     .bind(node_id)
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }
