@@ -2,10 +2,6 @@
 //! removal and a control-plane node's place in etcd. Each parses from its name and nothing
 //! else.
 
-use std::fmt;
-use std::str::FromStr;
-
-use exk8s_common::contract::UnknownName;
 use serde::{Deserialize, Serialize};
 
 /// Where a cluster stands: `provisioning` → `founded` | (`compensating` →) `failed`;
@@ -41,22 +37,7 @@ impl ClusterPhase {
     }
 }
 
-impl fmt::Display for ClusterPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ClusterPhase {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, UnknownName> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
-    }
-}
+exk8s_common::text_enum!(ClusterPhase);
 
 /// Where a node being removed stands: its workloads are being evicted (`draining`), or they
 /// are gone — or the drain's deadline passed — and its VM may be deleted (`drained`).
@@ -79,22 +60,7 @@ impl Removal {
     }
 }
 
-impl fmt::Display for Removal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Removal {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, UnknownName> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
-    }
-}
+exk8s_common::text_enum!(Removal);
 
 /// A control-plane node's place in etcd: a voter, joining (a learner until promoted), or
 /// leaving (to be removed).
@@ -119,19 +85,4 @@ impl EtcdMembership {
     }
 }
 
-impl fmt::Display for EtcdMembership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for EtcdMembership {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, UnknownName> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownName::new(s, &Self::ALL.map(Self::as_str)))
-    }
-}
+exk8s_common::text_enum!(EtcdMembership);

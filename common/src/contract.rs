@@ -2,9 +2,6 @@
 //! sends, a node's role, the kinds of bundle, the phases it reports and where each stands. Both programs use these types, so
 //! a phase or header renamed on one side cannot silently diverge from the other.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 /// The instance-metadata session token a VM presents with every bootstrap request.
@@ -139,22 +136,27 @@ impl UnknownName {
     }
 }
 
+/// `Display` and `FromStr` for a closed set of names: a type with `ALL` and `as_str`. A name
+/// outside the set is an [`UnknownName`] that lists the set.
+#[macro_export]
 macro_rules! text_enum {
     ($ty:ty) => {
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
 
-        impl FromStr for $ty {
-            type Err = UnknownName;
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::contract::UnknownName;
 
-            fn from_str(s: &str) -> Result<Self, UnknownName> {
+            fn from_str(s: &str) -> ::std::result::Result<Self, $crate::contract::UnknownName> {
                 <$ty>::ALL
                     .into_iter()
                     .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownName::new(s, &<$ty>::ALL.map(<$ty>::as_str)))
+                    .ok_or_else(|| {
+                        $crate::contract::UnknownName::new(s, &<$ty>::ALL.map(<$ty>::as_str))
+                    })
             }
         }
     };
