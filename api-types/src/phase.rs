@@ -86,3 +86,26 @@ impl EtcdMembership {
 }
 
 exk8s_common::text_enum!(EtcdMembership);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_parses_from_its_name_and_nothing_else() {
+        for phase in ClusterPhase::ALL {
+            assert_eq!(phase.as_str().parse::<ClusterPhase>(), Ok(phase));
+        }
+        for removal in Removal::ALL {
+            assert_eq!(removal.to_string().parse::<Removal>(), Ok(removal));
+        }
+        for membership in EtcdMembership::ALL {
+            assert_eq!(
+                membership.as_str().parse::<EtcdMembership>(),
+                Ok(membership)
+            );
+        }
+        let unknown = "Founded".parse::<ClusterPhase>().unwrap_err();
+        assert!(unknown.to_string().contains("provisioning"), "{unknown}");
+    }
+}

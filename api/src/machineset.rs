@@ -264,6 +264,24 @@ pub enum ChangeError {
     Quota(#[from] crate::quotas::Exceeded),
 }
 
+/// `org_id`'s cluster `cluster_id`, founded: a set of its machines may change only then.
+pub async fn founded_cluster(
+    db: &crate::db::Db,
+    org_id: i64,
+    cluster_id: i64,
+) -> Result<ClusterRow, ChangeError> {
+    let cluster = db::clusters::get(&db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(ChangeError::NotFound)?;
+    if cluster.phase != db::phase::ClusterPhase::Founded {
+        return Err(ChangeError::Conflict(format!(
+            "cluster {cluster_id} is {}, not founded",
+            cluster.phase
+        )));
+    }
+    Ok(cluster)
+}
+
 impl From<crate::quotas::QuotaError> for ChangeError {
     fn from(e: crate::quotas::QuotaError) -> Self {
         match e {

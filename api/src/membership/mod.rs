@@ -20,7 +20,7 @@ pub use replace::replace;
 use std::sync::Arc;
 
 use crate::config::ApiConfig;
-use crate::db::{self, Db, phase::ClusterPhase, phase::EtcdMembership};
+use crate::db::{self, Db, phase::EtcdMembership};
 use crate::field::{FieldError, Validate};
 pub use exk8s_api_types::ScaleRequest;
 use exk8s_common::contract::Role;
@@ -122,15 +122,7 @@ pub async fn scale(
     cluster_id: i64,
     count: i64,
 ) -> Result<Scaling, MembershipError> {
-    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
-        .await?
-        .ok_or(MembershipError::NotFound)?;
-    if cluster.phase != ClusterPhase::Founded {
-        return Err(MembershipError::Conflict(format!(
-            "cluster {cluster_id} is {}, not founded",
-            cluster.phase
-        )));
-    }
+    crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     if db::rotations::get(&ctx.db.pool, cluster_id)
         .await?
         .is_some()
@@ -241,15 +233,7 @@ async fn member_of(
     cluster_id: i64,
     vm_id: i64,
 ) -> Result<Vec<db::nodes::NodeRow>, MembershipError> {
-    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
-        .await?
-        .ok_or(MembershipError::NotFound)?;
-    if cluster.phase != ClusterPhase::Founded {
-        return Err(MembershipError::Conflict(format!(
-            "cluster {cluster_id} is {}, not founded",
-            cluster.phase
-        )));
-    }
+    crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     target_of(&nodes, vm_id)?;
     if db::rotations::get(&ctx.db.pool, cluster_id)

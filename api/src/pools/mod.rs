@@ -9,7 +9,7 @@ pub mod request;
 use std::sync::Arc;
 
 use crate::config::ApiConfig;
-use crate::db::{self, Db, DbError, phase::ClusterPhase, pools::PoolRow};
+use crate::db::{self, Db, DbError, pools::PoolRow};
 use crate::field::FieldError;
 use request::{PoolSpec, PoolUpdate};
 
@@ -32,24 +32,6 @@ pub type PoolError = crate::machineset::ChangeError;
 pub struct Pool {
     pub row: PoolRow,
     pub nodes: Vec<db::nodes::NodeRow>,
-}
-
-/// The org's founded cluster `cluster_id`.
-async fn founded_cluster(
-    ctx: &Pools,
-    org_id: i64,
-    cluster_id: i64,
-) -> Result<db::clusters::ClusterRow, PoolError> {
-    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
-        .await?
-        .ok_or(PoolError::NotFound)?;
-    if cluster.phase != ClusterPhase::Founded {
-        return Err(PoolError::Conflict(format!(
-            "cluster {cluster_id} is {}, not founded",
-            cluster.phase
-        )));
-    }
-    Ok(cluster)
 }
 
 /// Refuses a count that would give the cluster more nodes than its pod CIDR has blocks for
@@ -96,7 +78,7 @@ pub async fn create(
     cluster_id: i64,
     spec: &PoolSpec,
 ) -> Result<Pool, PoolError> {
-    let cluster = founded_cluster(ctx, org_id, cluster_id).await?;
+    let cluster = crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     check_room(ctx, &cluster, None, spec.count).await?;
     let ask = crate::quotas::Ask {
         clusters: 0,
@@ -187,7 +169,7 @@ pub async fn update(
     pool_id: i64,
     change: &PoolUpdate,
 ) -> Result<Pool, PoolError> {
-    let cluster = founded_cluster(ctx, org_id, cluster_id).await?;
+    let cluster = crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     let pool = get(ctx, org_id, cluster_id, pool_id).await?;
     if let Some(count) = change.count {
         check_room(ctx, &cluster, Some(pool.row.id), count).await?;
