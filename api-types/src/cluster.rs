@@ -307,3 +307,33 @@ pub struct DeleteAccepted {
     /// Why the delete did not finish at once.
     pub message: String,
 }
+
+/// A Kubernetes release the API installs (`GET /kubernetes-versions`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KubernetesVersionView {
+    /// `v1.MINOR.PATCH`.
+    pub version: String,
+    /// New clusters get it when they ask for none.
+    pub default: bool,
+    pub etcd: String,
+    pub coredns: String,
+    pub pause: String,
+    pub cilium_chart: String,
+    pub helm: String,
+    /// Where each binary a node installs comes from.
+    pub downloads: Vec<DownloadView>,
+}
+
+/// One download a node makes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DownloadView {
+    /// `etcd`, `etcdctl`, `kubelet`, `kubectl` or `helm`.
+    pub name: String,
+    pub version: String,
+    pub url: String,
+    /// The digest the artifact catalog pins; absent: the agent checks `<url>.sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}

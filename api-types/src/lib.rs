@@ -17,8 +17,8 @@ pub use certificates::{
 };
 pub use cluster::{
     CaRotationView, ClusterCreated, ClusterView, Condition, CreateClusterRequest, DeleteAccepted,
-    DnsRecord, MembersView, NodeView, PoolSummary, ScaleRequest, ScalingView, SuppliedCaRequest,
-    SuppliedCasRequest,
+    DnsRecord, DownloadView, KubernetesVersionView, MembersView, NodeView, PoolSummary,
+    ScaleRequest, ScalingView, SuppliedCaRequest, SuppliedCasRequest,
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use events::{ChangeEvent, StatusEvent, StreamEnd};

@@ -51,6 +51,7 @@ pub mod sim;
 pub mod status;
 pub mod tokens;
 pub mod trust;
+pub mod upgrade;
 
 pub use exk8s_common::error_chain;
 /// The server, for the composition roots (the CLI and tests).

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::CommandFactory as _;
 use exk8s_api_types::{
-    CertificateInventory, ClusterCreated, ClusterView, CreateClusterRequest, NodeView,
-    ScaleRequest, SecretPem, SuppliedCaRequest, SuppliedCasRequest,
+    CertificateInventory, ClusterCreated, ClusterView, CreateClusterRequest, KubernetesVersionView,
+    NodeView, ScaleRequest, SecretPem, SuppliedCaRequest, SuppliedCasRequest,
 };
 
 use crate::client::Api;
@@ -44,6 +44,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     day2::start_rollout(&api, &cluster, "certificates/renew", format)
                 }
                 Command::RotateCa { cluster, ca } => day2::rotate_ca(&api, &cluster, ca, format),
+                Command::Versions => versions(&api, format),
                 Command::Login { .. } | Command::Completions { .. } => Ok(()),
             }
         }
@@ -350,4 +351,23 @@ fn scale(api: &Api, cluster: &str, count: i64, format: Format) -> Result<(), Cli
     eprintln!("scaling cluster {cluster} to {count} control-plane members, one at a time");
     let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
     show(format, &view, cluster_detail)
+}
+
+fn versions(api: &Api, format: Format) -> Result<(), CliError> {
+    let offered: Vec<KubernetesVersionView> = api.get("/kubernetes-versions")?;
+    show(format, &offered, |offered: &Vec<KubernetesVersionView>| {
+        let mut t = table(&["version", "default", "etcd", "coredns", "pause", "pinned"]);
+        for o in offered {
+            let pinned = o.downloads.iter().filter(|d| d.sha256.is_some()).count();
+            t.add_row(vec![
+                o.version.clone(),
+                if o.default { "yes" } else { "" }.to_owned(),
+                o.etcd.clone(),
+                o.coredns.clone(),
+                o.pause.clone(),
+                format!("{pinned}/{}", o.downloads.len()),
+            ]);
+        }
+        t
+    })
 }

@@ -83,6 +83,8 @@ enum Command {
         #[arg(long, value_parser = ["cluster", "etcd", "front_proxy", "front-proxy"])]
         ca: String,
     },
+    /// The Kubernetes releases the API installs (the default first) and what a node of each runs.
+    Versions,
     /// Shell completions, e.g. `exk8s completions bash > /etc/bash_completion.d/exk8s`.
     Completions { shell: clap_complete::Shell },
 }

@@ -18,6 +18,7 @@ pub mod paging;
 pub mod pools;
 mod prefer;
 pub mod server;
+pub mod versions;
 
 use std::time::Instant;
 
@@ -56,6 +57,7 @@ use crate::app::AppState;
         pools::get_pool,
         pools::update_pool,
         pools::delete_pool,
+        versions::kubernetes_versions,
         bootstrap::rearm,
         bootstrap::bundle,
         bootstrap::status,
@@ -166,6 +168,7 @@ pub fn router(state: AppState) -> Router {
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))
         .route("/nodes/{vm_id}/status", axum::routing::post(nodes::status))
+        .route("/kubernetes-versions", get(versions::kubernetes_versions))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

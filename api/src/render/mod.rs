@@ -20,6 +20,7 @@ pub use input::{
     ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, Membership, NodeCredentials, PodCidr,
     RenderInput, Versions,
 };
+pub use plan::downloads;
 pub use worker::{WorkerInput, WorkerNode, render_worker_bundle};
 
 use exk8s_common::payload::{BundlePayload, Freshness, Identity, Role};

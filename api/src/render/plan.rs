@@ -73,7 +73,7 @@ pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, Render
     if installs_addons(input) {
         names.push("helm");
     }
-    pinned(input.cluster, input.artifacts, &names)
+    pinned(&input.cluster.versions, input.artifacts, &names)
 }
 
 /// A worker installs the kubelet only.
@@ -81,16 +81,23 @@ pub(super) fn worker_artifacts(
     cluster: &super::ClusterSpec,
     catalog: &super::ArtifactCatalog,
 ) -> Result<Vec<Artifact>, RenderError> {
-    pinned(cluster, catalog, &["kubelet"])
+    pinned(&cluster.versions, catalog, &["kubelet"])
+}
+
+/// Every download a node of `versions` may install, pinned by `catalog` where it has an entry.
+pub fn downloads(
+    versions: &super::Versions,
+    catalog: &super::ArtifactCatalog,
+) -> Result<Vec<Artifact>, RenderError> {
+    pinned(versions, catalog, super::catalog::ARTIFACT_NAMES)
 }
 
 /// Where each artifact of `names` comes from: the catalog's pinned download, or upstream.
 fn pinned(
-    cluster: &super::ClusterSpec,
+    versions: &super::Versions,
     catalog: &super::ArtifactCatalog,
     names: &[&str],
 ) -> Result<Vec<Artifact>, RenderError> {
-    let versions = &cluster.versions;
     let (k8s, etcd, helm) = (&versions.kubernetes, &versions.etcd, &versions.helm);
     let etcd_tarball = format!(
         "https://github.com/etcd-io/etcd/releases/download/{etcd}/etcd-{etcd}-linux-amd64.tar.gz"

@@ -51,4 +51,5 @@ mod schema;
 mod status;
 mod supplied_ca;
 mod sync;
+mod versions;
 mod workers;

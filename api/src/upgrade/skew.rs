@@ -1,0 +1,280 @@
+//! Kubernetes' version skew policy (kubernetes.io, "Version Skew Policy"), as exk8s enforces it
+//! before an upgrade starts. A refusal names the rule, the versions, and what to do first.
+//!
+//! - The control plane moves one minor at a time, never down a minor, and to the newest patch
+//!   of its own minor before the next minor (as kubeadm advises).
+//! - A kubelet is never newer than the oldest kube-apiserver, and at most three minors older:
+//!   so workers follow the control plane, and the control plane may not leave a pool more than
+//!   three minors behind.
+//! - kube-controller-manager and kube-scheduler run beside each apiserver at its version: they
+//!   are never newer than the apiservers they talk to.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A Kubernetes release, `v1.MINOR.PATCH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Release {
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl fmt::Display for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v1.{}.{}", self.minor, self.patch)
+    }
+}
+
+/// A version that is not a Kubernetes release exk8s installs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a Kubernetes release of the form v1.MINOR.PATCH")]
+pub struct NotARelease(String);
+
+impl FromStr for Release {
+    type Err = NotARelease;
+
+    fn from_str(s: &str) -> Result<Self, NotARelease> {
+        let refuse = || NotARelease(s.chars().take(40).collect());
+        let rest = s.strip_prefix("v1.").ok_or_else(refuse)?;
+        let (minor, patch) = rest.split_once('.').ok_or_else(refuse)?;
+        let number = |t: &str| {
+            (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| t.parse::<u32>().ok())
+                .flatten()
+                .ok_or_else(refuse)
+        };
+        Ok(Self {
+            minor: number(minor)?,
+            patch: number(patch)?,
+        })
+    }
+}
+
+/// How many minors a kubelet may lag the oldest apiserver.
+pub const KUBELET_MINORS_BEHIND: u32 = 3;
+
+/// Why a version change breaks the skew policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SkewError {
+    #[error("{to} is not offered by this API (offered: {offered})")]
+    NotOffered { to: Release, offered: String },
+    #[error("the control plane runs {from}; going down a minor to {to} is not supported")]
+    MinorDowngrade { from: Release, to: Release },
+    #[error(
+        "the control plane runs {from}; {to} skips a minor: upgrade to v1.{next}.x first, one minor at a time"
+    )]
+    SkipsMinor {
+        from: Release,
+        to: Release,
+        next: u32,
+    },
+    #[error(
+        "the control plane runs {from}; upgrade to {latest}, the newest patch of its minor, before {to}"
+    )]
+    PatchFirst {
+        from: Release,
+        to: Release,
+        latest: Release,
+    },
+    #[error(
+        "pool `{pool}` runs kubelet {kubelet}; with the control plane at {to} it would be more than \
+         {KUBELET_MINORS_BEHIND} minors behind: upgrade the pool to at least v1.{needed}.x first"
+    )]
+    PoolTooFarBehind {
+        pool: String,
+        kubelet: Release,
+        to: Release,
+        needed: u32,
+    },
+    #[error(
+        "a kubelet may not be newer than the control plane: the oldest kube-apiserver runs \
+         {apiserver}, so pool `{pool}` may not go to {to}; upgrade the control plane first"
+    )]
+    KubeletAhead {
+        pool: String,
+        to: Release,
+        apiserver: Release,
+    },
+    #[error(
+        "pool `{pool}` may run a kubelet at most {KUBELET_MINORS_BEHIND} minors older than the \
+         control plane ({apiserver}); {to} is too old"
+    )]
+    KubeletTooOld {
+        pool: String,
+        to: Release,
+        apiserver: Release,
+    },
+}
+
+/// May a control plane whose oldest apiserver runs `from` go to `to`, with its pools' kubelets
+/// at `pools` (name, oldest kubelet), and `offered` the releases this API installs?
+pub fn control_plane(
+    from: Release,
+    to: Release,
+    offered: &[Release],
+    pools: &[(&str, Release)],
+) -> Result<(), SkewError> {
+    if !offered.contains(&to) {
+        let offered = offered
+            .iter()
+            .map(Release::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(SkewError::NotOffered { to, offered });
+    }
+    if to.minor < from.minor {
+        return Err(SkewError::MinorDowngrade { from, to });
+    }
+    if to.minor > from.minor + 1 {
+        return Err(SkewError::SkipsMinor {
+            from,
+            to,
+            next: from.minor + 1,
+        });
+    }
+    if to.minor == from.minor + 1 {
+        let latest = offered
+            .iter()
+            .filter(|r| r.minor == from.minor)
+            .max()
+            .copied()
+            .unwrap_or(from);
+        if latest > from {
+            return Err(SkewError::PatchFirst { from, to, latest });
+        }
+    }
+    let needed = to.minor.saturating_sub(KUBELET_MINORS_BEHIND);
+    if let Some((pool, kubelet)) = pools.iter().find(|(_, kubelet)| kubelet.minor < needed) {
+        return Err(SkewError::PoolTooFarBehind {
+            pool: (*pool).to_owned(),
+            kubelet: *kubelet,
+            to,
+            needed,
+        });
+    }
+    Ok(())
+}
+
+/// May pool `pool` run kubelet `to`, beside a control plane whose oldest apiserver runs
+/// `apiserver`?
+pub fn pool(pool: &str, to: Release, apiserver: Release) -> Result<(), SkewError> {
+    if to > apiserver {
+        return Err(SkewError::KubeletAhead {
+            pool: pool.to_owned(),
+            to,
+            apiserver,
+        });
+    }
+    if to.minor + KUBELET_MINORS_BEHIND < apiserver.minor {
+        return Err(SkewError::KubeletTooOld {
+            pool: pool.to_owned(),
+            to,
+            apiserver,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(text: &str) -> Release {
+        text.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const OFFERED: [&str; 5] = ["v1.35.3", "v1.35.4", "v1.36.1", "v1.36.3", "v1.37.2"];
+
+    fn offered() -> Vec<Release> {
+        OFFERED.map(r).to_vec()
+    }
+
+    #[test]
+    fn releases_parse_and_order_by_minor_then_patch() {
+        assert_eq!(
+            r("v1.35.4"),
+            Release {
+                minor: 35,
+                patch: 4
+            }
+        );
+        assert_eq!(r("v1.36.1").to_string(), "v1.36.1");
+        assert!(r("v1.35.10") > r("v1.35.9") && r("v1.36.0") > r("v1.35.10"));
+        for bad in [
+            "1.35.3",
+            "v2.1.0",
+            "v1.35",
+            "v1.35.3-rc.1",
+            "v1..3",
+            "v1.35.x",
+            "",
+        ] {
+            assert!(bad.parse::<Release>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_control_plane_moves_one_minor_at_a_time_from_its_newest_patch() {
+        let (all, none) = (offered(), []);
+        assert_eq!(
+            control_plane(r("v1.35.3"), r("v1.35.4"), &all, &none),
+            Ok(())
+        );
+        assert_eq!(
+            control_plane(r("v1.35.4"), r("v1.36.3"), &all, &none),
+            Ok(())
+        );
+        assert!(matches!(
+            control_plane(r("v1.35.3"), r("v1.36.1"), &all, &none),
+            Err(SkewError::PatchFirst { latest, .. }) if latest == r("v1.35.4")
+        ));
+        assert!(matches!(
+            control_plane(r("v1.35.4"), r("v1.37.2"), &all, &none),
+            Err(SkewError::SkipsMinor { next: 36, .. })
+        ));
+        assert!(matches!(
+            control_plane(r("v1.36.1"), r("v1.35.4"), &all, &none),
+            Err(SkewError::MinorDowngrade { .. })
+        ));
+        // A patch down within a minor is not a minor downgrade (a rollback of a bad patch).
+        assert_eq!(
+            control_plane(r("v1.36.3"), r("v1.36.1"), &all, &none),
+            Ok(())
+        );
+        let refused = control_plane(r("v1.35.4"), r("v1.36.2"), &all, &none).unwrap_err();
+        assert!(matches!(refused, SkewError::NotOffered { .. }));
+        assert!(refused.to_string().contains("v1.36.3"), "{refused}");
+    }
+
+    #[test]
+    fn the_control_plane_leaves_no_pool_more_than_three_minors_behind() {
+        let all = [r("v1.35.4"), r("v1.36.1")];
+        let old = [("batch", r("v1.32.9"))];
+        let refused = control_plane(r("v1.35.4"), r("v1.36.1"), &all, &old).unwrap_err();
+        assert!(matches!(
+            refused,
+            SkewError::PoolTooFarBehind { needed: 33, .. }
+        ));
+        assert!(refused.to_string().contains("pool `batch`"), "{refused}");
+        let fine = [("batch", r("v1.33.0"))];
+        assert_eq!(
+            control_plane(r("v1.35.4"), r("v1.36.1"), &all, &fine),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn workers_follow_the_control_plane_within_three_minors() {
+        let apiserver = r("v1.36.1");
+        assert_eq!(pool("blue", r("v1.36.1"), apiserver), Ok(()));
+        assert_eq!(pool("blue", r("v1.33.0"), apiserver), Ok(()));
+        assert!(matches!(
+            pool("blue", r("v1.36.3"), apiserver),
+            Err(SkewError::KubeletAhead { .. })
+        ));
+        assert!(matches!(
+            pool("blue", r("v1.32.9"), apiserver),
+            Err(SkewError::KubeletTooOld { .. })
+        ));
+    }
+}
