@@ -15,7 +15,7 @@ use super::DbError;
 use super::clusters::{self, ClusterRow};
 use super::phase::{EtcdMembership, NodePhase, Removal, decode};
 use super::rotations;
-use crate::lifecycle::generations::{self, Generations};
+use crate::lifecycle::generations::{self, NodeGenerations};
 
 #[derive(Debug, Clone)]
 pub struct NodeRow {
@@ -54,20 +54,20 @@ pub struct NodeRow {
 }
 
 impl NodeRow {
-    pub fn generations(&self) -> Generations {
-        Generations {
+    pub fn generations(&self) -> NodeGenerations {
+        NodeGenerations {
             desired: self.desired_generation,
             handed: self.handed_generation,
             applied: self.applied_generation,
         }
     }
 
-    /// It runs what it should ([`Generations::up_to_date`]).
+    /// It runs what it should ([`NodeGenerations::up_to_date`]).
     pub fn up_to_date(&self) -> bool {
         self.generations().up_to_date()
     }
 
-    /// Handed a generation it has not reported applied yet ([`Generations::in_flight`]).
+    /// Handed a generation it has not reported applied yet ([`NodeGenerations::in_flight`]).
     pub fn in_flight(&self) -> bool {
         self.generations().in_flight()
     }
@@ -414,7 +414,7 @@ pub async fn record_report(
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else { return Ok(()) };
-    let now = Generations {
+    let now = NodeGenerations {
         desired: row.try_get("desired_generation")?,
         handed: row.try_get("handed_generation")?,
         applied: row.try_get("applied_generation")?,

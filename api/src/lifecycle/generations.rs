@@ -8,13 +8,13 @@ use exk8s_common::contract::BootPhase;
 
 /// A node's three generations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Generations {
+pub struct NodeGenerations {
     pub desired: i64,
     pub handed: i64,
     pub applied: i64,
 }
 
-impl Generations {
+impl NodeGenerations {
     /// It runs what it should.
     pub fn up_to_date(self) -> bool {
         self.applied >= self.desired
@@ -40,7 +40,7 @@ pub struct Reported {
 /// (`complete` or `sync` succeeded) marks its generation applied — the handed one for agents
 /// that predate generations — when it was handed out and is newer than what was applied; any
 /// other report leaves `applied` as it was.
-pub fn report(now: Generations, phase: NodePhase, generation: Option<i64>) -> Reported {
+pub fn report(now: NodeGenerations, phase: NodePhase, generation: Option<i64>) -> Reported {
     let reported = generation.unwrap_or(now.handed);
     let applies = phase.healthy() && reported <= now.handed && reported > now.applied;
     Reported {
@@ -65,7 +65,7 @@ mod tests {
         NodePhase::Reported { phase, state }
     }
 
-    const NOW: Generations = Generations {
+    const NOW: NodeGenerations = NodeGenerations {
         desired: 4,
         handed: 3,
         applied: 2,
@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn up_to_date_and_in_flight() {
         assert!(!NOW.up_to_date() && NOW.in_flight());
-        let settled = Generations {
+        let settled = NodeGenerations {
             desired: 3,
             handed: 3,
             applied: 3,

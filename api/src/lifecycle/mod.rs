@@ -8,5 +8,5 @@ pub mod generations;
 pub mod phase;
 
 pub use gate::{Hold, gate};
-pub use generations::{Generations, Reported, report};
+pub use generations::{NodeGenerations, Reported, report};
 pub use phase::NodePhase;
