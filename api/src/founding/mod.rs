@@ -532,7 +532,11 @@ async fn provision(
     issued.push(crate::certificates::operator_kubeconfig_cert(&admin));
     crate::certificates::record(&mut tx, cluster_id, None, &issued, now)
         .await
-        .map_err(|e| Failure::internal("recording certificates", e))?;
+        .map_err(|e| match e {
+            // A full disk or a lost database is the database's answer (503), not a defect.
+            crate::certificates::CertificatesError::Db(db) => Failure::db(db),
+            other => Failure::internal("recording certificates", other),
+        })?;
     db::clusters::set_phase(&mut *tx, cluster_id, ClusterPhase::Founded, now)
         .await
         .map_err(Failure::db)?;
