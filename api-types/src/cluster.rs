@@ -47,6 +47,10 @@ pub struct NodeView {
     pub applied_generation: i64,
     /// `applied_generation` has reached `desired_generation`.
     pub up_to_date: bool,
+    /// The Kubernetes version it runs (its last healthy bundle's); absent before its first
+    /// healthy report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
     /// A control-plane node's place in etcd: `voter`, `joining` or `leaving`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd_membership: Option<EtcdMembership>,
@@ -78,6 +82,8 @@ pub struct ClusterView {
     pub control_plane_dns_name: String,
     pub dns_configured: bool,
     pub key_algorithm: String,
+    /// The version the control plane is to run (`PATCH` it to upgrade); `version` is the one
+    /// it runs.
     pub kubernetes_version: String,
     pub service_cidr: String,
     pub pod_cidr: String,
@@ -98,14 +104,14 @@ pub struct ClusterView {
     pub ready_replicas: i64,
     /// Control-plane machines running their newest generation (`upToDateReplicas`).
     pub up_to_date_replicas: i64,
-    /// The Kubernetes version the control plane runs (`version`).
+    /// The oldest Kubernetes version a control-plane member runs (Cluster API's `version`).
     pub version: String,
     /// A control-plane machine finished its boot: the control plane came up (`initialized`).
     pub initialized: bool,
     pub created_at: i64,
     /// Conditions in Cluster API v1beta2's shape: `Available`, `EtcdClusterHealthy`,
-    /// `ControlPlaneComponentsHealthy`, `CertificatesAvailable`, `MachinesReady`, `ScalingUp`,
-    /// `ScalingDown`, `Deleting`.
+    /// `ControlPlaneComponentsHealthy`, `CertificatesAvailable`, `MachinesReady`, `RollingOut`,
+    /// `ScalingUp`, `ScalingDown`, `CARotating`, `Deleting`.
     pub conditions: Vec<Condition>,
     /// A CA rotation in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -276,14 +282,55 @@ pub struct SuppliedCaRequest {
     pub key_pem: Option<SecretPem>,
 }
 
-/// `PATCH /clusters/{id}`.
+/// `PATCH /clusters/{id}`: one change at a time — the control plane's size, or the
+/// Kubernetes version it runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-pub struct ScaleRequest {
+pub struct ClusterPatch {
     /// 1, 3, 5 or 7.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 7))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_count: Option<i64>,
+    /// `v1.MINOR.PATCH`, one of `GET /kubernetes-versions`: upgrades the control plane one
+    /// member at a time, within Kubernetes' version skew policy (or, while an upgrade is
+    /// under way, back to the version the other members run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+}
+
+/// What `PATCH /clusters/{id}` answers: where the change it asked for stands.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum ClusterChange {
+    Scaling(ScalingView),
+    Upgrade(UpgradeView),
+}
+
+/// Where a change of the control plane's Kubernetes version stands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UpgradeView {
+    pub cluster_id: i64,
+    /// `current` (it runs the version already), `upgrading` or `rolling-back`.
+    pub upgrade: UpgradeState,
+    /// The oldest version a control-plane member runs.
+    pub from_version: String,
+    pub to_version: String,
+    /// Members that run `to_version`, of all members.
+    pub done: i64,
+    pub members: i64,
+}
+
+/// How a version change stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeState {
+    Current,
+    Upgrading,
+    RollingBack,
 }
 
 /// Where a control-plane change stands.

@@ -32,6 +32,9 @@ pub struct StatusEvent {
     pub replicas: i64,
     pub ready_replicas: i64,
     pub up_to_date_replicas: i64,
+    /// The oldest Kubernetes version a control-plane member runs.
+    #[serde(default)]
+    pub version: String,
     pub conditions: Vec<Condition>,
 }
 
@@ -55,6 +58,7 @@ impl From<&ClusterView> for StatusEvent {
             replicas: v.replicas,
             ready_replicas: v.ready_replicas,
             up_to_date_replicas: v.up_to_date_replicas,
+            version: v.version.clone(),
             conditions: v.conditions.clone(),
         }
     }

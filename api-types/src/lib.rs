@@ -16,9 +16,10 @@ pub use certificates::{
     RotationStarted,
 };
 pub use cluster::{
-    CaRotationView, ClusterCreated, ClusterView, Condition, CreateClusterRequest, DeleteAccepted,
-    DnsRecord, DownloadView, KubernetesVersionView, MembersView, NodeView, PoolSummary,
-    ScaleRequest, ScalingView, SuppliedCaRequest, SuppliedCasRequest,
+    CaRotationView, ClusterChange, ClusterCreated, ClusterPatch, ClusterView, Condition,
+    CreateClusterRequest, DeleteAccepted, DnsRecord, DownloadView, KubernetesVersionView,
+    MembersView, NodeView, PoolSummary, ScalingView, SuppliedCaRequest, SuppliedCasRequest,
+    UpgradeState, UpgradeView,
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use events::{ChangeEvent, StatusEvent, StreamEnd};

@@ -168,6 +168,13 @@ impl AppState {
         }
     }
 
+    pub fn upgrader(&self) -> crate::upgrade::Upgrader {
+        crate::upgrade::Upgrader {
+            db: self.db.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+
     pub fn reconciler(&self) -> crate::founding::reconcile::Reconciler {
         crate::founding::reconcile::Reconciler {
             db: self.db.clone(),

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use clap::CommandFactory as _;
 use exk8s_api_types::{
-    CertificateInventory, ClusterCreated, ClusterView, CreateClusterRequest, KubernetesVersionView,
-    NodeView, ScaleRequest, SecretPem, SuppliedCaRequest, SuppliedCasRequest,
+    CertificateInventory, ClusterChange, ClusterCreated, ClusterPatch, ClusterView,
+    CreateClusterRequest, KubernetesVersionView, NodeView, SecretPem, SuppliedCaRequest,
+    SuppliedCasRequest, UpgradeState,
 };
 
 use crate::client::Api;
@@ -44,6 +45,18 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     day2::start_rollout(&api, &cluster, "certificates/renew", format)
                 }
                 Command::RotateCa { cluster, ca } => day2::rotate_ca(&api, &cluster, ca, format),
+                Command::Upgrade {
+                    cluster,
+                    to,
+                    wait,
+                    timeout,
+                } => upgrade(
+                    &api,
+                    &cluster,
+                    &to,
+                    wait.then(|| Duration::from_secs(timeout)),
+                    format,
+                ),
                 Command::Versions => versions(&api, format),
                 Command::Login { .. } | Command::Completions { .. } => Ok(()),
             }
@@ -339,8 +352,9 @@ fn get_kubeconfig(api: &Api, cluster: &str, merge: bool) -> Result<(), CliError>
 
 fn scale(api: &Api, cluster: &str, count: i64, format: Format) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
-    let body = ScaleRequest {
+    let body = ClusterPatch {
         control_plane_count: Some(count),
+        ..ClusterPatch::default()
     };
     api.send::<exk8s_api_types::ScalingView>(
         "PATCH",
@@ -350,6 +364,47 @@ fn scale(api: &Api, cluster: &str, count: i64, format: Format) -> Result<(), Cli
     )?;
     eprintln!("scaling cluster {cluster} to {count} control-plane members, one at a time");
     let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
+    show(format, &view, cluster_detail)
+}
+
+fn upgrade(
+    api: &Api,
+    cluster: &str,
+    to: &str,
+    wait: Option<Duration>,
+    format: Format,
+) -> Result<(), CliError> {
+    let id = api.cluster_id(cluster)?;
+    let body = ClusterPatch {
+        kubernetes_version: Some(to.to_owned()),
+        ..ClusterPatch::default()
+    };
+    let change: Option<ClusterChange> =
+        api.send("PATCH", &format!("/clusters/{id}"), Some(&body), None)?;
+    let Some(ClusterChange::Upgrade(started)) = change else {
+        return Err(CliError::Unexpected(
+            "the API did not answer the upgrade with where it stands".into(),
+        ));
+    };
+    match started.upgrade {
+        UpgradeState::Current => eprintln!(
+            "cluster {cluster} runs {} on all {} control-plane members already",
+            started.to_version, started.members
+        ),
+        UpgradeState::Upgrading => eprintln!(
+            "upgrading cluster {cluster}'s control plane from {} to {}, one member at a time \
+             ({} of {} done)",
+            started.from_version, started.to_version, started.done, started.members
+        ),
+        UpgradeState::RollingBack => eprintln!(
+            "rolling cluster {cluster}'s control plane back from {} to {}, one member at a time",
+            started.from_version, started.to_version
+        ),
+    }
+    let view: ClusterView = match wait {
+        Some(timeout) => watch::until(api, id, watch::Goal::Runs(to.to_owned()), timeout)?,
+        None => api.get(&format!("/clusters/{id}"))?,
+    };
     show(format, &view, cluster_detail)
 }
 

@@ -83,6 +83,21 @@ enum Command {
         #[arg(long, value_parser = ["cluster", "etcd", "front_proxy", "front-proxy"])]
         ca: String,
     },
+    /// Upgrade a cluster's control plane to another Kubernetes release (see `exk8s versions`),
+    /// one member at a time within the version skew policy; during an upgrade, the version the
+    /// other members run rolls it back.
+    Upgrade {
+        cluster: String,
+        /// The release to run, `v1.MINOR.PATCH`.
+        #[arg(long)]
+        to: String,
+        /// Follow the upgrade until every member runs it.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
     /// The Kubernetes releases the API installs (the default first) and what a node of each runs.
     Versions,
     /// Shell completions, e.g. `exk8s completions bash > /etc/bash_completion.d/exk8s`.

@@ -107,13 +107,33 @@ fn changed(seen: &mut BTreeMap<String, String>, what: &str, now: String) {
     }
 }
 
+/// What a follow waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Goal {
+    /// The cluster is ready.
+    Ready,
+    /// Every control-plane member runs this Kubernetes version and nothing rolls out.
+    Runs(String),
+}
+
 /// Waits until cluster `id` is ready, following its event stream (resumed with its last event
 /// id when it drops); its last view.
 pub(crate) fn until_ready(api: &Api, id: i64, timeout: Duration) -> Result<ClusterView, CliError> {
+    until(api, id, Goal::Ready, timeout)
+}
+
+/// Waits until cluster `id` reaches `goal`, following its event stream; its last view.
+pub(crate) fn until(
+    api: &Api,
+    id: i64,
+    goal: Goal,
+    timeout: Duration,
+) -> Result<ClusterView, CliError> {
     let mut display = Display::new();
     let mut follow = Follow {
         api,
         id,
+        goal,
         deadline: Instant::now() + timeout,
         timeout,
         name: String::new(),
@@ -142,6 +162,7 @@ const REOPENS: u32 = 5;
 struct Follow<'a> {
     api: &'a Api,
     id: i64,
+    goal: Goal,
     deadline: Instant,
     timeout: Duration,
     name: String,
@@ -210,6 +231,15 @@ impl Follow<'_> {
             .phases
             .values()
             .filter(|p| position(p) == PHASES.len() as u64);
+        if let Goal::Runs(version) = &self.goal {
+            return Err(CliError::Failed(format!(
+                "cluster {} did not run {version} everywhere after {}s; it goes on in the \
+                 background: `exk8s clusters get {}`",
+                self.id,
+                self.timeout.as_secs(),
+                self.id
+            )));
+        }
         Err(CliError::Failed(format!(
             "cluster {} was not ready after {}s (phase {}, {}/{} nodes up); it goes on in the \
              background: `exk8s clusters get {}`",
@@ -263,6 +293,9 @@ impl Follow<'_> {
                     )));
                 }
             }
+            // An upgrade's progress is the status event's `RollingOut`: the stream replays the
+            // cluster's history, whose old reports are not this upgrade's.
+            "node" | "report" if self.goal != Goal::Ready => {}
             "node" | "report" => {
                 let change: ChangeEvent = serde_json::from_str(&event.data).map_err(unreadable)?;
                 let Some(vm) = change.vm_id else {
@@ -295,11 +328,43 @@ impl Follow<'_> {
             "status" => {
                 let status: StatusEvent = serde_json::from_str(&event.data).map_err(unreadable)?;
                 self.phase = status.phase.to_string();
-                display.cluster(format!(
-                    "cluster {}: {}, {}/{} control-plane nodes ready",
-                    self.name, self.phase, status.ready_replicas, status.replicas
-                ));
-                if status.ready {
+                let rolling = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "RollingOut" && c.status == "True");
+                let reached = match &self.goal {
+                    Goal::Ready => {
+                        display.cluster(format!(
+                            "cluster {}: {}, {}/{} control-plane nodes ready",
+                            self.name, self.phase, status.ready_replicas, status.replicas
+                        ));
+                        status.ready
+                    }
+                    Goal::Runs(version) => {
+                        display.cluster(format!(
+                            "cluster {}: runs {}, {}/{} control-plane members up to date{}",
+                            self.name,
+                            status.version,
+                            status.up_to_date_replicas,
+                            status.replicas,
+                            rolling.map_or(String::new(), |c| format!(
+                                "\n  {}",
+                                c.message.replace('\n', "\n  ")
+                            ))
+                        ));
+                        if let Some(stopped) = rolling
+                            .and_then(|c| c.message.lines().find(|l| l.starts_with("* stopped:")))
+                        {
+                            return Err(CliError::Failed(format!(
+                                "the upgrade of cluster {} to {version} {}",
+                                self.name,
+                                stopped.trim_start_matches("* ")
+                            )));
+                        }
+                        status.version == *version && rolling.is_none()
+                    }
+                };
+                if reached {
                     return self.api.get(&format!("/clusters/{}", self.id)).map(Some);
                 }
             }

@@ -9,16 +9,22 @@ use std::path::PathBuf;
 pub const ETCD_VERSION: &str = "v3.6.10";
 /// The Kubernetes release the renderer defaults to.
 pub const KUBERNETES_VERSION: &str = "v1.35.3";
+/// The next minor's release the upgrade tests go to (`EXK8S_K8S_NEXT_BIN` names its binaries).
+pub const NEXT_KUBERNETES_VERSION: &str = "v1.36.3";
 
 fn cache() -> PathBuf {
     std::env::var_os("EXK8S_K8S_CACHE").map_or_else(|| "/var/cache/exk8s/k8s".into(), PathBuf::from)
 }
 
 fn found(dir: PathBuf, name: &str) -> PathBuf {
+    found_of(dir, name, KUBERNETES_VERSION)
+}
+
+fn found_of(dir: PathBuf, name: &str, kubernetes: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(
         path.is_file(),
-        "{} is missing: run `scripts/k8s-binaries.sh {KUBERNETES_VERSION} {ETCD_VERSION}` (scripts/test.sh does)",
+        "{} is missing: run `scripts/k8s-binaries.sh {kubernetes} {ETCD_VERSION}` (scripts/test.sh does)",
         path.display()
     );
     path
@@ -41,4 +47,18 @@ pub fn kubernetes(name: &str) -> PathBuf {
         PathBuf::from,
     );
     found(dir, name)
+}
+
+/// `name` of Kubernetes `version`: [`kubernetes`] for the default release, the binaries of
+/// [`NEXT_KUBERNETES_VERSION`] from `EXK8S_K8S_NEXT_BIN`, any other from the cache. What a node
+/// runs follows what its bundle rendered (a static pod's image tag), so an upgrade test runs
+/// each component at the release the node was told to run.
+pub fn kubernetes_at(version: &str, name: &str) -> PathBuf {
+    if version == KUBERNETES_VERSION {
+        return kubernetes(name);
+    }
+    let dir = std::env::var_os("EXK8S_K8S_NEXT_BIN")
+        .filter(|_| version == NEXT_KUBERNETES_VERSION)
+        .map_or_else(|| cache().join(format!("{version}/bin")), PathBuf::from);
+    found_of(dir, name, version)
 }

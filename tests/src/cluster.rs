@@ -154,18 +154,20 @@ pub struct Booted {
 }
 
 pub fn boot_three(dir: &Path, sim_cidr: &str) -> Booted {
+    boot_three_with(dir, sim_cidr, &[])
+}
+
+/// [`boot_three`] with `extra` arguments for `exk8s-api dev`.
+pub fn boot_three_with(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Booted {
     // Three agents from one address, seconds apart: more than a real node sends.
-    let stack = crate::dev::start_dev(
-        &dir.join("dev"),
-        sim_cidr,
-        &dir.join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-        ],
-    );
+    let mut args = vec![
+        "--bootstrap-rate-per-vm",
+        "600",
+        "--bootstrap-rate-per-source",
+        "6000",
+    ];
+    args.extend_from_slice(extra);
+    let stack = crate::dev::start_dev(&dir.join("dev"), sim_cidr, &dir.join("api.log"), &args);
     let founded = found(
         &stack,
         dir,

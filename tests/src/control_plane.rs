@@ -98,6 +98,9 @@ pub fn etcd_args(root: &Path) -> Vec<String> {
 pub struct StaticPod {
     /// The command's program (`kube-apiserver`), then its rewritten arguments.
     pub program: String,
+    /// The release its image names (`registry.k8s.io/kube-apiserver:v1.35.3`): the harness
+    /// runs the binary of that release, as the kubelet would run that image.
+    pub version: String,
     pub args: Vec<String>,
     /// `DirectoryOrCreate` host paths, rebased: the kubelet makes them before the pod starts.
     pub make_dirs: Vec<PathBuf>,
@@ -119,6 +122,12 @@ pub fn static_pod(root: &Path, name: &str) -> StaticPod {
         .map(|v| v.as_str().unwrap().to_owned());
     let program = command.next().unwrap();
     let args = command.map(|arg| rewrite(root, &arg)).collect();
+    let image = container["image"].as_str().unwrap();
+    let version = image
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("{}: image `{image}` has no tag", path.display()))
+        .1
+        .to_owned();
     let make_dirs = pod["spec"]["volumes"]
         .as_sequence()
         .into_iter()
@@ -128,6 +137,7 @@ pub fn static_pod(root: &Path, name: &str) -> StaticPod {
         .collect();
     StaticPod {
         program,
+        version,
         args,
         make_dirs,
         manifest: text,
@@ -241,7 +251,7 @@ impl Node {
             for dir in &pod.make_dirs {
                 std::fs::create_dir_all(dir).unwrap();
             }
-            let program = crate::bins::kubernetes(&pod.program);
+            let program = crate::bins::kubernetes_at(&pod.version, &pod.program);
             let proc = self.spawn(lan, &program, &pod.args, &[], &format!("{name}.log"));
             self.procs.insert(name.to_owned(), (pod, proc));
             started.push(name);

@@ -18,111 +18,53 @@
 )]
 
 use std::path::Path;
-use std::time::Duration;
 
 use exk8s_tests::availability::{self, Shared};
-use exk8s_tests::cluster::{Booted, agent_ok, boot_three, operator, view};
-use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
-use exk8s_tests::dev::Stack;
+use exk8s_tests::cluster::{boot_three, operator, view};
+use exk8s_tests::control_plane::kubectl;
 use exk8s_tests::netns::Lan;
+use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
 use serde_json::json;
 
-const READY: Duration = Duration::from_secs(120);
 /// The client namespace's index in the LAN (after the three nodes).
 const CLIENT: usize = 3;
 
-fn operator_kubeconfig(stack: &Stack, cluster: i64, to: &Path) {
-    std::fs::write(
-        to,
-        exk8s_tests::cluster::operator_kubeconfig(stack, cluster),
+/// Rotates `ca` through its phases, one sync round each, re-fetching the operator kubeconfig at
+/// each phase; the phases seen.
+fn rotate(cluster: &mut Rolling<'_>, ca: &str, dir: &Path) -> Vec<String> {
+    let booted = cluster.booted;
+    let id = booted.founded.cluster;
+    let started: serde_json::Value = operator(
+        &booted.stack,
+        "POST",
+        &format!("/clusters/{id}/certificates/rotate-ca"),
     )
+    .send_json(json!({"ca": ca}))
+    .unwrap_or_else(|e| {
+        let log = std::fs::read_to_string(dir.join("api.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        panic!("rotate-ca {ca}: {e}\n{}", tail.join("\n"))
+    })
+    .into_json()
     .unwrap();
-}
-
-/// The three nodes, driven one at a time.
-struct Cluster<'a> {
-    booted: &'a Booted,
-    lan: &'a Lan,
-    nodes: Vec<Node>,
-    shared: &'a Shared,
-}
-
-impl Cluster<'_> {
-    fn wait_ready(&mut self, i: usize) {
-        let config = self.booted.roots[i].join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
-        let mut all: Vec<&mut Node> = self.nodes.iter_mut().collect();
-        let ready = kubectl_until(
-            self.lan,
-            &mut all,
-            i,
-            &config,
-            &["get", "--raw", "/readyz"],
-            READY,
+    assert_eq!(started["phase"], "trust-both", "{started}");
+    let mut phases = Vec::new();
+    while let Some(phase) = view(&booted.stack, id)["ca_rotation"]["phase"].as_str() {
+        let phase = phase.to_owned();
+        assert!(
+            phases.len() < 3,
+            "{ca}: the rotation does not end: {phases:?}"
         );
-        assert_eq!(ready, "ok");
+        let config = dir.join(format!("operator-{ca}-{phase}.kubeconfig"));
+        operator_kubeconfig(&booted.stack, id, &config);
+        *cluster.shared.operator_config.lock().unwrap() = config;
+        cluster.shared.step(&format!("rotate {ca}: {phase}"));
+        let restarted = cluster.sync_round();
+        assert!(restarted >= 3, "{ca} {phase}: only {restarted} restarts");
+        phases.push(phase);
     }
-
-    /// Every node syncs once, one at a time, each restarted from its new files and ready again
-    /// before the next; how many processes were restarted.
-    fn sync_round(&mut self) -> usize {
-        let mut restarted = 0;
-        for i in 0..3 {
-            let vm = self.booted.founded.vms[i];
-            agent_ok(
-                &self.booted.stack,
-                &self.booted.founded,
-                &self.booted.roots[i],
-                vm,
-                "sync",
-            );
-            self.shared.set_changing(Some(i));
-            if self.nodes[i].sync_etcd(self.lan) {
-                restarted += 1;
-            }
-            restarted += self.nodes[i].sync_static_pods(self.lan).len();
-            self.wait_ready(i);
-            self.shared.set_changing(None);
-        }
-        restarted
-    }
-
-    /// Rotates `ca` through its phases, one sync round each, re-fetching the operator
-    /// kubeconfig at each phase; the phases seen.
-    fn rotate(&mut self, ca: &str, dir: &Path) -> Vec<String> {
-        let cluster = self.booted.founded.cluster;
-        let started: serde_json::Value = operator(
-            &self.booted.stack,
-            "POST",
-            &format!("/clusters/{cluster}/certificates/rotate-ca"),
-        )
-        .send_json(json!({"ca": ca}))
-        .unwrap_or_else(|e| {
-            let log = std::fs::read_to_string(dir.join("api.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            panic!("rotate-ca {ca}: {e}\n{}", tail.join("\n"))
-        })
-        .into_json()
-        .unwrap();
-        assert_eq!(started["phase"], "trust-both", "{started}");
-        let mut phases = Vec::new();
-        while let Some(phase) = view(&self.booted.stack, cluster)["ca_rotation"]["phase"].as_str() {
-            let phase = phase.to_owned();
-            assert!(
-                phases.len() < 3,
-                "{ca}: the rotation does not end: {phases:?}"
-            );
-            let config = dir.join(format!("operator-{ca}-{phase}.kubeconfig"));
-            operator_kubeconfig(&self.booted.stack, cluster, &config);
-            *self.shared.operator_config.lock().unwrap() = config;
-            self.shared.step(&format!("rotate {ca}: {phase}"));
-            let restarted = self.sync_round();
-            assert!(restarted >= 3, "{ca} {phase}: only {restarted} restarts");
-            phases.push(phase);
-        }
-        phases
-    }
+    phases
 }
-
 #[test]
 fn day_two_changes_keep_every_other_apiserver_ready() {
     let dir = tempfile::tempdir().unwrap();
@@ -148,26 +90,7 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
     operator_kubeconfig(&booted.stack, founded.cluster, &first_config);
     let serving = ips.iter().cloned().enumerate().collect();
     let shared = Shared::new(serving, first_config.clone());
-    let mut cluster = Cluster {
-        booted: &booted,
-        lan: &lan,
-        nodes: booted
-            .roots
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Node::new(r, i))
-            .collect(),
-        shared: &shared,
-    };
-    for node in &mut cluster.nodes {
-        node.start_etcd(&lan);
-    }
-    for node in &mut cluster.nodes {
-        node.sync_static_pods(&lan);
-    }
-    for i in 0..3 {
-        cluster.wait_ready(i);
-    }
+    let mut cluster = Rolling::start(&booted, &lan, &shared);
     let samples = availability::sample_during(&lan, CLIENT, dns_name, &shared, || {
         let id = founded.cluster;
         shared.step("rollout");
@@ -192,7 +115,7 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
         );
         for ca in ["cluster", "etcd", "front_proxy"] {
             assert_eq!(
-                cluster.rotate(ca, dir),
+                rotate(&mut cluster, ca, dir),
                 ["trust-both", "sign-new", "drop-old"],
                 "{ca}"
             );

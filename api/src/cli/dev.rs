@@ -36,6 +36,14 @@ pub(super) struct DevArgs {
     /// Pinned downloads of node binaries (TOML; see `serve --help`).
     #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
     artifact_catalog: Option<PathBuf>,
+    /// Kubernetes versions offered; the first is the default (see `serve --help`).
+    #[arg(
+        long,
+        env = "EXK8S_KUBERNETES_VERSIONS",
+        value_delimiter = ',',
+        default_value = "v1.35.3"
+    )]
+    kubernetes_versions: Vec<String>,
     #[command(flatten)]
     rates: super::limits::NodeRateArgs,
     #[command(flatten)]
@@ -86,11 +94,13 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
     let db = Db::connect(&url).map_err(|e| crate::error_chain(&e))?;
     let sims = Simulators::persistent(&args.sim_cidr, dir)?;
     let listener_hint = format!("http://{}", args.listen);
+    super::check_versions(&args.kubernetes_versions)?;
     let config = ApiConfig {
         public_url: listener_hint.clone(),
         imds_url: format!("{listener_hint}/sim/imds"),
         agent_insecure_http: true,
         artifacts,
+        kubernetes_versions: args.kubernetes_versions,
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
         reconcile_interval: args.changes.reconcile_interval(),

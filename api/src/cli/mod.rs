@@ -124,6 +124,22 @@ fn load_catalog(path: Option<&Path>) -> Result<crate::render::ArtifactCatalog, S
     Ok(catalog)
 }
 
+/// Checks `--kubernetes-versions`: at least one, each a release (`v1.MINOR.PATCH`), none twice.
+fn check_versions(versions: &[String]) -> Result<(), String> {
+    if versions.is_empty() {
+        return Err("--kubernetes-versions names no release".into());
+    }
+    for (i, version) in versions.iter().enumerate() {
+        version
+            .parse::<crate::upgrade::skew::Release>()
+            .map_err(|e| format!("--kubernetes-versions: {e}"))?;
+        if versions[..i].contains(version) {
+            return Err(format!("--kubernetes-versions names {version} twice"));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Debug, Args)]
 struct SimArgs {
     #[arg(long, env = "EXK8S_SIM_LISTEN", default_value = "127.0.0.1:8090")]

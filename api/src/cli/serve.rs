@@ -168,6 +168,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         (None, Some(DnsChoice::None)) | (None, None) => None,
         _ => return Err("choose at most one of --dns-url and --dns".into()),
     };
+    super::check_versions(&args.kubernetes_versions)?;
     let config = ApiConfig {
         public_url: args.public_url,
         imds_url: args.imds_url,

@@ -49,27 +49,32 @@ const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubern
     error_reason, error_message, created_at, updated_at, certificates_version";
 
 /// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
-/// `cluster_nodes`, whose `id`, `phase` and `created_at` are the node's.
+/// `cluster_nodes`, whose `id`, `phase`, `kubernetes_version` and `created_at` are the node's.
 pub(super) struct Names {
     pub id: &'static str,
     pub phase: &'static str,
+    pub kubernetes_version: &'static str,
     pub created_at: &'static str,
 }
 
 const PLAIN: Names = Names {
     id: "id",
     phase: "phase",
+    kubernetes_version: "kubernetes_version",
     created_at: "created_at",
 };
 
 /// The cluster's columns as `c.<column>` for a join in which the node is `n`: its id is the
-/// node's `cluster_id`, and its phase and creation time are renamed (see [`JOINED`]).
+/// node's `cluster_id`, and its phase, version and creation time are renamed (see [`JOINED`]).
 pub(super) fn joined_columns() -> String {
     COLUMNS
         .split(", ")
         .filter_map(|column| match column.trim() {
             "id" => None,
             "phase" => Some("c.phase AS cluster_phase".to_owned()),
+            "kubernetes_version" => {
+                Some("c.kubernetes_version AS cluster_kubernetes_version".to_owned())
+            }
             "created_at" => Some("c.created_at AS cluster_created_at".to_owned()),
             other => Some(format!("c.{other}")),
         })
@@ -81,6 +86,7 @@ pub(super) fn joined_columns() -> String {
 pub(super) const JOINED: Names = Names {
     id: "cluster_id",
     phase: "cluster_phase",
+    kubernetes_version: "cluster_kubernetes_version",
     created_at: "cluster_created_at",
 };
 
@@ -99,7 +105,7 @@ pub(super) fn from_row_named(
         phase: decode(r, names.phase)?,
         spec_json: r.try_get("spec_json")?,
         key_algorithm: r.try_get("key_algorithm")?,
-        kubernetes_version: r.try_get("kubernetes_version")?,
+        kubernetes_version: r.try_get(names.kubernetes_version)?,
         service_cidr: r.try_get("service_cidr")?,
         pod_cidr: r.try_get("pod_cidr")?,
         cluster_domain: r.try_get("cluster_domain")?,
@@ -414,4 +420,32 @@ pub async fn deleting<'c>(db: impl Executor<'c, Database = Any>) -> Result<Vec<i
         .fetch_all(db)
         .await?;
     Ok(ids)
+}
+
+/// The cluster's target Kubernetes version (the one a control-plane node's next bundle
+/// renders).
+pub async fn kubernetes_version<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+) -> Result<Option<String>, DbError> {
+    let row = sqlx::query("SELECT kubernetes_version FROM clusters WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.map(|r| r.try_get("kubernetes_version")).transpose()?)
+}
+
+/// Sets the cluster's target Kubernetes version.
+pub async fn set_kubernetes_version<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    version: &str,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET kubernetes_version = $1, updated_at = $2 WHERE id = $3")
+        .bind(version)
+        .bind(super::now())
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
 }

@@ -50,6 +50,11 @@ pub struct NodeRow {
     pub etcd_membership: Option<EtcdMembership>,
     /// When the operator asked to replace this control-plane member (None: not asked).
     pub replace_since: Option<i64>,
+    /// The Kubernetes version of the last bundle the node was handed.
+    pub handed_version: Option<String>,
+    /// The Kubernetes version the node runs: its handed bundle's, once reported healthy (None
+    /// before its first healthy report).
+    pub kubernetes_version: Option<String>,
     pub created_at: i64,
 }
 
@@ -76,7 +81,8 @@ impl NodeRow {
 pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, private_ipv4, private_ipv6, public_ipv4, \
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pool_id, removal, removal_since, \
-    drain_by, drain_generation, etcd_membership, replace_since, created_at";
+    drain_by, drain_generation, etcd_membership, replace_since, handed_version, \
+    kubernetes_version, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -111,6 +117,8 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         drain_generation: r.try_get("drain_generation")?,
         etcd_membership: optional(r, "etcd_membership")?,
         replace_since: r.try_get("replace_since")?,
+        handed_version: r.try_get("handed_version")?,
+        kubernetes_version: r.try_get("kubernetes_version")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -377,13 +385,16 @@ pub struct Handed {
 pub async fn take_serial(
     tx: &mut sqlx::AnyConnection,
     node_id: i64,
+    version: &str,
 ) -> Result<Option<Handed>, DbError> {
     let row = sqlx::query(
         "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation, \
+         handed_version = $2, \
          issuance_allowed = CASE WHEN phase = 'complete' THEN 0 ELSE issuance_allowed END \
          WHERE id = $1 AND issuance_allowed = 1 RETURNING serial, handed_generation",
     )
     .bind(node_id)
+    .bind(version)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(r) = row else { return Ok(None) };
@@ -407,8 +418,8 @@ pub async fn record_report(
         .execute(&mut *tx)
         .await?;
     let row = sqlx::query(
-        "SELECT desired_generation, handed_generation, applied_generation FROM cluster_nodes \
-         WHERE id = $1",
+        "SELECT desired_generation, handed_generation, applied_generation, handed_version \
+         FROM cluster_nodes WHERE id = $1",
     )
     .bind(node_id)
     .fetch_optional(&mut *tx)
@@ -421,14 +432,21 @@ pub async fn record_report(
     };
     let reported = generations::report(now, phase, generation);
     let (name, state) = reported.phase.columns();
+    // The node runs its handed bundle's version once it applied that very bundle (an older
+    // generation reported late says nothing about the version it runs).
+    let runs_handed = reported.applied == now.handed && reported.applied > now.applied;
+    let handed_version: Option<String> = row.try_get("handed_version")?;
     sqlx::query(
         "UPDATE cluster_nodes SET phase = $1, phase_state = $2, applied_generation = $3, \
-         issuance_allowed = CASE WHEN $4 = 1 THEN 0 ELSE issuance_allowed END WHERE id = $5",
+         issuance_allowed = CASE WHEN $4 = 1 THEN 0 ELSE issuance_allowed END, \
+         kubernetes_version = CASE WHEN $5 = 1 THEN $6 ELSE kubernetes_version END WHERE id = $7",
     )
     .bind(name)
     .bind(state)
     .bind(reported.applied)
     .bind(i64::from(reported.closes_bootstrap))
+    .bind(i64::from(runs_handed && handed_version.is_some()))
+    .bind(handed_version)
     .bind(node_id)
     .execute(&mut *tx)
     .await?;
@@ -468,13 +486,15 @@ pub async fn lock_cluster(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Resu
 pub async fn hand_update(
     tx: &mut sqlx::AnyConnection,
     node_id: i64,
+    version: &str,
 ) -> Result<Option<Handed>, DbError> {
     let row = sqlx::query(
-        "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation \
-         WHERE id = $1 AND desired_generation > applied_generation \
+        "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation, \
+         handed_version = $2 WHERE id = $1 AND desired_generation > applied_generation \
          RETURNING serial, handed_generation",
     )
     .bind(node_id)
+    .bind(version)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(r) = row else { return Ok(None) };
@@ -516,4 +536,21 @@ pub async fn bump_generations(
         .collect::<Result<Vec<(i64, i64)>, sqlx::Error>>()?;
     nodes.sort_unstable();
     Ok(nodes)
+}
+
+/// Gives every node of `role` in the cluster its next desired generation.
+pub async fn bump_role_generations(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    role: Role,
+) -> Result<u64, DbError> {
+    let done = sqlx::query(
+        "UPDATE cluster_nodes SET desired_generation = desired_generation + 1 \
+         WHERE cluster_id = $1 AND role = $2",
+    )
+    .bind(cluster_id)
+    .bind(role.as_str())
+    .execute(&mut *tx)
+    .await?;
+    Ok(done.rows_affected())
 }

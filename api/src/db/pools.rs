@@ -25,6 +25,9 @@ pub struct PoolRow {
     pub deleting: bool,
     /// Why the last convergence failed (cleared by one that succeeds).
     pub last_error: Option<String>,
+    /// The Kubernetes version its workers render (None only on rows no code writes: the
+    /// cluster's).
+    pub kubernetes_version: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -40,6 +43,7 @@ pub struct NewPool<'a> {
     pub labels_json: &'a str,
     pub taints_json: &'a str,
     pub desired_count: i64,
+    pub kubernetes_version: &'a str,
 }
 
 pub async fn insert(
@@ -49,8 +53,8 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO node_pools (cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
-         taints_json, desired_count, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) RETURNING id",
+         taints_json, desired_count, kubernetes_version, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) RETURNING id",
     )
     .bind(pool.cluster_id)
     .bind(pool.name)
@@ -60,6 +64,7 @@ pub async fn insert(
     .bind(pool.labels_json)
     .bind(pool.taints_json)
     .bind(pool.desired_count)
+    .bind(pool.kubernetes_version)
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
@@ -67,7 +72,7 @@ pub async fn insert(
 }
 
 pub(super) const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
-    taints_json, desired_count, deleting, last_error, created_at, updated_at";
+    taints_json, desired_count, deleting, last_error, kubernetes_version, created_at, updated_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
     Ok(PoolRow {
@@ -82,6 +87,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
         desired_count: r.try_get("desired_count")?,
         deleting: r.try_get::<i64, _>("deleting")? != 0,
         last_error: r.try_get("last_error")?,
+        kubernetes_version: r.try_get("kubernetes_version")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
     })

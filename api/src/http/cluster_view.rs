@@ -17,6 +17,7 @@ use crate::db::{
     phase::ClusterPhase,
 };
 use crate::status;
+use crate::upgrade::skew::Release;
 use exk8s_api_types::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
 
 /// One cluster's related rows.
@@ -301,6 +302,18 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             .as_ref(),
         row.created_at,
     );
+    // A stored version that is not a release cannot come from this API: shown as it is, and
+    // judged as the oldest there is.
+    let target: Option<Release> = row.kubernetes_version.parse().ok();
+    let version = target.map_or_else(
+        || row.kubernetes_version.clone(),
+        |t| crate::upgrade::state::oldest(t, &nodes).to_string(),
+    );
+    let rolling_out = status::rolling_out(
+        target.unwrap_or(Release { minor: 0, patch: 0 }),
+        &nodes,
+        last_report.unwrap_or(row.created_at),
+    );
     let reported = parts.components;
     let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
@@ -312,7 +325,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         replicas: replicas.replicas,
         ready_replicas: replicas.ready,
         up_to_date_replicas: replicas.up_to_date,
-        version: row.kubernetes_version.clone(),
+        version,
         initialized: founded && replicas.initialized,
         id: row.id,
         name: row.name,
@@ -333,6 +346,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             components_healthy,
             status::certificates(&certificates),
             machines,
+            rolling_out,
             scaling_up,
             scaling_down,
             rotating,
@@ -352,6 +366,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             .map(|(n, conditions)| NodeView {
                 conditions,
                 up_to_date: n.up_to_date(),
+                kubernetes_version: n.kubernetes_version,
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,
                 name: n.node_name,

@@ -1,64 +1,17 @@
-//! `PATCH /clusters/{id}` with `{"control_plane_count": N}`: grows a running control plane one
-//! member at a time (`membership`). Answers 202 with where the change stands; its progress is
-//! in `GET /clusters/{id}` (each node's `etcd_membership`, the `ScalingUp` condition).
+//! Removing and replacing one control-plane member (`membership`); changing its size is
+//! `PATCH /clusters/{id}` ([`super::patch`]). Each answers 202 with where the change stands;
+//! its progress is in `GET /clusters/{id}` (each node's `etcd_membership`, the `ScalingUp` and
+//! `ScalingDown` conditions).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{ApiJson, ApiPath, Operator};
+use super::extract::{ApiPath, Operator};
 use crate::app::AppState;
-use crate::field::Validate as _;
-use crate::membership::{self, MembershipError, ScaleRequest};
+use crate::membership;
 use exk8s_api_types::ScalingView;
-
-/// Scales the control plane up to 3, 5 or 7 members, one at a time.
-#[utoipa::path(
-    patch, path = "/clusters/{id}", request_body = ScaleRequest,
-    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
-    responses(
-        (status = 202, body = ScalingView), (status = 200, body = ScalingView, description = "already that size"),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
-    ),
-    security(("operator_token" = [])),
-)]
-pub async fn scale(
-    State(state): State<AppState>,
-    operator: Operator,
-    ApiPath(cluster_id): ApiPath<i64>,
-    headers: HeaderMap,
-    ApiJson(request): ApiJson<ScaleRequest>,
-) -> Result<Response, ApiError> {
-    let key = super::idempotent::key(&headers)?;
-    let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
-    let count = request.validate().map_err(MembershipError::from)?;
-    let scope = format!("PATCH /clusters/{cluster_id}\n");
-    let request = super::idempotent::Request {
-        scope: &scope,
-        body: &body,
-        locate: None,
-    };
-    super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let scaling =
-            membership::scale(&state.membership(), operator.org_id, cluster_id, count).await?;
-        let status = if scaling.desired == scaling.voters {
-            StatusCode::OK
-        } else {
-            StatusCode::ACCEPTED
-        };
-        let view = ScalingView {
-            cluster_id,
-            desired: scaling.desired,
-            voters: scaling.voters,
-        };
-        Ok((
-            status,
-            serde_json::to_vec(&view).map_err(ApiError::internal)?,
-        ))
-    })
-    .await
-}
 
 /// Removes one control-plane member — the oldest other member's agent drains it and removes
 /// it from etcd, then its VM goes. 409 when it is the only member or a majority would not hold.

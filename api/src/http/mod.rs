@@ -15,6 +15,7 @@ mod idempotent;
 pub mod membership;
 pub mod nodes;
 pub mod paging;
+pub mod patch;
 pub mod pools;
 mod prefer;
 pub mod server;
@@ -49,7 +50,7 @@ use crate::app::AppState;
         certificates::renew,
         certificates::rotate_ca,
         clusters::delete_cluster,
-        membership::scale,
+        patch::patch_cluster,
         membership::remove_member,
         membership::replace_member,
         pools::create_pool,
@@ -137,7 +138,7 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}",
             get(clusters::get_cluster)
-                .patch(membership::scale)
+                .patch(patch::patch_cluster)
                 .delete(clusters::delete_cluster),
         )
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))

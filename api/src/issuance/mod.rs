@@ -271,9 +271,10 @@ async fn sign_bundle(
     ctx.metrics
         .count_bundle_keys(BundleCerts::keys(role), fresh);
 
+    let version = loaded.version().as_str();
     let mut tx = ctx.db.begin().await?;
     let taken = match request.kind {
-        BundleKind::Bootstrap => db::nodes::take_serial(&mut tx, node.id).await?,
+        BundleKind::Bootstrap => db::nodes::take_serial(&mut tx, node.id, version).await?,
         BundleKind::Update => {
             // The rollout's decision again, on rows read under the cluster's lock: another
             // node may have taken the one slot since the check before minting.
@@ -285,7 +286,7 @@ async fn sign_bundle(
                 fresh.is_some_and(|fresh| rollout::gate(fresh, &nodes).is_ok())
             };
             if allowed {
-                db::nodes::hand_update(&mut tx, node.id).await?
+                db::nodes::hand_update(&mut tx, node.id, version).await?
             } else {
                 None
             }

@@ -58,8 +58,12 @@ fn unusable(node: &NodeRow, what: &'static str) -> IssuanceError {
     }
 }
 
-/// A worker's record and its pool's registration.
-async fn worker(ctx: &Issuer, node: &NodeRow) -> Result<WorkerNode, IssuanceError> {
+/// A worker's record and its pool's registration, and the pool's Kubernetes version (None:
+/// the cluster's).
+async fn worker(
+    ctx: &Issuer,
+    node: &NodeRow,
+) -> Result<(WorkerNode, Option<String>), IssuanceError> {
     let pool_id = node.pool_id.ok_or_else(|| unusable(node, "pool"))?;
     let pool = db::pools::get(&ctx.db.pool, pool_id)
         .await?
@@ -68,7 +72,7 @@ async fn worker(ctx: &Issuer, node: &NodeRow) -> Result<WorkerNode, IssuanceErro
         serde_json::from_str(&pool.labels_json).map_err(|_| unusable(node, "pool labels"))?;
     let taints: Vec<StoredTaint> =
         serde_json::from_str(&pool.taints_json).map_err(|_| unusable(node, "pool taints"))?;
-    Ok(WorkerNode {
+    let worker = WorkerNode {
         vm_id: u64::try_from(node.vm_id).map_err(|_| unusable(node, "VM id"))?,
         addresses: load::addresses(node)?,
         labels: labels
@@ -81,7 +85,8 @@ async fn worker(ctx: &Issuer, node: &NodeRow) -> Result<WorkerNode, IssuanceErro
             .map(|t| Taint::new(&t.key, &t.value, &t.effect))
             .collect::<Result<_, _>>()
             .map_err(|_| unusable(node, "pool taints"))?,
-    })
+    };
+    Ok((worker, pool.kubernetes_version))
 }
 
 /// Loads what `node`'s bundle of `kind` is made from (the workers to drain only for an
@@ -92,7 +97,7 @@ pub(super) async fn load(
     node: &NodeRow,
     kind: BundleKind,
 ) -> Result<Loaded, IssuanceError> {
-    let load::Cluster { pki, spec } = load::cluster(&ctx.keks, &ctx.issuers, cluster)?;
+    let load::Cluster { pki, mut spec } = load::cluster(&ctx.keks, &ctx.issuers, cluster)?;
     // During a CA rotation trust files carry the CA trusted beside the signing one. A
     // control-plane node reads the rotation with its peers and serving certificates, in one
     // statement.
@@ -123,10 +128,20 @@ pub(super) async fn load(
             };
             (rotation, subject)
         }
-        Role::Worker => (
-            db::rotations::get(&ctx.db.pool, cluster.id).await?,
-            Subject::Worker(worker(ctx, node).await?),
-        ),
+        Role::Worker => {
+            let (worker, version) = worker(ctx, node).await?;
+            // A worker's kubelet follows its pool's version, which moves only after the
+            // control plane's.
+            if let Some(version) = version {
+                spec.versions.kubernetes = version
+                    .parse()
+                    .map_err(|_| unusable(node, "pool Kubernetes version"))?;
+            }
+            (
+                db::rotations::get(&ctx.db.pool, cluster.id).await?,
+                Subject::Worker(worker),
+            )
+        }
     };
     let trusted = Trusted::of(&pki, rotation.as_ref());
     Ok(Loaded {
@@ -143,6 +158,12 @@ impl Loaded {
             Subject::ControlPlane { .. } => Role::ControlPlane,
             Subject::Worker(_) => Role::Worker,
         }
+    }
+
+    /// The Kubernetes version the bundle renders: the cluster's for a control-plane node, its
+    /// pool's for a worker.
+    pub(super) fn version(&self) -> &exk8s_common::names::Version {
+        &self.spec.versions.kubernetes
     }
 
     /// The workers an update bundle asks this node to drain.

@@ -88,6 +88,8 @@ mod tests {
             drain_generation: None,
             etcd_membership: Some(crate::db::phase::EtcdMembership::Voter),
             replace_since: None,
+            handed_version: None,
+            kubernetes_version: None,
             created_at: 0,
         }
     }

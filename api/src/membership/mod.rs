@@ -22,7 +22,7 @@ use std::sync::Arc;
 use crate::config::ApiConfig;
 use crate::db::{self, Db, phase::EtcdMembership};
 use crate::field::{FieldError, Validate};
-pub use exk8s_api_types::ScaleRequest;
+pub use exk8s_api_types::ClusterPatch;
 use exk8s_common::contract::Role;
 
 /// The sizes a control plane may have: an odd number of etcd members.
@@ -54,7 +54,7 @@ pub struct Scaling {
     pub voters: i64,
 }
 
-impl Validate for &ScaleRequest {
+impl Validate for &ClusterPatch {
     type Valid = i64;
 
     fn validate(self) -> Result<i64, FieldError> {

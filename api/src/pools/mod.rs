@@ -99,6 +99,17 @@ pub async fn create(
         )
         .into());
     }
+    // A new pool's kubelets run what the oldest apiserver runs (never newer, by the skew
+    // policy), also while the control plane is being upgraded.
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
+    let version = crate::upgrade::state::oldest(
+        cluster
+            .kubernetes_version
+            .parse()
+            .map_err(|e: crate::upgrade::skew::NotARelease| PoolError::Conflict(e.to_string()))?,
+        &nodes,
+    )
+    .to_string();
     let mut tx = ctx.db.begin().await?;
     let inserted = db::pools::insert(
         &mut tx,
@@ -111,6 +122,7 @@ pub async fn create(
             labels_json: &spec.registration.labels_json,
             taints_json: &spec.registration.taints_json,
             desired_count: spec.count,
+            kubernetes_version: &version,
         },
         db::now(),
     )

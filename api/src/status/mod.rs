@@ -6,12 +6,14 @@
 mod certificates;
 mod cluster;
 mod components;
+mod rollout;
 
 pub use certificates::{Availability, EXPIRING_SOON_DAYS, availability, certificates};
 pub use cluster::{
     Replicas, Rotating, ca_rotation, deleting, machines, pool_replicas, replicas, scaling,
 };
 pub use components::Health;
+pub use rollout::rolling_out;
 
 /// A condition's status, as Cluster API writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

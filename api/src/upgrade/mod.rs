@@ -1,5 +1,249 @@
-//! Kubernetes upgrades. So far: what this API can install ([`versions`]) and the skew policy
-//! every upgrade is checked against before it starts ([`skew`]).
+//! Kubernetes upgrades: what this API can install ([`versions`]), the skew policy every
+//! version change is checked against ([`skew`]), where a control plane's versions stand
+//! ([`state`]), and starting a change ([`start`]).
+//!
+//! An upgrade is a rollout. [`start`] checks the policy and the preflight, then, in one
+//! transaction under the cluster's lock, sets the cluster's target version and gives every
+//! control-plane member a new generation. Issuance renders a control-plane bundle at the
+//! target and hands it through the rollout gate: one member at a time, only while every other
+//! member is healthy at what it applied — so etcd keeps quorum and `Available` holds. On each
+//! node the agent applies the bundle in its plan's order (etcd, then the static pods:
+//! kube-apiserver, then kube-controller-manager and kube-scheduler, then the kubelet), waiting
+//! for each to be healthy, and puts back what it ran when one is not. A member that reports
+//! its new bundle failed holds every other member; `PATCH` back to the version the others run
+//! rolls it back. Nothing here outlives a crash: the target and the generations are rows, and
+//! the rollout resumes from them.
 
 pub mod skew;
+pub mod state;
 pub mod versions;
+
+use std::sync::Arc;
+
+use exk8s_common::contract::Role;
+
+use crate::config::ApiConfig;
+use crate::db::{self, Db, DbError, phase::ClusterPhase, phase::EtcdMembership};
+use skew::{Release, SkewError};
+use state::{ControlPlane, Step};
+
+/// What changing a cluster's version needs: its rows and the releases offered.
+#[derive(Debug, Clone)]
+pub struct Upgrader {
+    pub db: Db,
+    pub config: Arc<ApiConfig>,
+}
+
+/// Why a version change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("cluster not found")]
+    NotFound,
+    #[error("cluster {id} is {phase}; only a founded cluster can change its version")]
+    NotFounded { id: i64, phase: ClusterPhase },
+    /// The version asked for is not a release.
+    #[error(transparent)]
+    NotARelease(#[from] skew::NotARelease),
+    /// The skew policy forbids the change.
+    #[error(transparent)]
+    Skew(#[from] SkewError),
+    /// The cluster is not in a state to change now (the preflight).
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// What a version change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// The control plane already runs the version on all its `members`.
+    Current { version: Release, members: usize },
+    /// The change is under way (just started, or asked for again while it runs).
+    Upgrading {
+        from: Release,
+        to: Release,
+        /// The members that already run it, of all.
+        done: usize,
+        members: usize,
+    },
+    /// A mixed control plane goes back to the version its other members run.
+    RollingBack { from: Release, to: Release },
+}
+
+/// Asks `org_id`'s cluster `cluster_id` to run Kubernetes `to`: checked against the skew
+/// policy and the preflight, then rolled out one control-plane member at a time.
+pub async fn start(
+    ctx: &Upgrader,
+    org_id: i64,
+    cluster_id: i64,
+    to: &str,
+) -> Result<Started, UpgradeError> {
+    let to: Release = to.parse()?;
+    let offered = offered(&ctx.config)?;
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(UpgradeError::NotFound)?;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(UpgradeError::NotFounded {
+            id: cluster_id,
+            phase: cluster.phase,
+        });
+    }
+    let mut tx = ctx.db.begin().await?;
+    // Decided on rows read under the cluster's lock: the rollout gate and every other change
+    // of the control plane read them under the same lock.
+    db::nodes::lock_cluster(&mut tx, cluster_id).await?;
+    let target: Release = current_target(&mut tx, cluster_id).await?;
+    let nodes = db::nodes::list(&mut *tx, cluster_id).await?;
+    let cp = ControlPlane::read(target, &nodes);
+    let decided = decide(&cp, &nodes, to, &offered)?;
+    if to == target {
+        // Nothing to start: it runs already, or is under way.
+        return Ok(decided);
+    }
+    if !matches!(decided, Started::RollingBack { .. }) {
+        preflight(&mut tx, cluster_id, &nodes).await?;
+        let pools = db::pools::list(&mut *tx, cluster_id).await?;
+        let kubelets: Vec<(String, Release)> = pools
+            .iter()
+            .map(|p| {
+                let version = p
+                    .kubernetes_version
+                    .as_deref()
+                    .unwrap_or(&cluster.kubernetes_version);
+                version.parse().map(|v| (p.name.clone(), v))
+            })
+            .collect::<Result<_, _>>()?;
+        let kubelets: Vec<(&str, Release)> =
+            kubelets.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        skew::control_plane(cp.oldest, to, &offered, &kubelets)?;
+    }
+    db::clusters::set_kubernetes_version(&mut *tx, cluster_id, &to.to_string()).await?;
+    db::nodes::bump_role_generations(&mut tx, cluster_id, Role::ControlPlane).await?;
+    tx.commit().await?;
+    tracing::info!(cluster_id, from = %cp.oldest, to = %to, "control plane version change started");
+    Ok(decided)
+}
+
+/// The cluster's target, read again under its lock.
+async fn current_target(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+) -> Result<Release, UpgradeError> {
+    let version = db::clusters::kubernetes_version(tx, cluster_id)
+        .await?
+        .ok_or(UpgradeError::NotFound)?;
+    Ok(version.parse()?)
+}
+
+/// The releases this API installs.
+fn offered(config: &ApiConfig) -> Result<Vec<Release>, UpgradeError> {
+    Ok(config
+        .kubernetes_versions
+        .iter()
+        .map(|v| v.parse())
+        .collect::<Result<_, _>>()?)
+}
+
+/// What asking for `to` means for a control plane at `cp`: nothing, a change to start or
+/// already running, or a rollback. Refuses a third version while a change runs.
+fn decide(
+    cp: &ControlPlane,
+    nodes: &[db::nodes::NodeRow],
+    to: Release,
+    offered: &[Release],
+) -> Result<Started, UpgradeError> {
+    let upgrading = Started::Upgrading {
+        from: cp.oldest,
+        to,
+        done: if to == cp.target { cp.done } else { 0 },
+        members: cp.members,
+    };
+    if to == cp.target {
+        return Ok(if cp.mixed() || cp.step != Step::Steady {
+            upgrading
+        } else {
+            Started::Current {
+                version: to,
+                members: cp.members,
+            }
+        });
+    }
+    if cp.changing(nodes) {
+        // Mid-change: back to the version the other members run, or nothing.
+        if to == cp.oldest && offered.contains(&to) {
+            return Ok(Started::RollingBack {
+                from: cp.target,
+                to,
+            });
+        }
+        return Err(UpgradeError::Conflict(format!(
+            "the control plane is changing from {} to {} ({} of {} members run it); wait for \
+             it to finish, or PATCH back to {} to roll it back",
+            cp.oldest, cp.target, cp.done, cp.members, cp.oldest
+        )));
+    }
+    Ok(upgrading)
+}
+
+/// Refuses unless every member is healthy and up to date, etcd's membership is settled and no
+/// CA rotation runs.
+async fn preflight(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    nodes: &[db::nodes::NodeRow],
+) -> Result<(), UpgradeError> {
+    let conflict = |what: String| Err(UpgradeError::Conflict(what));
+    if let Some(rotation) = db::rotations::get(&mut *tx, cluster_id).await? {
+        return conflict(format!(
+            "a rotation of the {} CA is in progress; upgrade after it",
+            db::rotations::ca_name(rotation.ca)
+        ));
+    }
+    let control_plane: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .collect();
+    if let Some(changing) = control_plane
+        .iter()
+        .find(|n| n.etcd_membership != Some(EtcdMembership::Voter) || n.replace_since.is_some())
+    {
+        return conflict(format!(
+            "a membership change is in progress ({} is {}); upgrade after it",
+            changing.node_name,
+            if changing.replace_since.is_some() {
+                "being replaced"
+            } else {
+                changing
+                    .etcd_membership
+                    .map_or("without membership", EtcdMembership::as_str)
+            }
+        ));
+    }
+    if let Some(asked) = db::membership::desired(&mut *tx, cluster_id).await? {
+        let members = i64::try_from(control_plane.len()).unwrap_or(i64::MAX);
+        if asked != members {
+            return conflict(format!(
+                "the control plane is changing to {asked} members ({members} now); upgrade after it"
+            ));
+        }
+    }
+    if let Some(unready) = control_plane
+        .iter()
+        .find(|n| !n.phase.healthy() || !n.up_to_date())
+    {
+        return conflict(format!(
+            "every control-plane member must be healthy and up to date before an upgrade: {} is \
+             {} at generation {} of {}",
+            unready.node_name,
+            unready.phase,
+            unready.applied_generation,
+            unready.desired_generation
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

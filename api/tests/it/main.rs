@@ -51,5 +51,6 @@ mod schema;
 mod status;
 mod supplied_ca;
 mod sync;
+mod upgrade;
 mod versions;
 mod workers;

@@ -1,0 +1,167 @@
+//! A Kubernetes minor upgrade with a real control plane: three nodes (etcd 3.6, and
+//! kube-apiserver, kube-controller-manager and kube-scheduler of Kubernetes'
+//! [`KUBERNETES_VERSION`], each node in its own network namespace) are upgraded to
+//! [`NEXT_KUBERNETES_VERSION`] through `PATCH /clusters/{id}`. Each node syncs in turn (the API
+//! hands the new release to one member at a time); the harness runs each static pod at the
+//! release its manifest's image names, as a kubelet would, so the control plane really is mixed
+//! mid-way: new apiservers beside old ones on one etcd. Every apiserver's `/readyz` and the
+//! operator's `GET /api` are sampled every 200 ms throughout: no failure except on the node being
+//! restarted. Mid-way the operator rolls back (`PATCH` to the release the others run: the upgraded
+//! member goes back to it), then upgrades again, to the end. At the end every apiserver reports the new release, the cluster's `version` is it,
+//! and a ConfigMap written before the upgrade is read after it.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use exk8s_tests::availability::{self, Shared};
+use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
+use exk8s_tests::cluster::{boot_three_with, operator, view};
+use exk8s_tests::control_plane::kubectl;
+use exk8s_tests::netns::Lan;
+use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
+use serde_json::{Value, json};
+
+/// The client namespace's index in the LAN (after the three nodes).
+const CLIENT: usize = 3;
+
+/// The release node `i`'s apiserver reports, asked through its own super-admin kubeconfig.
+fn apiserver_release(cluster: &Rolling<'_>, i: usize) -> String {
+    let config = cluster.booted.roots[i].join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
+    let (ok, out, err) = kubectl(cluster.lan, i, &config, &["get", "--raw", "/version"]);
+    assert!(ok, "node {i}'s /version: {err}");
+    let version: Value = serde_json::from_str(&out).unwrap();
+    version["gitVersion"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let offered = format!("{KUBERNETES_VERSION},{NEXT_KUBERNETES_VERSION}");
+    let booted = boot_three_with(dir, "10.223.0.0/24", &["--kubernetes-versions", &offered]);
+    let founded = &booted.founded;
+    let ips: Vec<String> = founded
+        .vms
+        .iter()
+        .map(|vm| founded.ip_of[vm].clone())
+        .collect();
+    let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
+    let hosts: String = ips.iter().map(|ip| format!("{ip} {dns_name}\n")).collect();
+    let mut addresses = ips.clone();
+    addresses.push("10.223.0.250".to_owned());
+    let lan = Lan::new(
+        &addresses.iter().map(String::as_str).collect::<Vec<_>>(),
+        24,
+        &hosts,
+    );
+    let config = dir.join("operator.kubeconfig");
+    operator_kubeconfig(&booted.stack, founded.cluster, &config);
+    let shared = Shared::new(ips.iter().cloned().enumerate().collect(), config.clone());
+    let mut cluster = Rolling::start(&booted, &lan, &shared);
+    for i in 0..3 {
+        assert_eq!(apiserver_release(&cluster, i), KUBERNETES_VERSION);
+    }
+    // Written through node 0's apiserver (as system:masters: the harness installs no addons,
+    // so the operator's group has no binding), read at the end through node 2's.
+    let super_admin =
+        |i: usize| booted.roots[i].join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
+    let (ok, _, err) = kubectl(
+        &lan,
+        0,
+        &super_admin(0),
+        &[
+            "create",
+            "configmap",
+            "before-upgrade",
+            "--from-literal=kept=yes",
+        ],
+    );
+    assert!(ok, "{err}");
+
+    let id = founded.cluster;
+    let patch = |version: &str| -> Value {
+        operator(&booted.stack, "PATCH", &format!("/clusters/{id}"))
+            .send_json(json!({ "kubernetes_version": version }))
+            .unwrap()
+            .into_json()
+            .unwrap()
+    };
+    let samples = availability::sample_during(&lan, CLIENT, dns_name, &shared, || {
+        // The first member takes the new release; then the operator thinks better of it.
+        shared.step("upgrade, first member");
+        let started = patch(NEXT_KUBERNETES_VERSION);
+        assert_eq!(started["upgrade"], "upgrading", "{started}");
+        assert!(cluster.sync(0) >= 3, "every static pod of node 0 restarts");
+        assert_eq!(apiserver_release(&cluster, 0), NEXT_KUBERNETES_VERSION);
+        assert_eq!(view(&booted.stack, id)["version"], KUBERNETES_VERSION);
+
+        shared.step("roll back");
+        let back = patch(KUBERNETES_VERSION);
+        assert_eq!(back["upgrade"], "rolling-back", "{back}");
+        cluster.sync_round();
+        for i in 0..3 {
+            assert_eq!(
+                apiserver_release(&cluster, i),
+                KUBERNETES_VERSION,
+                "node {i}"
+            );
+        }
+
+        shared.step("upgrade");
+        let again = patch(NEXT_KUBERNETES_VERSION);
+        assert_eq!(again["upgrade"], "upgrading", "{again}");
+        for i in 0..3 {
+            let restarted = cluster.sync(i);
+            assert!(
+                restarted >= 3,
+                "node {i}: every static pod runs the new release ({restarted} restarts)"
+            );
+            assert_eq!(apiserver_release(&cluster, i), NEXT_KUBERNETES_VERSION);
+            let during = view(&booted.stack, id);
+            let expected = if i < 2 {
+                KUBERNETES_VERSION
+            } else {
+                NEXT_KUBERNETES_VERSION
+            };
+            assert_eq!(during["version"], expected, "after node {i}: {during}");
+        }
+    });
+    eprintln!("{}", availability::check(&samples, 10));
+
+    let after = view(&booted.stack, id);
+    let rolling = after["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "RollingOut")
+        .unwrap();
+    assert_eq!(rolling["status"], "False", "{rolling}");
+    for node in after["nodes"].as_array().unwrap() {
+        assert_eq!(
+            node["kubernetes_version"], NEXT_KUBERNETES_VERSION,
+            "{node}"
+        );
+    }
+    let (ok, out, err) = kubectl(
+        &lan,
+        2,
+        &super_admin(2),
+        &[
+            "get",
+            "configmap",
+            "before-upgrade",
+            "-o",
+            "jsonpath={.data.kept}",
+        ],
+    );
+    assert!(
+        ok && out == "yes",
+        "the ConfigMap written before: {out} {err}"
+    );
+    for node in &mut cluster.nodes {
+        node.assert_running();
+    }
+}
