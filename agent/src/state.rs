@@ -57,6 +57,10 @@ pub struct State {
     /// The components' health last reported: a sync reports again when it differs.
     #[serde(default)]
     pub reported_components: Vec<exk8s_common::contract::ComponentHealth>,
+    /// The Kubernetes releases (`/opt/exk8s/kubernetes/<version>`) applied bundles ran, the
+    /// current ones last: those the last bundle runs and the one before them.
+    #[serde(default)]
+    pub releases: Vec<String>,
 }
 
 /// A probe `sync` makes of one component between updates (not etcd: [`EtcdHealth`]), from the

@@ -332,10 +332,15 @@ impl Runtime {
         let unit =
             std::fs::read_to_string(root.join("etc/systemd/system/kubelet.service")).unwrap();
         let exec = exec_start(&unit);
-        assert_eq!(exec[0], "/usr/local/bin/kubelet", "{unit}");
+        // The unit names its release's kubelet (`/opt/exk8s/kubernetes/<version>/kubelet`): the
+        // harness runs that release's binary, as the node would.
+        let release = exec[0]
+            .strip_prefix("/opt/exk8s/kubernetes/")
+            .and_then(|rest| rest.strip_suffix("/kubelet"))
+            .unwrap_or_else(|| panic!("the unit runs {}, not a release's kubelet", exec[0]));
         let kubelet = Command::new("nsenter")
             .args(["--target", &pid, "--mount", "--net", "--"])
-            .arg(crate::bins::kubernetes("kubelet"))
+            .arg(crate::bins::kubernetes_at(release, "kubelet"))
             .args(&exec[1..])
             .args(machine.kubelet_flags(&runtime.cgroup_root))
             .stdin(Stdio::null())

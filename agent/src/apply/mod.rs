@@ -15,6 +15,7 @@ mod exec;
 pub mod files;
 pub mod host;
 pub mod membership;
+pub mod releases;
 pub mod restore;
 mod steps;
 pub mod waits;
@@ -213,6 +214,19 @@ fn apply_steps(
         state.reported_unhealthy = false;
         state.component_checks = components::checks(bundle, &state.component_checks);
         state.reported_components = reporter.seen();
+        // The releases this bundle runs, and the last other one the node ran, stay.
+        state.releases = releases::used(&state.releases, &releases::of_bundle(bundle));
+        let keep: BTreeSet<String> = state.releases.iter().cloned().collect();
+        match releases::prune(root, &keep) {
+            Ok(removed) if !removed.is_empty() => {
+                log_info!(
+                    "removed Kubernetes releases no longer needed: {}",
+                    removed.join(", ")
+                );
+            }
+            Ok(_) => {}
+            Err(e) => log_warn!("removing old Kubernetes releases failed: {e}"),
+        }
         state.save(root)?;
         crate::state::mark_done(root, bundle.freshness.serial)
     });

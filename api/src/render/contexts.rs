@@ -55,6 +55,8 @@ template!(EtcdBootstrap => "etcd-bootstrap.env");
 #[derive(Serialize)]
 pub(crate) struct KubeletUnit<'a> {
     pub paths: &'a NodePaths,
+    /// The kubelet of the node's release ([`super::paths::kubernetes_binary`]).
+    pub kubelet_binary: String,
     /// `control-plane` or `worker` (the unit's description).
     pub role: &'a str,
     pub node_name: &'a str,

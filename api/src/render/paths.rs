@@ -60,8 +60,6 @@ pub struct NodePaths {
     pub containerd_socket: &'static str,
     pub cni_bin_dir: &'static str,
     pub etcd_binary: &'static str,
-    pub kubelet_binary: &'static str,
-    pub kubectl_binary: &'static str,
     pub helm_binary: &'static str,
 }
 
@@ -115,7 +113,16 @@ pub const PATHS: NodePaths = NodePaths {
     containerd_socket: "/run/containerd/containerd.sock",
     cni_bin_dir: "/usr/lib/cni",
     etcd_binary: "/usr/local/bin/etcd",
-    kubelet_binary: "/usr/local/bin/kubelet",
-    kubectl_binary: "/usr/local/bin/kubectl",
     helm_binary: "/usr/local/bin/helm",
 };
+
+/// Where each Kubernetes release's binaries live, side by side: `<this>/<version>/kubelet`. An
+/// upgrade installs the new release beside the one running and switches by changing what the
+/// kubelet's unit names; a failed update puts the old unit back, and the old binary is still
+/// there. The agent prunes releases older than the previous one.
+pub const KUBERNETES_RELEASES: &str = "/opt/exk8s/kubernetes";
+
+/// The path of binary `name` (`kubelet`, `kubectl`) of Kubernetes `version`.
+pub fn kubernetes_binary(version: &exk8s_common::names::Version, name: &str) -> String {
+    format!("{KUBERNETES_RELEASES}/{version}/{name}")
+}

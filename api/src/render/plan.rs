@@ -60,7 +60,7 @@ struct Source<'a> {
     version: &'a Version,
     url: String,
     archive_member: Option<String>,
-    dest: &'a str,
+    dest: String,
 }
 
 /// Only the initial node's first bundle installs the cluster's addons.
@@ -108,35 +108,35 @@ fn pinned(
             version: etcd,
             url: etcd_tarball.clone(),
             archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcd")),
-            dest: PATHS.etcd_binary,
+            dest: PATHS.etcd_binary.into(),
         },
         Source {
             name: "etcdctl",
             version: etcd,
             url: etcd_tarball,
             archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcdctl")),
-            dest: "/usr/local/bin/etcdctl",
+            dest: "/usr/local/bin/etcdctl".into(),
         },
         Source {
             name: "kubelet",
             version: k8s,
             url: format!("https://dl.k8s.io/release/{k8s}/bin/linux/amd64/kubelet"),
             archive_member: None,
-            dest: PATHS.kubelet_binary,
+            dest: super::paths::kubernetes_binary(k8s, "kubelet"),
         },
         Source {
             name: "kubectl",
             version: k8s,
             url: format!("https://dl.k8s.io/release/{k8s}/bin/linux/amd64/kubectl"),
             archive_member: None,
-            dest: PATHS.kubectl_binary,
+            dest: super::paths::kubernetes_binary(k8s, "kubectl"),
         },
         Source {
             name: "helm",
             version: helm,
             url: format!("https://get.helm.sh/helm-{helm}-linux-amd64.tar.gz"),
             archive_member: Some("linux-amd64/helm".into()),
-            dest: PATHS.helm_binary,
+            dest: PATHS.helm_binary.into(),
         },
     ];
     let sources: Vec<Source<'_>> = all
@@ -160,7 +160,7 @@ fn pinned(
                     .archive_member
                     .map(|m| ArchiveMember::new(m).map_err(invalid))
                     .transpose()?,
-                dest: ArtifactDest::new(s.dest).map_err(invalid)?,
+                dest: ArtifactDest::new(&s.dest).map_err(invalid)?,
                 mode: FileMode::EXECUTABLE,
             })
         })

@@ -220,7 +220,9 @@ fn systemd_analyze_verify_accepts_the_worker_kubelet_unit() {
             .unwrap()
             .success()
     );
-    crate::render_validators::write_root_executable(root.path(), PATHS.kubelet_binary);
+    for artifact in &bundle.artifacts {
+        crate::render_validators::write_root_executable(root.path(), artifact.dest.as_str());
+    }
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg(format!("--root={}", root.path().display()))

@@ -61,14 +61,20 @@ fn condition<'a>(view: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {type_} in {view}"))
 }
 
-/// The release a bundle installs: its kubelet's version.
+/// The release a bundle installs: its kubelet's version, installed beside other releases
+/// (`/opt/exk8s/kubernetes/<version>/kubelet`) and named by the kubelet's unit.
 fn release(payload: &BundlePayload) -> String {
     let kubelet = payload
         .artifacts
         .iter()
         .find(|a| a.name.as_str() == "kubelet")
         .expect("every bundle installs the kubelet");
-    kubelet.version.to_string()
+    let version = kubelet.version.to_string();
+    let binary = format!("/opt/exk8s/kubernetes/{version}/kubelet");
+    assert_eq!(kubelet.dest.as_str(), binary);
+    let unit = crate::helpers::text(payload, "/etc/systemd/system/kubelet.service");
+    assert!(unit.contains(&format!("ExecStart={binary} ")), "{unit}");
+    version
 }
 
 fn versions_of(view: &Value) -> Vec<String> {

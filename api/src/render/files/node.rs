@@ -60,6 +60,10 @@ pub(in crate::render) fn files(
         p.kubelet_unit,
         render(&contexts::KubeletUnit {
             paths: p,
+            kubelet_binary: super::super::paths::kubernetes_binary(
+                &cluster.versions.kubernetes,
+                "kubelet",
+            ),
             role: side.role.as_str(),
             node_name: node.name.as_str(),
             node_ip: node_ip.clone(),
