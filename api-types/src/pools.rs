@@ -61,6 +61,11 @@ pub struct UpdatePoolRequest {
     pub count: Option<i64>,
     pub labels: Option<BTreeMap<String, String>>,
     pub taints: Option<Vec<TaintRequest>>,
+    /// `v1.MINOR.PATCH`: pins the pool's release (never newer than the oldest apiserver, at most
+    /// three minors older); its workers are replaced one at a time, a new one first. The control
+    /// plane's own release unpins it: it follows the control plane again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
 }
 
 /// One worker of a pool.
@@ -77,6 +82,9 @@ pub struct PoolNodeView {
     pub desired_generation: i64,
     pub applied_generation: i64,
     pub up_to_date: bool,
+    /// The release it runs (its last healthy bundle's); absent before its first healthy report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
     /// `draining` or `drained` while it is being removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub removal: Option<Removal>,
@@ -102,6 +110,10 @@ pub struct PoolView {
     pub ready_replicas: i64,
     /// Of those, the ones running their desired generation.
     pub up_to_date_replicas: i64,
+    /// The release its workers run (new ones at once; the others are replaced one at a time).
+    pub kubernetes_version: String,
+    /// It takes the control plane's release once every member runs it (false: pinned).
+    pub follow_control_plane: bool,
     /// `DELETE` was asked: the pool goes once its workers are gone.
     pub deleting: bool,
     /// Why the last attempt to converge the pool failed (it is retried).

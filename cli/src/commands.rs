@@ -302,6 +302,7 @@ fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
             "phase",
             "etcd",
             "generation",
+            "version",
             "address",
         ]);
         for n in nodes {
@@ -312,6 +313,7 @@ fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
                 n.phase.clone(),
                 cell(n.etcd_membership),
                 format!("{}/{}", n.applied_generation, n.desired_generation),
+                cell(n.kubernetes_version.as_deref()),
                 n.private_ipv4.clone(),
             ]);
         }

@@ -49,6 +49,16 @@ pub(crate) enum Pools {
         #[arg(long)]
         count: i64,
     },
+    /// Move a pool to another Kubernetes release (never newer than the control plane): its
+    /// workers are replaced one at a time, a new one first. The control plane's release unpins
+    /// it (it follows the control plane's upgrades again).
+    Upgrade {
+        cluster: String,
+        pool: String,
+        /// The release, `v1.MINOR.PATCH`.
+        #[arg(long)]
+        to: String,
+    },
     /// Delete a pool: its workers are drained and released.
     Delete {
         cluster: String,
@@ -77,15 +87,22 @@ fn pools_table(pools: &[PoolView]) -> comfy_table::Table {
         "desired",
         "ready",
         "up to date",
+        "version",
         "instance type",
     ]);
     for p in pools {
+        let pinned = if p.follow_control_plane {
+            ""
+        } else {
+            " (pinned)"
+        };
         t.add_row(vec![
             p.id.to_string(),
             p.name.clone(),
             p.desired.to_string(),
             format!("{}/{}", p.ready_replicas, p.replicas),
             p.up_to_date_replicas.to_string(),
+            format!("{}{pinned}", p.kubernetes_version),
             p.instance_type.clone(),
         ]);
     }
@@ -182,6 +199,21 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
                 ..UpdatePoolRequest::default()
             };
             let changed: PoolView = answer(api.send("PATCH", &path, Some(&body), None)?)?;
+            show(format, &changed, pool_table)
+        }
+        Pools::Upgrade { cluster, pool, to } => {
+            let id = api.cluster_id(&cluster)?;
+            let pool = pool_id(api, id, &pool)?;
+            let path = format!("/clusters/{id}/node-pools/{pool}");
+            let body = UpdatePoolRequest {
+                kubernetes_version: Some(to.clone()),
+                ..UpdatePoolRequest::default()
+            };
+            let changed: PoolView = answer(api.send("PATCH", &path, Some(&body), None)?)?;
+            eprintln!(
+                "pool {} goes to {to}: its workers are replaced one at a time, a new one first",
+                changed.name
+            );
             show(format, &changed, pool_table)
         }
         Pools::Delete { cluster, pool, yes } => {

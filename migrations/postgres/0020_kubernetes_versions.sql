@@ -9,6 +9,9 @@
 ALTER TABLE cluster_nodes ADD COLUMN handed_version TEXT;
 ALTER TABLE cluster_nodes ADD COLUMN kubernetes_version TEXT;
 ALTER TABLE node_pools ADD COLUMN kubernetes_version TEXT;
+-- A pool follows the control plane's release (its workers are replaced once every member runs
+-- it) unless an operator pinned another with PATCH.
+ALTER TABLE node_pools ADD COLUMN follow_control_plane INTEGER NOT NULL DEFAULT 1;
 
 -- Every node and pool so far was made at its cluster's one version.
 UPDATE cluster_nodes SET

@@ -28,6 +28,8 @@ pub struct PoolRow {
     /// The Kubernetes version its workers render (None only on rows no code writes: the
     /// cluster's).
     pub kubernetes_version: Option<String>,
+    /// It takes the control plane's release once every member runs it (unless pinned).
+    pub follow_control_plane: bool,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -72,7 +74,8 @@ pub async fn insert(
 }
 
 pub(super) const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
-    taints_json, desired_count, deleting, last_error, kubernetes_version, created_at, updated_at";
+    taints_json, desired_count, deleting, last_error, kubernetes_version, follow_control_plane, \
+    created_at, updated_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
     Ok(PoolRow {
@@ -88,6 +91,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
         deleting: r.try_get::<i64, _>("deleting")? != 0,
         last_error: r.try_get("last_error")?,
         kubernetes_version: r.try_get("kubernetes_version")?,
+        follow_control_plane: r.try_get::<i64, _>("follow_control_plane")? != 0,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
     })
@@ -180,7 +184,9 @@ const NEEDS_WORK: &str = "(p.deleting = 1 \
      OR EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.pool_id = p.id AND n.removal IS NOT NULL) \
      OR (SELECT COUNT(*) FROM cluster_resources r \
          WHERE r.pool_id = p.id AND r.kind = 'vm' AND r.state <> 'deleted') \
-        <> (SELECT COUNT(*) FROM cluster_nodes n WHERE n.pool_id = p.id))";
+        <> (SELECT COUNT(*) FROM cluster_nodes n WHERE n.pool_id = p.id) \
+     OR EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.pool_id = p.id AND n.removal IS NULL \
+                AND n.handed_version <> p.kubernetes_version))";
 
 /// Pools that need work and that nobody converges.
 pub async fn needing_work<'c>(
@@ -208,4 +214,52 @@ pub async fn needs_work<'c>(
     .fetch_optional(db)
     .await?;
     Ok(row.is_some())
+}
+
+/// Pins (`follow` false) or unpins the pool's release; its workers are replaced to match.
+pub async fn set_version<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    version: &str,
+    follow: bool,
+    now: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE node_pools SET kubernetes_version = $1, follow_control_plane = $2, updated_at = $3 \
+         WHERE id = $4 AND deleting = 0",
+    )
+    .bind(version)
+    .bind(i64::from(follow))
+    .bind(now)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The pools of `cluster_id` (every cluster when None) that follow their control plane and run
+/// another release than it, now that every member runs its target: each moves to that target.
+/// The pools moved.
+pub async fn follow_control_planes<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: Option<i64>,
+    now: i64,
+) -> Result<Vec<i64>, DbError> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "UPDATE node_pools SET updated_at = $1, kubernetes_version = \
+           (SELECT c.kubernetes_version FROM clusters c WHERE c.id = node_pools.cluster_id) \
+         WHERE follow_control_plane = 1 AND deleting = 0 \
+           AND ($2 = 0 OR cluster_id = $2) \
+           AND EXISTS (SELECT 1 FROM clusters c WHERE c.id = node_pools.cluster_id \
+             AND c.phase = 'founded' AND c.kubernetes_version <> node_pools.kubernetes_version \
+             AND NOT EXISTS (SELECT 1 FROM cluster_nodes n WHERE n.cluster_id = c.id \
+               AND n.role = 'control-plane' \
+               AND (n.etcd_membership IS NULL OR n.etcd_membership <> 'leaving') \
+               AND (n.kubernetes_version IS NULL OR n.kubernetes_version <> c.kubernetes_version))) \
+         RETURNING id",
+    )
+    .bind(now)
+    .bind(cluster_id.unwrap_or(0))
+    .fetch_all(db)
+    .await?)
 }

@@ -107,6 +107,11 @@ async fn rotations(ctx: &Reconciler) {
 /// Converges every pool whose machines differ from it and that no process converges: a crash
 /// mid-way, a failed step, a drain whose deadline passed. Returns how many pools it converged.
 pub async fn pools(ctx: &Reconciler) -> usize {
+    // Pools that follow a control plane whose upgrade finished take its release (a report that
+    // would have moved them may have been lost to a crash).
+    if let Err(e) = db::pools::follow_control_planes(&ctx.db.pool, None, db::now()).await {
+        tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot move pools to their control plane's release");
+    }
     let ids = match db::pools::needing_work(&ctx.db.pool, db::now()).await {
         Ok(ids) => ids,
         Err(e) => {

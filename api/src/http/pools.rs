@@ -51,6 +51,8 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
         image_id: row.image_id,
         subnet_id: row.subnet_id,
         desired: row.desired_count,
+        kubernetes_version: row.kubernetes_version.clone().unwrap_or_default(),
+        follow_control_plane: row.follow_control_plane,
         deleting: row.deleting,
         error_message: row.last_error,
         nodes: nodes
@@ -64,6 +66,7 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
                 phase: n.phase.to_string(),
                 desired_generation: n.desired_generation,
                 applied_generation: n.applied_generation,
+                kubernetes_version: n.kubernetes_version,
                 removal: n.removal,
             })
             .collect(),

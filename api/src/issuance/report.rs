@@ -99,6 +99,12 @@ pub async fn record(ctx: &Reporter, vm: &Vm, report: &Report<'_>) -> Result<(), 
         }
         // A drainer that applied its drain lets the drained workers go.
         crate::pools::converge::after_report(&ctx.pools, vm.node.id).await;
+        match vm.node.pool_id {
+            // A new worker that came up lets its pool's replacement move on.
+            Some(pool_id) => crate::pools::converge::after_worker_report(&ctx.pools, pool_id).await,
+            // The last member to run the control plane's new release moves the pools on.
+            None => crate::pools::converge::follow_control_plane(&ctx.pools, vm.cluster.id).await,
+        }
     }
     // A joined member's report — or a failed join's, or the end of a rollout — moves a
     // control-plane change on.

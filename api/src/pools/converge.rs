@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use tokio::task::JoinSet;
 
-use super::Pools;
+use super::{Pools, rolling};
 use crate::db::leases::Leased;
 use crate::db::{
     self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::Removal,
@@ -45,6 +45,35 @@ pub async fn after_report(ctx: &Pools, node_id: i64) {
         Ok(pools) => pools.into_iter().for_each(|id| spawn(ctx.clone(), id)),
         Err(e) => {
             tracing::warn!(node_id, error = %crate::error_chain(&e), "cannot look up the drains of a node (the reconciler moves them on)");
+        }
+    }
+}
+
+/// After a worker reported healthy: its pool's replacement, if one runs, moves on.
+pub async fn after_worker_report(ctx: &Pools, pool_id: i64) {
+    match db::pools::needs_work(&ctx.db.pool, pool_id).await {
+        Ok(true) => spawn(ctx.clone(), pool_id),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(pool_id, error = %crate::error_chain(&e), "cannot tell whether a pool needs work (the reconciler moves it on)");
+        }
+    }
+}
+
+/// After a control-plane member reported healthy: once every member runs the cluster's
+/// release, the pools that follow the control plane take it and their workers are replaced.
+pub async fn follow_control_plane(ctx: &Pools, cluster_id: i64) {
+    match db::pools::follow_control_planes(&ctx.db.pool, Some(cluster_id), db::now()).await {
+        Ok(pools) => pools.into_iter().for_each(|id| {
+            tracing::info!(
+                cluster_id,
+                pool_id = id,
+                "node pool follows its control plane's release"
+            );
+            spawn(ctx.clone(), id);
+        }),
+        Err(e) => {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "cannot move pools to the control plane's release (the reconciler does)");
         }
     }
 }
@@ -125,6 +154,30 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
                 return Err(e);
             }
             continue;
+        }
+        // Another release asked for: replaced one surge worker at a time (`super::rolling`).
+        let release = pool
+            .kubernetes_version
+            .as_deref()
+            .unwrap_or(&cluster.kubernetes_version);
+        // One replacement at a time: the worker going finishes first.
+        if !pool.deleting && !waiting {
+            match rolling::step(&active, release, desired) {
+                rolling::Step::Done => {}
+                rolling::Step::Surge => {
+                    let placement = Placement::of(&ctx.machines, &cluster)?;
+                    add_worker(ctx, &cluster, &pool, &placement).await?;
+                    continue;
+                }
+                rolling::Step::Wait { booting } => {
+                    tracing::debug!(pool_id, booting, "a replacement waits for a new worker");
+                    return Ok(Outcome::Waiting);
+                }
+                rolling::Step::Replace(old) => {
+                    start_draining(ctx, &cluster, &[old]).await?;
+                    continue;
+                }
+            }
         }
         if active.len() > desired {
             // Newest first: the highest ordinals were made last.

@@ -5,6 +5,7 @@
 
 pub mod converge;
 pub mod request;
+pub mod rolling;
 
 use std::sync::Arc;
 
@@ -183,6 +184,9 @@ pub async fn update(
 ) -> Result<Pool, PoolError> {
     let cluster = crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     let pool = get(ctx, org_id, cluster_id, pool_id).await?;
+    if let Some(to) = change.kubernetes_version {
+        release(ctx, &cluster, &pool.row, to).await?;
+    }
     if let Some(count) = change.count {
         check_room(ctx, &cluster, Some(pool.row.id), count).await?;
         let ask = crate::quotas::Ask {
@@ -207,9 +211,51 @@ pub async fn update(
             "pool {pool_id} is being deleted"
         )));
     }
-    tracing::info!(cluster_id, pool_id, count = ?change.count, "node pool changed");
+    tracing::info!(cluster_id, pool_id, count = ?change.count, release = ?change.kubernetes_version.map(|r| r.to_string()), "node pool changed");
     converge::spawn(ctx.clone(), pool_id);
     get(ctx, org_id, cluster_id, pool_id).await
+}
+
+/// Moves `pool` to release `to`: offered, never newer than the oldest apiserver nor more than
+/// three minors older (the skew policy). The control plane's own target unpins the pool (it
+/// follows the control plane again); any other release pins it.
+async fn release(
+    ctx: &Pools,
+    cluster: &db::clusters::ClusterRow,
+    pool: &PoolRow,
+    to: crate::upgrade::skew::Release,
+) -> Result<(), PoolError> {
+    use crate::upgrade::skew::{self, Release};
+    let offered = ctx
+        .config
+        .kubernetes_versions
+        .iter()
+        .any(|v| *v == to.to_string());
+    if !offered {
+        return Err(FieldError::new(
+            "kubernetes_version",
+            format!(
+                "{to} is not offered by this API (offered: {})",
+                ctx.config.kubernetes_versions.join(", ")
+            ),
+        )
+        .into());
+    }
+    let target: Release = cluster
+        .kubernetes_version
+        .parse()
+        .map_err(|e: skew::NotARelease| PoolError::Conflict(e.to_string()))?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster.id).await?;
+    let oldest = crate::upgrade::state::oldest(target, &nodes);
+    skew::pool(&pool.name, to, oldest).map_err(|e| PoolError::Conflict(e.to_string()))?;
+    let follow = to == target;
+    if !db::pools::set_version(&ctx.db.pool, pool.id, &to.to_string(), follow, db::now()).await? {
+        return Err(PoolError::Conflict(format!(
+            "pool {} is being deleted",
+            pool.id
+        )));
+    }
+    Ok(())
 }
 
 /// Marks the pool deleted: its workers are drained and released, then the pool goes.

@@ -38,6 +38,8 @@ pub struct PoolUpdate {
     pub count: Option<i64>,
     pub labels_json: Option<String>,
     pub taints_json: Option<String>,
+    /// The release to run (its workers are replaced to match).
+    pub kubernetes_version: Option<crate::upgrade::skew::Release>,
 }
 
 fn required<T>(field: &str, value: Option<T>) -> Result<T, FieldError> {
@@ -158,16 +160,29 @@ impl Validate for UpdatePoolRequest {
     type Valid = PoolUpdate;
 
     fn validate(self) -> Result<PoolUpdate, FieldError> {
-        if self.count.is_none() && self.labels.is_none() && self.taints.is_none() {
+        if self.count.is_none()
+            && self.labels.is_none()
+            && self.taints.is_none()
+            && self.kubernetes_version.is_none()
+        {
             return Err(FieldError::new(
                 "count",
-                "nothing to change: give count, labels or taints",
+                "nothing to change: give count, labels, taints or kubernetes_version",
             ));
         }
         Ok(PoolUpdate {
             count: self.count.map(check_count).transpose()?,
             labels_json: self.labels.as_ref().map(labels_json).transpose()?,
             taints_json: self.taints.as_deref().map(taints_json).transpose()?,
+            kubernetes_version: self
+                .kubernetes_version
+                .as_deref()
+                .map(|v| {
+                    v.parse().map_err(|e: crate::upgrade::skew::NotARelease| {
+                        FieldError::new("kubernetes_version", e.to_string())
+                    })
+                })
+                .transpose()?,
         })
     }
 }

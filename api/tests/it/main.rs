@@ -38,6 +38,7 @@ mod pki;
 mod pki_cases;
 mod pool_crash;
 mod pool_drains;
+mod pool_upgrade;
 mod pools;
 mod render;
 mod render_join;

@@ -1,0 +1,213 @@
+//! A pool's release on SQLite and PostgreSQL, with agents played by the test: a pool may not run a
+//! kubelet newer than the oldest apiserver; once the control plane's upgrade ends, a pool that
+//! follows it takes its release and is replaced one surge worker at a time (the new worker boots
+//! at the new release before the oldest worker is drained by the control plane's agent and its
+//! VM released), never fewer healthy workers than it asks for.
+
+use std::time::Duration;
+
+use exk8s_api::tokens::Scope;
+use exk8s_common::BundlePayload;
+use exk8s_common::node_auth::NodeKey;
+use serde_json::{Value, json};
+
+use crate::app::{
+    Backend, Node, TestApp, both_backends, credentials_for, imds_token, json_of, operator_token,
+    spawn_with, test_config,
+};
+use crate::bootstrap::report;
+use crate::crash::wait_until;
+use crate::pools::{pool, pool_body, settled, worker_vms};
+use crate::sync::{fetch_update, register, sync_report, update_payload};
+
+const OLD: &str = "v1.35.3";
+const NEW: &str = "v1.36.3";
+
+/// Registers worker `vm` and reports it complete, as its agent would; the release its bundle
+/// installs.
+async fn boot_worker(app: &TestApp, cluster: i64, vm: i64) -> String {
+    let bootstrap = operator_token(&app.state, 7, Scope::Bootstrap, 3600).await;
+    let worker = Node {
+        vm,
+        cluster,
+        imds: imds_token(&app.state, vm, 7, 600).await,
+        bootstrap,
+    };
+    let payload = register(app, &worker, &NodeKey::generate().unwrap()).await;
+    assert_eq!(report(app, &worker, "complete", "succeeded").await, 204);
+    kubelet_release(&payload)
+}
+
+fn kubelet_release(payload: &BundlePayload) -> String {
+    let kubelet = payload
+        .artifacts
+        .iter()
+        .find(|a| a.name.as_str() == "kubelet");
+    kubelet.unwrap().version.to_string()
+}
+
+fn workers(view: &Value) -> Vec<(i64, Option<String>, Option<String>)> {
+    view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["vm_id"].as_i64().unwrap(),
+                n["kubernetes_version"].as_str().map(str::to_owned),
+                n["removal"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Backend) {
+    let config = exk8s_api::app::ApiConfig {
+        kubernetes_versions: vec![OLD.into(), NEW.into(), "v1.37.2".into()],
+        ..test_config()
+    };
+    let app = spawn_with(backend, config, None).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let member = credentials_for(&app, 7, &created).await.remove(0);
+    let key = NodeKey::generate().unwrap();
+    register(&app, &member, &key).await;
+    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
+
+    let path = format!("/clusters/{cluster}/node-pools");
+    let created = app
+        .post(&path)
+        .json(&pool_body("blue", 2))
+        .send()
+        .await
+        .unwrap();
+    let id = json_of(created).await["id"].as_i64().unwrap();
+    let two = settled(&app, cluster, id, 2).await;
+    assert_eq!(
+        (&two["kubernetes_version"], &two["follow_control_plane"]),
+        (&json!(OLD), &json!(true))
+    );
+    for (vm, _, _) in workers(&two) {
+        assert_eq!(boot_worker(&app, cluster, vm).await, OLD);
+    }
+    let patch_pool = |version: &str| {
+        app.patch(&format!("{path}/{id}"))
+            .json(&json!({ "kubernetes_version": version }))
+            .send()
+    };
+    let ahead = patch_pool(NEW).await.unwrap();
+    assert_eq!(ahead.status(), 409);
+    let message = json_of(ahead).await["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("upgrade the control plane first"),
+        "{message}"
+    );
+
+    // The control plane goes first; its one member's healthy report moves the pool on.
+    let started = app
+        .patch(&format!("/clusters/{cluster}"))
+        .json(&json!({ "kubernetes_version": NEW }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let update = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+    sync_report(&app, &member, &key, "succeeded", update.identity.generation).await;
+
+    let mut replaced = Vec::new();
+    for round in 0..2 {
+        let surged = wait_until_view(&app, cluster, id, |v| {
+            workers(v)
+                .iter()
+                .filter(|(_, _, removal)| removal.is_none())
+                .count()
+                == 3
+        })
+        .await;
+        assert_eq!(surged["kubernetes_version"], NEW);
+        let (new_vm, _, _) = *workers(&surged)
+            .iter()
+            .max_by_key(|(vm, _, _)| *vm)
+            .unwrap();
+        // Nothing goes while the new worker has not booted.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            workers(&pool(&app, cluster, id).await)
+                .iter()
+                .all(|(_, _, r)| r.is_none())
+        );
+        assert_eq!(
+            boot_worker(&app, cluster, new_vm).await,
+            NEW,
+            "round {round}"
+        );
+        let draining = wait_until_view(&app, cluster, id, |v| {
+            workers(v).iter().any(|(_, _, removal)| removal.is_some())
+        })
+        .await;
+        let (old_vm, old_release, _) = workers(&draining)
+            .into_iter()
+            .find(|(_, _, removal)| removal.is_some())
+            .unwrap();
+        assert_eq!(
+            old_release.as_deref(),
+            Some(OLD),
+            "the oldest release goes first"
+        );
+        // The control plane's agent drains it; then its VM goes.
+        let drain = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+        sync_report(&app, &member, &key, "succeeded", drain.identity.generation).await;
+        wait_until_view(&app, cluster, id, |v| {
+            workers(v).iter().all(|(vm, _, _)| *vm != old_vm)
+        })
+        .await;
+        replaced.push(old_vm);
+    }
+    let done = settled(&app, cluster, id, 2).await;
+    assert!(
+        workers(&done)
+            .iter()
+            .all(|(_, release, _)| release.as_deref() == Some(NEW)),
+        "{done}"
+    );
+    assert_eq!(
+        worker_vms(&app, "blue").len(),
+        2,
+        "the replaced VMs are released"
+    );
+    assert!(
+        replaced
+            .iter()
+            .all(|vm| !worker_vms(&app, "blue").contains(vm))
+    );
+
+    let newer = patch_pool("v1.37.2").await.unwrap();
+    assert_eq!(newer.status(), 409);
+    let unoffered = patch_pool("v1.34.0").await.unwrap();
+    assert_eq!(unoffered.status(), 422);
+    assert_eq!(
+        json_of(unoffered).await["error"]["field"],
+        "kubernetes_version"
+    );
+}
+
+/// Polls the pool until `ready` holds; its view.
+async fn wait_until_view(
+    app: &TestApp,
+    cluster: i64,
+    id: i64,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_until(
+        "the pool's replacement to move on",
+        Duration::from_secs(20),
+        || async { ready(&pool(app, cluster, id).await) },
+    )
+    .await;
+    pool(app, cluster, id).await
+}
+
+both_backends!(a_pool_follows_its_control_plane_one_surge_worker_at_a_time);
