@@ -48,7 +48,12 @@ const OTHER_KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name:
 fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let stack = start_dev(&dir.join("dev"), "127.0.25.0/24", &dir.join("api.log"), &[]);
+    let stack = start_dev(
+        &dir.join("dev"),
+        "127.0.25.0/24",
+        &dir.join("api.log"),
+        &["--kubernetes-versions", "v1.35.3,v1.36.3"],
+    );
 
     // Not logged in: a clear error, no stack trace.
     let out = exk8s(dir).args(["clusters", "list"]).output().unwrap();
@@ -332,6 +337,53 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .unwrap()))
     .unwrap();
     assert_eq!(rollout["nodes"][0]["vm_id"].as_i64(), Some(vm), "{rollout}");
+
+    // An upgrade waits for the rollout: the member is not up to date yet.
+    let out = exk8s(dir)
+        .args(["upgrade", cluster_name, "--to", "v1.36.3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("healthy and up to date before an upgrade"),
+        "{said}"
+    );
+    let root = dir.join(format!("vm-{vm}"));
+    agent_ok(&stack, &founded, &root, vm, "sync");
+    // Then it goes, and --wait follows it on the event stream until the member runs it.
+    let upgrade = exk8s(dir)
+        .args([
+            "upgrade",
+            cluster_name,
+            "--to",
+            "v1.36.3",
+            "--wait",
+            "-o",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while view(&stack, cluster)["kubernetes_version"] != "v1.36.3" {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    agent_ok(&stack, &founded, &root, vm, "sync");
+    let upgraded = upgrade.wait_with_output().unwrap();
+    let shown: Value = serde_json::from_str(&ok(&upgraded)).unwrap();
+    assert_eq!(shown["version"], "v1.36.3", "{shown}");
+    assert_eq!(
+        shown["nodes"][0]["kubernetes_version"], "v1.36.3",
+        "{shown}"
+    );
+    let progress = String::from_utf8_lossy(&upgraded.stderr);
+    assert!(
+        progress.contains("upgrading cluster shop's control plane from v1.35.3 to v1.36.3"),
+        "{progress}"
+    );
+    let nodes = ok(&exk8s(dir).args(["nodes", cluster_name]).output().unwrap());
+    assert!(nodes.contains("v1.36.3"), "{nodes}");
     let out = exk8s(dir)
         .args(["members", "remove", cluster_name, &vm.to_string(), "--yes"])
         .output()
