@@ -172,6 +172,7 @@ impl AppState {
         crate::upgrade::Upgrader {
             db: self.db.clone(),
             config: Arc::clone(&self.config),
+            clock: Arc::clone(&self.clock),
         }
     }
 

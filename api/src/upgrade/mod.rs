@@ -27,11 +27,13 @@ use crate::db::{self, Db, DbError, phase::ClusterPhase, phase::EtcdMembership};
 use skew::{Release, SkewError};
 use state::{ControlPlane, Step};
 
-/// What changing a cluster's version needs: its rows and the releases offered.
+/// What changing a cluster's version needs: its rows, the releases offered, and the clock its
+/// certificates' days left are judged by.
 #[derive(Debug, Clone)]
 pub struct Upgrader {
     pub db: Db,
     pub config: Arc<ApiConfig>,
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 /// Why a version change was refused.
@@ -103,18 +105,9 @@ pub async fn start(
         return Ok(decided);
     }
     if !matches!(decided, Started::RollingBack { .. }) {
-        preflight(&mut tx, cluster_id, &nodes).await?;
+        preflight(&mut tx, &cluster, &nodes, ctx.clock.unix()).await?;
         let pools = db::pools::list(&mut *tx, cluster_id).await?;
-        let kubelets: Vec<(String, Release)> = pools
-            .iter()
-            .map(|p| {
-                let version = p
-                    .kubernetes_version
-                    .as_deref()
-                    .unwrap_or(&cluster.kubernetes_version);
-                version.parse().map(|v| (p.name.clone(), v))
-            })
-            .collect::<Result<_, _>>()?;
+        let kubelets = oldest_kubelets(&pools, &nodes, &cluster.kubernetes_version)?;
         let kubelets: Vec<(&str, Release)> =
             kubelets.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         skew::control_plane(cp.oldest, to, &offered, &kubelets)?;
@@ -135,6 +128,31 @@ async fn current_target(
         .await?
         .ok_or(UpgradeError::NotFound)?;
     Ok(version.parse()?)
+}
+
+/// Each pool's oldest kubelet: its own release, or an older one a worker still runs while the
+/// pool is being replaced.
+fn oldest_kubelets(
+    pools: &[db::pools::PoolRow],
+    nodes: &[db::nodes::NodeRow],
+    cluster_version: &str,
+) -> Result<Vec<(String, Release)>, UpgradeError> {
+    pools
+        .iter()
+        .map(|p| {
+            let release: Release = p
+                .kubernetes_version
+                .as_deref()
+                .unwrap_or(cluster_version)
+                .parse()?;
+            let oldest = nodes
+                .iter()
+                .filter(|n| n.pool_id == Some(p.id))
+                .filter_map(state::running)
+                .fold(release, Release::min);
+            Ok((p.name.clone(), oldest))
+        })
+        .collect()
 }
 
 /// The releases this API installs.
@@ -187,13 +205,19 @@ fn decide(
     Ok(upgrading)
 }
 
-/// Refuses unless every member is healthy and up to date, etcd's membership is settled and no
-/// CA rotation runs.
+/// Days a certificate the cluster runs must have left for an upgrade to start (as
+/// `CertificatesAvailable` warns below it): renew or rotate first.
+pub const CERTIFICATE_DAYS: i64 = 30;
+
+/// Refuses unless every member is healthy and up to date, etcd's membership is settled, no CA
+/// rotation runs and no certificate the cluster runs is near its end.
 async fn preflight(
     tx: &mut sqlx::AnyConnection,
-    cluster_id: i64,
+    cluster: &db::clusters::ClusterRow,
     nodes: &[db::nodes::NodeRow],
+    now: i64,
 ) -> Result<(), UpgradeError> {
+    let cluster_id = cluster.id;
     let conflict = |what: String| Err(UpgradeError::Conflict(what));
     if let Some(rotation) = db::rotations::get(&mut *tx, cluster_id).await? {
         return conflict(format!(
@@ -240,6 +264,25 @@ async fn preflight(
             unready.phase,
             unready.applied_generation,
             unready.desired_generation
+        ));
+    }
+    let rows = db::certificates::list(&mut *tx, cluster_id).await?;
+    let inventory =
+        crate::certificates::inventory_of(cluster_id, cluster.created_at, nodes, rows, now);
+    // Soonest expiry first; an operator's kubeconfig is theirs to renew.
+    if let Some(due) = inventory
+        .certificates
+        .iter()
+        .filter(|e| !crate::certificates::is_operator_credential(&e.row))
+        .find(|e| e.days_left < CERTIFICATE_DAYS)
+    {
+        let whose = due
+            .vm_id
+            .map_or_else(String::new, |vm| format!(" of vm {vm}"));
+        return conflict(format!(
+            "{}{whose} has {} day(s) left; renew the certificates (or rotate its CA) before \
+             an upgrade",
+            due.row.name, due.days_left
         ));
     }
     Ok(())

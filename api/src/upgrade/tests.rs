@@ -86,3 +86,32 @@ fn a_member_that_failed_before_any_ran_the_target_still_allows_the_rollback() {
         Started::RollingBack { .. }
     ));
 }
+
+#[test]
+fn a_pool_being_replaced_counts_its_oldest_worker() {
+    let pool = db::pools::PoolRow {
+        id: 9,
+        cluster_id: 1,
+        name: "blue".into(),
+        instance_type: "e2.small".into(),
+        image_id: 1,
+        subnet_id: 1,
+        labels_json: "{}".into(),
+        taints_json: "[]".into(),
+        desired_count: 2,
+        deleting: false,
+        last_error: None,
+        kubernetes_version: Some("v1.36.3".into()),
+        follow_control_plane: true,
+        created_at: 0,
+        updated_at: 0,
+    };
+    let mut old = node(5, "v1.33.0", [1, 1, 1]);
+    old.role = Role::Worker;
+    old.pool_id = Some(9);
+    let new = node(6, "v1.36.3", [1, 1, 1]);
+    let mut other_pool = node(7, "v1.30.0", [1, 1, 1]);
+    other_pool.pool_id = Some(10);
+    let kubelets = oldest_kubelets(&[pool], &[old, new, other_pool], "v1.36.3").unwrap();
+    assert_eq!(kubelets, [("blue".to_owned(), r("v1.33.0"))]);
+}

@@ -8,7 +8,13 @@ use exk8s_common::BundlePayload;
 use exk8s_common::node_auth::NodeKey;
 use serde_json::{Value, json};
 
-use crate::app::{Backend, TestApp, both_backends, json_of, spawn_with, test_config};
+use std::sync::Arc;
+
+use exk8s_api::clock::ManualClock;
+
+use crate::app::{
+    Backend, TestApp, both_backends, json_of, spawn_clocked, spawn_with, test_config,
+};
 use crate::bootstrap::{Node, cluster_with_credentials, report};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
@@ -280,7 +286,29 @@ async fn a_failed_member_is_rolled_back_by_asking_for_the_old_release(backend: B
     assert_eq!(condition(&after, "RollingOut")["status"], "False");
 }
 
+async fn certificates_near_their_end_hold_an_upgrade(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let config = exk8s_api::app::ApiConfig {
+        kubernetes_versions: vec!["v1.35.3".into(), "v1.36.3".into()],
+        ..test_config()
+    };
+    let app = spawn_clocked(backend, config, None, clock.clone()).await;
+    let nodes = booted(&app).await;
+    let cluster = nodes[0].0.cluster;
+    // Leaves last 365 days: 340 days on, 25 are left.
+    clock.advance(time::Duration::days(340));
+    let (code, body) = patch(&app, cluster, "v1.36.3").await;
+    assert_eq!(code, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("day(s) left; renew the certificates"),
+        "{message}"
+    );
+    assert_eq!(view(&app, cluster).await["kubernetes_version"], "v1.35.3");
+}
+
 both_backends!(
+    certificates_near_their_end_hold_an_upgrade,
     every_skew_rule_refuses_with_its_reason,
     a_minor_upgrade_goes_one_member_at_a_time,
     a_failed_member_is_rolled_back_by_asking_for_the_old_release,
