@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::procs::{Proc, binary, free_port, wait_until};
@@ -11,7 +12,10 @@ pub struct Stack {
     pub base: String,
     pub token: String,
     pub data: PathBuf,
-    pub api: Proc,
+    api: Mutex<Proc>,
+    /// The command's arguments and its log, to start it again ([`Stack::kill_and_restart`]).
+    args: Vec<String>,
+    log: PathBuf,
 }
 
 pub fn http() -> ureq::Agent {
@@ -25,25 +29,21 @@ pub fn http() -> ureq::Agent {
 pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Stack {
     let port = free_port();
     let _ = std::fs::remove_file(data.join("operator.token"));
-    let log = std::fs::File::create(log).unwrap();
-    let api = Proc(
-        Command::new(binary("exk8s-api"))
-            .args([
-                "dev",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--sim-cidr",
-                sim_cidr,
-                "--data-dir",
-            ])
-            .arg(data)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let mut args: Vec<String> = [
+        "dev",
+        "--listen",
+        &listen,
+        "--sim-cidr",
+        sim_cidr,
+        "--data-dir",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.push(data.display().to_string());
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let api = spawn_api(&args, log, false);
+    let base = format!("http://{listen}");
     wait_until("the dev stack", Duration::from_secs(30), || {
         data.join("operator.token").exists()
             && http().get(&format!("{base}/healthz")).call().is_ok()
@@ -56,8 +56,29 @@ pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Sta
         base,
         token,
         data: data.to_owned(),
-        api,
+        api: Mutex::new(api),
+        args,
+        log: log.to_owned(),
     }
+}
+
+/// `exk8s-api ARGS`, its stderr to `log` (appended to when `append`).
+fn spawn_api(args: &[String], log: &Path, append: bool) -> Proc {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(log)
+        .unwrap();
+    Proc(
+        Command::new(binary("exk8s-api"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn run_api(args: &[&str]) -> String {
@@ -84,44 +105,42 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
     run_api(&["keys", "generate", "--out", &signing]);
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.join("api.log")).unwrap();
-    let api = Proc(
-        Command::new(binary("exk8s-api"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--database-url",
-                &db_url,
-                "--kek-file",
-                &kek,
-                "--signing-key",
-                &signing,
-                "--compute",
-                "sim",
-                "--dns",
-                "sim",
-                "--imds",
-                "sim",
-                "--public-url",
-                &base,
-                "--imds-url",
-                &format!("{base}/sim/imds"),
-                "--agent-insecure-http",
-                "--sim-cidr",
-                sim_cidr,
-                // A boot, a failed sync and a retry, seconds apart: more than a real node sends.
-                "--bootstrap-rate-per-vm",
-                "600",
-                "--bootstrap-rate-per-source",
-                "6000",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let listen = format!("127.0.0.1:{port}");
+    let imds_url = format!("{base}/sim/imds");
+    let mut args: Vec<String> = [
+        "serve",
+        "--listen",
+        &listen,
+        "--database-url",
+        &db_url,
+        "--kek-file",
+        &kek,
+        "--signing-key",
+        &signing,
+        "--compute",
+        "sim",
+        "--dns",
+        "sim",
+        "--imds",
+        "sim",
+        "--public-url",
+        &base,
+        "--imds-url",
+        &imds_url,
+        "--agent-insecure-http",
+        "--sim-cidr",
+        sim_cidr,
+        // A boot, a failed sync and a retry, seconds apart: more than a real node sends.
+        "--bootstrap-rate-per-vm",
+        "600",
+        "--bootstrap-rate-per-source",
+        "6000",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let log = dir.join("api.log");
+    let api = spawn_api(&args, &log, false);
     wait_until("the API", Duration::from_secs(30), || {
         http().get(&format!("{base}/healthz")).call().is_ok()
     });
@@ -143,11 +162,26 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
         base,
         token,
         data: dir.to_owned(),
-        api,
+        api: Mutex::new(api),
+        args,
+        log,
     }
 }
 
 impl Stack {
+    /// Kills the API with SIGKILL mid-whatever, then starts it again with the same command (same
+    /// port, same data); waits until it answers.
+    pub fn kill_and_restart(&self) {
+        let mut api = self.api.lock().unwrap();
+        api.0.kill().unwrap();
+        api.0.wait().unwrap();
+        *api = spawn_api(&self.args, &self.log, true);
+        drop(api);
+        wait_until("the restarted API", Duration::from_secs(30), || {
+            http().get(&format!("{}/healthz", self.base)).call().is_ok()
+        });
+    }
+
     /// `POST /clusters` for `count` nodes, waiting for founding to end; the response status and
     /// body.
     pub fn found(&self, count: i64) -> (u16, serde_json::Value) {

@@ -121,7 +121,7 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
             );
         }
     });
-    eprintln!("{}", availability::check(&samples, 10));
+    eprintln!("{}", availability::check(&samples, 50, 10));
 
     // The operator kubeconfig from before the cluster CA's rotation is refused; a new one works.
     let (ok, _, err) = kubectl(&lan, CLIENT, &first_config, &["get", "--raw", "/api"]);

@@ -353,7 +353,7 @@ fn a_real_control_plane_goes_one_three_one_with_every_other_apiserver_ready() {
         plane.leave();
         plane.leave();
     });
-    eprintln!("{}", availability::check(&samples, 10));
+    eprintln!("{}", availability::check(&samples, 50, 10));
 
     assert_eq!(plane.nodes.keys().copied().collect::<Vec<_>>(), [first]);
     assert_eq!(plane.marker(first), "before-scaling");
