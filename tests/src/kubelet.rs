@@ -237,6 +237,8 @@ pub struct Runtime {
     /// The kubelet's cgroup root (`/exk8s-<namespace>`).
     pub cgroup_root: String,
     containerd: Option<Proc>,
+    /// containerd's process: the kubelet enters its namespaces.
+    containerd_pid: String,
     kubelet: Option<Proc>,
     /// containerd's mount namespace: its shims and the kubelet share it.
     mount_ns: PathBuf,
@@ -293,6 +295,7 @@ impl Runtime {
             root: root.to_owned(),
             cgroup_root,
             containerd: Some(Proc(containerd)),
+            containerd_pid: pid.clone(),
             kubelet: None,
             mount_ns: PathBuf::new(),
         };
@@ -329,27 +332,42 @@ impl Runtime {
             String::from_utf8_lossy(&imported.stderr)
         );
 
+        runtime.start_kubelet();
+        runtime
+    }
+
+    /// Starts the kubelet from its rendered unit at the release the unit names
+    /// (`/opt/exk8s/kubernetes/<version>/kubelet`), as the node would; a kubelet already running
+    /// is stopped first, as systemd restarts it when an update changed its unit.
+    pub fn start_kubelet(&mut self) {
+        if let Some(old) = self.kubelet.take() {
+            old.terminate(Duration::from_secs(30));
+        }
         let unit =
-            std::fs::read_to_string(root.join("etc/systemd/system/kubelet.service")).unwrap();
+            std::fs::read_to_string(self.root.join("etc/systemd/system/kubelet.service")).unwrap();
         let exec = exec_start(&unit);
-        // The unit names its release's kubelet (`/opt/exk8s/kubernetes/<version>/kubelet`): the
-        // harness runs that release's binary, as the node would.
         let release = exec[0]
             .strip_prefix("/opt/exk8s/kubernetes/")
             .and_then(|rest| rest.strip_suffix("/kubelet"))
             .unwrap_or_else(|| panic!("the unit runs {}, not a release's kubelet", exec[0]));
+        let log = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.root.join("kubelet.log"))
+                .unwrap()
+        };
         let kubelet = Command::new("nsenter")
-            .args(["--target", &pid, "--mount", "--net", "--"])
+            .args(["--target", &self.containerd_pid, "--mount", "--net", "--"])
             .arg(crate::bins::kubernetes_at(release, "kubelet"))
             .args(&exec[1..])
-            .args(machine.kubelet_flags(&runtime.cgroup_root))
+            .args(Machine::read().kubelet_flags(&self.cgroup_root))
             .stdin(Stdio::null())
-            .stdout(log("kubelet.log"))
-            .stderr(log("kubelet.log"))
+            .stdout(log())
+            .stderr(log())
             .spawn()
             .unwrap();
-        runtime.kubelet = Some(Proc(kubelet));
-        runtime
+        self.kubelet = Some(Proc(kubelet));
     }
 
     /// Panics with its log's tail when containerd or the kubelet has exited.

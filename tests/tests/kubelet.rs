@@ -10,6 +10,8 @@
 //! label and toleration; the controller-manager gives each Node its block of the pod CIDR and
 //! containerd writes the rendered bridge template with it, so the pod's address is in the
 //! worker's block; and `kubectl logs` and `exec` reach it through the apiserver's kubelet client certificate.
+//! Then the control plane is upgraded to the next minor: its kubelet, restarted from its new unit
+//! at the new release, re-registers its Node at it, while the worker's stays where it was.
 
 #![allow(
     clippy::unwrap_used,
@@ -20,6 +22,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
 use exk8s_tests::cluster::{agent_ok, found, operator};
 use exk8s_tests::control_plane::{Node, STATIC_PODS, exec_start, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
@@ -52,7 +55,12 @@ fn first_pem(text: &str) -> String {
 fn each_nodes_kubelet_runs_from_its_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let stack = start_dev(&dir.join("dev"), "10.219.0.0/24", &dir.join("api.log"), &[]);
+    let stack = start_dev(
+        &dir.join("dev"),
+        "10.219.0.0/24",
+        &dir.join("api.log"),
+        &["--kubernetes-versions", "v1.35.3,v1.36.3"],
+    );
     let founded = found(
         &stack,
         dir,
@@ -311,6 +319,70 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
         get(&["exec", "hello", "--", "echo", "exec works"]),
         "exec works\n"
     );
+
+    // An upgrade of the control plane: its node syncs, its static pods and then its kubelet
+    // restart at the new release (as its kubelet and systemd would), and the kubelet
+    // re-registers its Node at it.
+    let started: Value = operator(&stack, "PATCH", &format!("/clusters/{cluster}"))
+        .send_json(json!({"kubernetes_version": NEXT_KUBERNETES_VERSION}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(started["upgrade"], "upgrading", "{started}");
+    agent_ok(&stack, &founded, &cp_root, cp_vm, "sync");
+    assert_eq!(node.sync_static_pods(&lan).len(), STATIC_PODS.len());
+    runtimes[0].start_kubelet();
+    let kubelet_version = || {
+        let (ok, out, _) = kubectl(
+            &lan,
+            0,
+            &admin,
+            &[
+                "get",
+                "node",
+                &cp_name,
+                "-o",
+                "jsonpath={.status.nodeInfo.kubeletVersion}",
+            ],
+        );
+        if ok { out } else { String::new() }
+    };
+    wait_until(
+        "the kubelet to re-register at the new release",
+        READY,
+        || kubelet_version() == NEXT_KUBERNETES_VERSION,
+    );
+    let (ok, _, err) = kubectl(
+        &lan,
+        0,
+        &admin,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            &format!("node/{cp_name}"),
+            "--timeout=60s",
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, version, err) = kubectl(&lan, 0, &admin, &["get", "--raw", "/version"]);
+    assert!(
+        ok && version.contains(NEXT_KUBERNETES_VERSION),
+        "{version} {err}"
+    );
+    // The worker keeps its release until its pool is replaced: the skew policy allows it.
+    let (_, worker_version, _) = kubectl(
+        &lan,
+        0,
+        &admin,
+        &[
+            "get",
+            "node",
+            &worker_name,
+            "-o",
+            "jsonpath={.status.nodeInfo.kubeletVersion}",
+        ],
+    );
+    assert_eq!(worker_version, KUBERNETES_VERSION);
     drop(runtimes);
     node.assert_running();
 }
