@@ -153,6 +153,37 @@ pub struct Booted {
     pub endpoints: String,
 }
 
+impl Booted {
+    /// The members' addresses, in VM order.
+    pub fn ips(&self) -> Vec<String> {
+        self.founded
+            .vms
+            .iter()
+            .map(|vm| self.founded.ip_of[vm].clone())
+            .collect()
+    }
+
+    /// The control plane's DNS name.
+    pub fn dns_name(&self) -> &str {
+        self.founded.created["control_plane_dns_name"]
+            .as_str()
+            .unwrap()
+    }
+
+    /// A LAN of a namespace per member (indexes 0–2) and then one per address of `clients`,
+    /// where the control plane's name resolves to every member.
+    pub fn lan(&self, clients: &[&str]) -> crate::netns::Lan {
+        let ips = self.ips();
+        let hosts: String = ips
+            .iter()
+            .map(|ip| format!("{ip} {}\n", self.dns_name()))
+            .collect();
+        let mut addresses: Vec<&str> = ips.iter().map(String::as_str).collect();
+        addresses.extend_from_slice(clients);
+        crate::netns::Lan::new(&addresses, 24, &hosts)
+    }
+}
+
 pub fn boot_three(dir: &Path, sim_cidr: &str) -> Booted {
     boot_three_with(dir, sim_cidr, &[])
 }

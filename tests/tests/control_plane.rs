@@ -287,19 +287,8 @@ fn three_nodes_run_three_apiservers_over_one_etcd_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let booted = exk8s_tests::cluster::boot_three(dir, "10.218.0.0/24");
-    let founded = &booted.founded;
-    let ips: Vec<String> = founded
-        .vms
-        .iter()
-        .map(|vm| founded.ip_of[vm].clone())
-        .collect();
-    let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
-    let hosts: String = ips.iter().map(|ip| format!("{ip} {dns_name}\n")).collect();
-    let lan = Lan::new(
-        &ips.iter().map(String::as_str).collect::<Vec<_>>(),
-        24,
-        &hosts,
-    );
+    let ips = booted.ips();
+    let lan = booted.lan(&[]);
     let mut nodes: Vec<Node> = booted
         .roots
         .iter()

@@ -22,7 +22,6 @@ use std::path::Path;
 use exk8s_tests::availability::{self, Shared};
 use exk8s_tests::cluster::{boot_three, operator, view};
 use exk8s_tests::control_plane::kubectl;
-use exk8s_tests::netns::Lan;
 use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
 use serde_json::json;
 
@@ -71,21 +70,9 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
     let dir = dir.path();
     let booted = boot_three(dir, "10.219.0.0/24");
     let founded = &booted.founded;
-    let mut ips: Vec<String> = founded
-        .vms
-        .iter()
-        .map(|vm| founded.ip_of[vm].clone())
-        .collect();
-    let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
-    let hosts: String = ips.iter().map(|ip| format!("{ip} {dns_name}\n")).collect();
-    let mut addresses = ips.clone();
-    addresses.push("10.219.0.250".to_owned());
-    let lan = Lan::new(
-        &addresses.iter().map(String::as_str).collect::<Vec<_>>(),
-        24,
-        &hosts,
-    );
-    ips.truncate(3);
+    let ips = booted.ips();
+    let dns_name = booted.dns_name();
+    let lan = booted.lan(&["10.219.0.250"]);
     let first_config = dir.join("operator-before.kubeconfig");
     operator_kubeconfig(&booted.stack, founded.cluster, &first_config);
     let serving = ips.iter().cloned().enumerate().collect();

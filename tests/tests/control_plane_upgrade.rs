@@ -21,7 +21,6 @@ use exk8s_tests::availability::{self, Shared};
 use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
 use exk8s_tests::cluster::{boot_three_with, operator, view};
 use exk8s_tests::control_plane::kubectl;
-use exk8s_tests::netns::Lan;
 use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
 use serde_json::{Value, json};
 
@@ -44,20 +43,9 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
     let offered = format!("{KUBERNETES_VERSION},{NEXT_KUBERNETES_VERSION}");
     let booted = boot_three_with(dir, "10.223.0.0/24", &["--kubernetes-versions", &offered]);
     let founded = &booted.founded;
-    let ips: Vec<String> = founded
-        .vms
-        .iter()
-        .map(|vm| founded.ip_of[vm].clone())
-        .collect();
-    let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
-    let hosts: String = ips.iter().map(|ip| format!("{ip} {dns_name}\n")).collect();
-    let mut addresses = ips.clone();
-    addresses.push("10.223.0.250".to_owned());
-    let lan = Lan::new(
-        &addresses.iter().map(String::as_str).collect::<Vec<_>>(),
-        24,
-        &hosts,
-    );
+    let ips = booted.ips();
+    let dns_name = booted.dns_name();
+    let lan = booted.lan(&["10.223.0.250"]);
     let config = dir.join("operator.kubeconfig");
     operator_kubeconfig(&booted.stack, founded.cluster, &config);
     let shared = Shared::new(ips.iter().cloned().enumerate().collect(), config.clone());
