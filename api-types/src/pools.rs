@@ -49,6 +49,11 @@ pub struct CreatePoolRequest {
     pub labels: Option<BTreeMap<String, String>>,
     /// Taints the kubelets register their nodes with.
     pub taints: Option<Vec<TaintRequest>>,
+    /// Workers made beyond `count` while workers of another release are replaced (new ones
+    /// first, then the old drained and released; Cluster API's `maxSurge`), 1–10; default 1.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<i64>,
 }
 
 /// `PATCH /clusters/{id}/node-pools/{pool}`: what is given changes. New labels and taints are
@@ -66,6 +71,10 @@ pub struct UpdatePoolRequest {
     /// plane's own release unpins it: it follows the control plane again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// Workers made beyond `count` during a replacement, 1–10.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<i64>,
 }
 
 /// One worker of a pool.
@@ -114,6 +123,8 @@ pub struct PoolView {
     pub kubernetes_version: String,
     /// It takes the control plane's release once every member runs it (false: pinned).
     pub follow_control_plane: bool,
+    /// Workers made beyond `desired` while workers of another release are replaced.
+    pub max_surge: i64,
     /// `DELETE` was asked: the pool goes once its workers are gone.
     pub deleting: bool,
     /// Why the last attempt to converge the pool failed (it is retried).

@@ -49,12 +49,16 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     cluster,
                     to,
                     wait,
+                    pools,
                     timeout,
                 } => upgrade(
                     &api,
                     &cluster,
                     &to,
-                    wait.then(|| Duration::from_secs(timeout)),
+                    wait.then(|| Wait {
+                        timeout: Duration::from_secs(timeout),
+                        pools,
+                    }),
                     format,
                 ),
                 Command::Versions => versions(&api, format),
@@ -369,11 +373,18 @@ fn scale(api: &Api, cluster: &str, count: i64, format: Format) -> Result<(), Cli
     show(format, &view, cluster_detail)
 }
 
+/// How `exk8s upgrade --wait` waits.
+struct Wait {
+    timeout: Duration,
+    /// The pools that follow the control plane too.
+    pools: bool,
+}
+
 fn upgrade(
     api: &Api,
     cluster: &str,
     to: &str,
-    wait: Option<Duration>,
+    wait: Option<Wait>,
     format: Format,
 ) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
@@ -404,7 +415,16 @@ fn upgrade(
         ),
     }
     let view: ClusterView = match wait {
-        Some(timeout) => watch::until(api, id, watch::Goal::Runs(to.to_owned()), timeout)?,
+        Some(wait) => {
+            let deadline = std::time::Instant::now() + wait.timeout;
+            let view = watch::until(api, id, watch::Goal::Runs(to.to_owned()), wait.timeout)?;
+            if wait.pools {
+                crate::day2::wait_pools(api, id, to, deadline)?;
+                api.get(&format!("/clusters/{id}"))?
+            } else {
+                view
+            }
+        }
         None => api.get(&format!("/clusters/{id}"))?,
     };
     show(format, &view, cluster_detail)

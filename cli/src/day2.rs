@@ -41,6 +41,9 @@ pub(crate) enum Pools {
         /// A node taint, `key=value:Effect` or `key:Effect`; repeatable.
         #[arg(long = "taint")]
         taints: Vec<String>,
+        /// Workers made beyond --count while workers are replaced by a release change (1–10).
+        #[arg(long = "max-surge")]
+        max_surge: Option<i64>,
     },
     /// Grow or shrink a pool (the newest workers go first, drained before their VM is).
     Scale {
@@ -58,6 +61,10 @@ pub(crate) enum Pools {
         /// The release, `v1.MINOR.PATCH`.
         #[arg(long)]
         to: String,
+        /// Workers made beyond the pool's count while it is replaced (1–10; kept for later
+        /// replacements).
+        #[arg(long = "max-surge")]
+        max_surge: Option<i64>,
     },
     /// Delete a pool: its workers are drained and released.
     Delete {
@@ -166,6 +173,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             subnet,
             labels: given_labels,
             taints: given_taints,
+            max_surge,
         } => {
             let id = api.cluster_id(&cluster)?;
             let body = CreatePoolRequest {
@@ -176,6 +184,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
                 subnet_id: Some(subnet),
                 labels: Some(labels(&given_labels)?),
                 taints: Some(taints(&given_taints)?),
+                max_surge,
             };
             let made: PoolView = answer(api.send(
                 "POST",
@@ -201,18 +210,25 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             let changed: PoolView = answer(api.send("PATCH", &path, Some(&body), None)?)?;
             show(format, &changed, pool_table)
         }
-        Pools::Upgrade { cluster, pool, to } => {
+        Pools::Upgrade {
+            cluster,
+            pool,
+            to,
+            max_surge,
+        } => {
             let id = api.cluster_id(&cluster)?;
             let pool = pool_id(api, id, &pool)?;
             let path = format!("/clusters/{id}/node-pools/{pool}");
             let body = UpdatePoolRequest {
                 kubernetes_version: Some(to.clone()),
+                max_surge,
                 ..UpdatePoolRequest::default()
             };
             let changed: PoolView = answer(api.send("PATCH", &path, Some(&body), None)?)?;
             eprintln!(
-                "pool {} goes to {to}: its workers are replaced one at a time, a new one first",
-                changed.name
+                "pool {} goes to {to}: up to {} new workers are made first, then the old ones \
+                 are drained and released one at a time",
+                changed.name, changed.max_surge
             );
             show(format, &changed, pool_table)
         }
@@ -333,6 +349,82 @@ pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// How often [`wait_pools`] looks.
+const POOLS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits until every pool of cluster `id` that follows its control plane runs `to` on each of
+/// its workers, showing each pool's progress as it changes; a pinned pool is named and left.
+pub(crate) fn wait_pools(
+    api: &Api,
+    id: i64,
+    to: &str,
+    deadline: std::time::Instant,
+) -> Result<(), CliError> {
+    let mut said = BTreeMap::new();
+    loop {
+        let pools: Vec<PoolView> = api.get(&format!("/clusters/{id}/node-pools"))?;
+        let mut left = 0;
+        for p in &pools {
+            let line = pool_progress(p, to);
+            if !p.follow_control_plane || pool_runs(p, to) {
+                // Settled: said once.
+            } else {
+                left += 1;
+            }
+            if said.get(&p.id) != Some(&line) {
+                eprintln!("{line}");
+                said.insert(p.id, line);
+            }
+        }
+        if left == 0 {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(CliError::Failed(format!(
+                "{left} pool(s) of cluster {id} did not run {to} in time; they go on in the \
+                 background: `exk8s node-pools list {id}`"
+            )));
+        }
+        std::thread::sleep(POOLS_POLL);
+    }
+}
+
+/// Whether every worker of `pool` runs `to` and none is being replaced.
+fn pool_runs(pool: &PoolView, to: &str) -> bool {
+    pool.kubernetes_version == to
+        && pool.replicas == pool.desired
+        && pool.nodes.len() as i64 == pool.desired
+        && pool
+            .nodes
+            .iter()
+            .all(|n| n.kubernetes_version.as_deref() == Some(to) && n.removal.is_none())
+}
+
+/// One line on where `pool` stands on its way to `to`.
+fn pool_progress(pool: &PoolView, to: &str) -> String {
+    if !pool.follow_control_plane {
+        return format!(
+            "pool {}: pinned at {}, left there (`exk8s node-pools upgrade`)",
+            pool.name, pool.kubernetes_version
+        );
+    }
+    let at = pool
+        .nodes
+        .iter()
+        .filter(|n| n.kubernetes_version.as_deref() == Some(to) && n.removal.is_none())
+        .count();
+    let error = pool
+        .error_message
+        .as_deref()
+        .map_or(String::new(), |e| format!(" (retrying: {e})"));
+    format!(
+        "pool {}: {at}/{} workers run {to}, {} in all{error}",
+        pool.name,
+        pool.desired,
+        pool.nodes.len()
+    )
 }
 
 #[cfg(test)]

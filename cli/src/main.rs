@@ -94,6 +94,10 @@ enum Command {
         /// Follow the upgrade until every member runs it.
         #[arg(long)]
         wait: bool,
+        /// With --wait: then follow the pools that follow the control plane until every one of
+        /// their workers runs it too (pinned pools are named and left).
+        #[arg(long, requires = "wait")]
+        pools: bool,
         /// How long --wait waits, in seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,

@@ -21,6 +21,9 @@ use crate::procs::Proc;
 /// Where a rendered bundle puts what the harness reads.
 pub const ETCD_UNIT: &str = "etc/systemd/system/etcd.service";
 pub const MANIFESTS: &str = "etc/kubernetes/manifests";
+/// Where the harness, playing the kubelet, records the inputs each static pod runs: the
+/// agent's `waits::STAND_IN_KUBELET_DIR`, read by its `EXK8S_AGENT_TEST_PERFORM_WAITS` hook.
+const STAND_IN_KUBELET_DIR: &str = "run/exk8s-test-kubelet";
 /// The static pods of a control-plane node, in the order a kubelet would bring them up.
 pub const STATIC_PODS: [&str; 3] = [
     "kube-apiserver",
@@ -104,6 +107,8 @@ pub struct StaticPod {
     pub args: Vec<String>,
     /// `DirectoryOrCreate` host paths, rebased: the kubelet makes them before the pod starts.
     pub make_dirs: Vec<PathBuf>,
+    /// The digest of the files it mounts, from its annotation.
+    pub inputs: String,
     /// The manifest as written: any change (a mounted file's digest in its annotation too)
     /// makes the kubelet recreate the pod.
     pub manifest: String,
@@ -135,11 +140,16 @@ pub fn static_pod(root: &Path, name: &str) -> StaticPod {
         .filter(|v| v["hostPath"]["type"].as_str() == Some("DirectoryOrCreate"))
         .map(|v| PathBuf::from(rewrite(root, v["hostPath"]["path"].as_str().unwrap())))
         .collect();
+    let inputs = pod["metadata"]["annotations"]["exk8s.io/inputs-sha256"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     StaticPod {
         program,
         version,
         args,
         make_dirs,
+        inputs,
         manifest: text,
     }
 }
@@ -153,6 +163,8 @@ pub struct Node {
     etcd: Option<Proc>,
     /// How much of the agent's recorded actions the harness has acted on (bytes).
     actions_seen: usize,
+    /// (release, program) → what runs in its place ([`Node::run_instead`]).
+    instead: BTreeMap<(String, String), PathBuf>,
 }
 
 /// Where the agent records the host actions it would perform (`--root`).
@@ -171,7 +183,14 @@ impl Node {
             procs: BTreeMap::new(),
             etcd: None,
             actions_seen: 0,
+            instead: BTreeMap::new(),
         }
+    }
+
+    /// From now on a static pod of `program` at `release` runs `path` (a broken build, say).
+    pub fn run_instead(&mut self, release: &str, program: &str, path: &Path) {
+        self.instead
+            .insert((release.to_owned(), program.to_owned()), path.to_owned());
     }
 
     fn spawn(
@@ -251,8 +270,16 @@ impl Node {
             for dir in &pod.make_dirs {
                 std::fs::create_dir_all(dir).unwrap();
             }
-            let program = crate::bins::kubernetes_at(&pod.version, &pod.program);
+            let program = self
+                .instead
+                .get(&(pod.version.clone(), pod.program.clone()))
+                .cloned()
+                .unwrap_or_else(|| crate::bins::kubernetes_at(&pod.version, &pod.program));
             let proc = self.spawn(lan, &program, &pod.args, &[], &format!("{name}.log"));
+            // What the kubelet reports through the mirror pod: the inputs the pod runs.
+            let record = self.root.join(STAND_IN_KUBELET_DIR);
+            std::fs::create_dir_all(&record).unwrap();
+            std::fs::write(record.join(format!("{name}.yaml")), &pod.inputs).unwrap();
             self.procs.insert(name.to_owned(), (pod, proc));
             started.push(name);
         }

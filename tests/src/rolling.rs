@@ -5,6 +5,7 @@
 //! Availability is sampled meanwhile ([`crate::availability`]).
 
 use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::availability::Shared;
@@ -73,6 +74,67 @@ impl<'a> Rolling<'a> {
     /// before the next; how many processes were restarted.
     pub fn sync_round(&mut self) -> usize {
         (0..3).map(|i| self.sync(i)).sum()
+    }
+
+    /// Node `i`'s agent syncs in its namespace and waits, for real, for what it restarts
+    /// (each wait at most `wait_cap`; the agent's test hook), while the harness restarts what
+    /// the agent changed as the kubelet and systemd would — so a component that never gets
+    /// healthy fails the sync, and the files the agent then puts back are restarted too. Node
+    /// `i` is ready again at the end; the agent's output.
+    pub fn sync_waiting(&mut self, i: usize, wait_cap: Duration) -> std::process::Output {
+        let vm = self.booted.founded.vms[i];
+        let port: u16 = self
+            .booted
+            .stack
+            .base
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let _api = self.lan.forward_loopback(i, port);
+        let mut agent = crate::members::agent_with(
+            self.lan.command(i, crate::procs::binary("exk8s-agent")),
+            &self.booted.stack,
+            &self.booted.founded,
+            &self.booted.roots[i],
+            vm,
+            "sync",
+        );
+        let mut child = agent
+            .env(
+                "EXK8S_AGENT_TEST_PERFORM_WAITS",
+                wait_cap.as_secs().to_string(),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The agent's output, read meanwhile so that it never blocks on a full pipe.
+        let mut stderr = child.stderr.take().unwrap();
+        let log = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut stderr, &mut text).unwrap();
+            text
+        });
+        self.shared.set_changing(Some(i));
+        while child.try_wait().unwrap().is_none() {
+            self.nodes[i].sync_etcd(self.lan);
+            self.nodes[i].sync_static_pods(self.lan);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut out = child.wait_with_output().unwrap();
+        out.stderr = log.join().unwrap();
+        eprintln!(
+            "node {i}'s agent ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.nodes[i].sync_etcd(self.lan);
+        self.nodes[i].sync_static_pods(self.lan);
+        self.wait_ready(i);
+        self.shared.set_changing(None);
+        out
     }
 
     /// Node `i` syncs, is restarted from its new files and is ready again; how many processes

@@ -6,7 +6,11 @@
 //! release its manifest's image names, as a kubelet would, so the control plane really is mixed
 //! mid-way: new apiservers beside old ones on one etcd. Every apiserver's `/readyz` and the
 //! operator's `GET /api` are sampled every 200 ms throughout: no failure except on the node being
-//! restarted. Mid-way the operator rolls back (`PATCH` to the release the others run: the upgraded
+//! restarted. First the new release's apiserver is broken (a real one that cannot verify etcd):
+//! the first member's agent, waiting for real, sees it never get ready, puts the previous files
+//! back (the old apiserver runs again) and reports the sync failed; the upgrade stops there,
+//! saying where and why, and no other member is handed the release; the operator rolls back.
+//! With a working build the upgrade starts again; mid-way the operator rolls back (`PATCH` to the release the others run: the upgraded
 //! member goes back to it), then upgrades again, to the end — the API killed with SIGKILL and
 //! restarted after the first member. At the end every apiserver reports the new release, the cluster's `version` is it,
 //! and a ConfigMap written before the upgrade is read after it.
@@ -18,7 +22,10 @@
 )]
 
 use exk8s_tests::availability::{self, Shared};
-use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION, kubernetes_at};
 use exk8s_tests::cluster::{boot_three_with, operator, view};
 use exk8s_tests::control_plane::kubectl;
 use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
@@ -26,6 +33,40 @@ use serde_json::{Value, json};
 
 /// The client namespace's index in the LAN (after the three nodes).
 const CLIENT: usize = 3;
+
+/// How long the agent waits for a component it restarted before it gives up (the plan's
+/// deadline, shortened for the test).
+const WAIT_CAP: Duration = Duration::from_secs(25);
+
+/// A kube-apiserver of `release` that runs but never gets ready: it trusts the cluster CA
+/// instead of etcd's, so no etcd server verifies. Written under `dir`.
+fn broken_apiserver(dir: &Path, root: &Path, release: &str) -> PathBuf {
+    let real = kubernetes_at(release, "kube-apiserver");
+    let wrong_ca = root.join("etc/exk8s/pki/ca.pem");
+    let path = dir.join("broken-kube-apiserver");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nexec {} \"$@\" --etcd-cafile={}\n",
+            real.display(),
+            wrong_ca.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+/// The cluster's `RollingOut` condition.
+fn rolling_out(view: &Value) -> Value {
+    view["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "RollingOut")
+        .unwrap()
+        .clone()
+}
 
 /// The release node `i`'s apiserver reports, asked through its own super-admin kubeconfig.
 fn apiserver_release(cluster: &Rolling<'_>, i: usize) -> String {
@@ -79,6 +120,52 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
             .unwrap()
     };
     let samples = availability::sample_during(&lan, CLIENT, dns_name, &shared, || {
+        // A broken build: the first member fails to run it, goes back, and the upgrade stops.
+        shared.step("upgrade to a broken apiserver");
+        let broken = broken_apiserver(dir, &booted.roots[0], NEXT_KUBERNETES_VERSION);
+        cluster.nodes[0].run_instead(NEXT_KUBERNETES_VERSION, "kube-apiserver", &broken);
+        assert_eq!(patch(NEXT_KUBERNETES_VERSION)["upgrade"], "upgrading");
+        let failed = cluster.sync_waiting(0, WAIT_CAP);
+        let log = String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success(), "the sync must fail: {log}");
+        assert!(
+            log.contains("wait for static pod kube-apiserver") && log.contains("not healthy"),
+            "the agent names the wait that failed: {log}"
+        );
+        assert_eq!(
+            apiserver_release(&cluster, 0),
+            KUBERNETES_VERSION,
+            "put back"
+        );
+        let stopped = view(&booted.stack, id);
+        let condition = rolling_out(&stopped);
+        let message = condition["message"].as_str().unwrap();
+        let first = stopped["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["vm_id"] == founded.vms[0])
+            .unwrap();
+        assert!(
+            message.contains("stopped") && message.contains(first["name"].as_str().unwrap()),
+            "the upgrade stops at the member that failed: {condition}"
+        );
+        assert_eq!(stopped["version"], KUBERNETES_VERSION);
+        // No other member is handed the release while one failed.
+        for i in 1..3 {
+            assert_eq!(cluster.sync(i), 0, "node {i} waits");
+            assert_eq!(apiserver_release(&cluster, i), KUBERNETES_VERSION);
+        }
+        shared.step("roll back the broken upgrade");
+        assert_eq!(patch(KUBERNETES_VERSION)["upgrade"], "rolling-back");
+        cluster.sync_round();
+        assert_eq!(rolling_out(&view(&booted.stack, id))["status"], "False");
+        cluster.nodes[0].run_instead(
+            NEXT_KUBERNETES_VERSION,
+            "kube-apiserver",
+            &kubernetes_at(NEXT_KUBERNETES_VERSION, "kube-apiserver"),
+        );
+
         // The first member takes the new release; then the operator thinks better of it.
         shared.step("upgrade, first member");
         let started = patch(NEXT_KUBERNETES_VERSION);
@@ -127,12 +214,7 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
     eprintln!("{}", availability::check(&samples, 20, 10));
 
     let after = view(&booted.stack, id);
-    let rolling = after["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "RollingOut")
-        .unwrap();
+    let rolling = rolling_out(&after);
     assert_eq!(rolling["status"], "False", "{rolling}");
     for node in after["nodes"].as_array().unwrap() {
         assert_eq!(

@@ -209,6 +209,54 @@ static FAILED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// them too; every other action stays recorded only. Unset in production.
 const PERFORM_ETCD_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_ETCD";
 
+/// Test hook: when set to a number of seconds, a [`RecordingHost`] with a root performs the
+/// health waits a harness without kubelets can answer — etcd's health, the apiserver's
+/// `/readyz`, a component's `/healthz`, and for a static pod (whose mirror pod only a kubelet
+/// makes) the probe its manifest gives the kubelet ([`waits::manifest_probe`]) — each for at
+/// most that long, and records them too. Unset in production.
+const PERFORM_WAITS_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_WAITS";
+
+/// [`PERFORM_WAITS_HOOK`]'s cap, when it is set.
+fn waits_cap() -> Option<Duration> {
+    std::env::var(PERFORM_WAITS_HOOK)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+}
+
+/// Performs `action` for real when it is a wait [`PERFORM_WAITS_HOOK`] covers, at most `cap`.
+fn perform_wait(root: &Path, action: &HostAction<'_>, cap: Duration) -> Option<Result<(), String>> {
+    let capped = |timeout: Duration| timeout.min(cap);
+    match action {
+        HostAction::WaitEtcd(probe) => Some(waits::etcd(
+            root,
+            &waits::EtcdProbe {
+                timeout: capped(probe.timeout),
+                ..probe.clone()
+            },
+        )),
+        HostAction::WaitApiserver(probe) => Some(waits::apiserver(
+            root,
+            &waits::ApiserverProbe {
+                timeout: capped(probe.timeout),
+                ..probe.clone()
+            },
+        )),
+        HostAction::WaitComponent(probe) => Some(waits::component(&waits::ComponentProbe {
+            timeout: capped(probe.timeout),
+            ..probe.clone()
+        })),
+        HostAction::WaitStaticPod(probe) => Some(waits::manifest_probe(
+            root,
+            &waits::StaticPodProbe {
+                timeout: capped(probe.timeout),
+                ..probe.clone()
+            },
+        )),
+        _ => None,
+    }
+}
+
 impl Host for RecordingHost {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
         let line = action.to_string();
@@ -236,12 +284,13 @@ impl Host for RecordingHost {
             (Some(root), HostAction::CheckEtcd(probe)) if perform_etcd => {
                 Some(waits::etcd(root, probe))
             }
+            (Some(root), _) => waits_cap().and_then(|cap| perform_wait(root, action, cap)),
             _ => None,
         };
         match performed {
             Some(result) => {
                 result.map_err(|reason| step_error(action, reason))?;
-                log_info!("performed and recorded ({PERFORM_ETCD_HOOK}): {line}");
+                log_info!("performed and recorded (a test hook): {line}");
             }
             None => log_info!("recorded (not performed): {line}"),
         }

@@ -156,6 +156,7 @@ fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), A
             }
             host.perform(&HostAction::WaitStaticPod(waits::StaticPodProbe {
                 kubeconfig: kubeconfig.as_str().into(),
+                manifest: manifest.as_str().into(),
                 mirror_pod: mirror_pod.to_string(),
                 inputs_sha256: inputs_sha256.to_hex(),
                 timeout: secs(timeout_secs),

@@ -30,6 +30,8 @@ pub struct PoolRow {
     pub kubernetes_version: Option<String>,
     /// It takes the control plane's release once every member runs it (unless pinned).
     pub follow_control_plane: bool,
+    /// Workers made beyond `desired_count` while workers of another release are replaced.
+    pub max_surge: i64,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -46,6 +48,7 @@ pub struct NewPool<'a> {
     pub taints_json: &'a str,
     pub desired_count: i64,
     pub kubernetes_version: &'a str,
+    pub max_surge: i64,
 }
 
 pub async fn insert(
@@ -55,8 +58,8 @@ pub async fn insert(
 ) -> Result<i64, DbError> {
     let row = sqlx::query(
         "INSERT INTO node_pools (cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
-         taints_json, desired_count, kubernetes_version, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) RETURNING id",
+         taints_json, desired_count, kubernetes_version, max_surge, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING id",
     )
     .bind(pool.cluster_id)
     .bind(pool.name)
@@ -67,6 +70,7 @@ pub async fn insert(
     .bind(pool.taints_json)
     .bind(pool.desired_count)
     .bind(pool.kubernetes_version)
+    .bind(pool.max_surge)
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
@@ -75,7 +79,7 @@ pub async fn insert(
 
 pub(super) const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
     taints_json, desired_count, deleting, last_error, kubernetes_version, follow_control_plane, \
-    created_at, updated_at";
+    max_surge, created_at, updated_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
     Ok(PoolRow {
@@ -92,6 +96,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
         last_error: r.try_get("last_error")?,
         kubernetes_version: r.try_get("kubernetes_version")?,
         follow_control_plane: r.try_get::<i64, _>("follow_control_plane")? != 0,
+        max_surge: r.try_get("max_surge")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
     })
@@ -128,6 +133,7 @@ pub struct PoolChange<'a> {
     pub desired_count: Option<i64>,
     pub labels_json: Option<&'a str>,
     pub taints_json: Option<&'a str>,
+    pub max_surge: Option<i64>,
 }
 
 /// Applies `change` to a pool that is not being deleted; false when there is no such pool.
@@ -140,13 +146,14 @@ pub async fn update<'c>(
     let done = sqlx::query(
         "UPDATE node_pools SET desired_count = COALESCE($1, desired_count), \
          labels_json = COALESCE($2, labels_json), taints_json = COALESCE($3, taints_json), \
-         updated_at = $4 WHERE id = $5 AND deleting = 0",
+         max_surge = COALESCE($6, max_surge), updated_at = $4 WHERE id = $5 AND deleting = 0",
     )
     .bind(change.desired_count)
     .bind(change.labels_json)
     .bind(change.taints_json)
     .bind(now)
     .bind(id)
+    .bind(change.max_surge)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)

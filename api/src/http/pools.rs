@@ -53,6 +53,7 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
         desired: row.desired_count,
         kubernetes_version: row.kubernetes_version.clone().unwrap_or_default(),
         follow_control_plane: row.follow_control_plane,
+        max_surge: row.max_surge,
         deleting: row.deleting,
         error_message: row.last_error,
         nodes: nodes

@@ -155,14 +155,15 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
             }
             continue;
         }
-        // Another release asked for: replaced one surge worker at a time (`super::rolling`).
+        // Another release asked for: replaced, new workers first (`super::rolling`).
         let release = pool
             .kubernetes_version
             .as_deref()
             .unwrap_or(&cluster.kubernetes_version);
+        let surge = usize::try_from(pool.max_surge).unwrap_or(1).max(1);
         // One replacement at a time: the worker going finishes first.
         if !pool.deleting && !waiting {
-            match rolling::step(&active, release, desired) {
+            match rolling::step(&active, release, desired, surge) {
                 rolling::Step::Done => {}
                 rolling::Step::Surge => {
                     let placement = Placement::of(&ctx.machines, &cluster)?;
@@ -179,11 +180,16 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
                 }
             }
         }
-        if active.len() > desired {
-            // Newest first: the highest ordinals were made last.
+        // Beyond the count and what a replacement may make: workers of another release first
+        // (oldest first), then the newest (the highest ordinals were made last).
+        let keep = desired + rolling::allowance(&active, release, desired, surge);
+        if active.len() > keep {
             let mut surplus = active;
-            surplus.sort_by_key(|n| std::cmp::Reverse(n.ordinal));
-            surplus.truncate(surplus.len() - desired);
+            surplus.sort_by_key(|n| {
+                let outdated = rolling::outdated(n, release);
+                (!outdated, if outdated { n.ordinal } else { -n.ordinal })
+            });
+            surplus.truncate(surplus.len() - keep);
             start_draining(ctx, &cluster, &surplus).await?;
             continue;
         }

@@ -124,6 +124,7 @@ pub async fn create(
             taints_json: &spec.registration.taints_json,
             desired_count: spec.count,
             kubernetes_version: &version,
+            max_surge: spec.max_surge,
         },
         db::now(),
     )
@@ -202,6 +203,7 @@ pub async fn update(
             desired_count: change.count,
             labels_json: change.labels_json.as_deref(),
             taints_json: change.taints_json.as_deref(),
+            max_surge: change.max_surge,
         },
         db::now(),
     )
@@ -211,7 +213,7 @@ pub async fn update(
             "pool {pool_id} is being deleted"
         )));
     }
-    tracing::info!(cluster_id, pool_id, count = ?change.count, release = ?change.kubernetes_version.map(|r| r.to_string()), "node pool changed");
+    tracing::info!(cluster_id, pool_id, count = ?change.count, max_surge = ?change.max_surge, release = ?change.kubernetes_version.map(|r| r.to_string()), "node pool changed");
     converge::spawn(ctx.clone(), pool_id);
     get(ctx, org_id, cluster_id, pool_id).await
 }

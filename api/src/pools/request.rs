@@ -11,6 +11,8 @@ pub use exk8s_api_types::pools::{CreatePoolRequest, TaintRequest, UpdatePoolRequ
 
 /// Nodes a pool may have.
 pub const COUNT: std::ops::RangeInclusive<i64> = 0..=1000;
+/// Workers a replacement may make beyond a pool's count.
+pub const MAX_SURGE: std::ops::RangeInclusive<i64> = 1..=10;
 /// A pool's name becomes part of its nodes' names (`<pool>-<vm id>.cluster-<id>.internal`).
 const NAME_MAX: usize = 40;
 
@@ -23,6 +25,7 @@ pub struct PoolSpec {
     pub image_id: i64,
     pub subnet_id: i64,
     pub registration: Registration,
+    pub max_surge: i64,
 }
 
 /// Labels and taints, checked, with their stored (JSON) forms.
@@ -40,6 +43,7 @@ pub struct PoolUpdate {
     pub taints_json: Option<String>,
     /// The release to run (its workers are replaced to match).
     pub kubernetes_version: Option<crate::upgrade::skew::Release>,
+    pub max_surge: Option<i64>,
 }
 
 fn required<T>(field: &str, value: Option<T>) -> Result<T, FieldError> {
@@ -78,6 +82,22 @@ fn check_count(count: i64) -> Result<i64, FieldError> {
         Err(FieldError::new(
             "count",
             format!("count must be between 0 and 1000, not {count}"),
+        ))
+    }
+}
+
+fn check_max_surge(max_surge: i64) -> Result<i64, FieldError> {
+    if MAX_SURGE.contains(&max_surge) {
+        Ok(max_surge)
+    } else {
+        Err(FieldError::new(
+            "max_surge",
+            format!(
+                "max_surge must be between {} and {}, not {max_surge} (workers are always replaced \
+                 new ones first: none is taken down before its replacement is healthy)",
+                MAX_SURGE.start(),
+                MAX_SURGE.end()
+            ),
         ))
     }
 }
@@ -152,6 +172,7 @@ impl Validate for CreatePoolRequest {
                 labels_json: labels_json(&self.labels.unwrap_or_default())?,
                 taints_json: taints_json(&self.taints.unwrap_or_default())?,
             },
+            max_surge: check_max_surge(self.max_surge.unwrap_or(1))?,
         })
     }
 }
@@ -164,10 +185,11 @@ impl Validate for UpdatePoolRequest {
             && self.labels.is_none()
             && self.taints.is_none()
             && self.kubernetes_version.is_none()
+            && self.max_surge.is_none()
         {
             return Err(FieldError::new(
                 "count",
-                "nothing to change: give count, labels, taints or kubernetes_version",
+                "nothing to change: give count, labels, taints, kubernetes_version or max_surge",
             ));
         }
         Ok(PoolUpdate {
@@ -183,6 +205,7 @@ impl Validate for UpdatePoolRequest {
                     })
                 })
                 .transpose()?,
+            max_surge: self.max_surge.map(check_max_surge).transpose()?,
         })
     }
 }
@@ -208,6 +231,7 @@ mod tests {
         assert_eq!(spec.count, 3);
         assert_eq!(spec.registration.labels_json, "{}");
         assert_eq!(spec.registration.taints_json, "[]");
+        assert_eq!(spec.max_surge, 1);
     }
 
     #[test]
@@ -222,6 +246,8 @@ mod tests {
             ("instance_type", json!("e2 medium"), "instance_type must"),
             ("image_id", json!(0), "positive"),
             ("subnet_id", json!(null), "subnet_id is required"),
+            ("max_surge", json!(0), "between 1 and 10"),
+            ("max_surge", json!(11), "between 1 and 10"),
         ];
         for (field, value, says) in cases {
             let mut body = good();
@@ -265,5 +291,15 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(ok.validate().unwrap().count, Some(0));
+        let surge = UpdatePoolRequest {
+            max_surge: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(surge.validate().unwrap().max_surge, Some(3));
+        let bad = UpdatePoolRequest {
+            max_surge: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "max_surge");
     }
 }

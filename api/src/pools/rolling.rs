@@ -1,14 +1,12 @@
 //! Moving a pool to another Kubernetes release by replacement, as Cluster API's
-//! MachineDeployment rolls out (`maxSurge` 1, `maxUnavailable` 0): one new worker is made at the
-//! pool's release beside the others; once every worker of that release is healthy, the oldest
-//! worker of another release is drained (by a control-plane node's agent, as a scale-down is) and
-//! its VM released; then the next. The pool never has fewer healthy workers than it asks for,
-//! and no worker changes its release in place.
+//! MachineDeployment rolls out (`maxSurge` the pool's `max_surge`, `maxUnavailable` 0): up to
+//! `max_surge` new workers are made at the pool's release beside the others (never more than
+//! there are workers left to replace); once every worker of that release is healthy, the oldest
+//! worker of another release is drained (by a control-plane node's agent, as a scale-down is)
+//! and its VM released; then the next. The pool never has fewer healthy workers than it asks
+//! for, and no worker changes its release in place.
 
 use crate::db::nodes::NodeRow;
-
-/// Workers made beyond the pool's count while it is replaced.
-pub const SURGE: usize = 1;
 
 /// The next step of a replacement.
 #[derive(Debug, Clone)]
@@ -35,22 +33,43 @@ impl PartialEq for Step<'_> {
     }
 }
 
-/// The next step for a pool asking for `desired` workers at `release`, of which `active` (not
-/// being removed) exist.
-pub fn step<'a>(active: &[&'a NodeRow], release: &str, desired: usize) -> Step<'a> {
-    let outdated = |n: &NodeRow| n.handed_version.as_deref().is_some_and(|v| v != release);
+/// Whether `node` was handed another release than `release`.
+pub fn outdated(node: &NodeRow, release: &str) -> bool {
+    node.handed_version.as_deref().is_some_and(|v| v != release)
+}
+
+/// Workers a pool may have beyond `desired` now: while workers of another release remain, as
+/// many as are left to replace, at most `max_surge`; otherwise none.
+pub fn allowance(active: &[&NodeRow], release: &str, desired: usize, max_surge: usize) -> usize {
+    if desired == 0 {
+        return 0;
+    }
+    max_surge.min(active.iter().filter(|n| outdated(n, release)).count())
+}
+
+/// The next step for a pool asking for `desired` workers at `release`, `max_surge` of them
+/// made beyond it at a time, of which `active` (not being removed) exist.
+pub fn step<'a>(
+    active: &[&'a NodeRow],
+    release: &str,
+    desired: usize,
+    max_surge: usize,
+) -> Step<'a> {
     let Some(oldest) = active
         .iter()
         .copied()
-        .filter(|n| outdated(n))
+        .filter(|n| outdated(n, release))
         .min_by_key(|n| n.ordinal)
     else {
         return Step::Done;
     };
-    if active.len() < desired + SURGE && desired > 0 {
+    if active.len() < desired + allowance(active, release, desired, max_surge) {
         return Step::Surge;
     }
-    if let Some(booting) = active.iter().find(|n| !outdated(n) && !n.phase.healthy()) {
+    if let Some(booting) = active
+        .iter()
+        .find(|n| !outdated(n, release) && !n.phase.healthy())
+    {
         return Step::Wait {
             booting: &booting.node_name,
         };
@@ -89,34 +108,60 @@ mod tests {
             worker(4, Some("v1.35.3"), true),
             worker(5, Some("v1.35.3"), true),
         );
-        assert_eq!(step(&[&a, &b], "v1.35.3", 2), Step::Done);
-        assert_eq!(step(&[&a, &b], new, 2), Step::Surge);
+        assert_eq!(step(&[&a, &b], "v1.35.3", 2, 1), Step::Done);
+        assert_eq!(step(&[&a, &b], new, 2, 1), Step::Surge);
         // The surge worker has not booted: nothing goes yet.
         let c = worker(6, None, false);
         assert_eq!(
-            step(&[&a, &b, &c], new, 2),
+            step(&[&a, &b, &c], new, 2, 1),
             Step::Wait { booting: "blue-6" }
         );
         let c = worker(6, Some(new), false);
         assert_eq!(
-            step(&[&a, &b, &c], new, 2),
+            step(&[&a, &b, &c], new, 2, 1),
             Step::Wait { booting: "blue-6" }
         );
         let c = worker(6, Some(new), true);
-        assert_eq!(step(&[&a, &b, &c], new, 2), Step::Replace(&a));
+        assert_eq!(step(&[&a, &b, &c], new, 2, 1), Step::Replace(&a));
         // The oldest is on its way out: the next surge.
-        assert_eq!(step(&[&b, &c], new, 2), Step::Surge);
+        assert_eq!(step(&[&b, &c], new, 2, 1), Step::Surge);
         let d = worker(7, Some(new), true);
-        assert_eq!(step(&[&b, &c, &d], new, 2), Step::Replace(&b));
-        assert_eq!(step(&[&c, &d], new, 2), Step::Done);
+        assert_eq!(step(&[&b, &c, &d], new, 2, 1), Step::Replace(&b));
+        assert_eq!(step(&[&c, &d], new, 2, 1), Step::Done);
+    }
+
+    #[test]
+    fn a_larger_surge_makes_new_workers_first_then_replaces_the_old() {
+        let new = "v1.36.3";
+        let (a, b, c) = (
+            worker(4, Some("v1.35.3"), true),
+            worker(5, Some("v1.35.3"), true),
+            worker(6, Some("v1.35.3"), true),
+        );
+        assert_eq!(step(&[&a, &b, &c], new, 3, 2), Step::Surge);
+        let d = worker(7, Some(new), true);
+        assert_eq!(step(&[&a, &b, &c, &d], new, 3, 2), Step::Surge);
+        let e = worker(8, Some(new), false);
+        assert_eq!(
+            step(&[&a, &b, &c, &d, &e], new, 3, 2),
+            Step::Wait { booting: "blue-8" }
+        );
+        let e = worker(8, Some(new), true);
+        assert_eq!(step(&[&a, &b, &c, &d, &e], new, 3, 2), Step::Replace(&a));
+        assert_eq!(step(&[&b, &c, &d, &e], new, 3, 2), Step::Surge);
+        let f = worker(9, Some(new), true);
+        assert_eq!(step(&[&b, &c, &d, &e, &f], new, 3, 2), Step::Replace(&b));
+        // One old worker left: no more than one beyond the count.
+        assert_eq!(step(&[&c, &d, &e, &f], new, 3, 2), Step::Replace(&c));
+        assert_eq!(step(&[&d, &e, &f], new, 3, 2), Step::Done);
     }
 
     #[test]
     fn a_pool_scaled_to_zero_makes_nothing_and_a_larger_surplus_drains_old_first() {
         let new = "v1.36.3";
         let a = worker(4, Some("v1.35.3"), true);
-        assert_eq!(step(&[&a], new, 0), Step::Replace(&a));
+        assert_eq!(step(&[&a], new, 0, 1), Step::Replace(&a));
         let (b, c) = (worker(5, Some(new), true), worker(6, Some(new), true));
-        assert_eq!(step(&[&a, &b, &c], new, 1), Step::Replace(&a));
+        assert_eq!(step(&[&a, &b, &c], new, 1, 1), Step::Replace(&a));
     }
 }

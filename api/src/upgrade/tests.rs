@@ -103,6 +103,7 @@ fn a_pool_being_replaced_counts_its_oldest_worker() {
         last_error: None,
         kubernetes_version: Some("v1.36.3".into()),
         follow_control_plane: true,
+        max_surge: 1,
         created_at: 0,
         updated_at: 0,
     };

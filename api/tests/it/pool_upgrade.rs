@@ -210,4 +210,93 @@ async fn wait_until_view(
     pool(app, cluster, id).await
 }
 
+async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: Backend) {
+    let config = exk8s_api::app::ApiConfig {
+        kubernetes_versions: vec![OLD.into(), NEW.into()],
+        ..test_config()
+    };
+    let app = spawn_with(backend, config, None).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let member = credentials_for(&app, 7, &created).await.remove(0);
+    let key = NodeKey::generate().unwrap();
+    register(&app, &member, &key).await;
+    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
+
+    let path = format!("/clusters/{cluster}/node-pools");
+    let mut body = pool_body("blue", 2);
+    body["max_surge"] = json!(2);
+    let created = app.post(&path).json(&body).send().await.unwrap();
+    let id = json_of(created).await["id"].as_i64().unwrap();
+    let two = settled(&app, cluster, id, 2).await;
+    assert_eq!(two["max_surge"], 2);
+    for (vm, _, _) in workers(&two) {
+        boot_worker(&app, cluster, vm).await;
+    }
+    let bad = app
+        .patch(&format!("{path}/{id}"))
+        .json(&json!({ "max_surge": 0 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
+    assert_eq!(json_of(bad).await["error"]["field"], "max_surge");
+
+    let started = app
+        .patch(&format!("/clusters/{cluster}"))
+        .json(&json!({ "kubernetes_version": NEW }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let update = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+    sync_report(&app, &member, &key, "succeeded", update.identity.generation).await;
+
+    // Both new workers come first; nothing goes before they are healthy.
+    let surged = wait_until_view(&app, cluster, id, |v| workers(v).len() == 4).await;
+    let old: Vec<i64> = workers(&two).iter().map(|(vm, _, _)| *vm).collect();
+    let new: Vec<i64> = workers(&surged)
+        .iter()
+        .map(|(vm, _, _)| *vm)
+        .filter(|vm| !old.contains(vm))
+        .collect();
+    assert_eq!(new.len(), 2, "{surged}");
+    assert_eq!(boot_worker(&app, cluster, new[0]).await, NEW);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        workers(&pool(&app, cluster, id).await)
+            .iter()
+            .all(|(_, _, r)| r.is_none()),
+        "one new worker is not healthy yet: nothing goes"
+    );
+    assert_eq!(boot_worker(&app, cluster, new[1]).await, NEW);
+    for &oldest in &old {
+        let draining = wait_until_view(&app, cluster, id, |v| {
+            workers(v).iter().any(|(_, _, removal)| removal.is_some())
+        })
+        .await;
+        let going: Vec<i64> = workers(&draining)
+            .into_iter()
+            .filter(|(_, _, removal)| removal.is_some())
+            .map(|(vm, _, _)| vm)
+            .collect();
+        assert_eq!(
+            going,
+            vec![oldest],
+            "the old ones go one at a time, oldest first"
+        );
+        let drain = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+        sync_report(&app, &member, &key, "succeeded", drain.identity.generation).await;
+        wait_until_view(&app, cluster, id, |v| {
+            workers(v).iter().all(|(vm, _, _)| *vm != oldest)
+        })
+        .await;
+    }
+    let done = settled(&app, cluster, id, 2).await;
+    let mut left: Vec<i64> = workers(&done).iter().map(|(vm, _, _)| *vm).collect();
+    left.sort_unstable();
+    assert_eq!(left, new, "{done}");
+}
+
 both_backends!(a_pool_follows_its_control_plane_one_surge_worker_at_a_time);
+both_backends!(a_larger_surge_makes_every_new_worker_before_an_old_one_goes);

@@ -50,6 +50,7 @@ async fn insert_worker(tx: &mut sqlx::AnyConnection, cluster: i64, pool: &str, v
             taints_json: r#"[{"key":"dedicated","value":"blue","effect":"NoSchedule"}]"#,
             desired_count: 1,
             kubernetes_version: "v1.35.3",
+            max_surge: 1,
         },
         now,
     )
