@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::dev::{Stack, http};
+use crate::netns::{Forward, Lan};
 use crate::procs::binary;
 
 /// A founded cluster as the tests see it.
@@ -125,6 +126,73 @@ pub fn agent(
         ])
         .output()
         .unwrap()
+}
+
+/// `exk8s-agent <command>` for `vm` in `root`, run inside LAN node `i`'s namespace with the
+/// API's port forwarded into it (while the [`Forward`] lives), performing for real its etcd
+/// membership steps and what talks to the cluster — health waits and drains, each at most
+/// `cap` (the agent's test hooks).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "what an agent run inside a node is made of"
+)]
+pub fn agent_inside(
+    lan: &Lan,
+    i: usize,
+    stack: &Stack,
+    founded: &Founded,
+    root: &Path,
+    vm: i64,
+    command: &str,
+    cap: std::time::Duration,
+) -> (Command, Forward) {
+    let port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
+    let forward = lan.forward_loopback(i, port);
+    let mut agent = crate::members::agent_with(
+        lan.command(i, binary("exk8s-agent")),
+        stack,
+        founded,
+        root,
+        vm,
+        command,
+    );
+    agent.env(
+        "EXK8S_AGENT_TEST_PERFORM_KUBERNETES",
+        cap.as_secs().to_string(),
+    );
+    (agent, forward)
+}
+
+/// Where the agent records (`--root`) an artifact it would install: `install artifact <name>
+/// <version> -> <destination>`.
+const INSTALL_ARTIFACT: &str = "install artifact ";
+
+/// Plays the installer for what the agent recorded in `root`: each Kubernetes binary it would
+/// have downloaded (`/opt/exk8s/kubernetes/<release>/<name>`) is linked to the harness's build
+/// of that release, so a later step that runs it (a drain's kubectl) finds it.
+pub fn install_recorded_artifacts(root: &Path) {
+    let actions = std::fs::read_to_string(root.join("var/lib/exk8s/recorded-actions.log"))
+        .unwrap_or_default();
+    for line in actions.lines() {
+        let Some((what, destination)) = line
+            .strip_prefix(INSTALL_ARTIFACT)
+            .and_then(|rest| rest.split_once(" -> "))
+        else {
+            continue;
+        };
+        let Some((name, release)) = what.split_once(' ') else {
+            continue;
+        };
+        if !destination.starts_with("/opt/exk8s/kubernetes/") {
+            continue;
+        }
+        let at = root.join(destination.trim_start_matches('/'));
+        if at.exists() {
+            continue;
+        }
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(crate::bins::kubernetes_at(release, name), &at).unwrap();
+    }
 }
 
 /// Runs `command` for `vm` and panics with its log unless it succeeds.

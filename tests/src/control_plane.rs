@@ -286,6 +286,45 @@ impl Node {
         started
     }
 
+    /// Runs `agent` (this node's `exk8s-agent`) to its end while playing systemd and the
+    /// kubelet for it: etcd and each static pod are restarted as the agent changes them, so
+    /// the agent's own waits (its test hook) see them; then once more for the files it left
+    /// (put back, say). Its output, its log also shown.
+    pub fn run_agent(
+        &mut self,
+        lan: &Lan,
+        agent: &mut std::process::Command,
+    ) -> std::process::Output {
+        let mut child = agent
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The agent's log, read meanwhile so that it never blocks on a full pipe.
+        let mut stderr = child.stderr.take().unwrap();
+        let log = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut stderr, &mut text).unwrap();
+            text
+        });
+        while child.try_wait().unwrap().is_none() {
+            self.sync_etcd(lan);
+            self.sync_static_pods(lan);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut out = child.wait_with_output().unwrap();
+        out.stderr = log.join().unwrap();
+        eprintln!(
+            "{}'s agent ({}):\n{}",
+            self.root.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.sync_etcd(lan);
+        self.sync_static_pods(lan);
+        out
+    }
+
     /// Panics with its log when a started process has exited.
     pub fn assert_running(&mut self) {
         let root = self.root.clone();

@@ -76,6 +76,11 @@ impl Machine {
             // Two kubelets share this machine's cgroup tree: each would kill the other's pods
             // as orphans. A node's kubelet is alone on its host and uses the default root.
             format!("--cgroup-root={cgroup_root}"),
+            // Every kubelet here and the build share this machine's disk, whose free share
+            // says nothing about a node's own: disk pressure would taint the nodes under test.
+            "--eviction-hard=memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,\
+             imagefs.available<1%,imagefs.inodesFree<1%"
+                .into(),
         ];
         if !self.systemd {
             // No systemd as PID 1 to create cgroups for the `systemd` driver.

@@ -5,7 +5,6 @@
 //! Availability is sampled meanwhile ([`crate::availability`]).
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::availability::Shared;
@@ -83,55 +82,18 @@ impl<'a> Rolling<'a> {
     /// `i` is ready again at the end; the agent's output.
     pub fn sync_waiting(&mut self, i: usize, wait_cap: Duration) -> std::process::Output {
         let vm = self.booted.founded.vms[i];
-        let port: u16 = self
-            .booted
-            .stack
-            .base
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let _api = self.lan.forward_loopback(i, port);
-        let mut agent = crate::members::agent_with(
-            self.lan.command(i, crate::procs::binary("exk8s-agent")),
+        let (mut agent, _api) = crate::cluster::agent_inside(
+            self.lan,
+            i,
             &self.booted.stack,
             &self.booted.founded,
             &self.booted.roots[i],
             vm,
             "sync",
+            wait_cap,
         );
-        let mut child = agent
-            .env(
-                "EXK8S_AGENT_TEST_PERFORM_WAITS",
-                wait_cap.as_secs().to_string(),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The agent's output, read meanwhile so that it never blocks on a full pipe.
-        let mut stderr = child.stderr.take().unwrap();
-        let log = std::thread::spawn(move || {
-            let mut text = Vec::new();
-            std::io::Read::read_to_end(&mut stderr, &mut text).unwrap();
-            text
-        });
         self.shared.set_changing(Some(i));
-        while child.try_wait().unwrap().is_none() {
-            self.nodes[i].sync_etcd(self.lan);
-            self.nodes[i].sync_static_pods(self.lan);
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        let mut out = child.wait_with_output().unwrap();
-        out.stderr = log.join().unwrap();
-        eprintln!(
-            "node {i}'s agent ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.nodes[i].sync_etcd(self.lan);
-        self.nodes[i].sync_static_pods(self.lan);
+        let out = self.nodes[i].run_agent(self.lan, &mut agent);
         self.wait_ready(i);
         self.shared.set_changing(None);
         out

@@ -11,7 +11,11 @@
 //! containerd writes the rendered bridge template with it, so the pod's address is in the
 //! worker's block; and `kubectl logs` and `exec` reach it through the apiserver's kubelet client certificate.
 //! Then the control plane is upgraded to the next minor: its kubelet, restarted from its new unit
-//! at the new release, re-registers its Node at it, while the worker's stays where it was.
+//! at the new release, re-registers its Node at it, while the worker's stays where it was. Then
+//! the pool follows: a new worker is made at the new release, boots from its bundle and
+//! registers Ready at it; the control-plane node's agent drains the old worker for real
+//! (`kubectl drain` of its release, through its own apiserver) and deletes its Node; the old VM
+//! is released, and the Deployment that ran on the old worker runs on the new one.
 
 #![allow(
     clippy::unwrap_used,
@@ -23,7 +27,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
-use exk8s_tests::cluster::{agent_ok, found, operator};
+use exk8s_tests::cluster::{agent_inside, agent_ok, found, install_recorded_artifacts, operator};
 use exk8s_tests::control_plane::{Node, STATIC_PODS, exec_start, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
 use exk8s_tests::kubelet::{BUSYBOX, Runtime};
@@ -320,6 +324,38 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
         "exec works\n"
     );
 
+    // A workload the pool's replacement must move: a Deployment on the pool's worker.
+    let web = dir.join("web.json");
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "nodeSelector": {"node.kubernetes.io/pool": "blue"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "batch",
+                                 "effect": "NoSchedule"}],
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "web", "image": BUSYBOX, "imagePullPolicy": "Never",
+                    "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}}});
+    std::fs::write(&web, deployment.to_string()).unwrap();
+    get(&["apply", "-f", &web.display().to_string()]);
+    get(&["rollout", "status", "deployment/web", "--timeout=5s"]);
+    let web_node = || {
+        get_once(
+            &lan,
+            &admin,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "--field-selector=status.phase=Running",
+                "-o",
+                "jsonpath={.items[*].spec.nodeName}",
+            ],
+        )
+    };
+    assert_eq!(web_node(), worker_name);
+
     // An upgrade of the control plane: its node syncs, its static pods and then its kubelet
     // restart at the new release (as its kubelet and systemd would), and the kubelet
     // re-registers its Node at it.
@@ -383,6 +419,121 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
         ],
     );
     assert_eq!(worker_version, KUBERNETES_VERSION);
+
+    // Then the pool, which follows the control plane: a new worker at the new release is made
+    // beside the old one (max_surge 1) and boots from its bundle; once it is healthy, the
+    // control plane's agent drains the old worker for real (kubectl drain through its own
+    // apiserver) and deletes its Node, and the old VM is released. The workload moves.
+    let pool_view = || -> Value {
+        operator(
+            &stack,
+            "GET",
+            &format!("/clusters/{cluster}/node-pools/{pool}"),
+        )
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+    };
+    let mut new_vm = None;
+    wait_until("a new worker at the new release", READY, || {
+        let view = pool_view();
+        new_vm = view["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["vm_id"].as_i64())
+            .find(|vm| *vm != worker_vm);
+        new_vm.is_some()
+    });
+    let new_vm = new_vm.unwrap();
+    let new_root = dir.join(format!("worker-{new_vm}"));
+    agent_ok(&stack, &founded, &new_root, new_vm, "run");
+    let new_ip = kubelet_flag(&new_root, "node-ip");
+    let new_name = kubelet_flag(&new_root, "hostname-override");
+    let index = lan.add(&new_ip, &format!("{cp_ip} {dns_name}\n"));
+    runtimes.push(Runtime::start(&lan, index, &new_root));
+    wait_until("the new worker Ready at the new release", READY, || {
+        get_once(
+            &lan,
+            &admin,
+            &[
+                "get",
+                "node",
+                &new_name,
+                "-o",
+                "jsonpath={.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+        ) == format!("{NEXT_KUBERNETES_VERSION} True")
+    });
+    wait_until("the old worker to be drained", READY, || {
+        pool_view()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["vm_id"] == worker_vm && n["removal"] == "draining")
+    });
+    // The control-plane node runs the drain with the kubectl of its release, which the harness
+    // installs (it plays the agent's downloads, as it plays systemd and the kubelet).
+    install_recorded_artifacts(&cp_root);
+    let (mut drainer, _api) = agent_inside(
+        &lan,
+        0,
+        &stack,
+        &founded,
+        &cp_root,
+        cp_vm,
+        "sync",
+        Duration::from_secs(120),
+    );
+    let drained = node.run_agent(&lan, &mut drainer);
+    let log = String::from_utf8_lossy(&drained.stderr);
+    assert!(drained.status.success(), "the drain: {log}");
+    assert!(
+        log.contains(&format!("node {worker_name} drained and deleted")),
+        "{log}"
+    );
+    wait_until("the old worker's VM to be released", READY, || {
+        let view = pool_view();
+        let nodes = view["nodes"].as_array().unwrap();
+        nodes.len() == 1 && nodes[0]["vm_id"] == new_vm
+    });
+    // The VM is gone: its kubelet with it.
+    drop(runtimes.remove(1));
+    let mut nodes: Vec<String> = get_once(
+        &lan,
+        &admin,
+        &["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"],
+    )
+    .split_whitespace()
+    .map(str::to_owned)
+    .collect();
+    nodes.sort();
+    let mut expected = vec![cp_name.clone(), new_name.clone()];
+    expected.sort();
+    assert_eq!(nodes, expected, "the old worker's Node is gone");
+    let start = std::time::Instant::now();
+    while web_node() != new_name {
+        assert!(
+            start.elapsed() < READY,
+            "the workload on the new worker: {}\n{}",
+            get_once(&lan, &admin, &["get", "pods", "-A", "-o", "wide"]),
+            get_once(&lan, &admin, &["describe", "pods", "-l", "app=web"])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let replaced = pool_view();
+    assert_eq!(replaced["kubernetes_version"], NEXT_KUBERNETES_VERSION);
+    assert_eq!(
+        replaced["nodes"][0]["kubernetes_version"], NEXT_KUBERNETES_VERSION,
+        "{replaced}"
+    );
     drop(runtimes);
     node.assert_running();
+}
+
+/// `kubectl args` once through node 0; its output, or nothing when it failed.
+fn get_once(lan: &Lan, kubeconfig: &Path, args: &[&str]) -> String {
+    let (ok, out, _) = kubectl(lan, 0, kubeconfig, args);
+    if ok { out } else { String::new() }
 }
