@@ -63,15 +63,17 @@ fi
 # `cargo build` resolved them without and `cargo test` compiled sqlx and the API a second time.
 # The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
 # a cache (scripts/k8s-binaries.sh), beside the Rust build: the versions the renderer pins, and
-# the next minor's release the upgrade test goes to (tests/src/bins.rs names both).
+# the next minor's release the upgrade tests go to, each with its etcd (tests/src/bins.rs names
+# them all).
 k8s_version=v1.35.3
 k8s_next=v1.36.3
 etcd_version=v3.6.10
-log "Kubernetes $k8s_version and $k8s_next and etcd $etcd_version from their Go modules (in the background; built once per machine)"
+etcd_next=v3.6.14
+log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
-    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_version" >"$k8s_log.next"
+    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next"
 } 2>"$k8s_log" &
 k8s_build=$!
 
@@ -86,8 +88,9 @@ fi
 grep '^==> k8s-binaries' "$k8s_log" >&2 || true
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
+EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_K8S_NEXT_BIN
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN
 
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast

@@ -61,6 +61,9 @@ pub struct State {
     /// current ones last: those the last bundle runs and the one before them.
     #[serde(default)]
     pub releases: Vec<String>,
+    /// The same for etcd's releases (`/opt/exk8s/etcd/<version>`).
+    #[serde(default)]
+    pub etcd_releases: Vec<String>,
 }
 
 /// A probe `sync` makes of one component between updates (not etcd: [`EtcdHealth`]), from the

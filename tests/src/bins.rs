@@ -5,8 +5,11 @@
 
 use std::path::PathBuf;
 
-/// The etcd release the renderer pins (`render::input`), built by `scripts/k8s-binaries.sh`.
+/// The etcd release the renderer pins for [`KUBERNETES_VERSION`] (`render::input`), built by
+/// `scripts/k8s-binaries.sh`.
 pub const ETCD_VERSION: &str = "v3.6.10";
+/// The etcd release [`NEXT_KUBERNETES_VERSION`] runs (`EXK8S_ETCD_NEXT_BIN` names its binaries).
+pub const NEXT_ETCD_VERSION: &str = "v3.6.14";
 /// The Kubernetes release the renderer defaults to.
 pub const KUBERNETES_VERSION: &str = "v1.35.3";
 /// The next minor's release the upgrade tests go to (`EXK8S_K8S_NEXT_BIN` names its binaries).
@@ -37,6 +40,22 @@ pub fn etcd(name: &str) -> PathBuf {
         PathBuf::from,
     );
     found(dir, name)
+}
+
+/// `name` of etcd `version`: [`etcd`] for [`ETCD_VERSION`], the binaries of
+/// [`NEXT_ETCD_VERSION`] from `EXK8S_ETCD_NEXT_BIN`, any other from the cache. A member runs the
+/// release its unit names.
+pub fn etcd_at(version: &str, name: &str) -> PathBuf {
+    if version == ETCD_VERSION {
+        return etcd(name);
+    }
+    let dir = std::env::var_os("EXK8S_ETCD_NEXT_BIN")
+        .filter(|_| version == NEXT_ETCD_VERSION)
+        .map_or_else(
+            || cache().join(format!("etcd-{version}/bin")),
+            PathBuf::from,
+        );
+    found_of(dir, name, NEXT_KUBERNETES_VERSION)
 }
 
 /// `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`, `kubelet` or `kubectl` of

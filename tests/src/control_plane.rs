@@ -227,7 +227,7 @@ impl Node {
         let unit = std::fs::read_to_string(self.root.join(ETCD_UNIT)).unwrap();
         let etcd = self.spawn(
             lan,
-            &crate::bins::etcd("etcd"),
+            &crate::etcd::unit_binary(&unit),
             &etcd_args(&self.root),
             &unit_environment(&self.root, &unit),
             "etcd.log",

@@ -12,12 +12,28 @@ use crate::procs::{Proc, free_port};
 
 /// Where a rendered bundle puts the unit.
 pub const ETCD_UNIT: &str = "etc/systemd/system/etcd.service";
-pub const ETCD_BINARY: &str = "/usr/local/bin/etcd";
+/// Where a rendered unit's etcd lives: `<this>/<version>/etcd`.
+pub const ETCD_RELEASES: &str = "/opt/exk8s/etcd/";
+
+/// The etcd release a rendered unit runs (its ExecStart names the binary of that release).
+pub fn unit_release(unit: &str) -> String {
+    let words = crate::control_plane::exec_start(unit);
+    words[0]
+        .strip_prefix(ETCD_RELEASES)
+        .and_then(|rest| rest.strip_suffix("/etcd"))
+        .unwrap_or_else(|| panic!("the unit runs {}, not a release's etcd", words[0]))
+        .to_owned()
+}
+
+/// The harness's etcd binary for the release a rendered unit runs.
+pub fn unit_binary(unit: &str) -> PathBuf {
+    crate::bins::etcd_at(&unit_release(unit), "etcd")
+}
 
 /// The rendered unit's ExecStart arguments with only the permitted remaps applied.
 pub fn member_args(unit: &str, root: &Path, local_port: u16) -> Vec<String> {
     let words = crate::control_plane::exec_start(unit);
-    assert_eq!(words[0], ETCD_BINARY);
+    unit_release(unit);
     words[1..]
         .iter()
         .map(|arg| {
@@ -134,7 +150,7 @@ fn spawn_member(root: &Path, local_port: u16) -> Proc {
         .append(true)
         .open(root.join("etcd.log"))
         .unwrap();
-    let child = Command::new(crate::bins::etcd("etcd"))
+    let child = Command::new(unit_binary(&unit))
         .args(member_args(&unit, root, local_port))
         .envs(crate::control_plane::unit_environment(root, &unit))
         .stdout(Stdio::null())

@@ -12,7 +12,9 @@
 //! saying where and why, and no other member is handed the release; the operator rolls back.
 //! With a working build the upgrade starts again; mid-way the operator rolls back (`PATCH` to the release the others run: the upgraded
 //! member goes back to it), then upgrades again, to the end — the API killed with SIGKILL and
-//! restarted after the first member. At the end every apiserver reports the new release, the cluster's `version` is it,
+//! restarted after the first member. Each member's etcd moves to the release's etcd (v3.6.10 →
+//! v3.6.14) with it, before its apiserver. At the end every apiserver reports the new release,
+//! the cluster's `version` is it,
 //! and a ConfigMap written before the upgrade is read after it.
 
 #![allow(
@@ -25,9 +27,11 @@ use exk8s_tests::availability::{self, Shared};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION, kubernetes_at};
+use exk8s_tests::bins::{
+    ETCD_VERSION, KUBERNETES_VERSION, NEXT_ETCD_VERSION, NEXT_KUBERNETES_VERSION, kubernetes_at,
+};
 use exk8s_tests::cluster::{boot_three_with, operator, view};
-use exk8s_tests::control_plane::kubectl;
+use exk8s_tests::control_plane::{etcdctl, kubectl};
 use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
 use serde_json::{Value, json};
 
@@ -55,6 +59,25 @@ fn broken_apiserver(dir: &Path, root: &Path, release: &str) -> PathBuf {
     .unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
+}
+
+/// The etcd release node `i`'s member reports (`3.6.14`).
+fn etcd_release(cluster: &Rolling<'_>, ips: &[String], i: usize) -> String {
+    let out = etcdctl(
+        cluster.lan,
+        i,
+        &cluster.booted.roots[i],
+        &format!("https://{}:2379", ips[i]),
+        ("apiserver-etcd-client.pem", "apiserver-etcd-client-key.pem"),
+        &["endpoint", "status", "-w", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    status[0]["Status"]["version"].as_str().unwrap().to_owned()
 }
 
 /// The cluster's `RollingOut` condition.
@@ -93,6 +116,10 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
     let mut cluster = Rolling::start(&booted, &lan, &shared);
     for i in 0..3 {
         assert_eq!(apiserver_release(&cluster, i), KUBERNETES_VERSION);
+        assert_eq!(
+            format!("v{}", etcd_release(&cluster, &ips, i)),
+            ETCD_VERSION
+        );
     }
     // Written through node 0's apiserver (as system:masters: the harness installs no addons,
     // so the operator's group has no binding), read at the end through node 2's.
@@ -238,6 +265,13 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
         ok && out == "yes",
         "the ConfigMap written before: {out} {err}"
     );
+    // Each member's etcd moved to the release's etcd with it, one member at a time.
+    for i in 0..3 {
+        assert_eq!(
+            format!("v{}", etcd_release(&cluster, &ips, i)),
+            NEXT_ETCD_VERSION
+        );
+    }
     for node in &mut cluster.nodes {
         node.assert_running();
     }

@@ -207,7 +207,7 @@ fn a_pinned_artifact_digest_reaches_the_bundle_and_decides_the_download() {
         let root = dir.path().join("image");
         let out = prereqs(&data.join("trusted-keys"), &bundle, &root);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let installed = root.join("usr/local/bin/etcd");
+        let installed = root.join("opt/exk8s/etcd/v3.6.10/etcd");
         if etcd_digest.is_none() {
             assert_eq!(out.status.code(), Some(0), "{stderr}");
             assert_eq!(

@@ -215,17 +215,23 @@ fn apply_steps(
         state.component_checks = components::checks(bundle, &state.component_checks);
         state.reported_components = reporter.seen();
         // The releases this bundle runs, and the last other one the node ran, stay.
-        state.releases = releases::used(&state.releases, &releases::of_bundle(bundle));
-        let keep: BTreeSet<String> = state.releases.iter().cloned().collect();
-        match releases::prune(root, &keep) {
-            Ok(removed) if !removed.is_empty() => {
-                log_info!(
-                    "removed Kubernetes releases no longer needed: {}",
-                    removed.join(", ")
-                );
+        for shelf in releases::SHELVES {
+            let kept = match shelf {
+                releases::Shelf::Kubernetes => &mut state.releases,
+                releases::Shelf::Etcd => &mut state.etcd_releases,
+            };
+            *kept = releases::used(kept, &releases::of_bundle(bundle, shelf));
+            let keep: BTreeSet<String> = kept.iter().cloned().collect();
+            match releases::prune(root, shelf, &keep) {
+                Ok(removed) if !removed.is_empty() => {
+                    log_info!(
+                        "removed {shelf} releases no longer needed: {}",
+                        removed.join(", ")
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => log_warn!("removing old {shelf} releases failed: {e}"),
             }
-            Ok(_) => {}
-            Err(e) => log_warn!("removing old Kubernetes releases failed: {e}"),
         }
         state.save(root)?;
         crate::state::mark_done(root, bundle.freshness.serial)

@@ -1,19 +1,46 @@
-//! Kubernetes releases side by side under `/opt/exk8s/kubernetes/<version>/`: a bundle installs
-//! its release's binaries beside the one running, and its units name them, so a failed update is
-//! undone by putting the old units back — the old binaries never left. Once an update is applied
-//! the releases it does not use are removed, but for the one the node ran before it (a rollback
-//! must find it).
+//! Releases side by side, Kubernetes' under `/opt/exk8s/kubernetes/<version>/` and etcd's under
+//! `/opt/exk8s/etcd/<version>/` (each a [`Shelf`]): a bundle installs its release's binaries
+//! beside the one running, and its units name them, so a failed update is undone by putting the
+//! old units back — the old binaries never left. Once an update is applied the releases of each
+//! shelf it does not use are removed, but for the one the node ran before it (a rollback must
+//! find it).
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use exk8s_common::payload::BundlePayload;
 
-/// Where the releases live, under the root.
-pub const RELEASES: &str = "opt/exk8s/kubernetes";
+/// A directory of releases side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shelf {
+    Kubernetes,
+    Etcd,
+}
 
-/// The releases `bundle`'s artifacts are installed into.
-pub fn of_bundle(bundle: &BundlePayload) -> BTreeSet<String> {
+/// Every shelf.
+pub const SHELVES: [Shelf; 2] = [Shelf::Kubernetes, Shelf::Etcd];
+
+impl Shelf {
+    /// Where its releases live, under the root.
+    pub fn dir(self) -> &'static str {
+        match self {
+            Self::Kubernetes => "opt/exk8s/kubernetes",
+            Self::Etcd => "opt/exk8s/etcd",
+        }
+    }
+}
+
+impl std::fmt::Display for Shelf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Kubernetes => "Kubernetes",
+            Self::Etcd => "etcd",
+        })
+    }
+}
+
+/// The releases of `shelf` that `bundle`'s artifacts are installed into.
+pub fn of_bundle(bundle: &BundlePayload, shelf: Shelf) -> BTreeSet<String> {
     bundle
         .artifacts
         .iter()
@@ -21,7 +48,7 @@ pub fn of_bundle(bundle: &BundlePayload) -> BTreeSet<String> {
             let rest = a
                 .dest
                 .relative()
-                .strip_prefix(RELEASES)?
+                .strip_prefix(shelf.dir())?
                 .strip_prefix('/')?;
             rest.split_once('/').map(|(release, _)| release.to_owned())
         })
@@ -39,9 +66,10 @@ pub fn used(before: &[String], running: &BTreeSet<String>) -> Vec<String> {
     previous.into_iter().chain(running).cloned().collect()
 }
 
-/// Removes every release directory under `root` that `keep` does not name; the ones removed.
-pub fn prune(root: &Path, keep: &BTreeSet<String>) -> std::io::Result<Vec<String>> {
-    let dir = root.join(RELEASES);
+/// Removes every release directory of `shelf` under `root` that `keep` does not name; the ones
+/// removed.
+pub fn prune(root: &Path, shelf: Shelf, keep: &BTreeSet<String>) -> std::io::Result<Vec<String>> {
+    let dir = root.join(shelf.dir());
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -92,19 +120,31 @@ mod tests {
     #[test]
     fn only_the_releases_kept_survive() {
         let root = tempfile::tempdir().unwrap();
+        let releases = root.path().join(Shelf::Kubernetes.dir());
         for release in ["v1.34.6", "v1.35.3", "v1.36.3"] {
-            let dir = root.path().join(RELEASES).join(release);
+            let dir = releases.join(release);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("kubelet"), b"binary").unwrap();
         }
-        std::fs::write(root.path().join(RELEASES).join("notes"), b"not a release").unwrap();
+        let etcd = root.path().join(Shelf::Etcd.dir()).join("v3.6.10");
+        std::fs::create_dir_all(&etcd).unwrap();
+        std::fs::write(releases.join("notes"), b"not a release").unwrap();
         let keep: BTreeSet<String> = ["v1.35.3", "v1.36.3"].map(String::from).into();
-        assert_eq!(prune(root.path(), &keep).unwrap(), ["v1.34.6"]);
-        assert!(root.path().join(RELEASES).join("v1.35.3/kubelet").is_file());
-        assert!(root.path().join(RELEASES).join("v1.36.3/kubelet").is_file());
-        assert!(root.path().join(RELEASES).join("notes").is_file());
+        assert_eq!(
+            prune(root.path(), Shelf::Kubernetes, &keep).unwrap(),
+            ["v1.34.6"]
+        );
+        assert!(releases.join("v1.35.3/kubelet").is_file());
+        assert!(releases.join("v1.36.3/kubelet").is_file());
+        assert!(releases.join("notes").is_file());
+        assert!(etcd.is_dir(), "another shelf is not touched");
+        let etcd_keep: BTreeSet<String> = ["v3.6.14".to_owned()].into();
+        assert_eq!(
+            prune(root.path(), Shelf::Etcd, &etcd_keep).unwrap(),
+            ["v3.6.10"]
+        );
         assert!(
-            prune(&root.path().join("nothing"), &keep)
+            prune(&root.path().join("nothing"), Shelf::Kubernetes, &keep)
                 .unwrap()
                 .is_empty()
         );

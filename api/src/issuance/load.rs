@@ -98,13 +98,12 @@ pub fn cluster(
         name: cluster.name.parse().map_err(IssuanceError::internal)?,
         network,
         pod_cidr: PodCidr::parse(&cluster.pod_cidr).map_err(IssuanceError::internal)?,
-        versions: Versions {
-            kubernetes: cluster
+        versions: Versions::of(
+            cluster
                 .kubernetes_version
                 .parse()
                 .map_err(IssuanceError::internal)?,
-            ..Versions::default()
-        },
+        ),
         encryption_key,
     };
     Ok(Cluster { pki, spec })

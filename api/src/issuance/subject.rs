@@ -133,9 +133,11 @@ pub(super) async fn load(
             // A worker's kubelet follows its pool's version, which moves only after the
             // control plane's.
             if let Some(version) = version {
-                spec.versions.kubernetes = version
-                    .parse()
-                    .map_err(|_| unusable(node, "pool Kubernetes version"))?;
+                spec.versions = crate::render::Versions::of(
+                    version
+                        .parse()
+                        .map_err(|_| unusable(node, "pool Kubernetes version"))?,
+                );
             }
             (
                 db::rotations::get(&ctx.db.pool, cluster.id).await?,

@@ -36,6 +36,8 @@ template!(ClusterEnv => "cluster.env");
 #[derive(Serialize)]
 pub(crate) struct EtcdUnit<'a> {
     pub paths: &'a NodePaths,
+    /// The etcd of the node's release ([`super::paths::etcd_binary`]).
+    pub etcd_binary: String,
     pub name: &'a str,
     pub node_ip: String,
 }

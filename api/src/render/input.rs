@@ -39,6 +39,40 @@ impl Default for Versions {
     }
 }
 
+/// The etcd release each Kubernetes minor runs: kubeadm's choice for that minor (its
+/// `SupportedEtcdVersion`: 3.6.6 for 1.35, 3.6.8 for 1.36) or a newer patch of the same etcd
+/// minor, vetted here. A minor not listed runs the etcd of the nearest listed minor below it
+/// (the first entry's below them all).
+const ETCD_FOR_MINOR: &[(u32, &str)] = &[(35, "v3.6.10"), (36, "v3.6.14")];
+
+/// The etcd release Kubernetes `kubernetes` (`v1.MINOR.PATCH`) runs with ([`ETCD_FOR_MINOR`]).
+pub fn etcd_for(kubernetes: &Version) -> Version {
+    let minor = kubernetes
+        .as_str()
+        .strip_prefix("v1.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    let (_, etcd) = ETCD_FOR_MINOR
+        .iter()
+        .rev()
+        .find(|(m, _)| *m <= minor)
+        .unwrap_or(&ETCD_FOR_MINOR[0]);
+    Version::new(*etcd).unwrap_or_else(|_| unreachable!("the table's literals are valid"))
+}
+
+impl Versions {
+    /// What a node of Kubernetes `kubernetes` runs: its etcd ([`etcd_for`]) and the baseline's
+    /// other versions.
+    pub fn of(kubernetes: Version) -> Self {
+        Self {
+            etcd: etcd_for(&kubernetes),
+            kubernetes,
+            ..Self::default()
+        }
+    }
+}
+
 /// The pod IP range. Like the service CIDR, it must be a network address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PodCidr(IpNet);
@@ -188,6 +222,23 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "test code")]
 
     use super::PodCidr;
+    use exk8s_common::names::Version;
+
+    #[test]
+    fn each_kubernetes_minor_runs_its_etcd() {
+        let etcd = |k: &str| super::etcd_for(&Version::new(k).unwrap()).to_string();
+        assert_eq!(etcd("v1.35.3"), "v3.6.10");
+        assert_eq!(etcd("v1.36.3"), "v3.6.14");
+        assert_eq!(etcd("v1.36.0"), "v3.6.14");
+        // Beyond the table: the nearest minor below, or the first.
+        assert_eq!(etcd("v1.37.2"), "v3.6.14");
+        assert_eq!(etcd("v1.34.6"), "v3.6.10");
+        let of = super::Versions::of(Version::new("v1.36.3").unwrap());
+        assert_eq!(
+            (of.kubernetes.as_str(), of.etcd.as_str()),
+            ("v1.36.3", "v3.6.14")
+        );
+    }
 
     #[test]
     fn each_node_gets_a_block_of_the_pod_cidr() {

@@ -18,7 +18,7 @@ mod worker;
 pub use catalog::{ArtifactCatalog, CatalogError};
 pub use input::{
     ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, Membership, NodeCredentials, PodCidr,
-    RenderInput, Versions,
+    RenderInput, Versions, etcd_for,
 };
 pub use plan::downloads;
 pub use worker::{WorkerInput, WorkerNode, render_worker_bundle};

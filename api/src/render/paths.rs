@@ -59,7 +59,6 @@ pub struct NodePaths {
     pub audit_log_dir: &'static str,
     pub containerd_socket: &'static str,
     pub cni_bin_dir: &'static str,
-    pub etcd_binary: &'static str,
     pub helm_binary: &'static str,
 }
 
@@ -112,7 +111,6 @@ pub const PATHS: NodePaths = NodePaths {
     audit_log_dir: "/var/log/kubernetes/audit",
     containerd_socket: "/run/containerd/containerd.sock",
     cni_bin_dir: "/usr/lib/cni",
-    etcd_binary: "/usr/local/bin/etcd",
     helm_binary: "/usr/local/bin/helm",
 };
 
@@ -121,6 +119,15 @@ pub const PATHS: NodePaths = NodePaths {
 /// kubelet's unit names; a failed update puts the old unit back, and the old binary is still
 /// there. The agent prunes releases older than the previous one.
 pub const KUBERNETES_RELEASES: &str = "/opt/exk8s/kubernetes";
+
+/// Where each etcd release's binary lives, side by side as Kubernetes' do: `<this>/<version>/etcd`.
+/// etcd's unit names the one it runs, so it restarts only when its version changes.
+pub const ETCD_RELEASES: &str = "/opt/exk8s/etcd";
+
+/// The path of etcd `version`'s server binary.
+pub fn etcd_binary(version: &exk8s_common::names::Version) -> String {
+    format!("{ETCD_RELEASES}/{version}/etcd")
+}
 
 /// The path of binary `name` (`kubelet`, `kubectl`) of Kubernetes `version`.
 pub fn kubernetes_binary(version: &exk8s_common::names::Version, name: &str) -> String {

@@ -108,7 +108,7 @@ fn pinned(
             version: etcd,
             url: etcd_tarball.clone(),
             archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcd")),
-            dest: PATHS.etcd_binary.into(),
+            dest: super::paths::etcd_binary(etcd),
         },
         Source {
             name: "etcdctl",

@@ -104,6 +104,13 @@ pub async fn start(
         // Nothing to start: it runs already, or is under way.
         return Ok(decided);
     }
+    // etcd moves a minor at a time and never back: from what the members run now (on a
+    // rollback, the upgraded ones run the target's).
+    let from = match decided {
+        Started::RollingBack { .. } => target,
+        _ => cp.oldest,
+    };
+    skew::etcd(from, to, etcd_of(from).as_str(), etcd_of(to).as_str())?;
     if !matches!(decided, Started::RollingBack { .. }) {
         preflight(&mut tx, &cluster, &nodes, ctx.clock.unix()).await?;
         let pools = db::pools::list(&mut *tx, cluster_id).await?;
@@ -117,6 +124,13 @@ pub async fn start(
     tx.commit().await?;
     tracing::info!(cluster_id, from = %cp.oldest, to = %to, "control plane version change started");
     Ok(decided)
+}
+
+/// The etcd release Kubernetes `release` runs.
+fn etcd_of(release: Release) -> exk8s_common::names::Version {
+    let version = exk8s_common::names::Version::new(release.to_string())
+        .unwrap_or_else(|_| unreachable!("a release is a valid version"));
+    crate::render::etcd_for(&version)
 }
 
 /// The cluster's target, read again under its lock.

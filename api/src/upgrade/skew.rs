@@ -8,6 +8,9 @@
 //!   three minors behind.
 //! - kube-controller-manager and kube-scheduler run beside each apiserver at its version: they
 //!   are never newer than the apiservers they talk to.
+//! - etcd (each release runs the etcd `render::etcd_for` names) moves one minor at a time and
+//!   never down a minor, as etcd's upgrade guides require: a member that ran a newer minor
+//!   cannot go back to the one before (etcd's downgrade is a procedure of its own).
 
 use std::fmt;
 use std::str::FromStr;
@@ -104,6 +107,59 @@ pub enum SkewError {
         to: Release,
         apiserver: Release,
     },
+    #[error(
+        "{to} runs etcd {to_etcd}, {from} runs etcd {from_etcd}: etcd moves one minor at a \
+         time; upgrade to a release that runs etcd 3.{next}.x first"
+    )]
+    EtcdSkipsMinor {
+        from: Release,
+        to: Release,
+        from_etcd: String,
+        to_etcd: String,
+        next: u32,
+    },
+    #[error(
+        "{to} runs etcd {to_etcd}, a minor below the etcd {from_etcd} that {from} runs: etcd \
+         members cannot go down a minor"
+    )]
+    EtcdMinorDowngrade {
+        from: Release,
+        to: Release,
+        from_etcd: String,
+        to_etcd: String,
+    },
+}
+
+/// The minor of an etcd release `v3.MINOR.PATCH` (0 for anything else: the table is ours).
+fn etcd_minor(etcd: &str) -> u32 {
+    etcd.strip_prefix("v3.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// May etcd go from `from_etcd` (what Kubernetes `from` runs) to `to_etcd` (what `to` runs)?
+pub fn etcd(from: Release, to: Release, from_etcd: &str, to_etcd: &str) -> Result<(), SkewError> {
+    let (a, b) = (etcd_minor(from_etcd), etcd_minor(to_etcd));
+    let (from_etcd, to_etcd) = (from_etcd.to_owned(), to_etcd.to_owned());
+    if b < a {
+        return Err(SkewError::EtcdMinorDowngrade {
+            from,
+            to,
+            from_etcd,
+            to_etcd,
+        });
+    }
+    if b > a + 1 {
+        return Err(SkewError::EtcdSkipsMinor {
+            from,
+            to,
+            from_etcd,
+            to_etcd,
+            next: a + 1,
+        });
+    }
+    Ok(())
 }
 
 /// May a control plane whose oldest apiserver runs `from` go to `to`, with its pools' kubelets
@@ -276,5 +332,26 @@ mod tests {
             pool("blue", r("v1.32.9"), apiserver),
             Err(SkewError::KubeletTooOld { .. })
         ));
+    }
+
+    #[test]
+    fn etcd_moves_one_minor_at_a_time_and_never_back() {
+        let (from, to) = (r("v1.36.3"), r("v1.37.2"));
+        assert_eq!(etcd(from, to, "v3.6.10", "v3.6.14"), Ok(()));
+        assert_eq!(etcd(from, to, "v3.6.14", "v3.7.3"), Ok(()));
+        let skipped = etcd(from, to, "v3.5.24", "v3.7.3").unwrap_err();
+        assert!(matches!(skipped, SkewError::EtcdSkipsMinor { next: 6, .. }));
+        assert!(
+            skipped.to_string().contains("etcd 3.6.x first"),
+            "{skipped}"
+        );
+        let back = etcd(to, from, "v3.7.3", "v3.6.14").unwrap_err();
+        assert!(matches!(back, SkewError::EtcdMinorDowngrade { .. }));
+        assert!(
+            back.to_string().contains("cannot go down a minor"),
+            "{back}"
+        );
+        // A patch of etcd may go either way (a rollback within a minor).
+        assert_eq!(etcd(to, from, "v3.6.14", "v3.6.10"), Ok(()));
     }
 }

@@ -25,11 +25,10 @@ pub fn offered(
         .iter()
         .enumerate()
         .map(|(i, release)| {
-            let versions = Versions {
-                kubernetes: Version::new(release.as_str())
+            let versions = Versions::of(
+                Version::new(release.as_str())
                     .map_err(|e| RenderError::InvalidValue(e.to_string()))?,
-                ..Versions::default()
-            };
+            );
             Ok(Offered {
                 downloads: downloads(&versions, catalog)?,
                 versions,

@@ -58,10 +58,15 @@ impl AllowList for FileRoots {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ArtifactRoots {}
 impl AllowList for ArtifactRoots {
-    /// `/opt/exk8s/kubernetes` holds each Kubernetes release's binaries side by side
-    /// (`<version>/kubelet`), so an update can be undone by pointing back at the old ones.
-    const ROOTS: &'static [&'static str] =
-        &["/usr/local/bin", "/opt/cni/bin", "/opt/exk8s/kubernetes"];
+    /// `/opt/exk8s/kubernetes` and `/opt/exk8s/etcd` hold each release's binaries side by side
+    /// (`<version>/kubelet`, `<version>/etcd`), so an update can be undone by pointing back at
+    /// the old ones.
+    const ROOTS: &'static [&'static str] = &[
+        "/usr/local/bin",
+        "/opt/cni/bin",
+        "/opt/exk8s/kubernetes",
+        "/opt/exk8s/etcd",
+    ];
 }
 
 /// A validated absolute path strictly inside one of `L::ROOTS`.
@@ -241,6 +246,7 @@ mod tests {
     fn artifact_destinations_have_their_own_allow_list() {
         assert!(ArtifactDest::new("/usr/local/bin/etcd").is_ok());
         assert!(ArtifactDest::new("/opt/exk8s/kubernetes/v1.36.3/kubelet").is_ok());
+        assert!(ArtifactDest::new("/opt/exk8s/etcd/v3.6.14/etcd").is_ok());
         assert!(ArtifactDest::new("/opt/exk8s/kubernetes/../../etc/x").is_err());
         assert!(ArtifactDest::new("/etc/exk8s/etcd").is_err());
         assert!(ArtifactDest::new("/usr/local/bin/../sbin/x").is_err());

@@ -210,6 +210,7 @@ pub(super) fn files(
         p.etcd_unit,
         render(&contexts::EtcdUnit {
             paths: p,
+            etcd_binary: crate::render::paths::etcd_binary(&cluster.versions.etcd),
             name: node.name.as_str(),
             node_ip: node_ip.clone(),
         })?,
