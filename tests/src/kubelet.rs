@@ -450,13 +450,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_machine_like_a_node_rewrites_nothing_but_the_cgroup_root() {
+    fn a_machine_like_a_node_rewrites_nothing_but_the_cgroup_root_and_disk_pressure() {
         let node = Machine {
             systemd: true,
             cgroup_v2: true,
             sys_resource: true,
         };
-        assert_eq!(node.kubelet_flags("/exk8s-x"), ["--cgroup-root=/exk8s-x"]);
+        let flags = node.kubelet_flags("/exk8s-x");
+        assert_eq!(flags[0], "--cgroup-root=/exk8s-x");
+        assert!(flags[1].starts_with("--eviction-hard=memory.available<100Mi,nodefs.available<1%"));
+        assert_eq!(flags.len(), 2);
         let rendered = "[plugins.\"io.containerd.grpc.v1.cri\"]\n  SystemdCgroup = true\n";
         assert_eq!(node.containerd_config(rendered), rendered);
         let bare = Machine {
@@ -468,7 +471,7 @@ mod tests {
             bare.containerd_config(rendered),
             "[plugins.\"io.containerd.grpc.v1.cri\"]\n  restrict_oom_score_adj = true\n  SystemdCgroup = false\n"
         );
-        assert_eq!(bare.kubelet_flags("/r").len(), 3);
+        assert_eq!(bare.kubelet_flags("/r").len(), 4);
     }
 
     #[test]

@@ -16,9 +16,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use exk8s_tests::cluster::{Founded, agent_ok, trusted_keys, view};
+use exk8s_tests::cluster::{Founded, agent_ok, operator, trusted_keys, view};
 use exk8s_tests::dev::start_dev;
-use exk8s_tests::procs::binary;
+use exk8s_tests::procs::{binary, wait_until};
 use serde_json::Value;
 
 /// `exk8s` with its config (and kubeconfig) inside `dir` and no ambient credentials.
@@ -351,7 +351,56 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     );
     let root = dir.join(format!("vm-{vm}"));
     agent_ok(&stack, &founded, &root, vm, "sync");
-    // Then it goes, and --wait follows it on the event stream until the member runs it.
+    // A pool that follows the control plane, its worker booted.
+    let green: Value = serde_json::from_str(&ok(&exk8s(dir)
+        .args(["node-pools", "create", cluster_name, "--name", "green"])
+        .args([
+            "--count",
+            "1",
+            "--max-surge",
+            "1",
+            "--instance-type",
+            "dev.small",
+        ])
+        .args(["--image", "1", "--subnet", "1", "-o", "json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(green["max_surge"], 1, "{green}");
+    let green_id = green["id"].as_i64().unwrap();
+    let green_vms = || -> Vec<(i64, Value)> {
+        let got: Value = operator(
+            &stack,
+            "GET",
+            &format!("/clusters/{cluster}/node-pools/{green_id}"),
+        )
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+        got["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (n["vm_id"].as_i64().unwrap(), n["removal"].clone()))
+            .collect()
+    };
+    let mut old_worker = None;
+    wait_until("the green worker", Duration::from_secs(30), || {
+        old_worker = green_vms().first().map(|(vm, _)| *vm);
+        old_worker.is_some()
+    });
+    let old_worker = old_worker.unwrap();
+    let worker_root = |vm: i64| dir.join(format!("worker-{vm}"));
+    agent_ok(
+        &stack,
+        &founded,
+        &worker_root(old_worker),
+        old_worker,
+        "run",
+    );
+    // Then it goes, and --wait follows it on the event stream until the member runs it; with
+    // --pools, then until the pool's workers run it too.
     let upgrade = exk8s(dir)
         .args([
             "upgrade",
@@ -359,6 +408,7 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
             "--to",
             "v1.36.3",
             "--wait",
+            "--pools",
             "-o",
             "json",
         ])
@@ -369,6 +419,33 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     while view(&stack, cluster)["kubernetes_version"] != "v1.36.3" {
         std::thread::sleep(Duration::from_millis(100));
     }
+    agent_ok(&stack, &founded, &root, vm, "sync");
+    // The pool follows: a new worker first, then the old one drained by the member's agent.
+    let mut new_worker = None;
+    wait_until(
+        "the green pool's new worker",
+        Duration::from_secs(30),
+        || {
+            new_worker = green_vms()
+                .iter()
+                .map(|(vm, _)| *vm)
+                .find(|vm| *vm != old_worker);
+            new_worker.is_some()
+        },
+    );
+    let new_worker = new_worker.unwrap();
+    agent_ok(
+        &stack,
+        &founded,
+        &worker_root(new_worker),
+        new_worker,
+        "run",
+    );
+    wait_until("the old worker draining", Duration::from_secs(30), || {
+        green_vms()
+            .iter()
+            .any(|(vm, removal)| *vm == old_worker && removal == "draining")
+    });
     agent_ok(&stack, &founded, &root, vm, "sync");
     let upgraded = upgrade.wait_with_output().unwrap();
     let shown: Value = serde_json::from_str(&ok(&upgraded)).unwrap();
@@ -382,6 +459,11 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         progress.contains("upgrading cluster shop's control plane from v1.35.3 to v1.36.3"),
         "{progress}"
     );
+    assert!(
+        progress.contains("pool green: 1/1 workers run v1.36.3, 1 in all"),
+        "{progress}"
+    );
+    assert_eq!(green_vms(), vec![(new_worker, Value::Null)]);
     let nodes = ok(&exk8s(dir).args(["nodes", cluster_name]).output().unwrap());
     assert!(nodes.contains("v1.36.3"), "{nodes}");
     let out = exk8s(dir)

@@ -11,11 +11,13 @@
 //! containerd writes the rendered bridge template with it, so the pod's address is in the
 //! worker's block; and `kubectl logs` and `exec` reach it through the apiserver's kubelet client certificate.
 //! Then the control plane is upgraded to the next minor: its kubelet, restarted from its new unit
-//! at the new release, re-registers its Node at it, while the worker's stays where it was. Then
-//! the pool follows: a new worker is made at the new release, boots from its bundle and
-//! registers Ready at it; the control-plane node's agent drains the old worker for real
-//! (`kubectl drain` of its release, through its own apiserver) and deletes its Node; the old VM
-//! is released, and the Deployment that ran on the old worker runs on the new one.
+//! at the new release, re-registers its Node at it, while the pool (grown to two workers
+//! before) stays where it was. Then the pool follows, one worker at a time: a new worker is made
+//! at the new release, boots from its bundle and registers Ready at it; the control-plane node's
+//! agent drains the oldest old worker for real (`kubectl drain` of its release, through its own
+//! apiserver) and deletes its Node; its VM is released. At the end the cluster's Nodes are the
+//! control-plane node and the two new workers, all at the new release, and the Deployment that
+//! ran on an old worker runs on a new one.
 
 #![allow(
     clippy::unwrap_used,
@@ -356,6 +358,64 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     };
     assert_eq!(web_node(), worker_name);
 
+    // The pool grows to two workers before the upgrade, both at the old release.
+    let pool_view = || -> Value {
+        operator(
+            &stack,
+            "GET",
+            &format!("/clusters/{cluster}/node-pools/{pool}"),
+        )
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+    };
+    // A worker `vm` boots from its bundle in a namespace of its own on the LAN, and its real
+    // kubelet registers Ready at `release`; its name and runtime.
+    let boot_worker = |vm: i64, release: &str| -> (String, Runtime) {
+        let root = dir.join(format!("worker-{vm}"));
+        agent_ok(&stack, &founded, &root, vm, "run");
+        let name = kubelet_flag(&root, "hostname-override");
+        let index = lan.add(
+            &kubelet_flag(&root, "node-ip"),
+            &format!("{cp_ip} {dns_name}\n"),
+        );
+        let runtime = Runtime::start(&lan, index, &root);
+        wait_until(&format!("{name} Ready at {release}"), READY, || {
+            get_once(
+                &lan,
+                &admin,
+                &[
+                    "get",
+                    "node",
+                    &name,
+                    "-o",
+                    "jsonpath={.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+            ) == format!("{release} True")
+        });
+        (name, runtime)
+    };
+    let grown = operator(
+        &stack,
+        "PATCH",
+        &format!("/clusters/{cluster}/node-pools/{pool}"),
+    )
+    .send_json(json!({"count": 2}))
+    .unwrap();
+    assert_eq!(grown.status(), 202);
+    let mut second_vm = None;
+    wait_until("the pool's second worker", READY, || {
+        second_vm = pool_vms(&pool_view())
+            .into_iter()
+            .map(|(vm, _)| vm)
+            .find(|vm| *vm != worker_vm);
+        second_vm.is_some()
+    });
+    let second_vm = second_vm.unwrap();
+    let (second_name, second) = boot_worker(second_vm, KUBERNETES_VERSION);
+    let mut workers = std::collections::BTreeMap::from([(second_vm, second)]);
+
     // An upgrade of the control plane: its node syncs, its static pods and then its kubelet
     // restart at the new release (as its kubelet and systemd would), and the kubelet
     // re-registers its Node at it.
@@ -420,86 +480,64 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     );
     assert_eq!(worker_version, KUBERNETES_VERSION);
 
-    // Then the pool, which follows the control plane: a new worker at the new release is made
-    // beside the old one (max_surge 1) and boots from its bundle; once it is healthy, the
-    // control plane's agent drains the old worker for real (kubectl drain through its own
-    // apiserver) and deletes its Node, and the old VM is released. The workload moves.
-    let pool_view = || -> Value {
-        operator(
-            &stack,
-            "GET",
-            &format!("/clusters/{cluster}/node-pools/{pool}"),
-        )
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-    };
-    let mut new_vm = None;
-    wait_until("a new worker at the new release", READY, || {
-        let view = pool_view();
-        new_vm = view["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|n| n["vm_id"].as_i64())
-            .find(|vm| *vm != worker_vm);
-        new_vm.is_some()
-    });
-    let new_vm = new_vm.unwrap();
-    let new_root = dir.join(format!("worker-{new_vm}"));
-    agent_ok(&stack, &founded, &new_root, new_vm, "run");
-    let new_ip = kubelet_flag(&new_root, "node-ip");
-    let new_name = kubelet_flag(&new_root, "hostname-override");
-    let index = lan.add(&new_ip, &format!("{cp_ip} {dns_name}\n"));
-    runtimes.push(Runtime::start(&lan, index, &new_root));
-    wait_until("the new worker Ready at the new release", READY, || {
-        get_once(
+    // Then the pool, which follows the control plane, one worker at a time: a new worker at the
+    // new release is made beside the old ones (max_surge 1) and boots from its bundle; once it
+    // is Ready, the control plane's agent drains the oldest old worker for real (kubectl drain
+    // through its own apiserver) and deletes its Node, and its VM is released. The workload
+    // moves with them.
+    let olds = [
+        (worker_vm, worker_name.clone()),
+        (second_vm, second_name.clone()),
+    ];
+    let mut news: Vec<(i64, String)> = Vec::new();
+    for (old_vm, old_name) in &olds {
+        let mut new_vm = None;
+        wait_until("a new worker at the new release", READY, || {
+            new_vm = pool_vms(&pool_view())
+                .into_iter()
+                .map(|(vm, _)| vm)
+                .find(|vm| olds.iter().chain(&news).all(|(known, _)| known != vm));
+            new_vm.is_some()
+        });
+        let new_vm = new_vm.unwrap();
+        let (new_name, runtime) = boot_worker(new_vm, NEXT_KUBERNETES_VERSION);
+        workers.insert(new_vm, runtime);
+        news.push((new_vm, new_name));
+        wait_until(&format!("{old_name} to be drained"), READY, || {
+            pool_vms(&pool_view())
+                .iter()
+                .any(|(vm, removal)| vm == old_vm && removal == "draining")
+        });
+        // The control-plane node runs the drain with the kubectl of its release, which the
+        // harness installs (it plays the agent's downloads, as it plays systemd and the kubelet).
+        install_recorded_artifacts(&cp_root);
+        let (mut drainer, _api) = agent_inside(
             &lan,
-            &admin,
-            &[
-                "get",
-                "node",
-                &new_name,
-                "-o",
-                "jsonpath={.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-        ) == format!("{NEXT_KUBERNETES_VERSION} True")
-    });
-    wait_until("the old worker to be drained", READY, || {
-        pool_view()["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n["vm_id"] == worker_vm && n["removal"] == "draining")
-    });
-    // The control-plane node runs the drain with the kubectl of its release, which the harness
-    // installs (it plays the agent's downloads, as it plays systemd and the kubelet).
-    install_recorded_artifacts(&cp_root);
-    let (mut drainer, _api) = agent_inside(
-        &lan,
-        0,
-        &stack,
-        &founded,
-        &cp_root,
-        cp_vm,
-        "sync",
-        Duration::from_secs(120),
-    );
-    let drained = node.run_agent(&lan, &mut drainer);
-    let log = String::from_utf8_lossy(&drained.stderr);
-    assert!(drained.status.success(), "the drain: {log}");
-    assert!(
-        log.contains(&format!("node {worker_name} drained and deleted")),
-        "{log}"
-    );
-    wait_until("the old worker's VM to be released", READY, || {
-        let view = pool_view();
-        let nodes = view["nodes"].as_array().unwrap();
-        nodes.len() == 1 && nodes[0]["vm_id"] == new_vm
-    });
-    // The VM is gone: its kubelet with it.
-    drop(runtimes.remove(1));
+            0,
+            &stack,
+            &founded,
+            &cp_root,
+            cp_vm,
+            "sync",
+            Duration::from_secs(120),
+        );
+        let drained = node.run_agent(&lan, &mut drainer);
+        let log = String::from_utf8_lossy(&drained.stderr);
+        assert!(drained.status.success(), "the drain: {log}");
+        assert!(
+            log.contains(&format!("node {old_name} drained and deleted")),
+            "{log}"
+        );
+        wait_until(&format!("{old_name}'s VM to be released"), READY, || {
+            pool_vms(&pool_view()).iter().all(|(vm, _)| vm != old_vm)
+        });
+        // The VM is gone: its kubelet with it.
+        if *old_vm == worker_vm {
+            runtimes.truncate(1);
+        } else {
+            workers.remove(old_vm);
+        }
+    }
     let mut nodes: Vec<String> = get_once(
         &lan,
         &admin,
@@ -509,14 +547,15 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     .map(str::to_owned)
     .collect();
     nodes.sort();
-    let mut expected = vec![cp_name.clone(), new_name.clone()];
+    let mut expected: Vec<String> = news.iter().map(|(_, name)| name.clone()).collect();
+    expected.push(cp_name.clone());
     expected.sort();
-    assert_eq!(nodes, expected, "the old worker's Node is gone");
+    assert_eq!(nodes, expected, "the old workers' Nodes are gone");
     let start = std::time::Instant::now();
-    while web_node() != new_name {
+    while !news.iter().any(|(_, name)| web_node() == *name) {
         assert!(
             start.elapsed() < READY,
-            "the workload on the new worker: {}\n{}",
+            "the workload on a new worker: {}\n{}",
             get_once(&lan, &admin, &["get", "pods", "-A", "-o", "wide"]),
             get_once(&lan, &admin, &["describe", "pods", "-l", "app=web"])
         );
@@ -524,12 +563,25 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     }
     let replaced = pool_view();
     assert_eq!(replaced["kubernetes_version"], NEXT_KUBERNETES_VERSION);
-    assert_eq!(
-        replaced["nodes"][0]["kubernetes_version"], NEXT_KUBERNETES_VERSION,
-        "{replaced}"
-    );
+    for worker in replaced["nodes"].as_array().unwrap() {
+        assert_eq!(
+            worker["kubernetes_version"], NEXT_KUBERNETES_VERSION,
+            "{replaced}"
+        );
+    }
+    drop(workers);
     drop(runtimes);
     node.assert_running();
+}
+
+/// The pool's workers: VM id and removal (`null`, `draining`, `drained`).
+fn pool_vms(view: &Value) -> Vec<(i64, Value)> {
+    view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["vm_id"].as_i64().unwrap(), n["removal"].clone()))
+        .collect()
 }
 
 /// `kubectl args` once through node 0; its output, or nothing when it failed.
