@@ -368,7 +368,7 @@ pub(crate) fn wait_pools(
         let mut left = 0;
         for p in &pools {
             let line = pool_progress(p, to);
-            if !p.follow_control_plane || pool_runs(p, to) {
+            if !p.follow_control_plane || p.deleting || pool_runs(p, to) {
                 // Settled: said once.
             } else {
                 left += 1;
@@ -409,6 +409,9 @@ fn pool_progress(pool: &PoolView, to: &str) -> String {
             "pool {}: pinned at {}, left there (`exk8s node-pools upgrade`)",
             pool.name, pool.kubernetes_version
         );
+    }
+    if pool.deleting {
+        return format!("pool {}: being deleted, left", pool.name);
     }
     let at = pool
         .nodes
