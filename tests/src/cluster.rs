@@ -238,17 +238,21 @@ impl Booted {
             .unwrap()
     }
 
-    /// A LAN of a namespace per member (indexes 0–2) and then one per address of `clients`,
-    /// where the control plane's name resolves to every member.
-    pub fn lan(&self, clients: &[&str]) -> crate::netns::Lan {
-        let ips = self.ips();
-        let hosts: String = ips
+    /// `/etc/hosts` lines where the control plane's name resolves to every member.
+    pub fn hosts(&self) -> String {
+        self.ips()
             .iter()
             .map(|ip| format!("{ip} {}\n", self.dns_name()))
-            .collect();
+            .collect()
+    }
+
+    /// A LAN of a namespace per member (indexes 0–2) and then one per address of `clients`,
+    /// where the control plane's name resolves to every member ([`Self::hosts`]).
+    pub fn lan(&self, clients: &[&str]) -> crate::netns::Lan {
+        let ips = self.ips();
         let mut addresses: Vec<&str> = ips.iter().map(String::as_str).collect();
         addresses.extend_from_slice(clients);
-        crate::netns::Lan::new(&addresses, 24, &hosts)
+        crate::netns::Lan::new(&addresses, 24, &self.hosts())
     }
 }
 

@@ -16,9 +16,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use exk8s_tests::cluster::{Founded, agent_ok, operator, trusted_keys, view};
+use exk8s_tests::cluster::{Founded, agent_ok, trusted_keys, view};
 use exk8s_tests::dev::start_dev;
 use exk8s_tests::procs::{binary, wait_until};
+use exk8s_tests::workers::{pool_view, pool_workers};
 use serde_json::Value;
 
 /// `exk8s` with its config (and kubeconfig) inside `dir` and no ambient credentials.
@@ -368,23 +369,7 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     .unwrap();
     assert_eq!(green["max_surge"], 1, "{green}");
     let green_id = green["id"].as_i64().unwrap();
-    let green_vms = || -> Vec<(i64, Value)> {
-        let got: Value = operator(
-            &stack,
-            "GET",
-            &format!("/clusters/{cluster}/node-pools/{green_id}"),
-        )
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-        got["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| (n["vm_id"].as_i64().unwrap(), n["removal"].clone()))
-            .collect()
-    };
+    let green_vms = || pool_workers(&pool_view(&stack, cluster, green_id));
     let mut old_worker = None;
     wait_until("the green worker", Duration::from_secs(30), || {
         old_worker = green_vms().first().map(|(vm, _)| *vm);

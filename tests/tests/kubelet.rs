@@ -11,13 +11,9 @@
 //! containerd writes the rendered bridge template with it, so the pod's address is in the
 //! worker's block; and `kubectl logs` and `exec` reach it through the apiserver's kubelet client certificate.
 //! Then the control plane is upgraded to the next minor: its kubelet, restarted from its new unit
-//! at the new release, re-registers its Node at it, while the pool (grown to two workers
-//! before) stays where it was. Then the pool follows, one worker at a time: a new worker is made
-//! at the new release, boots from its bundle and registers Ready at it; the control-plane node's
-//! agent drains the oldest old worker for real (`kubectl drain` of its release, through its own
-//! apiserver) and deletes its Node; its VM is released. At the end the cluster's Nodes are the
-//! control-plane node and the two new workers, all at the new release, and the Deployment that
-//! ran on an old worker runs on a new one.
+//! at the new release, re-registers its Node at it, while the worker stays at its release (the
+//! skew policy allows it). The pool's replacement at the new release, with real kubelets and a
+//! real drain, is `control_plane_upgrade.rs`'s, on three members under the availability sampler.
 
 #![allow(
     clippy::unwrap_used,
@@ -29,24 +25,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
-use exk8s_tests::cluster::{agent_inside, agent_ok, found, install_recorded_artifacts, operator};
-use exk8s_tests::control_plane::{Node, STATIC_PODS, exec_start, kubectl, kubectl_until};
+use exk8s_tests::cluster::{agent_ok, found, operator};
+use exk8s_tests::control_plane::{Node, STATIC_PODS, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
 use exk8s_tests::kubelet::{BUSYBOX, Runtime};
 use exk8s_tests::netns::Lan;
 use exk8s_tests::procs::wait_until;
+use exk8s_tests::workers::{kubelet_flag, pool_view, pool_workers};
 use serde_json::{Value, json};
 
 const READY: Duration = Duration::from_secs(180);
-
-/// `--flag=value` of a node's rendered kubelet unit.
-fn kubelet_flag(root: &Path, flag: &str) -> String {
-    let unit = std::fs::read_to_string(root.join("etc/systemd/system/kubelet.service")).unwrap();
-    exec_start(&unit)
-        .iter()
-        .find_map(|a| a.strip_prefix(&format!("--{flag}=")).map(str::to_owned))
-        .unwrap_or_else(|| panic!("--{flag} in {unit}"))
-}
 
 /// The first PEM block of `text`, whitespace removed.
 fn first_pem(text: &str) -> String {
@@ -91,16 +79,9 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     let pool = created["id"].as_i64().unwrap();
     let mut worker_vm = None;
     wait_until("the pool's worker", Duration::from_secs(60), || {
-        let got: Value = operator(
-            &stack,
-            "GET",
-            &format!("/clusters/{cluster}/node-pools/{pool}"),
-        )
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-        worker_vm = got["nodes"][0]["vm_id"].as_i64();
+        worker_vm = pool_workers(&pool_view(&stack, cluster, pool))
+            .first()
+            .map(|(vm, _)| *vm);
         worker_vm.is_some()
     });
     let worker_vm = worker_vm.unwrap();
@@ -326,96 +307,6 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
         "exec works\n"
     );
 
-    // A workload the pool's replacement must move: a Deployment on the pool's worker.
-    let web = dir.join("web.json");
-    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
-                "nodeSelector": {"node.kubernetes.io/pool": "blue"},
-                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "batch",
-                                 "effect": "NoSchedule"}],
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "web", "image": BUSYBOX, "imagePullPolicy": "Never",
-                    "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}}});
-    std::fs::write(&web, deployment.to_string()).unwrap();
-    get(&["apply", "-f", &web.display().to_string()]);
-    get(&["rollout", "status", "deployment/web", "--timeout=5s"]);
-    let web_node = || {
-        get_once(
-            &lan,
-            &admin,
-            &[
-                "get",
-                "pods",
-                "-l",
-                "app=web",
-                "--field-selector=status.phase=Running",
-                "-o",
-                "jsonpath={.items[*].spec.nodeName}",
-            ],
-        )
-    };
-    assert_eq!(web_node(), worker_name);
-
-    // The pool grows to two workers before the upgrade, both at the old release.
-    let pool_view = || -> Value {
-        operator(
-            &stack,
-            "GET",
-            &format!("/clusters/{cluster}/node-pools/{pool}"),
-        )
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap()
-    };
-    // A worker `vm` boots from its bundle in a namespace of its own on the LAN, and its real
-    // kubelet registers Ready at `release`; its name and runtime.
-    let boot_worker = |vm: i64, release: &str| -> (String, Runtime) {
-        let root = dir.join(format!("worker-{vm}"));
-        agent_ok(&stack, &founded, &root, vm, "run");
-        let name = kubelet_flag(&root, "hostname-override");
-        let index = lan.add(
-            &kubelet_flag(&root, "node-ip"),
-            &format!("{cp_ip} {dns_name}\n"),
-        );
-        let runtime = Runtime::start(&lan, index, &root);
-        wait_until(&format!("{name} Ready at {release}"), READY, || {
-            get_once(
-                &lan,
-                &admin,
-                &[
-                    "get",
-                    "node",
-                    &name,
-                    "-o",
-                    "jsonpath={.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type==\"Ready\")].status}",
-                ],
-            ) == format!("{release} True")
-        });
-        (name, runtime)
-    };
-    let grown = operator(
-        &stack,
-        "PATCH",
-        &format!("/clusters/{cluster}/node-pools/{pool}"),
-    )
-    .send_json(json!({"count": 2}))
-    .unwrap();
-    assert_eq!(grown.status(), 202);
-    let mut second_vm = None;
-    wait_until("the pool's second worker", READY, || {
-        second_vm = pool_vms(&pool_view())
-            .into_iter()
-            .map(|(vm, _)| vm)
-            .find(|vm| *vm != worker_vm);
-        second_vm.is_some()
-    });
-    let second_vm = second_vm.unwrap();
-    let (second_name, second) = boot_worker(second_vm, KUBERNETES_VERSION);
-    let mut workers = std::collections::BTreeMap::from([(second_vm, second)]);
-
     // An upgrade of the control plane: its node syncs, its static pods and then its kubelet
     // restart at the new release (as its kubelet and systemd would), and the kubelet
     // re-registers its Node at it.
@@ -429,9 +320,8 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     assert_eq!(node.sync_static_pods(&lan).len(), STATIC_PODS.len());
     runtimes[0].start_kubelet();
     let kubelet_version = || {
-        let (ok, out, _) = kubectl(
+        get_once(
             &lan,
-            0,
             &admin,
             &[
                 "get",
@@ -440,8 +330,7 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
                 "-o",
                 "jsonpath={.status.nodeInfo.kubeletVersion}",
             ],
-        );
-        if ok { out } else { String::new() }
+        )
     };
     wait_until(
         "the kubelet to re-register at the new release",
@@ -480,108 +369,8 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
     );
     assert_eq!(worker_version, KUBERNETES_VERSION);
 
-    // Then the pool, which follows the control plane, one worker at a time: a new worker at the
-    // new release is made beside the old ones (max_surge 1) and boots from its bundle; once it
-    // is Ready, the control plane's agent drains the oldest old worker for real (kubectl drain
-    // through its own apiserver) and deletes its Node, and its VM is released. The workload
-    // moves with them.
-    let olds = [
-        (worker_vm, worker_name.clone()),
-        (second_vm, second_name.clone()),
-    ];
-    let mut news: Vec<(i64, String)> = Vec::new();
-    for (old_vm, old_name) in &olds {
-        let mut new_vm = None;
-        wait_until("a new worker at the new release", READY, || {
-            new_vm = pool_vms(&pool_view())
-                .into_iter()
-                .map(|(vm, _)| vm)
-                .find(|vm| olds.iter().chain(&news).all(|(known, _)| known != vm));
-            new_vm.is_some()
-        });
-        let new_vm = new_vm.unwrap();
-        let (new_name, runtime) = boot_worker(new_vm, NEXT_KUBERNETES_VERSION);
-        workers.insert(new_vm, runtime);
-        news.push((new_vm, new_name));
-        wait_until(&format!("{old_name} to be drained"), READY, || {
-            pool_vms(&pool_view())
-                .iter()
-                .any(|(vm, removal)| vm == old_vm && removal == "draining")
-        });
-        // The control-plane node runs the drain with the kubectl of its release, which the
-        // harness installs (it plays the agent's downloads, as it plays systemd and the kubelet).
-        install_recorded_artifacts(&cp_root);
-        let (mut drainer, _api) = agent_inside(
-            &lan,
-            0,
-            &stack,
-            &founded,
-            &cp_root,
-            cp_vm,
-            "sync",
-            Duration::from_secs(120),
-        );
-        let drained = node.run_agent(&lan, &mut drainer);
-        let log = String::from_utf8_lossy(&drained.stderr);
-        assert!(drained.status.success(), "the drain: {log}");
-        assert!(
-            log.contains(&format!("node {old_name} drained and deleted")),
-            "{log}"
-        );
-        wait_until(&format!("{old_name}'s VM to be released"), READY, || {
-            pool_vms(&pool_view()).iter().all(|(vm, _)| vm != old_vm)
-        });
-        // The VM is gone: its kubelet with it.
-        if *old_vm == worker_vm {
-            runtimes.truncate(1);
-        } else {
-            workers.remove(old_vm);
-        }
-    }
-    let mut nodes: Vec<String> = get_once(
-        &lan,
-        &admin,
-        &["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"],
-    )
-    .split_whitespace()
-    .map(str::to_owned)
-    .collect();
-    nodes.sort();
-    let mut expected: Vec<String> = news.iter().map(|(_, name)| name.clone()).collect();
-    expected.push(cp_name.clone());
-    expected.sort();
-    assert_eq!(nodes, expected, "the old workers' Nodes are gone");
-    let start = std::time::Instant::now();
-    while !news.iter().any(|(_, name)| web_node() == *name) {
-        assert!(
-            start.elapsed() < READY,
-            "the workload on a new worker: {}\n{}",
-            get_once(&lan, &admin, &["get", "pods", "-A", "-o", "wide"]),
-            get_once(&lan, &admin, &["describe", "pods", "-l", "app=web"])
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let replaced = pool_view();
-    assert_eq!(replaced["kubernetes_version"], NEXT_KUBERNETES_VERSION);
-    for worker in replaced["nodes"].as_array().unwrap() {
-        assert_eq!(
-            worker["kubernetes_version"], NEXT_KUBERNETES_VERSION,
-            "{replaced}"
-        );
-    }
-    drop(workers);
     drop(runtimes);
     node.assert_running();
-}
-
-/// The pool's workers: VM id and removal (`null`, `draining`, `drained`).
-fn pool_vms(view: &Value) -> Vec<(i64, Value)> {
-    view["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| (n["vm_id"].as_i64().unwrap(), n["removal"].clone()))
-        .collect()
 }
 
 /// `kubectl args` once through node 0; its output, or nothing when it failed.
