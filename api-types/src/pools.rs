@@ -50,8 +50,10 @@ pub struct CreatePoolRequest {
     /// Taints the kubelets register their nodes with.
     pub taints: Option<Vec<TaintRequest>>,
     /// Workers made beyond `count` while workers of another release are replaced (new ones
-    /// first, then the old drained and released; Cluster API's `maxSurge`), 1–10; default 1.
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10))]
+    /// first, then the old drained and released; Cluster API's `maxSurge`), 0–10; default 1.
+    /// 0: the pool never has more VMs than `count` — each old worker is drained and released
+    /// before its replacement is made (`maxUnavailable` 1).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 10))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<i64>,
 }
@@ -67,12 +69,14 @@ pub struct UpdatePoolRequest {
     pub labels: Option<BTreeMap<String, String>>,
     pub taints: Option<Vec<TaintRequest>>,
     /// `v1.MINOR.PATCH`: pins the pool's release (never newer than the oldest apiserver, at most
-    /// three minors older); its workers are replaced one at a time, a new one first. The control
+    /// three minors older); its workers are replaced one at a time, a new one first (unless
+    /// `max_surge` is 0). The control
     /// plane's own release unpins it: it follows the control plane again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
-    /// Workers made beyond `count` during a replacement, 1–10.
-    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10))]
+    /// Workers made beyond `count` during a replacement, 0–10 (0: each old worker goes before
+    /// its replacement is made).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 10))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<i64>,
 }

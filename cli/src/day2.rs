@@ -41,7 +41,8 @@ pub(crate) enum Pools {
         /// A node taint, `key=value:Effect` or `key:Effect`; repeatable.
         #[arg(long = "taint")]
         taints: Vec<String>,
-        /// Workers made beyond --count while workers are replaced by a release change (1–10).
+        /// Workers made beyond --count while workers are replaced by a release change (0–10;
+        /// 0: each old worker goes before its replacement is made).
         #[arg(long = "max-surge")]
         max_surge: Option<i64>,
     },
@@ -53,16 +54,16 @@ pub(crate) enum Pools {
         count: i64,
     },
     /// Move a pool to another Kubernetes release (never newer than the control plane): its
-    /// workers are replaced one at a time, a new one first. The control plane's release unpins
-    /// it (it follows the control plane's upgrades again).
+    /// workers are replaced one at a time, a new one first (unless --max-surge is 0). The
+    /// control plane's release unpins it (it follows the control plane's upgrades again).
     Upgrade {
         cluster: String,
         pool: String,
         /// The release, `v1.MINOR.PATCH`.
         #[arg(long)]
         to: String,
-        /// Workers made beyond the pool's count while it is replaced (1–10; kept for later
-        /// replacements).
+        /// Workers made beyond the pool's count while it is replaced (0–10, 0: old ones go
+        /// first; kept for later replacements).
         #[arg(long = "max-surge")]
         max_surge: Option<i64>,
     },

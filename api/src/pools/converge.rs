@@ -136,7 +136,10 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
 
         let active: Vec<&NodeRow> = nodes.iter().filter(|n| n.removal.is_none()).collect();
         let desired = usize::try_from(pool.desired_count).unwrap_or(0);
-        if active.len() < desired {
+        let surge = usize::try_from(pool.max_surge).unwrap_or(1);
+        // A pool that never surges makes a worker only once the one going has released its
+        // VM: it never holds more VMs than its count.
+        if active.len() < desired && !(surge == 0 && waiting) {
             let placement = std::sync::Arc::new(Placement::of(&ctx.machines, &cluster)?);
             let mut tasks = JoinSet::new();
             for _ in 0..(desired - active.len()).min(PARALLEL) {
@@ -160,7 +163,6 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
             .kubernetes_version
             .as_deref()
             .unwrap_or(&cluster.kubernetes_version);
-        let surge = usize::try_from(pool.max_surge).unwrap_or(1).max(1);
         // One replacement at a time: the worker going finishes first.
         if !pool.deleting && !waiting {
             match rolling::step(&active, release, desired, surge) {

@@ -12,7 +12,7 @@ pub use exk8s_api_types::pools::{CreatePoolRequest, TaintRequest, UpdatePoolRequ
 /// Nodes a pool may have.
 pub const COUNT: std::ops::RangeInclusive<i64> = 0..=1000;
 /// Workers a replacement may make beyond a pool's count.
-pub const MAX_SURGE: std::ops::RangeInclusive<i64> = 1..=10;
+pub const MAX_SURGE: std::ops::RangeInclusive<i64> = 0..=10;
 /// A pool's name becomes part of its nodes' names (`<pool>-<vm id>.cluster-<id>.internal`).
 const NAME_MAX: usize = 40;
 
@@ -93,8 +93,9 @@ fn check_max_surge(max_surge: i64) -> Result<i64, FieldError> {
         Err(FieldError::new(
             "max_surge",
             format!(
-                "max_surge must be between {} and {}, not {max_surge} (workers are always replaced \
-                 new ones first: none is taken down before its replacement is healthy)",
+                "max_surge must be between {} and {}, not {max_surge} (how many new workers a \
+                 replacement makes before old ones go; 0 takes one old worker down at a time \
+                 before making its replacement)",
                 MAX_SURGE.start(),
                 MAX_SURGE.end()
             ),
@@ -246,8 +247,8 @@ mod tests {
             ("instance_type", json!("e2 medium"), "instance_type must"),
             ("image_id", json!(0), "positive"),
             ("subnet_id", json!(null), "subnet_id is required"),
-            ("max_surge", json!(0), "between 1 and 10"),
-            ("max_surge", json!(11), "between 1 and 10"),
+            ("max_surge", json!(-1), "between 0 and 10"),
+            ("max_surge", json!(11), "between 0 and 10"),
         ];
         for (field, value, says) in cases {
             let mut body = good();
@@ -296,8 +297,13 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(surge.validate().unwrap().max_surge, Some(3));
-        let bad = UpdatePoolRequest {
+        let none = UpdatePoolRequest {
             max_surge: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(none.validate().unwrap().max_surge, Some(0));
+        let bad = UpdatePoolRequest {
+            max_surge: Some(-1),
             ..Default::default()
         };
         assert_eq!(bad.validate().unwrap_err().field, "max_surge");

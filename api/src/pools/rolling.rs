@@ -1,10 +1,13 @@
 //! Moving a pool to another Kubernetes release by replacement, as Cluster API's
-//! MachineDeployment rolls out (`maxSurge` the pool's `max_surge`, `maxUnavailable` 0): up to
-//! `max_surge` new workers are made at the pool's release beside the others (never more than
-//! there are workers left to replace); once every worker of that release is healthy, the oldest
-//! worker of another release is drained (by a control-plane node's agent, as a scale-down is)
-//! and its VM released; then the next. The pool never has fewer healthy workers than it asks
-//! for, and no worker changes its release in place.
+//! MachineDeployment rolls out. With a `max_surge` of N ≥ 1 (`maxSurge` N, `maxUnavailable` 0):
+//! up to N new workers are made at the pool's release beside the others (never more than there
+//! are workers left to replace); once every worker of that release is healthy, the oldest worker
+//! of another release is drained (by a control-plane node's agent, as a scale-down is) and its
+//! VM released; then the next. The pool never has fewer healthy workers than it asks for. With a
+//! `max_surge` of 0 (`maxSurge` 0, `maxUnavailable` 1), for a pool that cannot have a VM more
+//! than its count: the oldest old worker is drained and its VM released first, then its
+//! replacement is made, and the next goes once that one is healthy. Either way no worker
+//! changes its release in place, and one worker goes at a time.
 
 use crate::db::nodes::NodeRow;
 
@@ -154,6 +157,24 @@ mod tests {
         // One old worker left: no more than one beyond the count.
         assert_eq!(step(&[&c, &d, &e, &f], new, 3, 2), Step::Replace(&c));
         assert_eq!(step(&[&d, &e, &f], new, 3, 2), Step::Done);
+    }
+
+    #[test]
+    fn without_a_surge_each_old_worker_goes_before_its_replacement_is_made() {
+        let new = "v1.36.3";
+        let (a, b) = (
+            worker(4, Some("v1.35.3"), true),
+            worker(5, Some("v1.35.3"), true),
+        );
+        assert_eq!(step(&[&a, &b], new, 2, 0), Step::Replace(&a));
+        // The oldest gone, below the count: its replacement.
+        assert_eq!(step(&[&b], new, 2, 0), Step::Surge);
+        let c = worker(6, Some(new), false);
+        assert_eq!(step(&[&b, &c], new, 2, 0), Step::Wait { booting: "blue-6" });
+        let c = worker(6, Some(new), true);
+        assert_eq!(step(&[&b, &c], new, 2, 0), Step::Replace(&b));
+        // Nothing of the old release is left: the count is the pool's own business.
+        assert_eq!(step(&[&c], new, 2, 0), Step::Done);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! kubelet newer than the oldest apiserver; once the control plane's upgrade ends, a pool that
 //! follows it takes its release and is replaced one surge worker at a time (the new worker boots
 //! at the new release before the oldest worker is drained by the control plane's agent and its
-//! VM released), never fewer healthy workers than it asks for.
+//! VM released), never fewer healthy workers than it asks for; with `max_surge` 0, each old
+//! worker goes before its replacement is made, never a VM beyond the count.
 
 use std::time::Duration;
 
@@ -194,6 +195,66 @@ async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Ba
     );
 }
 
+async fn without_a_surge_each_old_worker_goes_before_its_replacement_is_made(backend: Backend) {
+    let Upgrading {
+        app,
+        cluster,
+        member,
+        key,
+        pool: id,
+        old,
+    } = upgrading(backend, 0).await;
+    let mut new = Vec::new();
+    for &oldest in &old {
+        // The oldest old worker goes first, while the pool has no VM beyond its count.
+        let draining = wait_until_view(&app, cluster, id, |v| {
+            workers(v).iter().any(|(_, _, removal)| removal.is_some())
+        })
+        .await;
+        let going: Vec<i64> = workers(&draining)
+            .into_iter()
+            .filter(|(_, _, removal)| removal.is_some())
+            .map(|(vm, _, _)| vm)
+            .collect();
+        assert_eq!(going, vec![oldest], "one at a time, oldest first");
+        assert_eq!(workers(&draining).len(), 2, "no surge: {draining}");
+        let drain = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+        sync_report(&app, &member, &key, "succeeded", drain.identity.generation).await;
+        // Once its VM is released, its replacement is made at the new release.
+        let replaced = wait_until_view(&app, cluster, id, |v| {
+            let vms: Vec<i64> = workers(v).iter().map(|(vm, _, _)| *vm).collect();
+            !vms.contains(&oldest) && vms.len() == 2
+        })
+        .await;
+        assert!(worker_vms(&app, "blue").len() <= 2, "{replaced}");
+        let made = workers(&replaced)
+            .iter()
+            .map(|(vm, _, _)| *vm)
+            .find(|vm| !old.contains(vm) && !new.contains(vm))
+            .unwrap();
+        // Nothing else goes before it is healthy.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            workers(&pool(&app, cluster, id).await)
+                .iter()
+                .all(|(_, _, r)| r.is_none()),
+            "the new worker has not booted: nothing goes"
+        );
+        assert_eq!(boot_worker(&app, cluster, made).await, NEW);
+        new.push(made);
+    }
+    let done = settled(&app, cluster, id, 2).await;
+    let mut left: Vec<i64> = workers(&done).iter().map(|(vm, _, _)| *vm).collect();
+    left.sort_unstable();
+    assert_eq!(left, new, "{done}");
+    assert!(
+        workers(&done)
+            .iter()
+            .all(|(_, release, _)| release.as_deref() == Some(NEW)),
+        "{done}"
+    );
+}
+
 /// Polls the pool until `ready` holds; its view.
 async fn wait_until_view(
     app: &TestApp,
@@ -210,7 +271,19 @@ async fn wait_until_view(
     pool(app, cluster, id).await
 }
 
-async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: Backend) {
+/// A one-member cluster with a pool of two workers (`max_surge` as given), both booted at
+/// [`OLD`], whose control plane was then upgraded to [`NEW`] (its member synced): the pool's
+/// replacement begins.
+struct Upgrading {
+    app: TestApp,
+    cluster: i64,
+    member: Node,
+    key: NodeKey,
+    pool: i64,
+    old: Vec<i64>,
+}
+
+async fn upgrading(backend: Backend, max_surge: i64) -> Upgrading {
     let config = exk8s_api::app::ApiConfig {
         kubernetes_versions: vec![OLD.into(), NEW.into()],
         ..test_config()
@@ -225,17 +298,17 @@ async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: B
 
     let path = format!("/clusters/{cluster}/node-pools");
     let mut body = pool_body("blue", 2);
-    body["max_surge"] = json!(2);
+    body["max_surge"] = json!(max_surge);
     let created = app.post(&path).json(&body).send().await.unwrap();
-    let id = json_of(created).await["id"].as_i64().unwrap();
-    let two = settled(&app, cluster, id, 2).await;
-    assert_eq!(two["max_surge"], 2);
+    let pool = json_of(created).await["id"].as_i64().unwrap();
+    let two = settled(&app, cluster, pool, 2).await;
+    assert_eq!(two["max_surge"], max_surge);
     for (vm, _, _) in workers(&two) {
         boot_worker(&app, cluster, vm).await;
     }
     let bad = app
-        .patch(&format!("{path}/{id}"))
-        .json(&json!({ "max_surge": 0 }))
+        .patch(&format!("{path}/{pool}"))
+        .json(&json!({ "max_surge": -1 }))
         .send()
         .await
         .unwrap();
@@ -251,10 +324,29 @@ async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: B
     assert_eq!(started.status(), 202);
     let update = update_payload(&app, fetch_update(&app, &member, &key).await).await;
     sync_report(&app, &member, &key, "succeeded", update.identity.generation).await;
+    let old = workers(&two).iter().map(|(vm, _, _)| *vm).collect();
+    Upgrading {
+        app,
+        cluster,
+        member,
+        key,
+        pool,
+        old,
+    }
+}
+
+async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: Backend) {
+    let Upgrading {
+        app,
+        cluster,
+        member,
+        key,
+        pool: id,
+        old,
+    } = upgrading(backend, 2).await;
 
     // Both new workers come first; nothing goes before they are healthy.
     let surged = wait_until_view(&app, cluster, id, |v| workers(v).len() == 4).await;
-    let old: Vec<i64> = workers(&two).iter().map(|(vm, _, _)| *vm).collect();
     let new: Vec<i64> = workers(&surged)
         .iter()
         .map(|(vm, _, _)| *vm)
@@ -300,3 +392,4 @@ async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: B
 
 both_backends!(a_pool_follows_its_control_plane_one_surge_worker_at_a_time);
 both_backends!(a_larger_surge_makes_every_new_worker_before_an_old_one_goes);
+both_backends!(without_a_surge_each_old_worker_goes_before_its_replacement_is_made);
