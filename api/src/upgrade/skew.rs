@@ -10,7 +10,9 @@
 //!   are never newer than the apiservers they talk to.
 //! - etcd (each release runs the etcd `render::etcd_for` names) moves one minor at a time and
 //!   never down a minor, as etcd's upgrade guides require: a member that ran a newer minor
-//!   cannot go back to the one before (etcd's downgrade is a procedure of its own).
+//!   cannot go back to the one before (etcd's downgrade is a procedure of its own). Before a
+//!   new minor, every member runs at least the patch that minor's upgrade guide names
+//!   ([`ETCD_MINOR_FLOORS`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -119,6 +121,18 @@ pub enum SkewError {
         next: u32,
     },
     #[error(
+        "{to} runs etcd {to_etcd}; etcd's upgrade guide asks every member to run {required} or \
+         later before that minor, and {from} runs etcd {from_etcd}: upgrade to a release that \
+         runs etcd {required} or later first"
+    )]
+    EtcdPatchFirst {
+        from: Release,
+        to: Release,
+        from_etcd: String,
+        to_etcd: String,
+        required: &'static str,
+    },
+    #[error(
         "{to} runs etcd {to_etcd}, a minor below the etcd {from_etcd} that {from} runs: etcd \
          members cannot go down a minor"
     )]
@@ -130,18 +144,40 @@ pub enum SkewError {
     },
 }
 
-/// The minor of an etcd release `v3.MINOR.PATCH` (0 for anything else: the table is ours).
-fn etcd_minor(etcd: &str) -> u32 {
-    etcd.strip_prefix("v3.")
-        .and_then(|rest| rest.split('.').next())
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0)
+/// The minor and patch of an etcd release `v3.MINOR.PATCH` (0 for what is not a number: the
+/// table is ours).
+fn etcd_release(etcd: &str) -> (u32, u32) {
+    let mut parts = etcd
+        .strip_prefix("v3.")
+        .unwrap_or_default()
+        .split('.')
+        .map(|n| n.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
+
+/// For an etcd minor, the oldest release of the minor before it that may upgrade to it, from
+/// etcd's upgrade guides ("Upgrade etcd from v3.5 to v3.6": every member at 3.5.26 or later;
+/// "from v3.6 to v3.7": 3.6.11 or later).
+pub const ETCD_MINOR_FLOORS: [(u32, &str); 2] = [(6, "v3.5.26"), (7, "v3.6.11")];
 
 /// May etcd go from `from_etcd` (what Kubernetes `from` runs) to `to_etcd` (what `to` runs)?
 pub fn etcd(from: Release, to: Release, from_etcd: &str, to_etcd: &str) -> Result<(), SkewError> {
-    let (a, b) = (etcd_minor(from_etcd), etcd_minor(to_etcd));
+    let ((a, _), (b, _)) = (etcd_release(from_etcd), etcd_release(to_etcd));
+    let floor = ETCD_MINOR_FLOORS
+        .iter()
+        .find(|(minor, _)| b == a + 1 && *minor == b)
+        .map(|(_, floor)| *floor)
+        .filter(|floor| etcd_release(from_etcd) < etcd_release(floor));
     let (from_etcd, to_etcd) = (from_etcd.to_owned(), to_etcd.to_owned());
+    if let Some(required) = floor {
+        return Err(SkewError::EtcdPatchFirst {
+            from,
+            to,
+            from_etcd,
+            to_etcd,
+            required,
+        });
+    }
     if b < a {
         return Err(SkewError::EtcdMinorDowngrade {
             from,
@@ -339,6 +375,34 @@ mod tests {
         let (from, to) = (r("v1.36.3"), r("v1.37.2"));
         assert_eq!(etcd(from, to, "v3.6.10", "v3.6.14"), Ok(()));
         assert_eq!(etcd(from, to, "v3.6.14", "v3.7.3"), Ok(()));
+        assert_eq!(etcd(from, to, "v3.6.11", "v3.7.0"), Ok(()));
+        assert_eq!(etcd(from, to, "v3.5.26", "v3.6.10"), Ok(()));
+        // Before a new minor, the patch its upgrade guide names.
+        let early = etcd(from, to, "v3.6.10", "v3.7.3").unwrap_err();
+        assert!(
+            matches!(
+                early,
+                SkewError::EtcdPatchFirst {
+                    required: "v3.6.11",
+                    ..
+                }
+            ),
+            "{early:?}"
+        );
+        assert!(
+            early
+                .to_string()
+                .contains("runs etcd v3.6.11 or later first"),
+            "{early}"
+        );
+        let early = etcd(from, to, "v3.5.24", "v3.6.14").unwrap_err();
+        assert!(matches!(
+            early,
+            SkewError::EtcdPatchFirst {
+                required: "v3.5.26",
+                ..
+            }
+        ));
         let skipped = etcd(from, to, "v3.5.24", "v3.7.3").unwrap_err();
         assert!(matches!(skipped, SkewError::EtcdSkipsMinor { next: 6, .. }));
         assert!(
@@ -351,6 +415,18 @@ mod tests {
             back.to_string().contains("cannot go down a minor"),
             "{back}"
         );
+        // The etcd each release runs never makes the next minor's upgrade impossible.
+        for minor in 30..40 {
+            let etcd_of = |m: u32| {
+                let release = exk8s_common::names::Version::new(format!("v1.{m}.0")).unwrap();
+                crate::render::etcd_for(&release).as_str().to_owned()
+            };
+            let (a, b) = (
+                r(&format!("v1.{minor}.0")),
+                r(&format!("v1.{}.0", minor + 1)),
+            );
+            assert_eq!(etcd(a, b, &etcd_of(minor), &etcd_of(minor + 1)), Ok(()));
+        }
         // A patch of etcd may go either way (a rollback within a minor).
         assert_eq!(etcd(to, from, "v3.6.14", "v3.6.10"), Ok(()));
     }
