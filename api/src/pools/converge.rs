@@ -136,7 +136,11 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
 
         let active: Vec<&NodeRow> = nodes.iter().filter(|n| n.removal.is_none()).collect();
         let desired = usize::try_from(pool.desired_count).unwrap_or(0);
-        let surge = usize::try_from(pool.max_surge).unwrap_or(1);
+        let release = pool
+            .kubernetes_version
+            .as_deref()
+            .unwrap_or(&cluster.kubernetes_version);
+        let surge = admitted_surge(ctx, &cluster, &nodes, release, pool.max_surge).await?;
         // A pool that never surges makes a worker only once the one going has released its
         // VM: it never holds more VMs than its count.
         if active.len() < desired && !(surge == 0 && waiting) {
@@ -159,10 +163,6 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
             continue;
         }
         // Another release asked for: replaced, new workers first (`super::rolling`).
-        let release = pool
-            .kubernetes_version
-            .as_deref()
-            .unwrap_or(&cluster.kubernetes_version);
         // One replacement at a time: the worker going finishes first.
         if !pool.deleting && !waiting {
             match rolling::step(&active, release, desired, surge) {
@@ -204,6 +204,34 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
             return Ok(Outcome::Gone);
         }
         return Ok(Outcome::Converged);
+    }
+}
+
+/// The pool's `max_surge`, or 0 while workers of another release are left (going or not) and
+/// the org has no room for one VM more under its quota: the pool is then replaced old worker
+/// first, never past the quota.
+async fn admitted_surge(
+    ctx: &Pools,
+    cluster: &ClusterRow,
+    nodes: &[NodeRow],
+    release: &str,
+    max_surge: i64,
+) -> Result<usize, ConvergeError> {
+    let surge = usize::try_from(max_surge).unwrap_or(1);
+    if surge == 0 || !nodes.iter().any(|n| rolling::outdated(n, release)) {
+        return Ok(surge);
+    }
+    let one = crate::quotas::Ask {
+        vms: 1,
+        ..crate::quotas::Ask::default()
+    };
+    match crate::quotas::admit(&ctx.db, ctx.config.quotas, cluster.org_id, one).await {
+        Ok(()) => Ok(surge),
+        Err(crate::quotas::QuotaError::Exceeded(quota)) => {
+            tracing::info!(cluster_id = cluster.id, reason = %quota, "a pool is replaced without a surge");
+            Ok(0)
+        }
+        Err(crate::quotas::QuotaError::Db(e)) => Err(e.into()),
     }
 }
 

@@ -3,7 +3,8 @@
 //! follows it takes its release and is replaced one surge worker at a time (the new worker boots
 //! at the new release before the oldest worker is drained by the control plane's agent and its
 //! VM released), never fewer healthy workers than it asks for; with `max_surge` 0, each old
-//! worker goes before its replacement is made, never a VM beyond the count.
+//! worker goes before its replacement is made, never a VM beyond the count; so too for an org
+//! with no room under its VM quota.
 
 use std::time::Duration;
 
@@ -196,6 +197,22 @@ async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Ba
 }
 
 async fn without_a_surge_each_old_worker_goes_before_its_replacement_is_made(backend: Backend) {
+    replaced_old_first(upgrading(backend, 0).await).await;
+}
+
+/// An org at its VM quota (the member and the two workers) has no room for a surge worker: the
+/// pool is replaced as with `max_surge` 0, never past the quota.
+async fn at_the_vm_quota_a_pool_is_replaced_old_worker_first(backend: Backend) {
+    let quotas = exk8s_api::quotas::Quotas {
+        vms: 3,
+        ..exk8s_api::quotas::Quotas::default()
+    };
+    replaced_old_first(upgrading_within(backend, 1, quotas).await).await;
+}
+
+/// Each old worker goes (oldest first) before its replacement is made, and the next only once
+/// that one is healthy; never a VM beyond the pool's count.
+async fn replaced_old_first(upgrading: Upgrading) {
     let Upgrading {
         app,
         cluster,
@@ -203,7 +220,7 @@ async fn without_a_surge_each_old_worker_goes_before_its_replacement_is_made(bac
         key,
         pool: id,
         old,
-    } = upgrading(backend, 0).await;
+    } = upgrading;
     let mut new = Vec::new();
     for &oldest in &old {
         // The oldest old worker goes first, while the pool has no VM beyond its count.
@@ -284,8 +301,18 @@ struct Upgrading {
 }
 
 async fn upgrading(backend: Backend, max_surge: i64) -> Upgrading {
+    upgrading_within(backend, max_surge, exk8s_api::quotas::Quotas::default()).await
+}
+
+/// [`upgrading`] with the org's `quotas`.
+async fn upgrading_within(
+    backend: Backend,
+    max_surge: i64,
+    quotas: exk8s_api::quotas::Quotas,
+) -> Upgrading {
     let config = exk8s_api::app::ApiConfig {
         kubernetes_versions: vec![OLD.into(), NEW.into()],
+        quotas,
         ..test_config()
     };
     let app = spawn_with(backend, config, None).await;
@@ -393,3 +420,4 @@ async fn a_larger_surge_makes_every_new_worker_before_an_old_one_goes(backend: B
 both_backends!(a_pool_follows_its_control_plane_one_surge_worker_at_a_time);
 both_backends!(a_larger_surge_makes_every_new_worker_before_an_old_one_goes);
 both_backends!(without_a_surge_each_old_worker_goes_before_its_replacement_is_made);
+both_backends!(at_the_vm_quota_a_pool_is_replaced_old_worker_first);
