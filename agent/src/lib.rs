@@ -25,6 +25,7 @@ pub mod machine;
 pub mod node_api;
 pub mod nodekey;
 pub mod report;
+pub mod snapshot;
 pub mod state;
 pub mod statedir;
 pub mod sync;

@@ -6,10 +6,16 @@
 
 use std::time::Duration;
 
-use exk8s_common::contract::{IMDS_TOKEN_HEADER, NONCE_HEADER, PhaseReport};
+use exk8s_common::contract::{
+    ETCD_REVISION_HEADER, ETCD_VERSION_HEADER, IMDS_TOKEN_HEADER, NONCE_HEADER, PhaseReport,
+    SNAPSHOT_FAILURE_HEADER,
+};
 use exk8s_common::limits::MAX_ENVELOPE_BYTES;
 use exk8s_common::names::Nonce;
-use exk8s_common::node_auth::{NodeKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message};
+use exk8s_common::names::Sha256Digest;
+use exk8s_common::node_auth::{
+    CONTENT_SHA256_HEADER, NodeKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message_for_digest,
+};
 
 use crate::error::AgentError;
 use crate::http::{Attempt, classify, read_capped, retry};
@@ -57,6 +63,17 @@ impl NodeApi<'_> {
         tail: &str,
         body: &[u8],
     ) -> Result<(ureq::Request, Nonce), AgentError> {
+        self.signed_over(method, tail, &Sha256Digest::of(body))
+    }
+
+    /// A request signed over a body's digest (a streamed body's, declared in
+    /// [`CONTENT_SHA256_HEADER`]).
+    fn signed_over(
+        &self,
+        method: &str,
+        tail: &str,
+        body: &Sha256Digest,
+    ) -> Result<(ureq::Request, Nonce), AgentError> {
         let path = format!(
             "{}/nodes/{}/{tail}",
             path_prefix(self.api_url),
@@ -64,7 +81,7 @@ impl NodeApi<'_> {
         );
         let nonce = crate::fetch::new_nonce()?;
         let timestamp = crate::machine::now();
-        let signature = self.key.sign(&request_message(
+        let signature = self.key.sign(&request_message_for_digest(
             method,
             &path,
             timestamp,
@@ -143,6 +160,71 @@ impl NodeApi<'_> {
                 },
             }
         })
+    }
+
+    /// `PUT /nodes/{vm_id}/snapshots/{id}`: the snapshot in `file` (whose SHA-256 is `digest`),
+    /// streamed, within `timeout`. Not retried: a refused or broken upload fails the snapshot,
+    /// and the operator asks again.
+    pub fn upload_snapshot(
+        &self,
+        id: i64,
+        file: &std::path::Path,
+        saved: &crate::snapshot::Saved,
+        digest: &Sha256Digest,
+        timeout: Duration,
+    ) -> Result<(), AgentError> {
+        let (request, _) = self.signed_over("PUT", &format!("snapshots/{id}"), digest)?;
+        let body = std::fs::File::open(file).map_err(|e| AgentError::State {
+            path: file.to_path_buf(),
+            source: e,
+        })?;
+        let sent = request
+            .timeout(timeout)
+            .set(CONTENT_SHA256_HEADER, &digest.to_hex())
+            .set(ETCD_REVISION_HEADER, &saved.revision.to_string())
+            .set(ETCD_VERSION_HEADER, &saved.etcd_version)
+            .set("Content-Type", "application/octet-stream")
+            .set("Content-Length", &saved.size.to_string())
+            .send(body);
+        match classify("snapshot upload", sent) {
+            Ok(_) => Ok(()),
+            Err(Attempt::Fatal(e)) => Err(e),
+            Err(Attempt::Retry { reason, .. }) => Err(AgentError::Step {
+                step: format!("uploading etcd snapshot {id}"),
+                reason,
+            }),
+            Err(Attempt::Done(never)) => match never {},
+        }
+    }
+
+    /// Tells the API why the snapshot `id` asked of this node could not be taken.
+    pub fn snapshot_failed(&self, id: i64, reason: &str) -> Result<(), AgentError> {
+        let (request, _) = self.signed("PUT", &format!("snapshots/{id}"), b"")?;
+        // A header carries one line of visible ASCII.
+        let said: String = reason
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    ' '
+                }
+            })
+            .take(500)
+            .collect();
+        let sent = request
+            .set(CONTENT_SHA256_HEADER, &Sha256Digest::of(b"").to_hex())
+            .set(SNAPSHOT_FAILURE_HEADER, &said)
+            .send_bytes(b"");
+        match classify("snapshot failure", sent) {
+            Ok(_) => Ok(()),
+            Err(Attempt::Fatal(e)) => Err(e),
+            Err(Attempt::Retry { reason, .. }) => Err(AgentError::Step {
+                step: format!("reporting etcd snapshot {id} failed"),
+                reason,
+            }),
+            Err(Attempt::Done(never)) => match never {},
+        }
     }
 
     /// One `POST /nodes/{vm_id}/status` (signed anew: a retry never reuses a nonce).

@@ -28,6 +28,9 @@ use crate::report::{Reporter, State as Phase, Target};
 use crate::state::{State, is_done, marker_path};
 use crate::{imds, nodekey};
 
+/// How long a snapshot's upload may take.
+const SNAPSHOT_UPLOAD: Duration = Duration::from_secs(30 * 60);
+
 /// One sync: look for a newer generation and apply it.
 pub fn sync(
     net: &NetConfig,
@@ -83,7 +86,33 @@ pub fn sync(
                 );
         }
         log_info!("generation {applied} is applied and current");
-        return check_components(&node, net, root, &root_dir, state, applied);
+        let etcd = state.etcd_health.clone();
+        check_components(&node, net, root, &root_dir, state, applied)?;
+        return match (generations.snapshot, etcd) {
+            (Some(task), Some(health)) => {
+                let timeout = Duration::from_secs(net.request_timeout_secs);
+                crate::snapshot::take(
+                    &node,
+                    &root_dir,
+                    &task,
+                    |to, meta| {
+                        crate::apply::save_etcd_snapshot(
+                            root,
+                            &root_dir,
+                            &health,
+                            (to, meta),
+                            timeout,
+                        )
+                    },
+                    SNAPSHOT_UPLOAD,
+                )
+            }
+            (Some(task), None) => {
+                let why = "this node runs no etcd member";
+                node.snapshot_failed(task.id, why)
+            }
+            (None, _) => Ok(()),
+        };
     }
     log_info!(
         "generation {} is wanted (applied: {applied}); asking for it",

@@ -10,6 +10,7 @@ pub mod events;
 pub mod phase;
 pub mod pools;
 mod secret;
+pub mod snapshots;
 
 pub use certificates::{
     CertificateInventory, CertificateView, RolloutNode, RolloutStarted, RotateCaRequest,
@@ -26,3 +27,4 @@ pub use events::{ChangeEvent, StatusEvent, StreamEnd};
 pub use phase::{ClusterPhase, EtcdMembership, Removal};
 pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
 pub use secret::SecretPem;
+pub use snapshots::SnapshotView;

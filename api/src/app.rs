@@ -43,6 +43,8 @@ pub struct AppState {
     pub key_pool: crate::keypool::KeyPool,
     /// The process's change feed, shared by every event stream.
     pub feed: Arc<crate::feed::Feed>,
+    /// Where sealed etcd snapshots go.
+    pub snapshot_store: crate::snapshots::Store,
 }
 
 /// The bootstrap routes' rate limiters: every request is charged to its source address; only
@@ -65,6 +67,15 @@ impl BootstrapLimits {
 /// The domain contexts, each made of the handles it uses and nothing more: `http/` hands a
 /// domain call its context, never the whole state. Each is a few reference-count increments.
 impl AppState {
+    pub fn snapshots(&self) -> crate::snapshots::Snapshots {
+        crate::snapshots::Snapshots {
+            db: self.db.clone(),
+            keks: self.keks.clone(),
+            store: self.snapshot_store.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
     pub fn machines(&self) -> crate::machines::Machines {
         crate::machines::Machines {
             db: self.db.clone(),

@@ -53,6 +53,8 @@ pub struct ApiConfig {
     pub rate_per_source: crate::ratelimit::Limit,
     /// Per-org bounds on clusters, VMs and pools.
     pub quotas: crate::quotas::Quotas,
+    /// Where sealed etcd snapshots are kept (`--snapshot-store`).
+    pub snapshot_store: crate::snapshots::Location,
     /// Event streams open at once, per operator token and per process.
     pub event_streams: crate::feed::StreamLimits,
     /// How often an open event stream checks that its token is still valid.
@@ -89,6 +91,7 @@ impl Default for ApiConfig {
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
             quotas: crate::quotas::Quotas::default(),
+            snapshot_store: crate::snapshots::Location::Local("exk8s-data/snapshots".into()),
             event_streams: crate::feed::StreamLimits::default(),
             event_stream_token_recheck: Duration::from_secs(10),
             event_stream_lifetime: Duration::from_secs(3600),

@@ -48,6 +48,7 @@ pub mod renewal;
 pub mod rollout;
 pub mod rotation;
 pub mod sim;
+pub mod snapshots;
 pub mod status;
 pub mod tokens;
 pub mod trust;

@@ -224,7 +224,28 @@ pub struct Generations {
     pub applied_generation: u64,
     /// `applied_generation` has reached `desired_generation`.
     pub up_to_date: bool,
+    /// An etcd snapshot this node is asked to take and upload (a voter's, at most one at a
+    /// time); absent otherwise. Older agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotTask>,
 }
+
+/// A snapshot to take: stream it from the node's own etcd member and `PUT` it to
+/// `/nodes/{vm_id}/snapshots/{id}` before `not_after` (Unix seconds), with its revision and
+/// etcd version in [`ETCD_REVISION_HEADER`] and [`ETCD_VERSION_HEADER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SnapshotTask {
+    pub id: i64,
+    pub not_after: i64,
+}
+
+/// The revision of the member's store when its snapshot began (the snapshot holds at least it).
+pub const ETCD_REVISION_HEADER: &str = "X-Exk8s-Etcd-Revision";
+/// The etcd release of the member that took a snapshot (`3.6.14`).
+pub const ETCD_VERSION_HEADER: &str = "X-Exk8s-Etcd-Version";
+/// Why a member could not take the snapshot asked of it (its upload's body is then empty).
+pub const SNAPSHOT_FAILURE_HEADER: &str = "X-Exk8s-Snapshot-Failure";
 
 /// A phase report, as the agent sends it to `…/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -73,12 +73,27 @@ pub fn request_message(
     nonce: &str,
     body: &[u8],
 ) -> Vec<u8> {
+    request_message_for_digest(method, path, timestamp, nonce, &Sha256Digest::of(body))
+}
+
+/// [`request_message`] for a body known by its digest: a streamed upload, whose digest is
+/// declared in [`CONTENT_SHA256_HEADER`] and signed, and checked by the API once the body is in.
+pub fn request_message_for_digest(
+    method: &str,
+    path: &str,
+    timestamp: i64,
+    nonce: &str,
+    body: &Sha256Digest,
+) -> Vec<u8> {
     format!(
         "exk8s-node-request-v1\n{method}\n{path}\n{timestamp}\n{nonce}\n{}",
-        Sha256Digest::of(body).to_hex()
+        body.to_hex()
     )
     .into_bytes()
 }
+
+/// The SHA-256 (hex) of a streamed request body, signed in place of the body.
+pub const CONTENT_SHA256_HEADER: &str = "X-Exk8s-Content-Sha256";
 
 #[cfg(feature = "node-key")]
 pub use signing::NodeKey;

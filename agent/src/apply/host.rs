@@ -47,6 +47,12 @@ pub enum HostAction<'a> {
     EtcdPromote(super::membership::Membership),
     /// A leaving member (its client URL) removed.
     EtcdRemove(super::membership::Membership, String),
+    /// This node's member's snapshot streamed to a file (`to`), its metadata beside it (`meta`).
+    SaveEtcdSnapshot {
+        probe: waits::EtcdProbe,
+        to: PathBuf,
+        meta: PathBuf,
+    },
 }
 
 impl fmt::Display for HostAction<'_> {
@@ -121,6 +127,12 @@ impl fmt::Display for HostAction<'_> {
                 m.peer_url,
                 m.voters.join(","),
                 m.timeout.as_secs()
+            ),
+            Self::SaveEtcdSnapshot { probe, to, .. } => write!(
+                f,
+                "save an etcd snapshot from {} to {}",
+                probe.endpoint,
+                to.display()
             ),
             Self::EtcdRemove(m, leaving) => write!(
                 f,
@@ -293,6 +305,9 @@ impl Host for RecordingHost {
             (Some(root), HostAction::CheckEtcd(probe)) if perform_etcd => {
                 Some(waits::etcd(root, probe))
             }
+            (Some(root), HostAction::SaveEtcdSnapshot { probe, to, meta }) if perform_etcd => {
+                Some(crate::snapshot::save(root, probe, to, meta))
+            }
             (Some(root), _) => {
                 kubernetes_cap().and_then(|cap| perform_kubernetes(root, action, cap))
             }
@@ -396,6 +411,9 @@ impl Host for SystemHost {
             HostAction::EtcdJoin(m) => super::membership::join(&self.root, m),
             HostAction::EtcdPromote(m) => super::membership::promote(&self.root, m),
             HostAction::EtcdRemove(m, leaving) => super::membership::remove(&self.root, m, leaving),
+            HostAction::SaveEtcdSnapshot { probe, to, meta } => {
+                crate::snapshot::save(&self.root, probe, to, meta)
+            }
         };
         result.map_err(|reason| step_error(action, reason))
     }

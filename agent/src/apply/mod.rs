@@ -358,6 +358,29 @@ pub fn check_etcd(
     between_updates(root, root_dir, request_timeout).perform(&action)
 }
 
+/// Streams this node's etcd snapshot to `to` (metadata in `meta`) through the host, as
+/// [`check_etcd`] probes it.
+pub fn save_etcd_snapshot(
+    root: Option<&Path>,
+    root_dir: &Path,
+    health: &crate::state::EtcdHealth,
+    (to, meta): (&Path, &Path),
+    request_timeout: Duration,
+) -> Result<(), AgentError> {
+    let action = HostAction::SaveEtcdSnapshot {
+        probe: waits::EtcdProbe {
+            endpoint: health.endpoint.clone(),
+            ca_file: health.ca_file.clone().into(),
+            cert_file: health.cert_file.clone().into(),
+            key_file: health.key_file.clone().into(),
+            timeout: CHECK_ETCD,
+        },
+        to: to.to_path_buf(),
+        meta: meta.to_path_buf(),
+    };
+    between_updates(root, root_dir, request_timeout).perform(&action)
+}
+
 /// Probes this node's other components once each, as [`check_etcd`] does etcd.
 pub fn check_components(
     root: Option<&Path>,

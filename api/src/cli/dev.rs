@@ -101,6 +101,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         agent_insecure_http: true,
         artifacts,
         kubernetes_versions: args.kubernetes_versions,
+        snapshot_store: crate::snapshots::Location::Local(dir.join("snapshots")),
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
         reconcile_interval: args.changes.reconcile_interval(),

@@ -233,7 +233,14 @@ fn build_state(
     let key_pool = crate::keypool::KeyPool::start(config.key_pool_max)
         .map_err(|e| format!("starting the key pool's thread: {e}"))?;
     let feed = Arc::new(crate::feed::Feed::new(db.clone(), config.event_streams));
+    let snapshot_store = crate::snapshots::Store::open(&config.snapshot_store)
+        .map_err(|e| crate::error_chain(&e))?;
+    tracing::info!(
+        store = snapshot_store.location(),
+        "etcd snapshots are kept here"
+    );
     Ok(AppState {
+        snapshot_store,
         feed,
         db,
         keks: Arc::new(keks),

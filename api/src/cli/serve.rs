@@ -73,6 +73,12 @@ pub(super) struct ServeArgs {
     /// DNS zone of the clusters' shared control-plane names.
     #[arg(long, env = "EXK8S_DNS_ZONE", default_value = "k8s.internal")]
     dns_zone: String,
+    /// Where sealed etcd snapshots are kept: a directory, or s3://BUCKET[/PREFIX] of any
+    /// S3-compatible service (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT, AWS_ALLOW_HTTP). Default: `snapshots`
+    /// in --data-dir.
+    #[arg(long, env = "EXK8S_SNAPSHOT_STORE")]
+    snapshot_store: Option<crate::snapshots::Location>,
     /// Kubernetes versions offered; the first is the default.
     #[arg(
         long,
@@ -175,6 +181,9 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         agent_insecure_http: args.agent_insecure_http,
         dns_zone: args.dns_zone,
         kubernetes_versions: args.kubernetes_versions,
+        snapshot_store: args.snapshot_store.unwrap_or_else(|| {
+            crate::snapshots::Location::Local(args.db.data_dir.join("snapshots"))
+        }),
         address_timeout: Duration::from_secs(args.address_timeout_secs),
         provisioning_deadline: Duration::from_secs(args.provisioning_deadline_secs),
         reconcile_interval: args.changes.reconcile_interval(),

@@ -26,6 +26,7 @@ pub mod quotas;
 pub mod removals;
 pub mod renewal;
 pub mod rotations;
+pub mod snapshots;
 mod tx;
 
 use std::time::Duration;

@@ -19,6 +19,7 @@ pub mod patch;
 pub mod pools;
 mod prefer;
 pub mod server;
+pub mod snapshots;
 pub mod versions;
 
 use std::time::Instant;
@@ -59,6 +60,12 @@ use crate::app::AppState;
         pools::update_pool,
         pools::delete_pool,
         versions::kubernetes_versions,
+        snapshots::create_snapshot,
+        snapshots::list_snapshots,
+        snapshots::get_snapshot,
+        snapshots::delete_snapshot,
+        snapshots::snapshot_content,
+        snapshots::upload_snapshot,
         bootstrap::rearm,
         bootstrap::bundle,
         bootstrap::status,
@@ -165,6 +172,19 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}/certificates/rotate-ca",
             axum::routing::post(certificates::rotate_ca),
+        )
+        .route(
+            "/clusters/{id}/snapshots",
+            get(snapshots::list_snapshots).post(snapshots::create_snapshot),
+        )
+        .route(
+            "/clusters/{id}/snapshots/{sid}",
+            get(snapshots::get_snapshot).delete(snapshots::delete_snapshot),
+        )
+        .route("/clusters/{id}/snapshots/{sid}/content", get(snapshots::snapshot_content))
+        .route(
+            "/nodes/{vm_id}/snapshots/{sid}",
+            axum::routing::put(snapshots::upload_snapshot).layer(DefaultBodyLimit::disable()),
         )
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))

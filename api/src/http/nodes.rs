@@ -13,7 +13,8 @@ use super::bootstrap::{StatusReport, limit_source, limit_vm};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiPath, Operator, decode_json};
 use crate::app::AppState;
-use crate::issuance::{self, NONCE_HEADER, Update, signed::SignedRequest};
+use crate::issuance::signed::{SignedBody, SignedRequest};
+use crate::issuance::{self, NONCE_HEADER, Update};
 use crate::rollout::{self, RolloutError};
 use exk8s_api_types::{RolloutNode, RolloutStarted};
 use exk8s_common::contract::Generations;
@@ -27,6 +28,22 @@ async fn signed_vm(
     state: &AppState,
     peer: SocketAddr,
     (method, uri, headers, body): (&Method, &Uri, &HeaderMap, &[u8]),
+    vm_id: i64,
+) -> Result<issuance::Vm, ApiError> {
+    signed_vm_over(
+        state,
+        peer,
+        (method, uri, headers, SignedBody::Bytes(body)),
+        vm_id,
+    )
+    .await
+}
+
+/// [`signed_vm`] for a request whose signature covers `body` (a streamed body's digest).
+pub(super) async fn signed_vm_over(
+    state: &AppState,
+    peer: SocketAddr,
+    (method, uri, headers, body): (&Method, &Uri, &HeaderMap, SignedBody<'_>),
     vm_id: i64,
 ) -> Result<issuance::Vm, ApiError> {
     let request = SignedRequest {
@@ -66,10 +83,12 @@ pub async fn generation(
     let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
     // Generations are at least 0 (a CHECK of the schema).
     let generation = |g: i64| u64::try_from(g).map_err(ApiError::internal);
+    let snapshot = crate::snapshots::asked_of(&state.snapshots(), vm.node.id).await?;
     Ok(axum::Json(Generations {
         desired_generation: generation(vm.node.desired_generation)?,
         applied_generation: generation(vm.node.applied_generation)?,
         up_to_date: vm.node.up_to_date(),
+        snapshot,
     }))
 }
 

@@ -9,6 +9,7 @@ use exk8s_common::contract::{IMDS_TOKEN_HEADER, NONCE_HEADER};
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{
     MAX_REQUEST_SKEW_SECS, NodePublicKey, SIGNATURE_HEADER, TIMESTAMP_HEADER, request_message,
+    request_message_for_digest,
 };
 
 use crate::db::Db;
@@ -23,7 +24,16 @@ pub struct SignedRequest<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub headers: &'a HeaderMap,
-    pub body: &'a [u8],
+    pub body: SignedBody<'a>,
+}
+
+/// What of the body the signature covers.
+#[derive(Debug, Clone, Copy)]
+pub enum SignedBody<'a> {
+    /// The body, read whole.
+    Bytes(&'a [u8]),
+    /// A streamed body's declared digest: the caller checks the body against it as it comes.
+    Declared(&'a exk8s_common::names::Sha256Digest),
 }
 
 /// Checks the IMDS token, the signature, its freshness and its nonce, then the VM's membership.
@@ -66,13 +76,22 @@ pub async fn authenticate(
     let Ok(key) = NodePublicKey::parse(key) else {
         return Ok(Err(unauthorized("the node's stored key is unusable")));
     };
-    let message = request_message(
-        request.method,
-        request.path,
-        timestamp,
-        nonce.as_str(),
-        request.body,
-    );
+    let message = match request.body {
+        SignedBody::Bytes(body) => request_message(
+            request.method,
+            request.path,
+            timestamp,
+            nonce.as_str(),
+            body,
+        ),
+        SignedBody::Declared(digest) => request_message_for_digest(
+            request.method,
+            request.path,
+            timestamp,
+            nonce.as_str(),
+            digest,
+        ),
+    };
     if key.verify(&message, signature).is_err() {
         return Ok(Err(unauthorized("request signature does not verify")));
     }

@@ -152,6 +152,10 @@ pub async fn spawn_clocked(
     let sims = Simulators::new("127.0.10.0/24").unwrap();
     let db = Db::connect(&db_url).unwrap();
     let state = AppState {
+        snapshot_store: exk8s_api::snapshots::Store::open(&exk8s_api::snapshots::Location::Local(
+            dir.path().join("snapshots"),
+        ))
+        .unwrap(),
         feed: Arc::new(exk8s_api::feed::Feed::new(db.clone(), config.event_streams)),
         db,
         keks: Arc::new(Keyring::new(vec![Kek::new("test-kek", &[9; 32]).unwrap()]).unwrap()),

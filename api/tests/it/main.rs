@@ -49,6 +49,7 @@ mod replace;
 mod retention;
 mod rotation;
 mod schema;
+mod snapshots;
 mod status;
 mod supplied_ca;
 mod sync;

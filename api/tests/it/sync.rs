@@ -211,7 +211,7 @@ async fn node_signature_credential_matrix(backend: Backend) {
 }
 
 /// Every node of the cluster fetched its first bundle with a key and reported complete.
-async fn booted_cluster(app: &TestApp) -> Vec<(Node, NodeKey)> {
+pub(crate) async fn booted_cluster(app: &TestApp) -> Vec<(Node, NodeKey)> {
     let nodes = cluster_with_credentials(app, 7, 3).await;
     let mut booted = Vec::new();
     for node in nodes {

@@ -1,0 +1,42 @@
+//! etcd snapshots: `GET|POST /clusters/{id}/snapshots`, `GET|DELETE …/snapshots/{sid}`.
+
+use serde::{Deserialize, Serialize};
+
+/// One snapshot of a cluster's etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SnapshotView {
+    pub id: i64,
+    pub cluster_id: i64,
+    /// `requested` (a member is taking it), `stored` or `failed`.
+    pub state: String,
+    /// `operator` or `schedule`.
+    pub trigger: String,
+    /// The member asked to take it.
+    pub member: String,
+    /// Unix seconds.
+    pub requested_at: i64,
+    /// The member's upload must come before this (Unix seconds).
+    pub not_after: i64,
+    /// When it was stored (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_at: Option<i64>,
+    /// The member's store revision when the snapshot began (it holds at least this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// The etcd release that took it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
+    /// Bytes, as etcd wrote it (sealed, it is a little larger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// SHA-256 (hex) of the snapshot as etcd wrote it (what `GET …/content` yields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// SHA-256 (hex) of the cluster CA certificate it was taken under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_sha256: Option<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
