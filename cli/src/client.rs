@@ -75,6 +75,49 @@ impl Api {
         read(response).map(zeroize::Zeroizing::new)
     }
 
+    /// `GET path`'s body written to a new file `to` (mode 0600; removed again on failure);
+    /// its SHA-256 in hex.
+    pub(crate) fn download(&self, path: &str, to: &std::path::Path) -> Result<String, CliError> {
+        use sha2::Digest as _;
+        use std::io::{Read as _, Write as _};
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let response = self.call(
+            self.request("GET", path)
+                .timeout(Duration::from_secs(6 * 3600))
+                .call(),
+        )?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(to)
+            .map_err(|e| CliError::io(format!("creating {}", to.display()), e))?;
+        let mut body = response.into_reader();
+        let mut digest = sha2::Sha256::new();
+        let mut buffer = vec![0u8; 1 << 16];
+        let copied = loop {
+            match body.read(&mut buffer) {
+                Ok(0) => break file.sync_all(),
+                Ok(n) => {
+                    digest.update(&buffer[..n]);
+                    if let Err(e) = file.write_all(&buffer[..n]) {
+                        break Err(e);
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if let Err(e) = copied {
+            let _ = std::fs::remove_file(to);
+            return Err(CliError::io(format!("downloading to {}", to.display()), e));
+        }
+        Ok(digest
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    }
+
     /// `GET path` as a Server-Sent Event stream, resumed after `last_event_id`: its body, read
     /// as it arrives (a stream lives at most `STREAM_FOR`; the caller resumes it).
     pub(crate) fn events(

@@ -38,6 +38,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                 } => scale(&api, &cluster, control_plane, format),
                 Command::NodePools(p) => day2::pools(&api, p, format),
                 Command::Members(m) => day2::members(&api, m),
+                Command::Snapshots(s) => crate::snapshots::run(&api, s, format),
                 Command::Rollout { cluster } => {
                     day2::start_rollout(&api, &cluster, "rollout", format)
                 }

@@ -10,6 +10,7 @@ mod day2;
 mod error;
 mod kubeconfig;
 mod output;
+mod snapshots;
 mod watch;
 
 use std::process::ExitCode;
@@ -70,6 +71,9 @@ enum Command {
     /// Worker pools: list, get, create, scale, delete.
     #[command(subcommand, name = "node-pools")]
     NodePools(day2::Pools),
+    /// etcd snapshots: list, create (--wait), delete, download.
+    #[command(subcommand)]
+    Snapshots(snapshots::Snapshots),
     /// Control-plane members: replace or remove one.
     #[command(subcommand)]
     Members(day2::Members),
