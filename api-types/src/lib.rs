@@ -27,4 +27,4 @@ pub use events::{ChangeEvent, StatusEvent, StreamEnd};
 pub use phase::{ClusterPhase, EtcdMembership, Removal};
 pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
 pub use secret::SecretPem;
-pub use snapshots::SnapshotView;
+pub use snapshots::{SnapshotSchedule, SnapshotView};

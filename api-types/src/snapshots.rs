@@ -40,3 +40,16 @@ pub struct SnapshotView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+/// A cluster's snapshot schedule: `GET|PUT /clusters/{id}/snapshots/schedule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotSchedule {
+    /// Hours between snapshots, 0–744 (default 12; 0: only when an operator asks).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 744))]
+    pub every_hours: i64,
+    /// How many stored snapshots are kept, 1–1000 (default 14); the oldest beyond are deleted.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
+    pub retain: i64,
+}

@@ -189,6 +189,7 @@ impl AppState {
 
     pub fn reconciler(&self) -> crate::founding::reconcile::Reconciler {
         crate::founding::reconcile::Reconciler {
+            snapshots: self.snapshots(),
             db: self.db.clone(),
             clock: Arc::clone(&self.clock),
             provisioning_deadline: self.config.provisioning_deadline,

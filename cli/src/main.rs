@@ -71,7 +71,7 @@ enum Command {
     /// Worker pools: list, get, create, scale, delete.
     #[command(subcommand, name = "node-pools")]
     NodePools(day2::Pools),
-    /// etcd snapshots: list, create (--wait), delete, download.
+    /// etcd snapshots: list, create (--wait), schedule, delete, download.
     #[command(subcommand)]
     Snapshots(snapshots::Snapshots),
     /// Control-plane members: replace or remove one.

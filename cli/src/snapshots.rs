@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
-use exk8s_api_types::SnapshotView;
+use exk8s_api_types::{SnapshotSchedule, SnapshotView};
 
 use crate::client::Api;
 use crate::error::CliError;
@@ -25,6 +25,16 @@ pub(crate) enum Snapshots {
         /// How long --wait waits, in seconds.
         #[arg(long, default_value_t = 1800)]
         timeout: u64,
+    },
+    /// Show the cluster's snapshot schedule, or set it with --every-hours and --retain.
+    Schedule {
+        cluster: String,
+        /// Hours between snapshots (0: only when asked).
+        #[arg(long = "every-hours", requires = "retain")]
+        every_hours: Option<i64>,
+        /// How many stored snapshots are kept.
+        #[arg(long, requires = "every_hours")]
+        retain: Option<i64>,
     },
     /// Delete a snapshot and its object in the store.
     Delete {
@@ -106,6 +116,38 @@ pub(crate) fn run(api: &Api, command: Snapshots, format: Format) -> Result<(), C
                 ))),
                 _ => Ok(()),
             }
+        }
+        Snapshots::Schedule {
+            cluster,
+            every_hours,
+            retain,
+        } => {
+            let id = api.cluster_id(&cluster)?;
+            let path = format!("/clusters/{id}/snapshots/schedule");
+            let schedule: SnapshotSchedule = match every_hours.zip(retain) {
+                Some((every_hours, retain)) => {
+                    api.send(
+                        "PUT",
+                        &path,
+                        Some(&SnapshotSchedule {
+                            every_hours,
+                            retain,
+                        }),
+                        None,
+                    )?
+                    .ok_or_else(|| CliError::Unexpected("the API answered without a body".into()))?
+                }
+                None => api.get(&path)?,
+            };
+            show(format, &schedule, |s: &SnapshotSchedule| {
+                let mut t = table(&["every", "retain"]);
+                let every = match s.every_hours {
+                    0 => "only when asked".to_owned(),
+                    h => format!("{h}h"),
+                };
+                t.add_row(vec![every, s.retain.to_string()]);
+                t
+            })
         }
         Snapshots::Delete {
             cluster,

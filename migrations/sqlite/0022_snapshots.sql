@@ -24,3 +24,9 @@ CREATE TABLE snapshots (
 );
 CREATE INDEX snapshots_cluster ON snapshots (cluster_id, id);
 ALTER TABLE clusters ADD COLUMN snapshot_key TEXT;
+-- The schedule: a snapshot every `snapshot_every_secs` (0: only when an operator asks), the
+-- newest `snapshot_retain` stored ones kept.
+ALTER TABLE clusters ADD COLUMN snapshot_every_secs BIGINT NOT NULL DEFAULT 43200
+    CHECK (snapshot_every_secs >= 0);
+ALTER TABLE clusters ADD COLUMN snapshot_retain BIGINT NOT NULL DEFAULT 14
+    CHECK (snapshot_retain >= 1);

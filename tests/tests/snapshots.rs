@@ -7,7 +7,8 @@
 //! digest is the recorded one), `etcdutl snapshot status` reads it (a revision no lower than the
 //! one recorded), `etcdutl snapshot restore` makes a data directory of it, and an etcd started
 //! from that directory serves the ConfigMap and the Secret — still encrypted, as the apiserver
-//! wrote it. `exk8s snapshots delete` asks for `--yes`, then removes the object.
+//! wrote it. `exk8s snapshots delete` asks for `--yes`, then removes the object; `exk8s snapshots
+//! schedule` shows and sets the schedule.
 
 #![allow(
     clippy::unwrap_used,
@@ -94,6 +95,26 @@ fn a_members_snapshot_is_uploaded_sealed_and_restores() {
             .unwrap()
     };
     let name = cluster.to_string();
+    let shown = exk8s(&["-o", "json", "snapshots", "schedule", &name]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown, json!({"every_hours": 12, "retain": 14}));
+    let set = exk8s(&[
+        "-o",
+        "json",
+        "snapshots",
+        "schedule",
+        &name,
+        "--every-hours",
+        "0",
+        "--retain",
+        "3",
+    ]);
+    let set: Value = serde_json::from_slice(&set.stdout).unwrap();
+    assert_eq!(
+        set,
+        json!({"every_hours": 0, "retain": 3}),
+        "only when asked"
+    );
     let asked = exk8s(&["-o", "json", "snapshots", "create", &name]);
     assert!(
         asked.status.success(),

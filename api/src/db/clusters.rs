@@ -40,13 +40,18 @@ pub struct ClusterRow {
     /// Moves with every change to the cluster's own recorded certificates (see
     /// [`super::certificates::Stamp`]).
     pub certificates_version: i64,
+    /// How often the reconciler asks for an etcd snapshot (0: only when an operator asks).
+    pub snapshot_every_secs: i64,
+    /// How many stored snapshots are kept (the oldest beyond go).
+    pub snapshot_retain: i64,
 }
 
 const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubernetes_version, \
     service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, ca_cert, ca_key_sealed, \
     etcd_ca_cert, etcd_ca_key_sealed, front_proxy_ca_cert, front_proxy_ca_key_sealed, sa_public, \
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
-    error_reason, error_message, created_at, updated_at, certificates_version";
+    error_reason, error_message, created_at, updated_at, certificates_version, \
+    snapshot_every_secs, snapshot_retain";
 
 /// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
 /// `cluster_nodes`, whose `id`, `phase`, `kubernetes_version` and `created_at` are the node's.
@@ -127,6 +132,8 @@ pub(super) fn from_row_named(
         created_at: r.try_get(names.created_at)?,
         updated_at: r.try_get("updated_at")?,
         certificates_version: r.try_get("certificates_version")?,
+        snapshot_every_secs: r.try_get("snapshot_every_secs")?,
+        snapshot_retain: r.try_get("snapshot_retain")?,
     })
 }
 
@@ -363,7 +370,8 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algori
     CAST(NULL AS TEXT) AS front_proxy_ca_cert, CAST(NULL AS TEXT) AS front_proxy_ca_key_sealed, \
     CAST(NULL AS TEXT) AS sa_public, CAST(NULL AS TEXT) AS sa_key_sealed, \
     CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
-    error_reason, error_message, created_at, updated_at, certificates_version";
+    error_reason, error_message, created_at, updated_at, certificates_version, \
+    snapshot_every_secs, snapshot_retain";
 
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).

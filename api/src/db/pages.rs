@@ -253,6 +253,16 @@ pub async fn components<'c>(
         .collect()
 }
 
+/// Each cluster's latest snapshot in each state: the one being taken, the last stored and the
+/// last failed.
+pub async fn snapshots<'c>(
+    db: impl Executor<'c, Database = Any>,
+    clusters: &Clusters,
+) -> Result<Vec<super::snapshots::SnapshotRow>, DbError> {
+    let rows = fetch(db, super::snapshots::LATEST_SQL, "cluster_id", clusters).await?;
+    rows.iter().map(super::snapshots::snapshot_row).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

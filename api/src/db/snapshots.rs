@@ -213,6 +213,22 @@ pub async fn expire<'c>(
     .rows_affected())
 }
 
+/// Fails every cluster's requested snapshots past their deadline; how many.
+pub async fn expire_all<'c>(
+    db: impl Executor<'c, Database = Any>,
+    now: i64,
+) -> Result<u64, DbError> {
+    Ok(sqlx::query(
+        "UPDATE snapshots SET state = 'failed', error = 'the member did not upload it before its \
+         deadline (it was down, or its agent could not take it: see its log)' \
+         WHERE state = 'requested' AND not_after < $1",
+    )
+    .bind(now)
+    .execute(db)
+    .await?
+    .rows_affected())
+}
+
 /// What a stored snapshot is.
 #[derive(Debug, Clone)]
 pub struct Stored<'a> {
@@ -300,4 +316,71 @@ pub async fn set_key_once<'c>(
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// Sets the cluster's schedule.
+pub async fn set_schedule<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    every_secs: i64,
+    retain: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET snapshot_every_secs = $1, snapshot_retain = $2 WHERE id = $3")
+        .bind(every_secs)
+        .bind(retain)
+        .bind(cluster_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The founded clusters whose scheduled snapshot is due at `now`: none is being taken, none
+/// failed since `retry_after`, and the last one stored (or the cluster's founding) is at least
+/// its interval old.
+pub async fn due<'c>(
+    db: impl Executor<'c, Database = Any>,
+    now: i64,
+    retry_after: i64,
+) -> Result<Vec<i64>, DbError> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT c.id FROM clusters c WHERE c.phase = 'founded' AND c.snapshot_every_secs > 0 \
+         AND NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.cluster_id = c.id \
+             AND s.state = 'requested' AND s.not_after >= $1) \
+         AND NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.cluster_id = c.id \
+             AND s.state = 'failed' AND s.requested_at > $2) \
+         AND COALESCE((SELECT MAX(s.taken_at) FROM snapshots s WHERE s.cluster_id = c.id \
+             AND s.state = 'stored'), c.created_at) + c.snapshot_every_secs <= $1 \
+         ORDER BY c.id",
+    )
+    .bind(now)
+    .bind(retry_after)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The clusters with more stored (or failed) snapshots than they keep.
+pub async fn over_retention<'c>(
+    db: impl Executor<'c, Database = Any>,
+) -> Result<Vec<i64>, DbError> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT c.id FROM clusters c WHERE \
+         (SELECT COUNT(*) FROM snapshots s WHERE s.cluster_id = c.id AND s.state = 'stored') \
+             > c.snapshot_retain \
+         OR (SELECT COUNT(*) FROM snapshots s WHERE s.cluster_id = c.id AND s.state = 'failed') \
+             > c.snapshot_retain \
+         ORDER BY c.id",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// Each cluster's latest snapshot in each state (up to three rows per cluster); `{clusters}`
+/// stands for the page's predicate on `cluster_id`.
+pub(crate) const LATEST_SQL: &str = "SELECT id, cluster_id, state, trigger, node_id, \
+    member_name, requested_at, not_after, taken_at, revision, etcd_version, size_bytes, sha256, \
+    object_key, ca_sha256, error FROM snapshots WHERE id IN \
+    (SELECT MAX(id) FROM snapshots WHERE {clusters} GROUP BY cluster_id, state)";
+
+pub(crate) fn snapshot_row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, DbError> {
+    row(r)
 }

@@ -28,6 +28,7 @@ pub struct Reconciler {
     pub rotator: crate::rotation::Rotator,
     pub pools: crate::pools::Pools,
     pub membership: crate::membership::Membership,
+    pub snapshots: crate::snapshots::Snapshots,
 }
 
 /// One pass: compensates every stale cluster; returns how many were finished.
@@ -198,8 +199,8 @@ pub async fn prune(ctx: &Reconciler) {
     }
 }
 
-/// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes, the
-/// key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
+/// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes,
+/// scheduled etcd snapshots, the key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
 /// process stops.
 pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -212,6 +213,7 @@ pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
             rotations(&ctx).await;
             pools(&ctx).await;
             memberships(&ctx).await;
+            crate::snapshots::schedule::pass(&ctx.snapshots).await;
             if let Err(e) = ctx.key_pool.refresh(&ctx.db.pool).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
             }

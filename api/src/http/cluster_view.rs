@@ -31,6 +31,8 @@ struct Parts {
     membership: (Option<i64>, Option<String>),
     pools: Vec<db::pools::PoolRow>,
     components: Vec<db::components::ComponentRow>,
+    /// The latest snapshot in each state.
+    snapshots: Vec<db::snapshots::SnapshotRow>,
 }
 
 /// Each of `rows` with its related rows, in their order. The reads run at once, each as
@@ -49,7 +51,7 @@ async fn gather(
     // Certificates are the page's largest read (14 rows per node that booted): one never
     // held is read ahead, as two reads, one per half of the page.
     let [early, late] = state.recorded.ahead(&clusters, &ids).halves();
-    let (nodes, early, late, rotations, reports, mut memberships, pools, components) = tokio::try_join!(
+    let (nodes, early, late, rotations, reports, mut memberships, pools, components, snapshots) = tokio::try_join!(
         spawned(
             page(),
             |(p, c)| async move { db::pages::nodes(&p, &c).await }
@@ -76,6 +78,9 @@ async fn gather(
         spawned(page(), |(p, c)| async move {
             db::pages::components(&p, &c).await
         }),
+        spawned(page(), |(p, c)| async move {
+            db::pages::snapshots(&p, &c).await
+        }),
     )?;
     let mut nodes = group(nodes, |n| n.cluster_id);
     // Each cluster's rows lie in one half.
@@ -89,6 +94,7 @@ async fn gather(
         rotations.into_iter().map(|r| (r.cluster_id, r)).collect();
     let mut pools = group(pools, |p| p.cluster_id);
     let mut components = group(components, |(c, _)| *c);
+    let mut snapshots = group(snapshots, |s| s.cluster_id);
     Ok(rows
         .into_iter()
         .map(|row| {
@@ -104,6 +110,7 @@ async fn gather(
                 membership: memberships.remove(&id).unwrap_or_default(),
                 pools: pools.remove(&id).unwrap_or_default(),
                 components: without_cluster(components.remove(&id).unwrap_or_default()),
+                snapshots: snapshots.remove(&id).unwrap_or_default(),
             };
             (row, parts)
         })
@@ -314,6 +321,16 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         &nodes,
         last_report.unwrap_or(row.created_at),
     );
+    let snapshots = status::snapshots(
+        status::Snapshots {
+            founded,
+            every_secs: row.snapshot_every_secs,
+            created_at: row.created_at,
+            latest: &parts.snapshots,
+        },
+        now,
+        crate::snapshots::UPLOAD_WINDOW_SECS,
+    );
     let reported = parts.components;
     let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
@@ -350,6 +367,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             scaling_up,
             scaling_down,
             rotating,
+            snapshots,
             deleting,
         ]
         .into_iter()

@@ -61,6 +61,8 @@ use crate::app::AppState;
         pools::delete_pool,
         versions::kubernetes_versions,
         snapshots::create_snapshot,
+        snapshots::get_schedule,
+        snapshots::put_schedule,
         snapshots::list_snapshots,
         snapshots::get_snapshot,
         snapshots::delete_snapshot,
@@ -176,6 +178,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}/snapshots",
             get(snapshots::list_snapshots).post(snapshots::create_snapshot),
+        )
+        .route(
+            "/clusters/{id}/snapshots/schedule",
+            get(snapshots::get_schedule).put(snapshots::put_schedule),
         )
         .route(
             "/clusters/{id}/snapshots/{sid}",

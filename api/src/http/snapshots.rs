@@ -8,13 +8,13 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use exk8s_api_types::SnapshotView;
+use exk8s_api_types::{SnapshotSchedule, SnapshotView};
 use exk8s_common::contract::{ETCD_REVISION_HEADER, ETCD_VERSION_HEADER, SNAPSHOT_FAILURE_HEADER};
 use exk8s_common::names::Sha256Digest;
 use exk8s_common::node_auth::CONTENT_SHA256_HEADER;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{ApiPath, Operator};
+use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::snapshots::{SnapshotRow, Trigger};
 use crate::issuance::signed::SignedBody;
@@ -24,6 +24,10 @@ impl From<SnapshotError> for ApiError {
     fn from(e: SnapshotError) -> Self {
         match e {
             SnapshotError::NotFound => Self::NotFound,
+            SnapshotError::BadSchedule(message) => Self::Unprocessable {
+                field: None,
+                message,
+            },
             e @ (SnapshotError::NotFounded { .. }
             | SnapshotError::InProgress { .. }
             | SnapshotError::NoVoter(_)
@@ -120,6 +124,52 @@ pub async fn get_snapshot(
 ) -> Result<axum::Json<SnapshotView>, ApiError> {
     let row = snapshots::get(&state.snapshots(), operator.org_id, cluster_id, id).await?;
     Ok(axum::Json(view(row)))
+}
+
+fn schedule_view(s: snapshots::schedule::Schedule) -> SnapshotSchedule {
+    SnapshotSchedule {
+        every_hours: s.every_secs / 3600,
+        retain: s.retain,
+    }
+}
+
+/// The cluster's snapshot schedule.
+#[utoipa::path(
+    get, path = "/clusters/{id}/snapshots/schedule", params(("id" = i64, Path)),
+    responses((status = 200, body = SnapshotSchedule), (status = 404, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn get_schedule(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(cluster_id): ApiPath<i64>,
+) -> Result<axum::Json<SnapshotSchedule>, ApiError> {
+    let s = snapshots::schedule::get(&state.snapshots(), operator.org_id, cluster_id).await?;
+    Ok(axum::Json(schedule_view(s)))
+}
+
+/// Sets the cluster's snapshot schedule: the reconciler asks for one every `every_hours`
+/// (0: only when an operator asks) and keeps the newest `retain` stored.
+#[utoipa::path(
+    put, path = "/clusters/{id}/snapshots/schedule", params(("id" = i64, Path)), request_body = SnapshotSchedule,
+    responses((status = 200, body = SnapshotSchedule), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("operator_token" = [])),
+)]
+pub async fn put_schedule(
+    State(state): State<AppState>,
+    operator: Operator,
+    ApiPath(cluster_id): ApiPath<i64>,
+    ApiJson(asked): ApiJson<SnapshotSchedule>,
+) -> Result<axum::Json<SnapshotSchedule>, ApiError> {
+    let s = snapshots::schedule::set(
+        &state.snapshots(),
+        operator.org_id,
+        cluster_id,
+        asked.every_hours,
+        asked.retain,
+    )
+    .await?;
+    Ok(axum::Json(schedule_view(s)))
 }
 
 /// Deletes a snapshot and its object.

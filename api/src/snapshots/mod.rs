@@ -10,6 +10,7 @@
 //! ever holds ciphertext, and an object that does not verify is never recorded as stored.
 
 pub mod cipher;
+pub mod schedule;
 pub mod store;
 mod upload;
 
@@ -61,6 +62,8 @@ pub enum SnapshotError {
          control-plane node whose last report succeeded): nothing can take a snapshot now"
     )]
     NoVoter(i64),
+    #[error("{0}")]
+    BadSchedule(String),
     #[error("snapshot {id} is {state}, not stored: there is nothing to read")]
     NotStored { id: i64, state: &'static str },
     #[error(transparent)]
@@ -110,6 +113,15 @@ pub async fn request(
     trigger: Trigger,
 ) -> Result<SnapshotRow, SnapshotError> {
     founded(ctx, org_id, cluster_id).await?;
+    request_of(ctx, cluster_id, trigger).await
+}
+
+/// Asks a voter of founded cluster `cluster_id` for a snapshot now.
+async fn request_of(
+    ctx: &Snapshots,
+    cluster_id: i64,
+    trigger: Trigger,
+) -> Result<SnapshotRow, SnapshotError> {
     let now = ctx.clock.unix();
     db::snapshots::expire(&ctx.db.pool, cluster_id, now).await?;
     if let Some(taking) = db::snapshots::list(&ctx.db.pool, cluster_id)

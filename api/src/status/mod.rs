@@ -7,6 +7,7 @@ mod certificates;
 mod cluster;
 mod components;
 mod rollout;
+mod snapshots;
 
 pub use certificates::{Availability, EXPIRING_SOON_DAYS, availability, certificates};
 pub use cluster::{
@@ -14,6 +15,7 @@ pub use cluster::{
 };
 pub use components::Health;
 pub use rollout::rolling_out;
+pub use snapshots::{Snapshots, snapshots};
 
 /// A condition's status, as Cluster API writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -261,6 +261,12 @@ impl TestApp {
             .bearer_auth(&self.token)
     }
 
+    pub fn put(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .put(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
     pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .delete(format!("{}{path}", self.url))

@@ -302,3 +302,143 @@ async fn a_cluster_without_a_healthy_voter_cannot_be_snapshotted(backend: Backen
 
 both_backends!(a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back);
 both_backends!(a_cluster_without_a_healthy_voter_cannot_be_snapshotted);
+both_backends!(the_schedule_takes_one_every_interval_and_keeps_the_retention);
+
+fn condition(view: &Value) -> Value {
+    view["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "SnapshotsUpToDate")
+        .unwrap()
+        .clone()
+}
+
+/// Ten injected days, an hour at a time, the reconciler's pass at each: a snapshot every 12
+/// hours, each uploaded by the member asked; the newest 5 kept (objects of the others
+/// deleted); then the member stops answering and the condition says the schedule was missed.
+async fn the_schedule_takes_one_every_interval_and_keeps_the_retention(backend: Backend) {
+    let clock = Arc::new(exk8s_api::clock::ManualClock::starting_at(
+        time::OffsetDateTime::now_utc(),
+    ));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let nodes = booted_cluster(&app).await;
+    let member = (&nodes[0].0, &nodes[0].1);
+    let cluster = nodes[0].0.cluster;
+    let schedule = format!("/clusters/{cluster}/snapshots/schedule");
+    let default = json_of(app.get(&schedule).send().await.unwrap()).await;
+    assert_eq!(default, json!({"every_hours": 12, "retain": 14}));
+    for bad in [
+        json!({"every_hours": -1, "retain": 5}),
+        json!({"every_hours": 12, "retain": 0}),
+    ] {
+        let refused = app.put(&schedule).json(&bad).send().await.unwrap();
+        assert_eq!(refused.status(), 422, "{bad}");
+    }
+    let set = app
+        .put(&schedule)
+        .json(&json!({"every_hours": 12, "retain": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(set).await, json!({"every_hours": 12, "retain": 5}));
+    let view = || async {
+        json_of(
+            app.get(&format!("/clusters/{cluster}"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    };
+    assert_eq!(condition(&view().await)["reason"], "NotYetTaken");
+
+    let ctx = app.state.snapshots();
+    let snapshot = etcd_snapshot(4);
+    let mut taken = 0;
+    for _ in 0..240 {
+        clock.advance(time::Duration::hours(1));
+        exk8s_api::snapshots::schedule::pass(&ctx).await;
+        let task = task_of(&app, member).await;
+        if let Some(id) = task["id"].as_i64() {
+            assert_eq!(
+                put(&app, member, id, &snapshot, None, None).await.status(),
+                204
+            );
+            taken += 1;
+        }
+    }
+    exk8s_api::snapshots::schedule::pass(&ctx).await;
+    assert_eq!(taken, 20, "one every 12 hours for 10 days");
+    let listed = json_of(
+        app.get(&format!("/clusters/{cluster}/snapshots"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let stored: Vec<i64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["state"] == "stored")
+        .map(|s| s["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(stored, [20, 19, 18, 17, 16], "the newest 5 are kept");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["trigger"] == "schedule")
+    );
+    let objects = std::fs::read_dir(
+        app._dir
+            .path()
+            .join(format!("snapshots/clusters/{cluster}/snapshots")),
+    )
+    .unwrap()
+    .count();
+    assert_eq!(objects, 5, "the others' objects are deleted");
+    let kept = condition(&view().await);
+    assert_eq!(
+        (&kept["status"], &kept["reason"]),
+        (&json!("True"), &json!("Taken")),
+        "{kept}"
+    );
+
+    // The member stops answering: the next one is asked, never uploaded, and the schedule is
+    // missed once its window is past.
+    for _ in 0..12 {
+        clock.advance(time::Duration::hours(1));
+        exk8s_api::snapshots::schedule::pass(&ctx).await;
+    }
+    assert_eq!(
+        condition(&view().await)["status"],
+        "True",
+        "still within its window"
+    );
+    clock.advance(time::Duration::seconds(
+        exk8s_api::snapshots::UPLOAD_WINDOW_SECS + 1,
+    ));
+    let missed = condition(&view().await);
+    assert_eq!(
+        (&missed["status"], &missed["reason"]),
+        (&json!("False"), &json!("ScheduleMissed")),
+        "{missed}"
+    );
+    assert!(
+        missed["message"]
+            .as_str()
+            .unwrap()
+            .contains("snapshot 20 was stored"),
+        "{missed}"
+    );
+    assert!(
+        missed["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not upload it before its deadline"),
+        "{missed}"
+    );
+}
