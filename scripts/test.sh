@@ -69,11 +69,12 @@ k8s_version=v1.35.3
 k8s_next=v1.36.3
 etcd_version=v3.6.10
 etcd_next=v3.6.14
-log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules (in the background; built once per machine)"
+log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
-    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next"
+    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
+    bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
 k8s_build=$!
 
@@ -82,15 +83,16 @@ cargo build --workspace --locked --bins --tests --examples
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
-  echo "building Kubernetes and etcd failed (above)" >&2
+  echo "building Kubernetes, etcd or the S3 server failed (above)" >&2
   exit 1
 fi
-grep '^==> k8s-binaries' "$k8s_log" >&2 || true
+grep -E '^==> (k8s-binaries|s3-server)' "$k8s_log" >&2 || true
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN
+EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
 
 log "cargo test (whole workspace)"
 cargo test --workspace --locked --no-fail-fast

@@ -81,3 +81,16 @@ pub fn kubernetes_at(version: &str, name: &str) -> PathBuf {
         .map_or_else(|| cache().join(format!("{version}/bin")), PathBuf::from);
     found_of(dir, name, version)
 }
+
+/// The S3-compatible server the snapshot tests store into: `s3s-fs` from crates.io, built
+/// once per machine by `scripts/s3-server.sh` (`EXK8S_S3_SERVER` names it).
+pub fn s3_server() -> PathBuf {
+    let path = std::env::var_os("EXK8S_S3_SERVER")
+        .map_or_else(|| cache().join("s3s-fs-0.14.1/bin/s3s-fs"), PathBuf::from);
+    assert!(
+        path.exists(),
+        "{} is missing: run `scripts/s3-server.sh` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}

@@ -13,8 +13,10 @@ pub struct Stack {
     pub token: String,
     pub data: PathBuf,
     api: Mutex<Proc>,
-    /// The command's arguments and its log, to start it again ([`Stack::kill_and_restart`]).
+    /// The command's arguments, environment and log, to start it again
+    /// ([`Stack::kill_and_restart`]).
     args: Vec<String>,
+    env: Vec<(String, String)>,
     log: PathBuf,
 }
 
@@ -27,6 +29,21 @@ pub fn http() -> ureq::Agent {
 /// Starts `exk8s-api dev` with its data in `data`, addresses from `sim_cidr`, and `extra`
 /// arguments; its log goes to `log`. Waits until it answers.
 pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Stack {
+    start_dev_with_env(data, sim_cidr, log, extra, &[])
+}
+
+/// [`start_dev`] with `env` added to the stack's environment.
+pub fn start_dev_with_env(
+    data: &Path,
+    sim_cidr: &str,
+    log: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Stack {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     let port = free_port();
     let _ = std::fs::remove_file(data.join("operator.token"));
     let listen = format!("127.0.0.1:{port}");
@@ -42,7 +59,7 @@ pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Sta
     .to_vec();
     args.push(data.display().to_string());
     args.extend(extra.iter().map(|a| (*a).to_owned()));
-    let api = spawn_api(&args, log, false);
+    let api = spawn_api(&args, &env, log, false);
     let base = format!("http://{listen}");
     wait_until("the dev stack", Duration::from_secs(30), || {
         data.join("operator.token").exists()
@@ -58,12 +75,13 @@ pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Sta
         data: data.to_owned(),
         api: Mutex::new(api),
         args,
+        env,
         log: log.to_owned(),
     }
 }
 
 /// `exk8s-api ARGS`, its stderr to `log` (appended to when `append`).
-fn spawn_api(args: &[String], log: &Path, append: bool) -> Proc {
+fn spawn_api(args: &[String], env: &[(String, String)], log: &Path, append: bool) -> Proc {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
@@ -74,6 +92,7 @@ fn spawn_api(args: &[String], log: &Path, append: bool) -> Proc {
     Proc(
         Command::new(binary("exk8s-api"))
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -140,7 +159,7 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
     .to_vec();
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let log = dir.join("api.log");
-    let api = spawn_api(&args, &log, false);
+    let api = spawn_api(&args, &[], &log, false);
     wait_until("the API", Duration::from_secs(30), || {
         http().get(&format!("{base}/healthz")).call().is_ok()
     });
@@ -164,6 +183,7 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
         data: dir.to_owned(),
         api: Mutex::new(api),
         args,
+        env: Vec::new(),
         log,
     }
 }
@@ -175,7 +195,7 @@ impl Stack {
         let mut api = self.api.lock().unwrap();
         api.0.kill().unwrap();
         api.0.wait().unwrap();
-        *api = spawn_api(&self.args, &self.log, true);
+        *api = spawn_api(&self.args, &self.env, &self.log, true);
         drop(api);
         wait_until("the restarted API", Duration::from_secs(30), || {
             http().get(&format!("{}/healthz", self.base)).call().is_ok()

@@ -1,14 +1,16 @@
-//! An etcd snapshot, for real: a cluster founded on the dev stack, its node's etcd 3.6 and
-//! kube-apiserver run from its bundle in a namespace of its own, a ConfigMap and a Secret
-//! written through the apiserver. `exk8s snapshots create` (`POST /clusters/{id}/snapshots`)
-//! asks the member; its agent, synced in its namespace (performing its etcd steps for real),
-//! streams the snapshot from its etcd and uploads it. The API records it stored; what
+//! An etcd snapshot, for real, kept in a local directory and in a bucket of a real
+//! S3-compatible server (`s3s-fs`, a process of its own on loopback, SigV4 and multipart
+//! uploads): a cluster founded on the dev stack, its node's etcd 3.6 and kube-apiserver run from
+//! its bundle in a namespace of its own, a ConfigMap and a Secret written through the apiserver.
+//! `exk8s snapshots create` (`POST /clusters/{id}/snapshots`) asks the member; its agent, synced
+//! in its namespace (performing its etcd steps for real), streams the snapshot from its etcd and
+//! uploads it. The API records it stored, and the store holds only ciphertext; what
 //! `exk8s snapshots download` (`GET …/content`) writes is byte for byte what etcd wrote (its
 //! digest is the recorded one), `etcdutl snapshot status` reads it (a revision no lower than the
 //! one recorded), `etcdutl snapshot restore` makes a data directory of it, and an etcd started
 //! from that directory serves the ConfigMap and the Secret — still encrypted, as the apiserver
-//! wrote it. `exk8s snapshots delete` asks for `--yes`, then removes the object; `exk8s snapshots
-//! schedule` shows and sets the schedule.
+//! wrote it. `exk8s snapshots delete` asks for `--yes`, then removes the object; `exk8s
+//! snapshots schedule` shows and sets the schedule.
 
 #![allow(
     clippy::unwrap_used,
@@ -21,7 +23,7 @@ use std::time::Duration;
 use exk8s_tests::bins::{ETCD_VERSION, etcd};
 use exk8s_tests::cluster::{agent_inside, agent_ok, found};
 use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
-use exk8s_tests::dev::start_dev;
+use exk8s_tests::dev::start_dev_with_env;
 use exk8s_tests::netns::Lan;
 use exk8s_tests::procs::{Proc, binary, wait_until};
 use serde_json::{Value, json};
@@ -30,11 +32,82 @@ use std::os::unix::fs::PermissionsExt as _;
 
 const READY: Duration = Duration::from_secs(120);
 
+/// Where the stack keeps its snapshots.
+enum Store {
+    /// The default: `snapshots` in the dev stack's data directory.
+    Local,
+    /// A bucket of a real S3-compatible server (`s3s-fs`) run by the test on loopback.
+    S3,
+}
+
+/// A running `s3s-fs` over `root`, its bucket made, and the environment the API reads.
+fn s3_server(root: &std::path::Path) -> (Proc, Vec<(&'static str, String)>) {
+    let port = exk8s_tests::procs::free_port();
+    std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+    let log = std::fs::File::create(root.with_extension("log")).unwrap();
+    let server = Proc(
+        std::process::Command::new(exk8s_tests::bins::s3_server())
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--access-key",
+                "exk8s-test",
+                "--secret-key",
+                "exk8s-test-secret",
+            ])
+            .arg(root)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("the S3 server", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID", "exk8s-test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "exk8s-test-secret".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("AWS_ENDPOINT", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+    ];
+    (server, env)
+}
+
+const BUCKET: &str = "exk8s-snapshots";
+
 #[test]
-fn a_members_snapshot_is_uploaded_sealed_and_restores() {
+fn a_members_snapshot_in_a_local_directory() {
+    snapshot_flow(Store::Local, "10.224.0.0/24");
+}
+
+#[test]
+fn a_members_snapshot_in_an_s3_bucket() {
+    snapshot_flow(Store::S3, "10.225.0.0/24");
+}
+
+fn snapshot_flow(store: Store, sim_cidr: &str) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let stack = start_dev(&dir.join("dev"), "10.224.0.0/24", &dir.join("api.log"), &[]);
+    let (server, env, objects) = match store {
+        Store::Local => (None, Vec::new(), dir.join("dev/snapshots")),
+        Store::S3 => {
+            let (server, env) = s3_server(&dir.join("s3"));
+            (Some(server), env, dir.join(format!("s3/{BUCKET}/prod")))
+        }
+    };
+    let s3_url = format!("s3://{BUCKET}/prod");
+    let extra: Vec<&str> = match store {
+        Store::Local => Vec::new(),
+        Store::S3 => vec!["--snapshot-store", &s3_url],
+    };
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let stack = start_dev_with_env(
+        &dir.join("dev"),
+        sim_cidr,
+        &dir.join("api.log"),
+        &extra,
+        &env,
+    );
     let founded = found(
         &stack,
         dir,
@@ -157,7 +230,7 @@ fn a_members_snapshot_is_uploaded_sealed_and_restores() {
         .filter(|n| n.starts_with("snapshot-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let object = dir.join(format!("dev/snapshots/clusters/{cluster}/snapshots/{id}"));
+    let object = objects.join(format!("clusters/{cluster}/snapshots/{id}"));
     let sealed = std::fs::read(&object).unwrap();
     assert!(!sealed.windows(14).any(|w| w == b"before-snapshot"));
 
@@ -274,6 +347,9 @@ fn a_members_snapshot_is_uploaded_sealed_and_restores() {
     );
     assert!(!object.exists());
     node.assert_running();
+    if let Some(server) = server {
+        server.terminate(Duration::from_secs(5));
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -36,6 +36,10 @@ pub(super) struct DevArgs {
     /// Pinned downloads of node binaries (TOML; see `serve --help`).
     #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
     artifact_catalog: Option<PathBuf>,
+    /// Where sealed etcd snapshots are kept (see `serve --help`). Default: `snapshots` in
+    /// --data-dir.
+    #[arg(long, env = "EXK8S_SNAPSHOT_STORE")]
+    snapshot_store: Option<crate::snapshots::Location>,
     /// Kubernetes versions offered; the first is the default (see `serve --help`).
     #[arg(
         long,
@@ -101,7 +105,10 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         agent_insecure_http: true,
         artifacts,
         kubernetes_versions: args.kubernetes_versions,
-        snapshot_store: crate::snapshots::Location::Local(dir.join("snapshots")),
+        snapshot_store: args
+            .snapshot_store
+            .clone()
+            .unwrap_or_else(|| crate::snapshots::Location::Local(dir.join("snapshots"))),
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
         reconcile_interval: args.changes.reconcile_interval(),
