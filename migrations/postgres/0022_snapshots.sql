@@ -23,6 +23,8 @@ CREATE TABLE snapshots (
     error            TEXT
 );
 CREATE INDEX snapshots_cluster ON snapshots (cluster_id, id);
+-- Every node's generation check asks whether a snapshot is asked of it.
+CREATE INDEX snapshots_asked ON snapshots (node_id) WHERE state = 'requested';
 ALTER TABLE clusters ADD COLUMN snapshot_key TEXT;
 -- The schedule: a snapshot every `snapshot_every_secs` (0: only when an operator asks), the
 -- newest `snapshot_retain` stored ones kept.
