@@ -20,6 +20,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
     let format = cli.output;
     match cli.command {
         Command::Login { no_verify } => login(cli.api, cli.token, no_verify),
+        Command::Doctor => crate::doctor::run(cli.api, cli.token),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "exk8s", &mut std::io::stdout());
@@ -63,7 +64,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     format,
                 ),
                 Command::Versions => versions(&api, format),
-                Command::Login { .. } | Command::Completions { .. } => Ok(()),
+                Command::Login { .. } | Command::Completions { .. } | Command::Doctor => Ok(()),
             }
         }
     }

@@ -25,8 +25,12 @@ pub(crate) enum Pools {
     /// A pool of workers that register with the labels and taints given.
     Create {
         cluster: String,
-        #[arg(long)]
-        name: String,
+        /// The pool's name (its nodes are `<name>-<vm id>`).
+        #[arg(required_unless_present = "name_flag")]
+        name: Option<String>,
+        /// Deprecated: the name is positional (`node-pools create CLUSTER NAME`).
+        #[arg(long = "name", hide = true, conflicts_with = "name")]
+        name_flag: Option<String>,
         #[arg(long)]
         count: i64,
         #[arg(long = "instance-type")]
@@ -168,6 +172,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
         Pools::Create {
             cluster,
             name,
+            name_flag,
             count,
             instance_type,
             image,
@@ -176,6 +181,20 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
             taints: given_taints,
             max_surge,
         } => {
+            let name = match (name, name_flag) {
+                (Some(name), _) => name,
+                (None, Some(name)) => {
+                    eprintln!(
+                        "warning: --name is deprecated; the name is positional: exk8s node-pools create {cluster} {name} …"
+                    );
+                    name
+                }
+                (None, None) => {
+                    return Err(CliError::Usage(
+                        "name the pool: exk8s node-pools create CLUSTER NAME …".into(),
+                    ));
+                }
+            };
             let id = api.cluster_id(&cluster)?;
             let body = CreatePoolRequest {
                 name: Some(name.clone()),

@@ -39,10 +39,45 @@ fn parse(text: &str, what: &str) -> Result<Mapping, CliError> {
     }
 }
 
+/// Names each user entry of `doc` after the context that uses it. The API names a kubeconfig's
+/// user after its certificate's CN (`exk8s-admin`), the same for every cluster; merged as it
+/// is, a second cluster's user would replace the first's, and the first cluster's context would
+/// present the second's certificate. Context names are `<user>@<cluster>`, one per cluster.
+/// The original names, for the entries an earlier merge left under them.
+fn users_named_by_context(doc: &mut Mapping) -> Vec<Value> {
+    let mut renamed: Vec<(Value, Value)> = Vec::new();
+    let Some(Value::Sequence(contexts)) = doc.get_mut("contexts") else {
+        return Vec::new();
+    };
+    for context in contexts.iter_mut() {
+        let Some(name) = context.get("name").cloned() else {
+            continue;
+        };
+        if let Some(user) = context.get_mut("context").and_then(|c| c.get_mut("user")) {
+            if *user != name {
+                renamed.push((user.clone(), name.clone()));
+                *user = name;
+            }
+        }
+    }
+    if let Some(Value::Sequence(users)) = doc.get_mut("users") {
+        for user in users.iter_mut() {
+            let Some(slot) = user.get_mut("name") else {
+                continue;
+            };
+            if let Some((_, new)) = renamed.iter().find(|(old, _)| old == slot) {
+                *slot = new.clone();
+            }
+        }
+    }
+    renamed.into_iter().map(|(old, _)| old).collect()
+}
+
 /// `existing` with `new`'s entries merged in and its context current.
 pub(crate) fn merge(existing: &str, new: &str, existing_name: &str) -> Result<String, CliError> {
     let mut into = parse(existing, existing_name)?;
-    let from = parse(new, "the API's kubeconfig")?;
+    let mut from = parse(new, "the API's kubeconfig")?;
+    let old_names = users_named_by_context(&mut from);
     for key in ["apiVersion", "kind"] {
         if !into.contains_key(key) {
             if let Some(v) = from.get(key) {
@@ -70,6 +105,20 @@ pub(crate) fn merge(existing: &str, new: &str, existing_name: &str) -> Result<St
                 None => entries.push(entry),
             }
         }
+    }
+    // A user left under the API's name by an earlier merge, that no context uses any more.
+    let used: Vec<Value> = match into.get("contexts") {
+        Some(Value::Sequence(contexts)) => contexts
+            .iter()
+            .filter_map(|c| c.get("context").and_then(|c| c.get("user")).cloned())
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Some(Value::Sequence(users)) = into.get_mut("users") {
+        users.retain(|u| {
+            u.get("name")
+                .is_none_or(|n| !old_names.contains(n) || used.contains(n))
+        });
     }
     if let Some(current) = from.get("current-context") {
         into.insert("current-context".into(), current.clone());
@@ -154,10 +203,53 @@ mod tests {
         assert_eq!(names(&once, "clusters"), ["other", "c1"]);
         assert_eq!(names(&once, "contexts"), ["other", "exk8s-admin@c1"]);
         let twice = merge(&once, NEW, "config").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(names(&twice, "users"), ["me", "exk8s-admin"]);
+        assert_eq!(names(&twice, "users"), ["me", "exk8s-admin@c1"]);
         let v: Value = serde_yaml::from_str(&twice).unwrap_or(Value::Null);
         assert_eq!(v["current-context"].as_str(), Some("exk8s-admin@c1"));
         assert!(v.get("preferences").is_some());
+    }
+
+    #[test]
+    fn two_clusters_keep_a_user_each() {
+        let second = NEW.replace("c1", "c2").replace("AA==", "BB==");
+        let both = merge(
+            &merge(OTHER, NEW, "config").unwrap_or_default(),
+            &second,
+            "config",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            names(&both, "users"),
+            ["me", "exk8s-admin@c1", "exk8s-admin@c2"]
+        );
+        let v: Value = serde_yaml::from_str(&both).unwrap_or(Value::Null);
+        let user_of = |context: &str| {
+            v["contexts"]
+                .as_sequence()
+                .and_then(|s| s.iter().find(|c| c["name"].as_str() == Some(context)))
+                .and_then(|c| c["context"]["user"].as_str())
+                .map(str::to_owned)
+        };
+        assert_eq!(user_of("exk8s-admin@c1").as_deref(), Some("exk8s-admin@c1"));
+        assert_eq!(user_of("exk8s-admin@c2").as_deref(), Some("exk8s-admin@c2"));
+        let cert_of = |user: &str| {
+            v["users"]
+                .as_sequence()
+                .and_then(|s| s.iter().find(|u| u["name"].as_str() == Some(user)))
+                .and_then(|u| u["user"]["client-certificate-data"].as_str())
+                .map(str::to_owned)
+        };
+        assert_eq!(cert_of("exk8s-admin@c1").as_deref(), Some("AA=="));
+        assert_eq!(cert_of("exk8s-admin@c2").as_deref(), Some("BB=="));
+        // A file merged before users were named by context: its old entry goes.
+        let old = format!(
+            "{}users:\n- name: me\n  user:\n    token: t\n- name: exk8s-admin\n  user:\n    \
+             client-certificate-data: OLD=\ncontexts:\n- name: exk8s-admin@c1\n  context:\n    \
+             cluster: c1\n    user: exk8s-admin\n",
+            "apiVersion: v1\nkind: Config\n"
+        );
+        let renewed = merge(&old, NEW, "config").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(names(&renewed, "users"), ["me", "exk8s-admin@c1"]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod client;
 mod commands;
 mod config;
 mod day2;
+mod doctor;
 mod error;
 mod kubeconfig;
 mod output;
@@ -108,6 +109,9 @@ enum Command {
     },
     /// The Kubernetes releases the API installs (the default first) and what a node of each runs.
     Versions,
+    /// Check the login, the API, the token, this machine's clock and the kubeconfig's exk8s
+    /// identities, and say what is wrong.
+    Doctor,
     /// Shell completions, e.g. `exk8s completions bash > /etc/bash_completion.d/exk8s`.
     Completions { shell: clap_complete::Shell },
 }

@@ -2,7 +2,9 @@
 //! a private config; `clusters create --wait` founds a cluster and follows it while the test
 //! boots its node with the real agent, showing each phase, until it is ready; `-o json` and
 //! `-o yaml` parse; `kubeconfig --merge` adds the cluster to a kubeconfig holding another
-//! context and kubectl lists both; API refusals show their field and message.
+//! context and kubectl lists both; `doctor` finds the login, the API, the token, the clock and
+//! the merged identity fine, and a refused token a problem; a pool named positionally, and the
+//! old `--name` with a deprecation warning; API refusals show their field and message.
 
 #![allow(
     clippy::unwrap_used,
@@ -297,17 +299,33 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
+    // doctor: the login, the API, the token, the clock and the merged identity are all fine;
+    // with a token the API refuses, it says so and exits 1.
+    let checked = exk8s(dir).arg("doctor").output().unwrap();
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{said}");
+    for line in [
+        "ok       the API accepts the token",
+        "ok       this machine's clock agrees with the API's",
+        &format!("ok       user exk8s-admin@{cluster_name}'s certificate is valid until"),
+    ] {
+        assert!(said.contains(line), "{line}: {said}");
+    }
+    let refused = exk8s(dir)
+        .arg("doctor")
+        .env("EXK8S_TOKEN", "not-a-token")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("problem  the API refused the token"),
+        "{said}"
+    );
+
     // Day 2: a worker pool, a rollout, and a refusal for removing the last member.
     let pool: Value = serde_json::from_str(&ok(&exk8s(dir)
-        .args([
-            "node-pools",
-            "create",
-            cluster_name,
-            "--name",
-            "blue",
-            "--count",
-            "1",
-        ])
+        .args(["node-pools", "create", cluster_name, "blue", "--count", "1"])
         .args([
             "--instance-type",
             "dev.small",
@@ -352,8 +370,9 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     );
     let root = dir.join(format!("vm-{vm}"));
     agent_ok(&stack, &founded, &root, vm, "sync");
-    // A pool that follows the control plane, its worker booted.
-    let green: Value = serde_json::from_str(&ok(&exk8s(dir)
+    // A pool that follows the control plane, its worker booted (named the old way: `--name`
+    // still works, with a deprecation warning).
+    let made = exk8s(dir)
         .args(["node-pools", "create", cluster_name, "--name", "green"])
         .args([
             "--count",
@@ -365,8 +384,13 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         ])
         .args(["--image", "1", "--subnet", "1", "-o", "json"])
         .output()
-        .unwrap()))
-    .unwrap();
+        .unwrap();
+    let warned = String::from_utf8_lossy(&made.stderr);
+    assert!(
+        warned.contains("--name is deprecated; the name is positional"),
+        "{warned}"
+    );
+    let green: Value = serde_json::from_str(&ok(&made)).unwrap();
     assert_eq!(green["max_surge"], 1, "{green}");
     let green_id = green["id"].as_i64().unwrap();
     let green_vms = || pool_workers(&pool_view(&stack, cluster, green_id));

@@ -161,22 +161,28 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
     let token = token.as_str();
     println!("exk8s dev stack on {base} (data in {data}; compute, DNS and IMDS are SIMULATED)");
     println!();
-    println!("operator token for org 1 (also in {token_file}):");
-    println!("  export EXK8S_TOKEN={token}");
-    println!();
-    println!("found a 3-node cluster:");
-    println!("  curl -s -X POST {base}/clusters -H \"Authorization: Bearer $EXK8S_TOKEN\" \\");
-    println!("    -H 'Content-Type: application/json' \\");
     println!(
-        "    -d '{{\"control_plane_count\": 3, \"control_plane_image_id\": 1, \"control_plane_instance_type\": \"dev.small\", \"subnet_id\": 1}}'"
+        "log the CLI in (exk8s: `cargo install --path cli`; org 1's operator token is in {token_file}):"
+    );
+    println!("  exk8s login --api {base} < {token_file}");
+    println!("  # or: export EXK8S_API={base} EXK8S_TOKEN={token}");
+    println!();
+    println!("found a 3-node cluster and follow it until its nodes have booted:");
+    println!(
+        "  exk8s clusters create shop --control-plane 3 --image 1 --instance-type dev.small --subnet 1 --wait"
     );
     println!();
-    println!("bootstrap its first VM (ids start at 101) into ./vm-101, recording host actions:");
-    println!("  cargo run -p exk8s-agent -- --keys-dir {keys} run --root ./vm-101 \\");
-    println!("    --api-url {base} --imds-url {base}/sim/imds/101 --insecure-http");
+    println!(
+        "meanwhile, boot each of its VMs (ids start at 101) into ./vm-<id>, recording host actions:"
+    );
+    println!("  for vm in 101 102 103; do");
+    println!("    cargo run -p exk8s-agent -- --keys-dir {keys} run --root ./vm-$vm \\");
+    println!("      --api-url {base} --imds-url {base}/sim/imds/$vm --insecure-http");
+    println!("  done");
     println!();
-    println!("and watch the node phases:");
-    println!("  curl -s {base}/clusters -H \"Authorization: Bearer $EXK8S_TOKEN\"");
+    println!(
+        "then: exk8s nodes shop; exk8s certs shop; exk8s kubeconfig shop --merge; exk8s doctor"
+    );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     app.run_until_stopped(stop_signal())
