@@ -230,7 +230,15 @@ fn snapshot_flow(store: Store, sim_cidr: &str) {
         .filter(|n| n.starts_with("snapshot-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let object = objects.join(format!("clusters/{cluster}/snapshots/{id}"));
+    let object = std::fs::read_dir(objects.join(format!("clusters/{cluster}/snapshots")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{id}-")))
+        })
+        .expect("the snapshot's object");
     let sealed = std::fs::read(&object).unwrap();
     assert!(!sealed.windows(14).any(|w| w == b"before-snapshot"));
 

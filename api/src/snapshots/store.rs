@@ -2,7 +2,7 @@
 //! `<data-dir>/snapshots`, and what `dev` uses) or any S3-compatible service
 //! (`s3://BUCKET[/PREFIX]`, credentials, region and endpoint from the `AWS_*` environment
 //! variables `object_store` reads: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
-//! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`). Objects are named `clusters/<id>/snapshots/<id>`; what
+//! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`). Objects are named `clusters/<id>/snapshots/<id>-<upload>`; what
 //! is written is already sealed ([`super::cipher`]), so the store never sees a snapshot.
 
 use std::path::PathBuf;
@@ -135,9 +135,10 @@ impl Store {
         &self.location
     }
 
-    /// The object of snapshot `snapshot_id` of cluster `cluster_id`.
-    pub fn key(&self, cluster_id: i64, snapshot_id: i64) -> String {
-        let key = format!("clusters/{cluster_id}/snapshots/{snapshot_id}");
+    /// The object of one upload (`attempt`, random) of snapshot `snapshot_id` of cluster
+    /// `cluster_id`: two uploads of one snapshot never write, or delete, each other's object.
+    pub fn key(&self, cluster_id: i64, snapshot_id: i64, attempt: &str) -> String {
+        let key = format!("clusters/{cluster_id}/snapshots/{snapshot_id}-{attempt}");
         if self.prefix.is_empty() {
             key
         } else {

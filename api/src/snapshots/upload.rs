@@ -100,7 +100,10 @@ where
         return Ok(reread(ctx, cluster_id, id).await?);
     }
     let key = cluster_key(ctx, cluster_id).await?;
-    let object = ctx.store.key(cluster_id, id);
+    let mut attempt = [0u8; 4];
+    getrandom::fill(&mut attempt)
+        .map_err(|_| SnapshotError::from(crate::crypto::SealError::Random))?;
+    let object = ctx.store.key(cluster_id, id, &hex::encode(attempt));
     let mut writer = ctx
         .store
         .writer(&object)

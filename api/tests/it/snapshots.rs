@@ -70,6 +70,21 @@ async fn task_of(app: &TestApp, (node, key): (&Node, &NodeKey)) -> Value {
     json_of(answer).await["snapshot"].clone()
 }
 
+/// The one object of snapshot `id` in `dir` (`<id>-<upload>`).
+fn stored_object(dir: &std::path::Path, id: i64) -> std::path::PathBuf {
+    let objects: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{id}-")))
+        })
+        .collect();
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    objects[0].clone()
+}
+
 /// A body shaped as etcd streams a snapshot: pages, then the SHA-256 of them.
 fn etcd_snapshot(pages: usize) -> Vec<u8> {
     let mut body: Vec<u8> = (0..pages * 4096)
@@ -194,10 +209,12 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
         (&json!(1234), &json!("3.6.14"))
     );
     assert_eq!(stored["ca_sha256"].as_str().unwrap().len(), 64);
-    let object = app
-        ._dir
-        .path()
-        .join(format!("snapshots/clusters/{cluster}/snapshots/{id}"));
+    let object = stored_object(
+        &app._dir
+            .path()
+            .join(format!("snapshots/clusters/{cluster}/snapshots")),
+        id,
+    );
     let sealed = std::fs::read(&object).unwrap();
     assert!(sealed.starts_with(exk8s_api::snapshots::cipher::MAGIC));
     assert!(
