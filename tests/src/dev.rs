@@ -188,6 +188,30 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
     }
 }
 
+/// Lines of the API's log a failing test prints.
+const LOG_TAIL: usize = 120;
+
+impl Drop for Stack {
+    /// A test that panics with the stack up prints the end of the API's log (its warnings and
+    /// what it last did), which goes with the stack's temporary directory otherwise.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(log) = std::fs::read_to_string(&self.log) else {
+            return;
+        };
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+        eprintln!(
+            "the last {} lines of the API's log ({}):\n{}",
+            tail.len(),
+            self.log.display(),
+            tail.join("\n")
+        );
+    }
+}
+
 impl Stack {
     /// Kills the API with SIGKILL mid-whatever, then starts it again with the same command (same
     /// port, same data); waits until it answers.

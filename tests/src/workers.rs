@@ -119,37 +119,43 @@ impl Workers<'_> {
     }
 
     /// The pool replaced one worker at a time, as its `max_surge` of 1 does: for each worker
-    /// running now, a new one is made, boots and is Ready at `release`; the old one is marked
-    /// draining, `drain(name)` has the control plane drain it, and its VM is released (its
-    /// kubelet stopped with it). The new workers' VM ids and names.
+    /// running now, a new one is made, boots and is Ready at `release`; then one old worker is
+    /// marked draining (the pool's oldest by ordinal, which need not be the lowest VM id: workers
+    /// are made in parallel), `drain(name)` has the control plane drain it, and its VM is
+    /// released (its kubelet stopped with it). The new workers' VM ids and names.
     pub fn replace_each(
         &mut self,
         release: &str,
         mut drain: impl FnMut(&str),
     ) -> Vec<(i64, String)> {
-        let olds: Vec<(i64, String)> = self
+        let mut olds: BTreeMap<i64, String> = self
             .running
             .iter()
             .map(|(vm, (name, _))| (*vm, name.clone()))
             .collect();
         let mut news = Vec::new();
-        for (old_vm, old_name) in &olds {
+        while !olds.is_empty() {
             let known: Vec<i64> = self.running.keys().copied().collect();
             let new_vm = self.wait_new(&known);
             news.push((new_vm, self.boot(new_vm, release)));
-            wait_until(&format!("{old_name} to be drained"), READY, || {
-                pool_workers(&self.view())
-                    .iter()
-                    .any(|(vm, removal)| vm == old_vm && removal == "draining")
+            let mut going = None;
+            wait_until("an old worker to be drained", READY, || {
+                going = pool_workers(&self.view())
+                    .into_iter()
+                    .find(|(vm, removal)| olds.contains_key(vm) && removal == "draining")
+                    .map(|(vm, _)| vm);
+                going.is_some()
             });
-            drain(old_name);
+            let old_vm = going.unwrap();
+            let old_name = olds.remove(&old_vm).unwrap();
+            drain(&old_name);
             wait_until(&format!("{old_name}'s VM to be released"), READY, || {
                 pool_workers(&self.view())
                     .iter()
-                    .all(|(vm, _)| vm != old_vm)
+                    .all(|(vm, _)| *vm != old_vm)
             });
             // The VM is gone: its kubelet with it.
-            self.running.remove(old_vm);
+            self.running.remove(&old_vm);
         }
         news
     }
