@@ -78,3 +78,33 @@ pub struct RolloutNode {
     pub vm_id: i64,
     pub desired_generation: i64,
 }
+
+/// What a client of a cluster's apiservers trusts now: the cluster CA, and the other one while
+/// that CA is rotated (`GET /clusters/{id}/trust`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClusterTrust {
+    /// `https://<the control plane's DNS name>:6443`.
+    pub server: String,
+    /// PEM, one or two certificates.
+    pub certificate_authority_pem: String,
+}
+
+/// A short-lived client certificate of the cluster's admin identity (`POST
+/// /clusters/{id}/credentials`), for client-go's exec credential plugin (`exk8s credential`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OperatorCredential {
+    pub server: String,
+    /// What to trust when reaching `server` (as [`ClusterTrust`]).
+    pub certificate_authority_pem: String,
+    pub client_certificate_pem: String,
+    /// Its private key (PKCS#8 PEM); shown by no `Debug`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub client_key_pem: crate::SecretPem,
+    /// The CA certificate that signed it: while `certificate_authority_pem` holds it, the
+    /// apiservers accept the credential.
+    pub issuer_pem: String,
+    /// RFC 3339; hours after it was minted.
+    pub expires_at: String,
+}

@@ -13,8 +13,8 @@ mod secret;
 pub mod snapshots;
 
 pub use certificates::{
-    CertificateInventory, CertificateView, RolloutNode, RolloutStarted, RotateCaRequest,
-    RotationStarted,
+    CertificateInventory, CertificateView, ClusterTrust, OperatorCredential, RolloutNode,
+    RolloutStarted, RotateCaRequest, RotationStarted,
 };
 pub use cluster::{
     CaRotationView, ClusterChange, ClusterCreated, ClusterPatch, ClusterView, Condition,

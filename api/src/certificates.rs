@@ -366,9 +366,12 @@ pub async fn operator_kubeconfig(
 /// The recorded name of an operator kubeconfig's client certificate.
 const OPERATOR_KUBECONFIG: &str = "operator.kubeconfig";
 
+/// The recorded name of an operator's short-lived credential (`exk8s credential`).
+pub const OPERATOR_CREDENTIAL: &str = "operator.credential";
+
 /// Whether `row` is an operator's credential (no node runs it), not something the cluster runs.
 pub fn is_operator_credential(row: &CertRow) -> bool {
-    row.node_id.is_none() && &*row.name == OPERATOR_KUBECONFIG
+    row.node_id.is_none() && matches!(&*row.name, OPERATOR_KUBECONFIG | OPERATOR_CREDENTIAL)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod compute;
 pub mod config;
 pub mod cpu;
+pub mod credentials;
 pub mod crypto;
 pub mod db;
 pub mod dns;

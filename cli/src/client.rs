@@ -33,6 +33,11 @@ impl Api {
             .ok_or_else(|| CliError::Failed(format!("no cluster named `{cluster}`")))
     }
 
+    /// The API's base URL.
+    pub(crate) fn base(&self) -> &str {
+        &self.session.api
+    }
+
     pub(crate) fn new(session: Session) -> Self {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(10))

@@ -32,7 +32,12 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                 Command::Clusters(c) => clusters(&api, c, format),
                 Command::Nodes { cluster } => nodes(&api, &cluster, format),
                 Command::Certs { cluster } => certs(&api, &cluster, format),
-                Command::Kubeconfig { cluster, merge } => get_kubeconfig(&api, &cluster, merge),
+                Command::Kubeconfig {
+                    cluster,
+                    merge,
+                    exec,
+                } => get_kubeconfig(&api, &cluster, merge, exec),
+                Command::Credential { cluster } => crate::credential::run(&api, &cluster),
                 Command::Scale {
                     cluster,
                     control_plane,
@@ -346,9 +351,13 @@ fn certs(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
     })
 }
 
-fn get_kubeconfig(api: &Api, cluster: &str, merge: bool) -> Result<(), CliError> {
-    let id = api.cluster_id(cluster)?;
-    let text = api.get_text(&format!("/clusters/{id}/kubeconfig"))?;
+fn get_kubeconfig(api: &Api, cluster: &str, merge: bool, exec: bool) -> Result<(), CliError> {
+    let text = if exec {
+        zeroize::Zeroizing::new(crate::credential::kubeconfig(api, cluster)?)
+    } else {
+        let id = api.cluster_id(cluster)?;
+        api.get_text(&format!("/clusters/{id}/kubeconfig"))?
+    };
     if !merge {
         return line(text.trim_end());
     }

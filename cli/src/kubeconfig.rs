@@ -145,7 +145,9 @@ pub(crate) fn merge_into(file: &Path, new: &str) -> Result<String, CliError> {
     Ok(context)
 }
 
-fn write_private(file: &Path, bytes: &[u8]) -> Result<(), CliError> {
+/// Writes `bytes` to `file` atomically, readable by the user only (its directory made 0700
+/// when missing).
+pub(crate) fn write_private(file: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let shown = file.display().to_string();
     if let Some(dir) = file
         .parent()

@@ -6,6 +6,7 @@
 mod client;
 mod commands;
 mod config;
+mod credential;
 mod day2;
 mod doctor;
 mod error;
@@ -62,7 +63,16 @@ enum Command {
         /// Merge into $KUBECONFIG (its first file) or ~/.kube/config and make it current.
         #[arg(long)]
         merge: bool,
+        /// The recommended form: a kubeconfig whose user runs `exk8s credential` (client-go's
+        /// exec plugin), so kubectl always gets a current certificate and trust, through leaf
+        /// expiry and cluster-CA rotations, instead of one embedded certificate.
+        #[arg(long)]
+        exec: bool,
     },
+    /// client-go's exec credential plugin (what `kubeconfig --exec` writes): prints an
+    /// ExecCredential with a short-lived admin certificate, cached and reused, and refreshes the
+    /// cluster's trust file.
+    Credential { cluster: String },
     /// Grow or shrink a cluster's control plane (1, 3, 5 or 7 members), one member at a time.
     Scale {
         cluster: String,

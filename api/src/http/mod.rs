@@ -6,6 +6,7 @@ mod cluster_view;
 pub mod clusters;
 mod common_responses;
 pub mod conditions;
+pub mod credentials;
 use common_responses::CommonResponses;
 pub mod error;
 pub mod events;
@@ -46,6 +47,8 @@ use crate::app::AppState;
         clusters::list_clusters,
         clusters::get_cluster,
         clusters::get_kubeconfig,
+        credentials::trust,
+        credentials::mint,
         events::cluster_events,
         certificates::inventory,
         certificates::renew,
@@ -151,6 +154,8 @@ pub fn router(state: AppState) -> Router {
                 .delete(clusters::delete_cluster),
         )
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
+        .route("/clusters/{id}/trust", get(credentials::trust))
+        .route("/clusters/{id}/credentials", axum::routing::post(credentials::mint))
         .route("/clusters/{id}/events", get(events::cluster_events))
         .route("/clusters/{id}/node-pools", get(pools::list_pools).post(pools::create_pool))
         .route(

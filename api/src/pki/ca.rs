@@ -222,6 +222,28 @@ impl CertAuthority {
         now: OffsetDateTime,
         key: LeafKey,
     ) -> Result<IssuedCert, PkiError> {
+        self.issue_for(spec, now, key, self.leaf_lifetime)
+    }
+
+    /// Issues a leaf with a fresh key that lives `lifetime`, at most the CA's leaf lifetime
+    /// (an operator's short-lived credential).
+    pub fn issue_short(
+        &self,
+        spec: &LeafSpec,
+        now: OffsetDateTime,
+        lifetime: time::Duration,
+    ) -> Result<IssuedCert, PkiError> {
+        let key = LeafKey::generate(self.leaf_algorithm)?;
+        self.issue_for(spec, now, key, lifetime.min(self.leaf_lifetime))
+    }
+
+    fn issue_for(
+        &self,
+        spec: &LeafSpec,
+        now: OffsetDateTime,
+        key: LeafKey,
+        lifetime: time::Duration,
+    ) -> Result<IssuedCert, PkiError> {
         if key.algorithm() != self.leaf_algorithm {
             return Err(PkiError::WrongKey {
                 role: self.role,
@@ -240,7 +262,7 @@ impl CertAuthority {
             &key.pair().subject_public_key_info(),
             self.leaf_algorithm,
             now,
-            self.leaf_lifetime,
+            lifetime,
             self.not_after,
         )?;
         let cert = params

@@ -70,6 +70,14 @@ async fn founding_answers_202_before_it_finishes(backend: Backend) {
         409,
         "no kubeconfig before founding ends"
     );
+    let credential = app
+        .post(&format!("{location}/credentials"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(credential.status(), 409, "nor a credential");
+    let trust = app.get(&format!("{location}/trust")).send().await.unwrap();
+    assert_eq!(trust.status(), 409, "nor its trust");
 
     // A replay answers the first 202, Location included, and founds nothing more.
     let replay = send().await.unwrap();

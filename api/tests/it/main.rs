@@ -17,6 +17,7 @@ mod cert_cache;
 mod certificates;
 mod component_health;
 mod crash;
+mod credentials;
 mod db_faults;
 mod delete_race;
 mod disk_full;

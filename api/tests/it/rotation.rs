@@ -23,7 +23,7 @@ fn certificates_in(pem: &[u8]) -> usize {
         .count()
 }
 
-async fn rotate(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
+pub(crate) async fn rotate(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
     app.post(&format!("/clusters/{cluster}/certificates/rotate-ca"))
         .json(&body)
         .send()
@@ -31,14 +31,14 @@ async fn rotate(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
         .unwrap()
 }
 
-async fn phase(app: &TestApp, cluster: i64) -> Option<String> {
+pub(crate) async fn phase(app: &TestApp, cluster: i64) -> Option<String> {
     let view = cluster_view(app, cluster).await;
     view["ca_rotation"]["phase"].as_str().map(str::to_owned)
 }
 
 /// A founded 3-node cluster whose nodes registered their keys and booted: the cluster, its
 /// nodes with their keys, and the first node's bundle.
-async fn booted(app: &TestApp) -> (i64, Vec<(Node, NodeKey)>, BundlePayload) {
+pub(crate) async fn booted(app: &TestApp) -> (i64, Vec<(Node, NodeKey)>, BundlePayload) {
     let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
     let cluster = created["cluster_id"].as_i64().unwrap();
     let mut nodes = Vec::new();
@@ -64,7 +64,10 @@ async fn cluster_view(app: &TestApp, cluster: i64) -> Value {
 }
 
 /// Every node syncs once; the payloads, in node order.
-async fn every_node_syncs(app: &TestApp, nodes: &[(Node, NodeKey)]) -> Vec<BundlePayload> {
+pub(crate) async fn every_node_syncs(
+    app: &TestApp,
+    nodes: &[(Node, NodeKey)],
+) -> Vec<BundlePayload> {
     let mut payloads = Vec::new();
     for (node, key) in nodes {
         let payload = update_payload(app, fetch_update(app, node, key).await).await;
