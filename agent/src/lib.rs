@@ -17,6 +17,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod etcd_members;
+pub mod etcd_restore;
 pub mod fetch;
 pub mod http;
 pub mod imds;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use exk8s_common::contract::{
     ETCD_REVISION_HEADER, ETCD_VERSION_HEADER, IMDS_TOKEN_HEADER, NONCE_HEADER, PhaseReport,
-    SNAPSHOT_FAILURE_HEADER,
+    RestoreAck, RestoreStep, SNAPSHOT_FAILURE_HEADER,
 };
 use exk8s_common::limits::MAX_ENVELOPE_BYTES;
 use exk8s_common::names::Nonce;
@@ -110,7 +110,7 @@ impl NodeApi<'_> {
                 Ok(r) => r,
                 Err(attempt) => return relay(attempt),
             };
-            match read_capped(response, 4096).map(|b| serde_json::from_slice(&b)) {
+            match read_capped(response, 64 * 1024).map(|b| serde_json::from_slice(&b)) {
                 Ok(Ok(generations)) => Attempt::Done(generations),
                 Ok(Err(e)) => Attempt::Fatal(AgentError::Rejected {
                     what: "generation",
@@ -225,6 +225,87 @@ impl NodeApi<'_> {
             }),
             Err(Attempt::Done(never)) => match never {},
         }
+    }
+
+    /// `PUT /nodes/{vm_id}/restores/{id}`: step `step` of restore `id` done (`failure`
+    /// empty) or not (why), retried under `deadline`.
+    pub fn restore_ack(
+        &self,
+        id: i64,
+        step: RestoreStep,
+        failure: &str,
+        deadline: Duration,
+    ) -> Result<(), AgentError> {
+        let ack = RestoreAck {
+            step,
+            failure: failure
+                .chars()
+                .take(exk8s_common::contract::MAX_REPORT_MESSAGE_CHARS)
+                .collect(),
+        };
+        let body = serde_json::to_vec(&ack).map_err(|e| AgentError::Config(e.to_string()))?;
+        retry("acknowledging a restore step", deadline, || {
+            let request = match self.signed("PUT", &format!("restores/{id}"), &body) {
+                Ok((request, _)) => request,
+                Err(e) => return Attempt::Fatal(e),
+            };
+            let sent = request
+                .set("Content-Type", "application/json")
+                .send_bytes(&body);
+            match classify("restore acknowledgement", sent) {
+                Ok(_) => Attempt::Done(()),
+                Err(attempt) => relay(attempt),
+            }
+        })
+    }
+
+    /// `GET /nodes/{vm_id}/snapshots/{id}/content` into `to` (created 0600), within
+    /// `timeout`; the SHA-256 of what came.
+    pub fn snapshot_content(
+        &self,
+        id: i64,
+        to: &std::path::Path,
+        timeout: Duration,
+    ) -> Result<Sha256Digest, AgentError> {
+        use sha2::Digest as _;
+        let step = || format!("fetching etcd snapshot {id}");
+        let (request, _) = self.signed("GET", &format!("snapshots/{id}/content"), b"")?;
+        let response = match classify("snapshot content", request.timeout(timeout).call()) {
+            Ok(r) => r,
+            Err(Attempt::Fatal(e)) => return Err(e),
+            Err(Attempt::Retry { reason, .. }) => {
+                return Err(AgentError::Step {
+                    step: step(),
+                    reason,
+                });
+            }
+            Err(Attempt::Done(never)) => match never {},
+        };
+        let state = |e: std::io::Error| AgentError::State {
+            path: to.to_path_buf(),
+            source: e,
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(to).map_err(state)?;
+        let mut hasher = sha2::Sha256::new();
+        let mut reader = response.into_reader();
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n =
+                std::io::Read::read(&mut reader, &mut buffer).map_err(|e| AgentError::Step {
+                    step: step(),
+                    reason: e.to_string(),
+                })?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+            std::io::Write::write_all(&mut file, &buffer[..n]).map_err(state)?;
+        }
+        file.sync_all().map_err(state)?;
+        Ok(Sha256Digest::from_bytes(hasher.finalize().into()))
     }
 
     /// One `POST /nodes/{vm_id}/status` (signed anew: a retry never reuses a nonce).

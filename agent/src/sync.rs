@@ -74,6 +74,19 @@ pub fn sync(
     let state = State::load(&root_dir)?;
     let applied = state.applied_generation.unwrap_or(0);
     let generations = node.generations(deadline)?;
+    // A restore of the cluster's etcd holds every other change: its step first, alone.
+    if let Some(task) = &generations.restore {
+        let timeout = Duration::from_secs(net.request_timeout_secs);
+        let mut host = crate::apply::between_updates(root, &root_dir, timeout);
+        return crate::etcd_restore::perform(
+            &node,
+            host.as_mut(),
+            &root_dir,
+            state.etcd_health.as_ref(),
+            task,
+            deadline,
+        );
+    }
     if generations.desired_generation <= applied {
         if generations.applied_generation < applied {
             // The report of the last apply did not arrive: say it again.

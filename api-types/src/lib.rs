@@ -27,4 +27,6 @@ pub use events::{ChangeEvent, StatusEvent, StreamEnd};
 pub use phase::{ClusterPhase, EtcdMembership, Removal};
 pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
 pub use secret::SecretPem;
-pub use snapshots::{SnapshotSchedule, SnapshotView};
+pub use snapshots::{
+    RestoreMemberView, RestoreRequest, RestoreView, SnapshotSchedule, SnapshotView,
+};

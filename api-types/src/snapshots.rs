@@ -53,3 +53,41 @@ pub struct SnapshotSchedule {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub retain: i64,
 }
+
+/// `POST /clusters/{id}/restore`: which stored snapshot to restore the cluster's etcd from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RestoreRequest {
+    pub snapshot_id: Option<i64>,
+}
+
+/// An in-place restore of a cluster's etcd (`POST|GET /clusters/{id}/restore`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RestoreView {
+    pub id: i64,
+    pub cluster_id: i64,
+    pub snapshot_id: i64,
+    /// `stop` (every member stops), `restore` (every member restores the snapshot and starts
+    /// etcd), `start` (the static pods come back, one member at a time), `done` or `failed`.
+    pub phase: String,
+    /// Unix seconds.
+    pub started_at: i64,
+    pub updated_at: i64,
+    /// Added to the snapshot's revision; every older revision is marked compacted.
+    pub bump_revision: i64,
+    /// Where and why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub members: Vec<RestoreMemberView>,
+}
+
+/// How far one member of a restore got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RestoreMemberView {
+    pub member: String,
+    /// `waiting`, `stopped`, `restored` or `started`.
+    pub state: String,
+}

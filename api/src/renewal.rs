@@ -51,6 +51,8 @@ pub enum RenewalError {
     Seal(#[from] crate::crypto::SealError),
     #[error("node {vm_id} has an unusable stored {what}")]
     Corrupt { vm_id: i64, what: &'static str },
+    #[error("{0}")]
+    Restoring(String),
     #[error("cluster not found")]
     NotFound,
     #[error("cluster {id} is {phase}; only a founded cluster's certificates can be renewed")]
@@ -281,6 +283,9 @@ pub async fn force(
             id: cluster_id,
             phase: cluster.phase,
         });
+    }
+    if let Some(why) = db::restores::refusal(&ctx.db.pool, cluster_id, "renew after it").await? {
+        return Err(RenewalError::Restoring(why));
     }
     let pki = ctx.issuers.open(&ctx.keks, &cluster)?;
     let now = ctx.clock.now();

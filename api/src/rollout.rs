@@ -23,6 +23,8 @@ pub struct Started {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RolloutError {
+    #[error("{0}")]
+    Restoring(String),
     #[error("cluster not found")]
     NotFound,
     #[error("cluster {id} is {phase}; only a founded cluster can roll out")]
@@ -43,6 +45,9 @@ pub async fn start(db: &Db, org_id: i64, cluster_id: i64) -> Result<Started, Rol
             id: cluster_id,
             phase: cluster.phase,
         });
+    }
+    if let Some(why) = db::restores::refusal(&db.pool, cluster_id, "roll out after it").await? {
+        return Err(RolloutError::Restoring(why));
     }
     let mut tx = db.begin().await?;
     let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;

@@ -40,6 +40,8 @@ pub struct Rotator {
 /// Why a rotation could not start or move on.
 #[derive(Debug, thiserror::Error)]
 pub enum RotationError {
+    #[error("{0}")]
+    Restoring(String),
     #[error("cluster not found")]
     NotFound,
     #[error("cluster {id} is {phase}; only a founded cluster's CAs can be rotated")]
@@ -136,6 +138,11 @@ pub async fn start(
     }
     if let Some(current) = db::rotations::get(&ctx.db.pool, cluster_id).await? {
         return Err(in_progress(&current));
+    }
+    if let Some(why) =
+        db::restores::refusal(&ctx.db.pool, cluster_id, "rotate a CA after it").await?
+    {
+        return Err(RotationError::Restoring(why));
     }
     let algorithm = ctx.issuers.open(&ctx.keks, &cluster)?.algorithm;
     let now = ctx.clock.now();

@@ -45,6 +45,22 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                 Command::NodePools(p) => day2::pools(&api, p, format),
                 Command::Members(m) => day2::members(&api, m),
                 Command::Snapshots(s) => crate::snapshots::run(&api, s, format),
+                Command::Restore {
+                    cluster,
+                    snapshot,
+                    yes,
+                    wait,
+                    timeout,
+                } => crate::restore::run(
+                    &api,
+                    &crate::restore::Ask {
+                        cluster: &cluster,
+                        snapshot,
+                        yes,
+                        wait: wait.then(|| Duration::from_secs(timeout)),
+                    },
+                    format,
+                ),
                 Command::Rollout { cluster } => {
                     day2::start_rollout(&api, &cluster, "rollout", format)
                 }

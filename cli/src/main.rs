@@ -12,6 +12,7 @@ mod doctor;
 mod error;
 mod kubeconfig;
 mod output;
+mod restore;
 mod snapshots;
 mod watch;
 
@@ -85,6 +86,22 @@ enum Command {
     /// etcd snapshots: list, create (--wait), schedule, delete, download.
     #[command(subcommand)]
     Snapshots(snapshots::Snapshots),
+    /// Restore the cluster's etcd in place from one of its stored snapshots: every member
+    /// stops, restores it and starts again (what was written since is gone).
+    Restore {
+        cluster: String,
+        /// The stored snapshot's id (`exk8s snapshots list`).
+        snapshot: i64,
+        /// Confirm: the cluster's control plane stops, and what it stored since is lost.
+        #[arg(long)]
+        yes: bool,
+        /// Follow the restore until it is done or has failed.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
     /// Control-plane members: replace or remove one.
     #[command(subcommand)]
     Members(day2::Members),

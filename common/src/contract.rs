@@ -215,7 +215,7 @@ text_enum!(BootPhase);
 text_enum!(ReportState);
 
 /// A node's generations, as `GET /nodes/{vm_id}/generation` answers them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Generations {
     /// The generation the node should run (bumped whenever its bundle would change).
@@ -228,6 +228,74 @@ pub struct Generations {
     /// time); absent otherwise. Older agents ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotTask>,
+    /// This member's next step of an in-place restore of the cluster's etcd; absent
+    /// otherwise. Older agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreTask>,
+}
+
+/// A step of an in-place restore of the cluster's etcd, in the order etcd's recovery guide
+/// asks: every member stops, every member restores the same snapshot as a new logical
+/// cluster, then the control plane comes back one member at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum RestoreStep {
+    /// Put the control-plane static pods aside, then stop etcd.
+    Stop,
+    /// Fetch the snapshot, check its digest, restore it into a fresh data directory (the old
+    /// one kept aside) and start etcd.
+    Restore,
+    /// Once etcd is healthy, put the static pods back and wait for the apiserver.
+    Start,
+}
+
+impl RestoreStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Restore => "restore",
+            Self::Start => "start",
+        }
+    }
+}
+
+/// What a member does for step `step` of restore `id`, then acknowledges with `PUT
+/// /nodes/{vm_id}/restores/{id}` ([`RestoreAck`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RestoreTask {
+    pub id: i64,
+    pub step: RestoreStep,
+    /// Fetched with `GET /nodes/{vm_id}/snapshots/{snapshot_id}/content`.
+    pub snapshot_id: i64,
+    /// The snapshot's SHA-256 as etcd wrote it (hex).
+    pub sha256: String,
+    /// This member's etcd name, peer URL and the restored cluster's members and token.
+    pub member_name: String,
+    pub peer_url: String,
+    pub initial_cluster: String,
+    pub initial_cluster_token: String,
+    /// Added to the snapshot's revision (`etcdutl snapshot restore --bump-revision`, with
+    /// `--mark-compacted`), so every watch and cache from before the restore ends.
+    pub bump_revision: u64,
+    /// etcd's data directory and `etcdutl` on the node.
+    pub data_dir: String,
+    pub etcdutl: String,
+    /// The static-pod manifests put aside and back.
+    pub manifests: Vec<String>,
+}
+
+/// A member's word on a step of a restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RestoreAck {
+    pub step: RestoreStep,
+    /// Empty when the step was done; why not otherwise (at most
+    /// [`MAX_REPORT_MESSAGE_CHARS`] characters).
+    #[serde(default)]
+    pub failure: String,
 }
 
 /// A snapshot to take: stream it from the node's own etcd member and `PUT` it to

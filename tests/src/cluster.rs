@@ -168,8 +168,9 @@ pub fn agent_inside(
 const INSTALL_ARTIFACT: &str = "install artifact ";
 
 /// Plays the installer for what the agent recorded in `root`: each Kubernetes binary it would
-/// have downloaded (`/opt/exk8s/kubernetes/<release>/<name>`) is linked to the harness's build
-/// of that release, so a later step that runs it (a drain's kubectl) finds it.
+/// have downloaded (`/opt/exk8s/kubernetes/<release>/<name>`), and `etcdutl`, is linked to the
+/// harness's build of that release, so a later step that runs it (a drain's kubectl, a
+/// restore's etcdutl) finds it.
 pub fn install_recorded_artifacts(root: &Path) {
     let actions = std::fs::read_to_string(root.join("var/lib/exk8s/recorded-actions.log"))
         .unwrap_or_default();
@@ -183,15 +184,19 @@ pub fn install_recorded_artifacts(root: &Path) {
         let Some((name, release)) = what.split_once(' ') else {
             continue;
         };
-        if !destination.starts_with("/opt/exk8s/kubernetes/") {
+        let built = if destination.starts_with("/opt/exk8s/kubernetes/") {
+            crate::bins::kubernetes_at(release, name)
+        } else if name == "etcdutl" {
+            crate::bins::etcd_at(release, name)
+        } else {
             continue;
-        }
+        };
         let at = root.join(destination.trim_start_matches('/'));
         if at.exists() {
             continue;
         }
         std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(crate::bins::kubernetes_at(release, name), &at).unwrap();
+        std::os::unix::fs::symlink(built, &at).unwrap();
     }
 }
 

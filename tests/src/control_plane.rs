@@ -235,20 +235,48 @@ impl Node {
         self.etcd = Some(etcd);
     }
 
-    /// Restarts etcd when the agent restarted `etcd.service` since the harness last looked (its
-    /// plan does when a file the unit watches changed: the unit, etcd's CA, server and peer
-    /// certificates); true when it did.
+    /// Kills etcd with SIGKILL (a disaster, not a stop the agent asked for).
+    pub fn kill_etcd(&mut self) {
+        if let Some(mut etcd) = self.etcd.take() {
+            let _ = etcd.0.kill();
+            let _ = etcd.0.wait();
+        }
+    }
+
+    /// Plays systemd for etcd: restarts it when the agent restarted or started
+    /// `etcd.service` since the harness last looked (its plan restarts it when a file the unit
+    /// watches changed: the unit, etcd's CA, server and peer certificates; a restore starts it
+    /// from its restored data), stops it when the agent's last word was a stop (a restore's
+    /// first step); true when it (re)started it.
     pub fn sync_etcd(&mut self, lan: &Lan) -> bool {
         let actions = recorded_actions(&self.root);
         let new = actions.get(self.actions_seen..).unwrap_or_default();
-        let restarted = new
+        let last = new
             .lines()
-            .any(|l| l == "systemctl restart --no-block etcd.service");
+            .rev()
+            .find(|l| {
+                matches!(
+                    *l,
+                    "systemctl restart --no-block etcd.service"
+                        | "systemctl start --no-block etcd.service"
+                        | "systemctl stop etcd.service"
+                )
+            })
+            .map(str::to_owned);
         self.actions_seen = actions.len();
-        if restarted {
-            self.start_etcd(lan);
+        match last.as_deref() {
+            Some("systemctl stop etcd.service") => {
+                if let Some(old) = self.etcd.take() {
+                    old.terminate(GRACE);
+                }
+                false
+            }
+            Some(_) => {
+                self.start_etcd(lan);
+                true
+            }
+            None => false,
         }
-        restarted
     }
 
     /// Starts every static pod whose manifest is new or changed since it was started, stopping
@@ -256,6 +284,18 @@ impl Node {
     pub fn sync_static_pods(&mut self, lan: &Lan) -> Vec<&'static str> {
         let mut started = Vec::new();
         for name in STATIC_PODS {
+            if !self
+                .root
+                .join(MANIFESTS)
+                .join(format!("{name}.yaml"))
+                .exists()
+            {
+                // Its manifest was put aside: the kubelet stops the pod.
+                if let Some((_, old)) = self.procs.remove(name) {
+                    old.terminate(GRACE);
+                }
+                continue;
+            }
             let pod = static_pod(&self.root, name);
             if self
                 .procs

@@ -121,7 +121,7 @@ impl Lan {
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
-        std::thread::spawn(move || {
+        let accepting = std::thread::spawn(move || {
             while !stopping.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((inside, _)) => {
@@ -134,7 +134,10 @@ impl Lan {
                 }
             }
         });
-        Forward { stop }
+        Forward {
+            stop,
+            accepting: Some(accepting),
+        }
     }
 
     /// How many nodes the LAN has.
@@ -178,14 +181,19 @@ impl Drop for Lan {
     }
 }
 
-/// A forwarding listener of [`Lan::forward_loopback`]; stops accepting when dropped.
+/// A forwarding listener of [`Lan::forward_loopback`]; stops accepting when dropped, and its
+/// port is free again once the drop returns (another forward of it may follow at once).
 pub struct Forward {
     stop: Arc<AtomicBool>,
+    accepting: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Forward {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(accepting) = self.accepting.take() {
+            let _ = accepting.join();
+        }
     }
 }
 

@@ -26,6 +26,8 @@ pub enum HostAction<'a> {
     Enable(&'a UnitName),
     Start(&'a UnitName),
     Restart(&'a UnitName),
+    /// A unit stopped (a restore stops etcd).
+    Stop(&'a UnitName),
     InstallPackages(Vec<&'a PackageName>),
     InstallArtifact(&'a Artifact),
     WaitEtcd(waits::EtcdProbe),
@@ -53,6 +55,8 @@ pub enum HostAction<'a> {
         to: PathBuf,
         meta: PathBuf,
     },
+    /// A fetched snapshot restored into etcd's data directory ([`crate::etcd_restore`]).
+    RestoreEtcd(super::etcd_data::DataDir),
 }
 
 impl fmt::Display for HostAction<'_> {
@@ -62,6 +66,8 @@ impl fmt::Display for HostAction<'_> {
             Self::Enable(unit) => write!(f, "systemctl enable {unit}"),
             Self::Start(unit) => write!(f, "systemctl start --no-block {unit}"),
             Self::Restart(unit) => write!(f, "systemctl restart --no-block {unit}"),
+            Self::Stop(unit) => write!(f, "systemctl stop {unit}"),
+            Self::RestoreEtcd(restore) => write!(f, "{restore}"),
             Self::InstallPackages(names) => {
                 let names: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
                 write!(
@@ -217,7 +223,8 @@ const FAIL_ACTION_HOOK: &str = "EXK8S_AGENT_TEST_FAIL_ACTION";
 static FAILED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Test hook: when set (to anything), a [`RecordingHost`] with a root performs the etcd
-/// membership steps and a sync's etcd health check for real — against etcd members a test runs from the roots — and records
+/// membership steps, snapshots and restores of etcd's data directory, and a sync's etcd
+/// health check for real — against etcd members a test runs from the roots — and records
 /// them too; every other action stays recorded only. Unset in production.
 const PERFORM_ETCD_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_ETCD";
 
@@ -308,6 +315,9 @@ impl Host for RecordingHost {
             (Some(root), HostAction::SaveEtcdSnapshot { probe, to, meta }) if perform_etcd => {
                 Some(crate::snapshot::save(root, probe, to, meta))
             }
+            (Some(root), HostAction::RestoreEtcd(restore)) if perform_etcd => {
+                Some(super::etcd_data::restore_data_dir(root, restore))
+            }
             (Some(root), _) => {
                 kubernetes_cap().and_then(|cap| perform_kubernetes(root, action, cap))
             }
@@ -382,6 +392,10 @@ impl Host for SystemHost {
             HostAction::Enable(unit) => systemctl(&["enable", unit.as_str()]),
             HostAction::Start(unit) => systemctl(&["start", "--no-block", unit.as_str()]),
             HostAction::Restart(unit) => systemctl(&["restart", "--no-block", unit.as_str()]),
+            HostAction::Stop(unit) => systemctl(&["stop", unit.as_str()]),
+            HostAction::RestoreEtcd(restore) => {
+                super::etcd_data::restore_data_dir(&self.root, restore)
+            }
             HostAction::InstallPackages(names) => {
                 let apt = Path::new("apt-get");
                 let env = [("DEBIAN_FRONTEND", Path::new("noninteractive"))];

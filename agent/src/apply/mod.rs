@@ -11,6 +11,7 @@
 pub mod artifacts;
 pub mod components;
 mod drain;
+pub mod etcd_data;
 mod exec;
 pub mod files;
 pub mod host;
@@ -394,7 +395,7 @@ pub fn check_components(
 
 /// The host a check between updates goes through: the one an apply would use (`root`:
 /// recorded under it).
-fn between_updates(
+pub fn between_updates(
     root: Option<&Path>,
     root_dir: &Path,
     request_timeout: Duration,

@@ -25,6 +25,7 @@ mod probe;
 pub mod quotas;
 pub mod removals;
 pub mod renewal;
+pub mod restores;
 pub mod rotations;
 pub mod snapshots;
 mod tx;

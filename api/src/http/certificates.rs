@@ -87,7 +87,9 @@ pub async fn renew(
         .await
         .map_err(|e| match e {
             RenewalError::NotFound => ApiError::NotFound,
-            e @ RenewalError::NotFounded { .. } => ApiError::Conflict(e.to_string()),
+            e @ (RenewalError::NotFounded { .. } | RenewalError::Restoring(_)) => {
+                ApiError::Conflict(e.to_string())
+            }
             RenewalError::Db(db) => db.into(),
             e => ApiError::internal(e),
         })?;
@@ -127,9 +129,9 @@ pub async fn rotate_ca(
         .await
         .map_err(|e| match e {
             RotationError::NotFound => ApiError::NotFound,
-            e @ (RotationError::NotFounded { .. } | RotationError::InProgress { .. }) => {
-                ApiError::Conflict(e.to_string())
-            }
+            e @ (RotationError::NotFounded { .. }
+            | RotationError::InProgress { .. }
+            | RotationError::Restoring(_)) => ApiError::Conflict(e.to_string()),
             RotationError::Db(db) => db.into(),
             e => ApiError::internal(e),
         })?;

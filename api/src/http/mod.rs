@@ -19,6 +19,7 @@ pub mod paging;
 pub mod patch;
 pub mod pools;
 mod prefer;
+pub mod restores;
 pub mod server;
 pub mod snapshots;
 pub mod versions;
@@ -71,6 +72,10 @@ use crate::app::AppState;
         snapshots::delete_snapshot,
         snapshots::snapshot_content,
         snapshots::upload_snapshot,
+        restores::start_restore,
+        restores::get_restore,
+        restores::acknowledge,
+        restores::member_content,
         bootstrap::rearm,
         bootstrap::bundle,
         bootstrap::status,
@@ -197,6 +202,12 @@ pub fn router(state: AppState) -> Router {
             "/nodes/{vm_id}/snapshots/{sid}",
             axum::routing::put(snapshots::upload_snapshot).layer(DefaultBodyLimit::disable()),
         )
+        .route(
+            "/clusters/{id}/restore",
+            get(restores::get_restore).post(restores::start_restore),
+        )
+        .route("/nodes/{vm_id}/restores/{rid}", axum::routing::put(restores::acknowledge))
+        .route("/nodes/{vm_id}/snapshots/{sid}/content", get(restores::member_content))
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))
         .route("/nodes/{vm_id}/status", axum::routing::post(nodes::status))

@@ -24,7 +24,7 @@ const WAIT_SECS: u64 = 30;
 
 /// Authenticates a signed node request (its method, path, headers and body) and charges its
 /// rate limits.
-async fn signed_vm(
+pub(super) async fn signed_vm(
     state: &AppState,
     peer: SocketAddr,
     (method, uri, headers, body): (&Method, &Uri, &HeaderMap, &[u8]),
@@ -84,11 +84,14 @@ pub async fn generation(
     // Generations are at least 0 (a CHECK of the schema).
     let generation = |g: i64| u64::try_from(g).map_err(ApiError::internal);
     let snapshot = crate::snapshots::asked_of(&state.snapshots(), vm.node.id).await?;
+    let restore =
+        crate::snapshots::restore::task_for(&state.snapshots(), vm.cluster.id, vm.node.id).await?;
     Ok(axum::Json(Generations {
         desired_generation: generation(vm.node.desired_generation)?,
         applied_generation: generation(vm.node.applied_generation)?,
         up_to_date: vm.node.up_to_date(),
         snapshot,
+        restore,
     }))
 }
 
@@ -195,7 +198,9 @@ pub async fn start_rollout(
         .await
         .map_err(|e| match e {
             RolloutError::NotFound => ApiError::NotFound,
-            e @ RolloutError::NotFounded { .. } => ApiError::Conflict(e.to_string()),
+            e @ (RolloutError::NotFounded { .. } | RolloutError::Restoring(_)) => {
+                ApiError::Conflict(e.to_string())
+            }
             RolloutError::Db(db) => db.into(),
         })?;
     tracing::info!(cluster_id = id, principal = %operator.principal, "rollout requested");

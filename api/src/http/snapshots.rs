@@ -31,6 +31,7 @@ impl From<SnapshotError> for ApiError {
             e @ (SnapshotError::NotFounded { .. }
             | SnapshotError::InProgress { .. }
             | SnapshotError::NoVoter(_)
+            | SnapshotError::Restoring(_)
             | SnapshotError::NotStored { .. }) => Self::Conflict(e.to_string()),
             SnapshotError::Store(e) => Self::BadGateway(crate::error_chain(&e)),
             SnapshotError::Db(db) => db.into(),

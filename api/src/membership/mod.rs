@@ -123,6 +123,15 @@ pub async fn scale(
     count: i64,
 ) -> Result<Scaling, MembershipError> {
     crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
+    if let Some(why) = db::restores::refusal(
+        &ctx.db.pool,
+        cluster_id,
+        "change the control plane after it",
+    )
+    .await?
+    {
+        return Err(MembershipError::Conflict(why));
+    }
     if db::rotations::get(&ctx.db.pool, cluster_id)
         .await?
         .is_some()
@@ -190,6 +199,11 @@ pub async fn remove(
 ) -> Result<Scaling, MembershipError> {
     let nodes = member_of(ctx, org_id, cluster_id, vm_id).await?;
     let target = target_of(&nodes, vm_id)?;
+    if let Some(why) =
+        db::restores::refusal(&ctx.db.pool, cluster_id, "remove a member after it").await?
+    {
+        return Err(MembershipError::Conflict(why));
+    }
     let control_plane: Vec<_> = nodes
         .iter()
         .filter(|n| n.role == Role::ControlPlane)

@@ -25,6 +25,11 @@ pub async fn replace(
 ) -> Result<Scaling, MembershipError> {
     let nodes = member_of(ctx, org_id, cluster_id, vm_id).await?;
     let target = target_of(&nodes, vm_id)?;
+    if let Some(why) =
+        db::restores::refusal(&ctx.db.pool, cluster_id, "replace a member after it").await?
+    {
+        return Err(MembershipError::Conflict(why));
+    }
     let control_plane: Vec<_> = nodes
         .iter()
         .filter(|n| n.role == Role::ControlPlane)

@@ -7,13 +7,13 @@
 //!
 //! ```toml
 //! [[artifact]]
-//! name = "etcd"        # etcd, etcdctl, kubelet, kubectl or helm
+//! name = "etcd"        # etcd, etcdctl, etcdutl, kubelet, kubectl or helm
 //! version = "v3.6.10"
 //! url = "https://github.com/etcd-io/etcd/releases/download/v3.6.10/etcd-v3.6.10-linux-amd64.tar.gz"
 //! sha256 = "<64 hex digits of the file at url>"
 //! ```
 //!
-//! The digest is of the file the URL serves (the tarball for etcd, etcdctl and helm).
+//! The digest is of the file the URL serves (the tarball for etcd, etcdctl, etcdutl and helm).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +21,7 @@ use exk8s_common::names::{ArtifactName, HttpUrl, Sha256Digest, Version};
 use serde::Deserialize;
 
 /// The artifacts a bundle may install; a catalog entry for another name is a typo.
-pub const ARTIFACT_NAMES: &[&str] = &["etcd", "etcdctl", "kubelet", "kubectl", "helm"];
+pub const ARTIFACT_NAMES: &[&str] = &["etcd", "etcdctl", "etcdutl", "kubelet", "kubectl", "helm"];
 
 /// One pinned download.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ mod engine;
 mod files;
 mod input;
 pub mod paths;
-mod plan;
+pub mod plan;
 mod worker;
 
 pub use catalog::{ArtifactCatalog, CatalogError};

@@ -62,6 +62,17 @@ pub struct NodePaths {
     pub helm_binary: &'static str,
 }
 
+impl NodePaths {
+    /// The control plane's static-pod manifests: apiserver, controller-manager, scheduler.
+    pub fn control_plane_manifests(&self) -> [&'static str; 3] {
+        [
+            self.apiserver_manifest,
+            self.controller_manager_manifest,
+            self.scheduler_manifest,
+        ]
+    }
+}
+
 pub const PATHS: NodePaths = NodePaths {
     ca_cert: "/etc/exk8s/pki/ca.pem",
     etcd_ca_cert: "/etc/exk8s/pki/etcd-ca.pem",

@@ -63,13 +63,16 @@ struct Source<'a> {
     dest: String,
 }
 
+/// Where a control-plane node's `etcdutl` lives (a restore runs it).
+pub const ETCDUTL: &str = "/usr/local/bin/etcdutl";
+
 /// Only the initial node's first bundle installs the cluster's addons.
 fn installs_addons(input: &RenderInput<'_>) -> bool {
     input.node.is_initial && input.issuance.kind == BundleKind::Bootstrap
 }
 
 pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, RenderError> {
-    let mut names = vec!["etcd", "etcdctl", "kubelet", "kubectl"];
+    let mut names = vec!["etcd", "etcdctl", "etcdutl", "kubelet", "kubectl"];
     if installs_addons(input) {
         names.push("helm");
     }
@@ -113,9 +116,16 @@ fn pinned(
         Source {
             name: "etcdctl",
             version: etcd,
-            url: etcd_tarball,
+            url: etcd_tarball.clone(),
             archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcdctl")),
             dest: "/usr/local/bin/etcdctl".into(),
+        },
+        Source {
+            name: "etcdutl",
+            version: etcd,
+            url: etcd_tarball,
+            archive_member: Some(format!("etcd-{etcd}-linux-amd64/etcdutl")),
+            dest: ETCDUTL.into(),
         },
         Source {
             name: "kubelet",

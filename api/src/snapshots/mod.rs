@@ -10,6 +10,7 @@
 //! ever holds ciphertext, and an object that does not verify is never recorded as stored.
 
 pub mod cipher;
+pub mod restore;
 pub mod schedule;
 pub mod store;
 mod upload;
@@ -64,6 +65,8 @@ pub enum SnapshotError {
     NoVoter(i64),
     #[error("{0}")]
     BadSchedule(String),
+    #[error("{0}")]
+    Restoring(String),
     #[error("snapshot {id} is {state}, not stored: there is nothing to read")]
     NotStored { id: i64, state: &'static str },
     #[error(transparent)]
@@ -122,6 +125,11 @@ async fn request_of(
     cluster_id: i64,
     trigger: Trigger,
 ) -> Result<SnapshotRow, SnapshotError> {
+    if let Some(why) =
+        db::restores::refusal(&ctx.db.pool, cluster_id, "take a snapshot after it").await?
+    {
+        return Err(SnapshotError::Restoring(why));
+    }
     let now = ctx.clock.unix();
     db::snapshots::expire(&ctx.db.pool, cluster_id, now).await?;
     if let Some(taking) = db::snapshots::list(&ctx.db.pool, cluster_id)

@@ -233,6 +233,9 @@ async fn preflight(
 ) -> Result<(), UpgradeError> {
     let cluster_id = cluster.id;
     let conflict = |what: String| Err(UpgradeError::Conflict(what));
+    if let Some(why) = db::restores::refusal(&mut *tx, cluster_id, "upgrade after it").await? {
+        return conflict(why);
+    }
     if let Some(rotation) = db::rotations::get(&mut *tx, cluster_id).await? {
         return conflict(format!(
             "a rotation of the {} CA is in progress; upgrade after it",

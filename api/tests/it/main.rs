@@ -47,6 +47,7 @@ mod render_validators;
 mod render_worker;
 mod renewal;
 mod replace;
+mod restore;
 mod retention;
 mod rotation;
 mod schema;

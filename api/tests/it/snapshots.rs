@@ -19,7 +19,7 @@ use crate::sync::{booted_cluster, nonce};
 
 /// `PUT /nodes/{vm}/snapshots/{id}` by `node`, signed over `declared` (the body's digest unless
 /// a test lies), with `failure` as the member's reason when given.
-async fn put(
+pub(crate) async fn put(
     app: &TestApp,
     (node, key): (&Node, &NodeKey),
     id: i64,
@@ -71,7 +71,7 @@ async fn task_of(app: &TestApp, (node, key): (&Node, &NodeKey)) -> Value {
 }
 
 /// The one object of snapshot `id` in `dir` (`<id>-<upload>`).
-fn stored_object(dir: &std::path::Path, id: i64) -> std::path::PathBuf {
+pub(crate) fn stored_object(dir: &std::path::Path, id: i64) -> std::path::PathBuf {
     let objects: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -86,7 +86,7 @@ fn stored_object(dir: &std::path::Path, id: i64) -> std::path::PathBuf {
 }
 
 /// A body shaped as etcd streams a snapshot: pages, then the SHA-256 of them.
-fn etcd_snapshot(pages: usize) -> Vec<u8> {
+pub(crate) fn etcd_snapshot(pages: usize) -> Vec<u8> {
     let mut body: Vec<u8> = (0..pages * 4096)
         .map(|i| u8::try_from(i % 251).unwrap())
         .collect();
@@ -96,7 +96,7 @@ fn etcd_snapshot(pages: usize) -> Vec<u8> {
     body
 }
 
-async fn ask(app: &TestApp, cluster: i64) -> Value {
+pub(crate) async fn ask(app: &TestApp, cluster: i64) -> Value {
     let asked = app
         .post(&format!("/clusters/{cluster}/snapshots"))
         .send()

@@ -36,7 +36,7 @@ pub(crate) async fn register(
 }
 
 /// How a test request is signed.
-struct Signing<'a> {
+pub(crate) struct Signing<'a> {
     key: Option<&'a NodeKey>,
     imds: &'a str,
     timestamp: i64,
@@ -45,7 +45,7 @@ struct Signing<'a> {
 }
 
 impl<'a> Signing<'a> {
-    fn new(key: &'a NodeKey, imds: &'a str) -> Self {
+    pub(crate) fn new(key: &'a NodeKey, imds: &'a str) -> Self {
         Self {
             key: Some(key),
             imds,
@@ -56,7 +56,7 @@ impl<'a> Signing<'a> {
     }
 }
 
-async fn send(
+pub(crate) async fn send(
     app: &TestApp,
     method: &str,
     path: &str,
