@@ -255,6 +255,21 @@ pub struct CreateClusterRequest {
     /// RSA (2048–8192 bits), P-256 or P-384 key, valid now and for one leaf lifetime more, and
     /// its matching private key. The keys are sealed like generated ones and never returned.
     pub certificate_authorities: Option<SuppliedCasRequest>,
+    /// Found the cluster from another cluster's stored etcd snapshot (disaster recovery
+    /// elsewhere): it keeps that cluster's CAs, service-account key and secrets-encryption key
+    /// (so its tokens and kubeconfigs still work and its Secrets still open), and once its
+    /// control plane is up its etcd is restored from the snapshot. Its nodes, addresses and
+    /// DNS name are new. Not with `certificate_authorities`.
+    pub restore_from: Option<RestoreFrom>,
+}
+
+/// The cluster and stored snapshot a new cluster is restored from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RestoreFrom {
+    pub cluster_id: Option<i64>,
+    pub snapshot_id: Option<i64>,
 }
 
 /// The CAs an operator brings, by role; a role left out gets a CA made by the API.

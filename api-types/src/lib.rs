@@ -19,8 +19,8 @@ pub use certificates::{
 pub use cluster::{
     CaRotationView, ClusterChange, ClusterCreated, ClusterPatch, ClusterView, Condition,
     CreateClusterRequest, DeleteAccepted, DnsRecord, DownloadView, KubernetesVersionView,
-    MembersView, NodeView, PoolSummary, ScalingView, SuppliedCaRequest, SuppliedCasRequest,
-    UpgradeState, UpgradeView,
+    MembersView, NodeView, PoolSummary, RestoreFrom, ScalingView, SuppliedCaRequest,
+    SuppliedCasRequest, UpgradeState, UpgradeView,
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use events::{ChangeEvent, StatusEvent, StreamEnd};

@@ -119,6 +119,7 @@ impl AppState {
             rotator: self.rotator(),
             pools: self.pools(),
             membership: self.membership(),
+            snapshots: self.snapshots(),
         }
     }
 

@@ -285,6 +285,12 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
         kubernetes_version: args.kubernetes_version.clone(),
         leaf_lifetime_days: args.leaf_lifetime_days,
         certificate_authorities: brings_cas.then_some(cas),
+        restore_from: args
+            .restore_from
+            .map(|(cluster, snapshot)| exk8s_api_types::RestoreFrom {
+                cluster_id: Some(cluster),
+                snapshot_id: Some(snapshot),
+            }),
     };
     let accepted: Founding = api
         .send(

@@ -160,6 +160,21 @@ enum Clusters {
     },
 }
 
+/// `CLUSTER_ID:SNAPSHOT_ID`.
+fn parse_restore_from(text: &str) -> Result<(i64, i64), String> {
+    let (cluster, snapshot) = text
+        .split_once(':')
+        .ok_or_else(|| format!("`{text}` is not CLUSTER_ID:SNAPSHOT_ID"))?;
+    let number = |what: &str, n: &str| {
+        n.parse::<i64>()
+            .map_err(|_| format!("{what} `{n}` is not a number (CLUSTER_ID:SNAPSHOT_ID)"))
+    };
+    Ok((
+        number("cluster id", cluster)?,
+        number("snapshot id", snapshot)?,
+    ))
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct CreateArgs {
     /// The cluster's name (a-z, 0-9, '-'; starting with a letter); without one the API names
@@ -195,6 +210,10 @@ pub(crate) struct CreateArgs {
     /// Days every leaf certificate lasts (default 365); renewed automatically.
     #[arg(long = "leaf-lifetime-days")]
     pub(crate) leaf_lifetime_days: Option<i64>,
+    /// Found it from another cluster's stored snapshot (disaster recovery): its CAs and keys
+    /// kept, its etcd restored once its control plane is up. `CLUSTER_ID:SNAPSHOT_ID`.
+    #[arg(long = "restore-from", value_parser = parse_restore_from)]
+    pub(crate) restore_from: Option<(i64, i64)>,
     /// Bring your own cluster CA: its certificate (PEM file; with --cluster-ca-key).
     #[arg(long = "cluster-ca-cert", requires = "cluster_ca_key")]
     pub(crate) cluster_ca_cert: Option<std::path::PathBuf>,

@@ -10,6 +10,9 @@
 CREATE TABLE restores (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster_id    BIGINT NOT NULL REFERENCES clusters (id) ON DELETE CASCADE,
+    -- The cluster the snapshot belongs to: this one, or the one it was founded from
+    -- (`restore_sources`).
+    source_cluster_id BIGINT NOT NULL,
     snapshot_id   BIGINT NOT NULL,
     sha256        TEXT   NOT NULL,
     phase         TEXT   NOT NULL CHECK (phase IN ('stop', 'restore', 'start', 'done', 'failed')),
@@ -32,4 +35,11 @@ CREATE TABLE restore_members (
     peer_url    TEXT   NOT NULL,
     done        BIGINT NOT NULL DEFAULT 0 CHECK (done BETWEEN 0 AND 3),
     PRIMARY KEY (restore_id, node_id)
+);
+-- A cluster founded from another cluster's snapshot (`POST /clusters` with `restore_from`):
+-- its etcd is restored from it once its control plane is up.
+CREATE TABLE restore_sources (
+    cluster_id        BIGINT PRIMARY KEY REFERENCES clusters (id) ON DELETE CASCADE,
+    source_cluster_id BIGINT NOT NULL,
+    snapshot_id       BIGINT NOT NULL
 );

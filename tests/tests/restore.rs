@@ -64,7 +64,7 @@ fn sync_step(
     (root, vm): (&Path, i64),
     step: &str,
 ) -> String {
-    let (mut agent, _api) = agent_inside(lan, 0, stack, founded, root, vm, "sync", READY);
+    let (mut agent, _api) = agent_inside(lan, node.index, stack, founded, root, vm, "sync", READY);
     let out = node.run_agent(lan, &mut agent);
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{step}: {log}");
@@ -332,4 +332,207 @@ fn etcd_get(lan: &Lan, root: &Path, key: &str) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+/// A cluster founded elsewhere from another's snapshot (`POST /clusters` with `restore_from`):
+/// its node boots from its own bundle (a new name, address and DNS name) with the source's CAs,
+/// service-account key and secrets-encryption key; once it reported up, the API restores the
+/// source's snapshot onto it (its agent's three steps). Then it serves the source's ConfigMap
+/// and Secret, the source's operator kubeconfig (its CA and client certificate) works against
+/// its new DNS name, and the source's service-account token authenticates.
+#[test]
+fn a_cluster_founded_from_another_clusters_snapshot_serves_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let stack = start_dev(&dir.join("dev"), "10.227.0.0/24", &dir.join("api.log"), &[]);
+    let one = json!({"control_plane_count": 1, "control_plane_image_id": 1,
+                     "control_plane_instance_type": "dev.small", "subnet_id": 1});
+    let source = found(&stack, dir, &one);
+    let vm = source.vms[0];
+    let root = dir.join(format!("vm-{vm}"));
+    agent_ok(&stack, &source, &root, vm, "run");
+    let ip = source.ip_of[&vm].clone();
+    let dns_name = source.created["control_plane_dns_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let lan = Lan::new(&[&ip], 24, &format!("{ip} {dns_name}\n"));
+    let mut node = Node::new(&root, 0);
+    node.start_etcd(&lan);
+    node.sync_static_pods(&lan);
+    let admin = root.join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
+    let ready = kubectl_until(
+        &lan,
+        &mut [&mut node],
+        0,
+        &admin,
+        &["get", "--raw", "/readyz"],
+        READY,
+    );
+    assert_eq!(ready, "ok");
+    // The initial node's RBAC, as its plan applies it: the operator's group bound.
+    let rbac = root
+        .join("etc/exk8s/manifests/rbac.yaml")
+        .display()
+        .to_string();
+    for args in [
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=exk8s",
+            "-f",
+            &rbac,
+        ][..],
+        &["create", "configmap", "carried", "--from-literal=kept=yes"][..],
+        &[
+            "create",
+            "secret",
+            "generic",
+            "kept",
+            "--from-literal=password=hunter2",
+        ][..],
+        &["create", "serviceaccount", "restorer"][..],
+    ] {
+        let (ok, _, err) = kubectl(&lan, 0, &admin, args);
+        assert!(ok, "{err}");
+    }
+    let (ok, token, err) = kubectl(
+        &lan,
+        0,
+        &admin,
+        &["create", "token", "restorer", "--duration=2h"],
+    );
+    assert!(ok, "{err}");
+    let token = token.trim().to_owned();
+    let old_kubeconfig = dir.join("source-operator.kubeconfig");
+    std::fs::write(
+        &old_kubeconfig,
+        exk8s_tests::cluster::operator_kubeconfig(&stack, source.cluster),
+    )
+    .unwrap();
+    let asked = exk8s_tests::cluster::operator(
+        &stack,
+        "POST",
+        &format!("/clusters/{}/snapshots", source.cluster),
+    )
+    .call()
+    .unwrap()
+    .into_json::<Value>()
+    .unwrap();
+    let snapshot = asked["id"].as_i64().unwrap();
+    let (mut agent, forward) = agent_inside(&lan, 0, &stack, &source, &root, vm, "sync", READY);
+    let taken = agent.output().unwrap();
+    drop(forward);
+    assert!(
+        taken.status.success(),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    // The source is lost.
+    drop(node);
+
+    let mut body = one.clone();
+    body["restore_from"] = json!({"cluster_id": source.cluster, "snapshot_id": snapshot});
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    let target = found(&stack, &dir.join("target"), &body);
+    let new_vm = target.vms[0];
+    let new_root = dir.join(format!("target/vm-{new_vm}"));
+    let new_ip = target.ip_of[&new_vm].clone();
+    let new_dns = target.created["control_plane_dns_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(new_dns, dns_name);
+    let index = lan.add(&new_ip, &format!("{new_ip} {new_dns}\n"));
+    agent_ok(&stack, &target, &new_root, new_vm, "run");
+    install_recorded_artifacts(&new_root);
+    let mut node = Node::new(&new_root, index);
+    node.start_etcd(&lan);
+    node.sync_static_pods(&lan);
+    let admin = new_root.join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
+    let ready = kubectl_until(
+        &lan,
+        &mut [&mut node],
+        index,
+        &admin,
+        &["get", "--raw", "/readyz"],
+        READY,
+    );
+    assert_eq!(ready, "ok");
+    // Its member reported up during `run`: the restore of the source's snapshot has begun.
+    let view = stack_get(&stack, &format!("/clusters/{}/restore", target.cluster));
+    assert_eq!(
+        (&view["phase"], &view["snapshot_id"]),
+        (&json!("stop"), &json!(snapshot)),
+        "{view}"
+    );
+    for step in ["stop", "restore", "start"] {
+        sync_step(&mut node, &lan, &stack, &target, (&new_root, new_vm), step);
+    }
+    let ready = kubectl_until(
+        &lan,
+        &mut [&mut node],
+        index,
+        &admin,
+        &["get", "--raw", "/readyz"],
+        READY,
+    );
+    assert_eq!(ready, "ok");
+    let (ok, kept, err) = kubectl(
+        &lan,
+        index,
+        &admin,
+        &["get", "configmap", "carried", "-o", "jsonpath={.data.kept}"],
+    );
+    assert!(ok && kept == "yes", "{err}");
+    let (ok, password, err) = kubectl(
+        &lan,
+        index,
+        &admin,
+        &["get", "secret", "kept", "-o", "jsonpath={.data.password}"],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        password, "aHVudGVyMg==",
+        "the source's encryption key opens its Secret"
+    );
+    // The source's operator kubeconfig: its CA is trusted, its certificate accepted, at the
+    // new name.
+    let (ok, out, err) = kubectl(
+        &lan,
+        index,
+        &old_kubeconfig,
+        &[
+            &format!("--server=https://{new_dns}:6443"),
+            "get",
+            "configmap",
+            "carried",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(ok && out.trim() == "configmap/carried", "{out} {err}");
+    let config = dir.join("token.kubeconfig");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{new_dns}:6443\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+            new_root.join("etc/exk8s/pki/ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let (ok, whoami, err) = kubectl(
+        &lan,
+        index,
+        &config,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(whoami, "system:serviceaccount:default:restorer");
+    node.assert_running();
 }

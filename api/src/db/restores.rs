@@ -84,6 +84,8 @@ impl std::fmt::Display for RestorePhase {
 pub struct RestoreRow {
     pub id: i64,
     pub cluster_id: i64,
+    /// The cluster the snapshot belongs to: this one, or the one it was founded from.
+    pub source_cluster_id: i64,
     pub snapshot_id: i64,
     /// The SHA-256 of the snapshot as etcd wrote it: what every member checks before restoring.
     pub sha256: String,
@@ -107,13 +109,14 @@ pub struct MemberRow {
     pub done: i64,
 }
 
-const COLUMNS: &str = "id, cluster_id, snapshot_id, sha256, phase, token, bump_revision, \
+const COLUMNS: &str = "id, cluster_id, source_cluster_id, snapshot_id, sha256, phase, token, bump_revision, \
                        started_at, updated_at, error";
 
 fn restore_row(row: &sqlx::any::AnyRow) -> Result<RestoreRow, DbError> {
     Ok(RestoreRow {
         id: row.try_get("id")?,
         cluster_id: row.try_get("cluster_id")?,
+        source_cluster_id: row.try_get("source_cluster_id")?,
         snapshot_id: row.try_get("snapshot_id")?,
         sha256: row.try_get("sha256")?,
         phase: RestorePhase::parse(&row.try_get::<String, _>("phase")?)?,
@@ -129,6 +132,7 @@ fn restore_row(row: &sqlx::any::AnyRow) -> Result<RestoreRow, DbError> {
 #[derive(Debug, Clone)]
 pub struct NewRestore<'a> {
     pub cluster_id: i64,
+    pub source_cluster_id: i64,
     pub snapshot_id: i64,
     pub sha256: &'a str,
     pub token: &'a str,
@@ -141,10 +145,12 @@ pub struct NewRestore<'a> {
 /// Records a restore in its first phase; the unique index refuses a second running one.
 pub async fn insert(tx: &mut sqlx::AnyConnection, new: &NewRestore<'_>) -> Result<i64, DbError> {
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO restores (cluster_id, snapshot_id, sha256, phase, token, bump_revision, \
-         started_at, updated_at) VALUES ($1, $2, $3, 'stop', $4, $5, $6, $6) RETURNING id",
+        "INSERT INTO restores (cluster_id, source_cluster_id, snapshot_id, sha256, phase, token, \
+         bump_revision, started_at, updated_at) \
+         VALUES ($1, $2, $3, $4, 'stop', $5, $6, $7, $7) RETURNING id",
     )
     .bind(new.cluster_id)
+    .bind(new.source_cluster_id)
     .bind(new.snapshot_id)
     .bind(new.sha256)
     .bind(new.token)
@@ -294,4 +300,49 @@ pub async fn refusal<'c>(
             r.id, r.snapshot_id, r.phase
         )
     }))
+}
+
+/// The cluster and snapshot a cluster was founded from (`restore_from`), if any.
+pub async fn source_of<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Option<(i64, i64)>, DbError> {
+    let row = sqlx::query(
+        "SELECT source_cluster_id, snapshot_id FROM restore_sources WHERE cluster_id = $1",
+    )
+    .bind(cluster_id)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| Ok((r.try_get("source_cluster_id")?, r.try_get("snapshot_id")?)))
+        .transpose()
+}
+
+/// Records that `cluster_id` is founded from `source_cluster_id`'s snapshot `snapshot_id`.
+pub async fn set_source<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    (source_cluster_id, snapshot_id): (i64, i64),
+) -> Result<(), DbError> {
+    sqlx::query(
+        "INSERT INTO restore_sources (cluster_id, source_cluster_id, snapshot_id) \
+         VALUES ($1, $2, $3)",
+    )
+    .bind(cluster_id)
+    .bind(source_cluster_id)
+    .bind(snapshot_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Clusters founded from a snapshot whose restore has not started yet.
+pub async fn pending_sources<'c>(
+    db: impl Executor<'c, Database = Any>,
+) -> Result<Vec<i64>, DbError> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT s.cluster_id FROM restore_sources s WHERE NOT EXISTS \
+         (SELECT 1 FROM restores r WHERE r.cluster_id = s.cluster_id) ORDER BY s.cluster_id",
+    )
+    .fetch_all(db)
+    .await?)
 }

@@ -22,6 +22,9 @@ pub(super) struct Job {
     pub(super) service_cidr: ServiceCidr,
     pub(super) spec: ClusterSpecRequest,
     pub(super) supplied: SuppliedCas,
+    /// The cluster whose CAs, service-account key and secrets-encryption key it keeps (it is
+    /// founded from that cluster's snapshot).
+    pub(super) restore_from: Option<i64>,
     pub(super) subnet: Subnet,
 }
 
@@ -62,19 +65,26 @@ impl Job {
         let algorithm = self.spec.key_algorithm;
         let leaf_lifetime = time::Duration::days(self.spec.leaf_lifetime_days);
         let now = ctx.clock.now();
-        let supplied = std::mem::take(&mut self.supplied);
-        let pki = ctx
-            .cpu
-            .run(move || {
-                let mut pki = ClusterPki::with_supplied(algorithm, now, supplied)?;
-                pki.set_leaf_lifetime(leaf_lifetime);
-                Ok::<_, crate::pki::PkiError>(pki)
-            })
-            .await
-            .map_err(|e| Failure::internal("certificates", e))?
-            .map_err(|e| Failure::internal("certificates", e))?;
+        let (pki, encryption) = match self.restore_from {
+            Some(source) => self.source_trust(source, leaf_lifetime).await?,
+            None => {
+                let supplied = std::mem::take(&mut self.supplied);
+                let pki = ctx
+                    .cpu
+                    .run(move || {
+                        let mut pki = ClusterPki::with_supplied(algorithm, now, supplied)?;
+                        pki.set_leaf_lifetime(leaf_lifetime);
+                        Ok::<_, crate::pki::PkiError>(pki)
+                    })
+                    .await
+                    .map_err(|e| Failure::internal("certificates", e))?
+                    .map_err(|e| Failure::internal("certificates", e))?;
+                let encryption =
+                    EncryptionKey::generate().map_err(|e| Failure::internal("keys", e))?;
+                (pki, encryption)
+            }
+        };
         let pki = Arc::new(pki);
-        let encryption = EncryptionKey::generate().map_err(|e| Failure::internal("keys", e))?;
         let trust = trust::seal(&ctx.keks, self.id, &pki, &encryption)
             .map_err(|e| Failure::internal("sealing", e))?;
         db::clusters::set_trust(&ctx.db.pool, self.id, &trust)
@@ -93,6 +103,40 @@ impl Job {
             subnet: &self.subnet,
         };
         provision(ctx, &target, &self.spec, &pki, created).await
+    }
+}
+
+impl Job {
+    /// The CAs, service-account key and secrets-encryption key of cluster `source`, opened
+    /// from its row: a cluster founded from its snapshot keeps them (its tokens, kubeconfigs
+    /// and encrypted Secrets stay good).
+    async fn source_trust(
+        &self,
+        source: i64,
+        leaf_lifetime: time::Duration,
+    ) -> Result<(ClusterPki, EncryptionKey), Failure> {
+        let ctx = &self.ctx;
+        let row = db::clusters::get_by_id(&ctx.db.pool, source)
+            .await
+            .map_err(Failure::db)?
+            .ok_or_else(|| {
+                Failure::internal(
+                    "restore source",
+                    std::io::Error::other(format!("cluster {source} is gone")),
+                )
+            })?;
+        let pki =
+            trust::open(&ctx.keks, &row).map_err(|e| Failure::internal("restore source", e))?;
+        let mut pki = Arc::try_unwrap(pki).map_err(|_| {
+            Failure::internal(
+                "restore source",
+                std::io::Error::other("the source's PKI is shared"),
+            )
+        })?;
+        pki.set_leaf_lifetime(leaf_lifetime);
+        let encryption = trust::open_encryption_key(&ctx.keks, &row)
+            .map_err(|e| Failure::internal("restore source", e))?;
+        Ok((pki, encryption))
     }
 }
 

@@ -204,6 +204,7 @@ pub async fn start(
     org_id: i64,
     spec: &ClusterSpecRequest,
     supplied: Option<SuppliedCasRequest>,
+    restore_from: Option<(i64, i64)>,
 ) -> Result<Started, FoundingError> {
     let admission = ctx.founders.admit().ok_or(FoundingError::Busy {
         retry_after_secs: BUSY_RETRY_SECS,
@@ -257,6 +258,9 @@ pub async fn start(
         }
         inserted => inserted?,
     };
+    if let Some(source) = restore_from {
+        db::restores::set_source(&mut *tx, id, source).await?;
+    }
     tx.commit().await?;
     tracing::info!(cluster_id = id, org_id, %name, "founding accepted");
     let job = job::Job {
@@ -267,6 +271,7 @@ pub async fn start(
         service_cidr,
         spec: spec.clone(),
         supplied,
+        restore_from: restore_from.map(|(source, _)| source),
         subnet,
     };
     let done = ctx.founders.spawn(admission, job.run());

@@ -10,6 +10,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::{self, phase::ClusterPhase};
+use crate::field::FieldError;
 use crate::founding::{
     self,
     request::{CreateClusterRequest, ValidateCluster as _},
@@ -76,9 +77,10 @@ pub async fn create_cluster(
     let key = super::idempotent::key(&headers)?;
     let wait = super::prefer::wait(&headers)?;
     let supplied = request.certificate_authorities.clone();
-    let spec = request
+    let mut spec = request
         .clone()
         .validate(&state.config.kubernetes_versions)?;
+    let restore_from = restore_source(&state, operator.org_id, &request, &mut spec).await?;
     let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
     let request = super::idempotent::Request {
         scope: "",
@@ -86,7 +88,14 @@ pub async fn create_cluster(
         locate: Some(cluster_location),
     };
     super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let started = founding::start(&state.founder(), operator.org_id, &spec, supplied).await?;
+        let started = founding::start(
+            &state.founder(),
+            operator.org_id,
+            &spec,
+            supplied,
+            restore_from,
+        )
+        .await?;
         let id = started.id;
         match started.outcome_within(wait).await {
             Some(founded) => {
@@ -103,6 +112,65 @@ pub async fn create_cluster(
         }
     })
     .await
+}
+
+/// The cluster and snapshot `restore_from` names, checked before anything is made (the org's
+/// founded cluster, its stored snapshot read back intact); the new cluster takes the source's
+/// key algorithm, as it keeps its CAs and service-account key.
+async fn restore_source(
+    state: &AppState,
+    org_id: i64,
+    request: &CreateClusterRequest,
+    spec: &mut crate::founding::request::ClusterSpecRequest,
+) -> Result<Option<(i64, i64)>, ApiError> {
+    let Some(from) = request.restore_from else {
+        return Ok(None);
+    };
+    if request.certificate_authorities.is_some() {
+        return Err(FieldError::new(
+            "restore_from",
+            "a cluster restored from a snapshot keeps its source's CAs: leave out certificate_authorities",
+        )
+        .into());
+    }
+    let source = from.cluster_id.ok_or_else(|| {
+        FieldError::new(
+            "restore_from.cluster_id",
+            "restore_from.cluster_id is required",
+        )
+    })?;
+    let snapshot = from.snapshot_id.ok_or_else(|| {
+        FieldError::new(
+            "restore_from.snapshot_id",
+            "restore_from.snapshot_id is required",
+        )
+    })?;
+    let checked =
+        crate::snapshots::restore::check_source(&state.snapshots(), org_id, source, snapshot)
+            .await
+            .map_err(|e| match e {
+                crate::snapshots::restore::RestoreError::NotFound => {
+                    ApiError::from(FieldError::new(
+                        "restore_from",
+                        format!("cluster {source} has no snapshot {snapshot}"),
+                    ))
+                }
+                e => e.into(),
+            })?;
+    let algorithm: crate::pki::KeyAlgorithm =
+        checked.key_algorithm.parse().map_err(ApiError::internal)?;
+    if request.key_algorithm.is_some() && spec.key_algorithm != algorithm {
+        return Err(FieldError::new(
+            "key_algorithm",
+            format!(
+                "a cluster restored from cluster {source} keeps its CAs and service-account key, \
+                 whose algorithm is {algorithm}: leave key_algorithm out or set it to that"
+            ),
+        )
+        .into());
+    }
+    spec.key_algorithm = algorithm;
+    Ok(Some((source, snapshot)))
 }
 
 /// `/clusters/{id}` of a founding's answer (201: `cluster_id`; 202: the cluster's `id`).

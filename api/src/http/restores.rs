@@ -10,7 +10,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use exk8s_api_types::{RestoreMemberView, RestoreRequest, RestoreView};
-use exk8s_common::contract::{MAX_REPORT_MESSAGE_CHARS, RestoreAck, RestoreStep};
+use exk8s_common::contract::{MAX_REPORT_MESSAGE_CHARS, RestoreAck};
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
@@ -161,19 +161,9 @@ pub async fn member_content(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let vm = super::nodes::signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
-    let ctx = state.snapshots();
-    let asked = restore::task_for(&ctx, vm.cluster.id, vm.node.id)
+    let stream = restore::member_snapshot(&state.snapshots(), &vm.cluster, vm.node.id, id)
         .await?
-        .filter(|t| t.step == RestoreStep::Restore && t.snapshot_id == id)
         .ok_or(ApiError::NotFound)?;
-    let stream = crate::snapshots::content(&ctx, vm.cluster.org_id, vm.cluster.id, id).await?;
-    tracing::info!(
-        cluster_id = vm.cluster.id,
-        vm_id,
-        snapshot_id = id,
-        restore_id = asked.id,
-        "etcd snapshot sent to a member to restore"
-    );
     let mut response = Body::from_stream(stream).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -19,6 +19,7 @@ pub struct Reporter {
     pub rotator: crate::rotation::Rotator,
     pub pools: crate::pools::Pools,
     pub membership: crate::membership::Membership,
+    pub snapshots: crate::snapshots::Snapshots,
 }
 
 /// One report, as parsed from the request.
@@ -111,6 +112,14 @@ pub async fn record(ctx: &Reporter, vm: &Vm, report: &Report<'_>) -> Result<(), 
     let finished = phase.healthy() || report.state == exk8s_common::contract::ReportState::Failed;
     if finished && vm.node.role == exk8s_common::contract::Role::ControlPlane {
         crate::membership::converge::after_report(&ctx.membership, vm.cluster.id).await;
+    }
+    // A cluster founded from another's snapshot restores it once its control plane is up.
+    if phase.healthy() && vm.node.role == exk8s_common::contract::Role::ControlPlane {
+        if let Err(e) =
+            crate::snapshots::restore::start_pending(&ctx.snapshots, vm.cluster.id).await
+        {
+            tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "the restore a cluster was founded for cannot start (the reconciler retries)");
+        }
     }
     tracing::info!(vm_id = vm.node.vm_id, phase = %report.phase, state = %report.state, generation, "node reported");
     Ok(())

@@ -76,8 +76,9 @@ pub fn bump_for(taken_at: i64, now: i64) -> i64 {
         .max(MIN_BUMP)
 }
 
-/// Starts restoring `org_id`'s cluster `cluster_id` from its snapshot `snapshot_id`: refused
-/// while another change runs or when the snapshot does not read back intact.
+/// Starts restoring `org_id`'s cluster `cluster_id` from its snapshot `snapshot_id` (or from
+/// the snapshot it was founded from): refused while another change runs or when the snapshot
+/// does not read back intact.
 pub async fn start(
     ctx: &Snapshots,
     org_id: i64,
@@ -87,37 +88,138 @@ pub async fn start(
     let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(RestoreError::NotFound)?;
+    let source = match db::restores::source_of(&ctx.db.pool, cluster_id).await? {
+        Some((source, snapshot)) if snapshot == snapshot_id => source,
+        _ => cluster_id,
+    };
+    begin(ctx, &cluster, source, snapshot_id).await
+}
+
+/// What `POST /clusters` with `restore_from` names, checked before anything is made: the
+/// org's founded cluster `source` and its stored snapshot `snapshot_id`, read back intact.
+/// The source cluster.
+pub async fn check_source(
+    ctx: &Snapshots,
+    org_id: i64,
+    source: i64,
+    snapshot_id: i64,
+) -> Result<db::clusters::ClusterRow, RestoreError> {
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, source)
+        .await?
+        .ok_or(RestoreError::NotFound)?;
     if cluster.phase != ClusterPhase::Founded {
         return Err(RestoreError::NotFounded {
-            id: cluster_id,
+            id: source,
             phase: cluster.phase,
         });
     }
+    let stored = stored(ctx, org_id, source, snapshot_id).await?;
+    check_intact(ctx, org_id, source, snapshot_id, &stored.0, stored.1).await?;
+    Ok(cluster)
+}
+
+/// Starts the restore of a cluster founded from another's snapshot once its control plane is
+/// up (every member healthy) and none was started yet; `None` when it is not time.
+pub async fn start_pending(
+    ctx: &Snapshots,
+    cluster_id: i64,
+) -> Result<Option<Restore>, RestoreError> {
+    let Some((source, snapshot_id)) = db::restores::source_of(&ctx.db.pool, cluster_id).await?
+    else {
+        return Ok(None);
+    };
+    if db::restores::latest(&ctx.db.pool, cluster_id)
+        .await?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
+        return Ok(None);
+    };
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
+    let members: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .collect();
+    if cluster.phase != ClusterPhase::Founded
+        || members.is_empty()
+        || members.iter().any(|n| !n.phase.healthy())
+    {
+        return Ok(None);
+    }
+    match begin(ctx, &cluster, source, snapshot_id).await {
+        Ok(started) => Ok(Some(started)),
+        // Another API process started it first.
+        Err(RestoreError::Db(DbError::Duplicate(_))) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts every restore a cluster was founded for whose control plane came up while no report
+/// moved it (a crash, a failed start): the reconciler's part.
+pub async fn pending_pass(ctx: &Snapshots) {
+    let pending = match db::restores::pending_sources(&ctx.db.pool).await {
+        Ok(pending) => pending,
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list the restores clusters were founded for");
+            return;
+        }
+    };
+    for cluster_id in pending {
+        if let Err(e) = start_pending(ctx, cluster_id).await {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: the restore a cluster was founded for cannot start");
+        }
+    }
+}
+
+/// A stored snapshot's digest, size and when it was taken.
+async fn stored(
+    ctx: &Snapshots,
+    org_id: i64,
+    cluster_id: i64,
+    snapshot_id: i64,
+) -> Result<(String, i64, i64), RestoreError> {
     let snapshot = super::get(ctx, org_id, cluster_id, snapshot_id)
         .await
         .map_err(|e| match e {
             SnapshotError::NotFound => RestoreError::NotFound,
             e => e.into(),
         })?;
-    let (Some(sha256), Some(size), Some(taken_at)) = (
-        snapshot.sha256.clone(),
+    match (
+        snapshot.state,
+        snapshot.sha256,
         snapshot.size_bytes,
         snapshot.taken_at,
-    ) else {
-        return Err(RestoreError::NotStored {
+    ) {
+        (SnapshotState::Stored, Some(sha256), Some(size), Some(taken_at)) => {
+            Ok((sha256, size, taken_at))
+        }
+        (state, ..) => Err(RestoreError::NotStored {
             id: snapshot_id,
-            state: snapshot.state.as_str(),
-        });
-    };
-    if snapshot.state != SnapshotState::Stored {
-        return Err(RestoreError::NotStored {
-            id: snapshot_id,
-            state: snapshot.state.as_str(),
+            state: state.as_str(),
+        }),
+    }
+}
+
+/// Starts restoring founded `cluster` from snapshot `snapshot_id` of cluster `source`.
+async fn begin(
+    ctx: &Snapshots,
+    cluster: &db::clusters::ClusterRow,
+    source: i64,
+    snapshot_id: i64,
+) -> Result<Restore, RestoreError> {
+    let cluster_id = cluster.id;
+    if cluster.phase != ClusterPhase::Founded {
+        return Err(RestoreError::NotFounded {
+            id: cluster_id,
+            phase: cluster.phase,
         });
     }
+    let (sha256, size, taken_at) = stored(ctx, cluster.org_id, source, snapshot_id).await?;
     let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
-    refuse_other_changes(ctx, &cluster, &nodes).await?;
-    check_intact(ctx, org_id, cluster_id, snapshot_id, &sha256, size).await?;
+    refuse_other_changes(ctx, cluster, &nodes).await?;
+    check_intact(ctx, cluster.org_id, source, snapshot_id, &sha256, size).await?;
 
     let members: Vec<&db::nodes::NodeRow> = nodes
         .iter()
@@ -131,6 +233,7 @@ pub async fn start(
     let now = ctx.clock.unix();
     let new = NewRestore {
         cluster_id,
+        source_cluster_id: source,
         snapshot_id,
         sha256: &sha256,
         token: &token,
@@ -153,11 +256,43 @@ pub async fn start(
     tracing::info!(
         cluster_id,
         restore_id = id,
+        source_cluster_id = source,
         snapshot_id,
         members = members.len(),
         "etcd restore started: every member stops first"
     );
     get(ctx, cluster_id, id).await
+}
+
+/// The snapshot member `node_id` of `cluster_id` is asked to restore now, as etcd wrote it:
+/// `None` unless a running restore of `snapshot_id` asks it to.
+pub async fn member_snapshot(
+    ctx: &Snapshots,
+    cluster: &db::clusters::ClusterRow,
+    node_id: i64,
+    snapshot_id: i64,
+) -> Result<
+    Option<futures_util::stream::BoxStream<'static, Result<bytes::Bytes, SnapshotError>>>,
+    RestoreError,
+> {
+    let asked = task_for(ctx, cluster.id, node_id)
+        .await?
+        .filter(|t| t.step == RestoreStep::Restore && t.snapshot_id == snapshot_id);
+    let Some(task) = asked else {
+        return Ok(None);
+    };
+    let Some(row) = db::restores::running(&ctx.db.pool, cluster.id).await? else {
+        return Ok(None);
+    };
+    tracing::info!(
+        cluster_id = cluster.id,
+        restore_id = task.id,
+        snapshot_id,
+        "etcd snapshot sent to a member to restore"
+    );
+    Ok(Some(
+        super::content(ctx, cluster.org_id, row.source_cluster_id, snapshot_id).await?,
+    ))
 }
 
 fn running_conflict(running: &RestoreRow) -> RestoreError {

@@ -364,3 +364,148 @@ async fn a_restore_stops_every_member_then_restores_then_starts_one_at_a_time(ba
 }
 
 both_backends!(a_restore_stops_every_member_then_restores_then_starts_one_at_a_time);
+
+/// `POST /clusters` for one node restored from `restore_from`, with `extra` fields.
+async fn found_from(app: &TestApp, restore_from: Value, extra: Value) -> reqwest::Response {
+    let mut body = json!({"control_plane_image_id": 42, "restore_from": restore_from});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    app.found(1, body).await
+}
+
+async fn sealed_column(app: &TestApp, cluster: i64, column: &str) -> String {
+    use sqlx::Row as _;
+    sqlx::query(&format!("SELECT {column} FROM clusters WHERE id = $1"))
+        .bind(cluster)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get::<String, _>(column)
+}
+
+async fn a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let nodes = booted_cluster(&app).await;
+    let source = nodes[0].0.cluster;
+    let (snapshot_id, snapshot) = stored(&app, source, (&nodes[0].0, &nodes[0].1)).await;
+
+    // What restore_from names is checked before anything is made.
+    let refusals = [
+        (
+            json!({"cluster_id": 999_999, "snapshot_id": snapshot_id}),
+            json!({}),
+            "restore_from",
+        ),
+        (
+            json!({"cluster_id": source}),
+            json!({}),
+            "restore_from.snapshot_id",
+        ),
+        (
+            json!({"cluster_id": source, "snapshot_id": snapshot_id + 50}),
+            json!({}),
+            "restore_from",
+        ),
+        (
+            json!({"cluster_id": source, "snapshot_id": snapshot_id}),
+            json!({"key_algorithm": "rsa-2048"}),
+            "key_algorithm",
+        ),
+    ];
+    let clusters = app.cluster_count().await;
+    for (from, extra, field) in refusals {
+        let refused = found_from(&app, from.clone(), extra).await;
+        let status = refused.status();
+        let said = json_of(refused).await;
+        assert!(status == 400 || status == 422, "{from}: {status} {said}");
+        assert_eq!(said["error"]["field"], field, "{from}: {said}");
+    }
+    assert_eq!(app.cluster_count().await, clusters, "nothing was made");
+
+    let created = found_from(
+        &app,
+        json!({"cluster_id": source, "snapshot_id": snapshot_id}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(created.status(), 201);
+    let created = json_of(created).await;
+    let restored = created["cluster_id"].as_i64().unwrap();
+    assert_ne!(created["control_plane_dns_name"], json!(null));
+    // The source's trust, sealed anew for the new cluster: the same CAs and keys.
+    let trust = |cluster: i64| {
+        let app = &app;
+        async move {
+            json_of(
+                app.get(&format!("/clusters/{cluster}/trust"))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let (ours, theirs) = (trust(restored).await, trust(source).await);
+    assert_eq!(
+        ours["certificate_authority_pem"],
+        theirs["certificate_authority_pem"]
+    );
+    assert_ne!(ours["server"], theirs["server"], "a new DNS name");
+    for column in ["sa_public", "etcd_ca_cert", "front_proxy_ca_cert"] {
+        assert_eq!(
+            sealed_column(&app, restored, column).await,
+            sealed_column(&app, source, column).await,
+            "{column}"
+        );
+    }
+    assert_ne!(
+        sealed_column(&app, restored, "encryption_key_sealed").await,
+        sealed_column(&app, source, "encryption_key_sealed").await,
+        "sealed anew, under the new cluster's name"
+    );
+    // Nothing is restored before its control plane is up; once its member reported, it is.
+    assert_eq!(
+        restore_view(&app, restored).await["error"]["code"],
+        "not_found"
+    );
+    let node = crate::bootstrap::credentials_for(&app, 7, &created)
+        .await
+        .remove(0);
+    let key = NodeKey::generate().unwrap();
+    crate::sync::register(&app, &node, &key).await;
+    assert_eq!(
+        crate::bootstrap::report(&app, &node, "complete", "succeeded").await,
+        204
+    );
+    let started = restore_view(&app, restored).await;
+    assert_eq!(started["phase"], "stop", "{started}");
+    assert_eq!(started["snapshot_id"], snapshot_id);
+    let member = (&node, &key);
+    let told = task(&app, member).await;
+    assert_eq!(told["step"], "stop");
+    let id = told["id"].as_i64().unwrap();
+    assert_eq!(ack(&app, member, id, "stop", "").await, 204);
+    assert_eq!(task(&app, member).await["step"], "restore");
+    let content = format!("/nodes/{}/snapshots/{snapshot_id}/content", node.vm);
+    let fetched = signed(&app, member, "GET", &content, b"").await;
+    assert_eq!(fetched.status(), 200);
+    assert_eq!(
+        fetched.bytes().await.unwrap().as_ref(),
+        snapshot.as_slice(),
+        "the source's snapshot"
+    );
+    assert_eq!(ack(&app, member, id, "restore", "").await, 204);
+    assert_eq!(ack(&app, member, id, "start", "").await, 204);
+    assert_eq!(restore_view(&app, restored).await["phase"], "done");
+    // Once done, the next report starts nothing again.
+    assert_eq!(
+        crate::bootstrap::report(&app, &node, "complete", "succeeded").await,
+        204
+    );
+    assert_eq!(restore_view(&app, restored).await["id"], id);
+}
+
+both_backends!(a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it);
