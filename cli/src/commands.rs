@@ -30,7 +30,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
             let api = Api::new(config::session(cli.api, cli.token)?);
             match command {
                 Command::Clusters(c) => clusters(&api, c, format),
-                Command::Nodes { cluster } => nodes(&api, &cluster, format),
+                Command::Nodes { cluster, watch } => nodes(&api, &cluster, format, watch),
                 Command::Certs { cluster } => certs(&api, &cluster, format),
                 Command::Kubeconfig {
                     cluster,
@@ -324,10 +324,17 @@ enum Founding {
     Accepted(Box<ClusterView>),
 }
 
-fn nodes(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
+fn nodes(api: &Api, cluster: &str, format: Format, watch: bool) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
+    if watch {
+        return crate::follow::changes(api, id, format, || nodes_text(api, id, format));
+    }
+    line(&nodes_text(api, id, format)?)
+}
+
+fn nodes_text(api: &Api, id: i64, format: Format) -> Result<String, CliError> {
     let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
-    show(format, &view.nodes, |nodes: &Vec<NodeView>| {
+    output::render(format, &view.nodes, |nodes: &Vec<NodeView>| {
         let mut t = table(&[
             "name",
             "vm",

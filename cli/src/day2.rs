@@ -19,7 +19,12 @@ use crate::output::{Format, show, table};
 #[derive(Debug, Subcommand)]
 pub(crate) enum Pools {
     /// A cluster's worker pools.
-    List { cluster: String },
+    List {
+        cluster: String,
+        /// Show the list again whenever it changes, until interrupted.
+        #[arg(long, short = 'w')]
+        watch: bool,
+    },
     /// One pool and its workers.
     Get { cluster: String, pool: String },
     /// A pool of workers that register with the labels and taints given.
@@ -158,10 +163,16 @@ fn taints(given: &[String]) -> Result<Vec<TaintRequest>, CliError> {
 
 pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), CliError> {
     match command {
-        Pools::List { cluster } => {
+        Pools::List { cluster, watch } => {
             let id = api.cluster_id(&cluster)?;
-            let pools: Vec<PoolView> = api.get(&format!("/clusters/{id}/node-pools"))?;
-            show(format, &pools, |p: &Vec<PoolView>| pools_table(p))
+            let text = || {
+                let pools: Vec<PoolView> = api.get(&format!("/clusters/{id}/node-pools"))?;
+                crate::output::render(format, &pools, |p: &Vec<PoolView>| pools_table(p))
+            };
+            if watch {
+                return crate::follow::changes(api, id, format, text);
+            }
+            crate::output::line(&text()?)
         }
         Pools::Get { cluster, pool } => {
             let id = api.cluster_id(&cluster)?;

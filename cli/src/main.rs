@@ -10,6 +10,7 @@ mod credential;
 mod day2;
 mod doctor;
 mod error;
+mod follow;
 mod kubeconfig;
 mod output;
 mod restore;
@@ -55,7 +56,13 @@ enum Command {
     #[command(subcommand)]
     Clusters(Clusters),
     /// A cluster's nodes: role, phase, generations, etcd membership.
-    Nodes { cluster: String },
+    Nodes {
+        cluster: String,
+        /// Show the list again whenever it changes (the cluster's event stream), until
+        /// interrupted.
+        #[arg(long, short = 'w')]
+        watch: bool,
+    },
     /// A cluster's certificates, soonest expiry first.
     Certs { cluster: String },
     /// A fresh admin kubeconfig: printed, or merged into your kubeconfig with --merge.

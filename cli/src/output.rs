@@ -27,7 +27,16 @@ pub(crate) fn show<T: Serialize + ?Sized>(
     value: &T,
     table: impl FnOnce(&T) -> Table,
 ) -> Result<(), CliError> {
-    let text = match format {
+    line(&render(format, value, table)?)
+}
+
+/// `value` as JSON or YAML, or as `table` renders it.
+pub(crate) fn render<T: Serialize + ?Sized>(
+    format: Format,
+    value: &T,
+    table: impl FnOnce(&T) -> Table,
+) -> Result<String, CliError> {
+    Ok(match format {
         Format::Json => serde_json::to_string_pretty(value)
             .map_err(|e| CliError::Unexpected(format!("re-encoding JSON: {e}")))?,
         Format::Yaml => serde_yaml::to_string(value)
@@ -46,8 +55,7 @@ pub(crate) fn show<T: Serialize + ?Sized>(
                 .collect::<Vec<_>>()
                 .join("\n")
         }
-    };
-    line(&text)
+    })
 }
 
 /// A borderless table with `header`, columns three spaces apart (as kubectl's).

@@ -15,7 +15,12 @@ use crate::output::{Format, age, cell, now, show, table};
 #[derive(Debug, Subcommand)]
 pub(crate) enum Snapshots {
     /// A cluster's etcd snapshots, newest first.
-    List { cluster: String },
+    List {
+        cluster: String,
+        /// Show the list again whenever it changes, until interrupted.
+        #[arg(long, short = 'w')]
+        watch: bool,
+    },
     /// Ask a healthy etcd voter for a snapshot now (its agent takes it at its next sync, within
     /// minutes); with --wait, follow it until it is stored or has failed.
     Create {
@@ -77,10 +82,16 @@ fn snapshots_table(snapshots: &[SnapshotView]) -> comfy_table::Table {
 
 pub(crate) fn run(api: &Api, command: Snapshots, format: Format) -> Result<(), CliError> {
     match command {
-        Snapshots::List { cluster } => {
+        Snapshots::List { cluster, watch } => {
             let id = api.cluster_id(&cluster)?;
-            let all: Vec<SnapshotView> = api.get(&format!("/clusters/{id}/snapshots"))?;
-            show(format, &all, |s: &Vec<SnapshotView>| snapshots_table(s))
+            let text = || {
+                let all: Vec<SnapshotView> = api.get(&format!("/clusters/{id}/snapshots"))?;
+                crate::output::render(format, &all, |s: &Vec<SnapshotView>| snapshots_table(s))
+            };
+            if watch {
+                return crate::follow::changes(api, id, format, text);
+            }
+            crate::output::line(&text()?)
         }
         Snapshots::Create {
             cluster,

@@ -350,6 +350,38 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .args(["node-pools", "delete", cluster_name, "blue", "--yes"])
         .output()
         .unwrap());
+    // `nodes --watch` shows the list, then again as the rollout and the sync change it.
+    let mut watching = exk8s(dir)
+        .args(["nodes", cluster_name, "--watch", "-o", "json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let shown = std::sync::Arc::clone(&shown);
+        let mut out = watching.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut out, &mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                shown
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buffer[..n]));
+            }
+        })
+    };
+    let documents = || -> Vec<Value> {
+        serde_json::Deserializer::from_str(&shown.lock().unwrap())
+            .into_iter::<Value>()
+            .map_while(Result::ok)
+            .collect()
+    };
+    wait_until("the first list", Duration::from_secs(30), || {
+        !documents().is_empty()
+    });
     let rollout: Value = serde_json::from_str(&ok(&exk8s(dir)
         .args(["rollout", cluster_name, "-o", "json"])
         .output()
@@ -370,6 +402,24 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     );
     let root = dir.join(format!("vm-{vm}"));
     agent_ok(&stack, &founded, &root, vm, "sync");
+    let start = Instant::now();
+    // (The rollout's generation, and the one that drained the blue pool's worker.)
+    while !documents().last().is_some_and(|nodes| {
+        nodes[0]["up_to_date"] == true && nodes[0]["applied_generation"].as_i64() > Some(1)
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "the list after the sync: {}",
+            shown.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let seen = documents();
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert_eq!(seen[0][0]["applied_generation"], 1, "{seen:?}");
+    watching.kill().unwrap();
+    watching.wait().unwrap();
+    reader.join().unwrap();
     // A pool that follows the control plane, its worker booted (named the old way: `--name`
     // still works, with a deprecation warning).
     let made = exk8s(dir)
