@@ -35,7 +35,7 @@ const FETCH: Duration = Duration::from_secs(30 * 60);
 pub fn perform(
     node: &NodeApi<'_>,
     host: &mut dyn Host,
-    root_dir: &Path,
+    (root_dir, applied): (&Path, u64),
     health: Option<&crate::state::EtcdHealth>,
     task: &RestoreTask,
     deadline: Duration,
@@ -51,6 +51,16 @@ pub fn perform(
         Ok(()) => {
             node.restore_ack(task.id, step, "", deadline)?;
             log_info!("restore {}: {} step done", task.id, step.as_str());
+            if step == RestoreStep::Start {
+                // The control plane is back: the node runs its generation healthy again.
+                crate::report::Reporter::to(crate::report::Target::Node(node))
+                    .with_generation(applied)
+                    .outcome(
+                        exk8s_common::contract::BootPhase::Sync,
+                        crate::report::State::Succeeded,
+                        &format!("etcd restored (restore {})", task.id),
+                    );
+            }
             Ok(())
         }
         Err(e) => {

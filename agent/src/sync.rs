@@ -81,7 +81,7 @@ pub fn sync(
         return crate::etcd_restore::perform(
             &node,
             host.as_mut(),
-            &root_dir,
+            (&root_dir, applied),
             state.etcd_health.as_ref(),
             task,
             deadline,

@@ -73,6 +73,7 @@ impl AppState {
             keks: self.keks.clone(),
             store: self.snapshot_store.clone(),
             clock: self.clock.clone(),
+            compute: self.compute.clone(),
         }
     }
 

@@ -346,3 +346,14 @@ pub async fn pending_sources<'c>(
     .fetch_all(db)
     .await?)
 }
+
+/// Clusters whose latest restore is done.
+pub async fn latest_done<'c>(db: impl Executor<'c, Database = Any>) -> Result<Vec<i64>, DbError> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT r.cluster_id FROM restores r WHERE r.phase = 'done' \
+         AND r.id = (SELECT MAX(l.id) FROM restores l WHERE l.cluster_id = r.cluster_id) \
+         ORDER BY r.cluster_id",
+    )
+    .fetch_all(db)
+    .await?)
+}

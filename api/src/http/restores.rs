@@ -26,6 +26,7 @@ impl From<RestoreError> for ApiError {
             | RestoreError::NotStored { .. }
             | RestoreError::Damaged { .. }
             | RestoreError::Conflict(_)) => Self::Conflict(e.to_string()),
+            RestoreError::Compute(e) => Self::BadGateway(e),
             RestoreError::Snapshot(e) => e.into(),
             RestoreError::Db(db) => db.into(),
         }
@@ -112,7 +113,7 @@ pub async fn get_restore(
 #[utoipa::path(
     put, path = "/nodes/{vm_id}/restores/{rid}", params(("vm_id" = i64, Path), ("rid" = i64, Path)),
     request_body = RestoreAck,
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)),
     security(("imds_token" = [], "node_signature" = [])),
 )]
 pub async fn acknowledge(
@@ -133,15 +134,15 @@ pub async fn acknowledge(
             format!("failure is at most {MAX_REPORT_MESSAGE_CHARS} characters"),
         ));
     }
-    restore::acknowledge(
-        &state.snapshots(),
-        vm.cluster.id,
-        vm.node.id,
-        id,
-        ack.step,
-        &ack.failure,
-    )
-    .await?;
+    let ctx = state.snapshots();
+    let phase =
+        restore::acknowledge(&ctx, vm.cluster.id, vm.node.id, id, ack.step, &ack.failure).await?;
+    if phase == crate::db::restores::RestorePhase::Done {
+        // The members it left out are replaced now (or by the reconciler).
+        if let Err(e) = restore::rebuild(&ctx, &state.membership(), vm.cluster.id).await {
+            tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "the members a restore left out cannot be replaced yet (the reconciler retries)");
+        }
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -149,7 +150,7 @@ pub async fn acknowledge(
 /// asks to restore now.
 #[utoipa::path(
     get, path = "/nodes/{vm_id}/snapshots/{sid}/content", params(("vm_id" = i64, Path), ("sid" = i64, Path)),
-    responses((status = 200, content_type = "application/octet-stream", description = "the etcd snapshot"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody, description = "no restore of this snapshot asks this node to restore it now")),
+    responses((status = 200, content_type = "application/octet-stream", description = "the etcd snapshot"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody, description = "no restore of this snapshot asks this node to restore it now"), (status = 429, body = ErrorBody)),
     security(("imds_token" = [], "node_signature" = [])),
 )]
 pub async fn member_content(

@@ -236,6 +236,7 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         (status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "no such snapshot asked of this node now"),
         (status = 422, body = ErrorBody, description = "the body is not what was signed, or not an etcd snapshot"),
+        (status = 429, body = ErrorBody),
     ),
     security(("imds_token" = [], "node_signature" = [])),
 )]

@@ -40,6 +40,8 @@ pub struct Snapshots {
     pub keks: Arc<Keyring>,
     pub store: Store,
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// Whether a member's VM still runs (a restore leaves out the ones that do not).
+    pub compute: Arc<dyn crate::compute::Compute>,
 }
 
 /// Why a snapshot call was refused or failed.

@@ -55,6 +55,9 @@ pub enum RestoreError {
     /// Another change runs, or this restore's state refuses the call.
     #[error("{0}")]
     Conflict(String),
+    /// The compute API could not say which members' VMs run.
+    #[error("the compute API: {0}")]
+    Compute(String),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
     #[error(transparent)]
@@ -157,8 +160,21 @@ pub async fn start_pending(
 }
 
 /// Starts every restore a cluster was founded for whose control plane came up while no report
-/// moved it (a crash, a failed start): the reconciler's part.
-pub async fn pending_pass(ctx: &Snapshots) {
+/// moved it (a crash, a failed start), and replaces the members finished restores left out:
+/// the reconciler's part.
+pub async fn pending_pass(ctx: &Snapshots, membership: &crate::membership::Membership) {
+    match db::restores::latest_done(&ctx.db.pool).await {
+        Ok(clusters) => {
+            for cluster_id in clusters {
+                if let Err(e) = rebuild(ctx, membership, cluster_id).await {
+                    tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: the members a restore left out cannot be replaced");
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list finished restores");
+        }
+    }
     let pending = match db::restores::pending_sources(&ctx.db.pool).await {
         Ok(pending) => pending,
         Err(e) => {
@@ -221,10 +237,7 @@ async fn begin(
     refuse_other_changes(ctx, cluster, &nodes).await?;
     check_intact(ctx, cluster.org_id, source, snapshot_id, &sha256, size).await?;
 
-    let members: Vec<&db::nodes::NodeRow> = nodes
-        .iter()
-        .filter(|n| n.role == Role::ControlPlane && n.removal.is_none())
-        .collect();
+    let members = live_members(ctx, &nodes).await?;
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce).map_err(|_| {
         RestoreError::Conflict("the operating system's random source failed".into())
@@ -262,6 +275,93 @@ async fn begin(
         "etcd restore started: every member stops first"
     );
     get(ctx, cluster_id, id).await
+}
+
+/// The control-plane members whose VM runs: a restore restores onto them alone (the others
+/// are rebuilt after it, [`rebuild`]). Refused when none runs.
+async fn live_members<'n>(
+    ctx: &Snapshots,
+    nodes: &'n [db::nodes::NodeRow],
+) -> Result<Vec<&'n db::nodes::NodeRow>, RestoreError> {
+    let mut live = Vec::new();
+    for node in nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane && n.removal.is_none())
+    {
+        let vm = ctx
+            .compute
+            .get_vm(node.vm_id)
+            .await
+            .map_err(|e| RestoreError::Compute(crate::error_chain(&e)))?;
+        match vm {
+            Some(vm) if vm.state == "running" => live.push(node),
+            other => tracing::warn!(
+                cluster_id = node.cluster_id,
+                vm_id = node.vm_id,
+                state = other.as_ref().map_or("gone", |vm| vm.state.as_str()),
+                "a member's VM does not run: the restore leaves it out, and it is replaced after"
+            ),
+        }
+    }
+    if live.is_empty() {
+        return Err(RestoreError::Conflict(
+            "no control-plane member's VM runs: found a new cluster from the snapshot \
+             (POST /clusters with restore_from) instead"
+                .into(),
+        ));
+    }
+    Ok(live)
+}
+
+/// After a restore that left members out (their VMs did not run), replaces them through the
+/// membership machinery, one at a time (each removed from the restored etcd, which does not
+/// list it, then a new machine joined as a learner and promoted). A change in progress waits
+/// for the next call.
+pub async fn rebuild(
+    ctx: &Snapshots,
+    membership: &crate::membership::Membership,
+    cluster_id: i64,
+) -> Result<(), RestoreError> {
+    let Some(latest) = db::restores::latest(&ctx.db.pool, cluster_id).await? else {
+        return Ok(());
+    };
+    if latest.phase != RestorePhase::Done {
+        return Ok(());
+    }
+    let restored: Vec<i64> = db::restores::members(&ctx.db.pool, latest.id)
+        .await?
+        .into_iter()
+        .map(|m| m.node_id)
+        .collect();
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
+    let Some(left_out) = nodes.iter().find(|n| {
+        n.role == Role::ControlPlane
+            && n.removal.is_none()
+            && n.replace_since.is_none()
+            && n.created_at <= latest.started_at
+            && !restored.contains(&n.id)
+    }) else {
+        return Ok(());
+    };
+    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
+        return Ok(());
+    };
+    match crate::membership::replace(membership, cluster.org_id, cluster_id, left_out.vm_id).await {
+        Ok(_) => {
+            tracing::info!(
+                cluster_id,
+                vm_id = left_out.vm_id,
+                restore_id = latest.id,
+                "a member the restore left out is replaced"
+            );
+            Ok(())
+        }
+        Err(crate::membership::MembershipError::Conflict(why)) => {
+            tracing::info!(cluster_id, vm_id = left_out.vm_id, %why, "a member the restore left out waits to be replaced");
+            Ok(())
+        }
+        Err(e) => Err(RestoreError::Conflict(crate::error_chain(&e))),
+    }
 }
 
 /// The snapshot member `node_id` of `cluster_id` is asked to restore now, as etcd wrote it:

@@ -141,6 +141,28 @@ pub async fn spawn_clocked(
     shared: Option<(&str, Arc<tempfile::TempDir>)>,
     clock: Arc<dyn exk8s_api::clock::Clock>,
 ) -> TestApp {
+    spawn_on(backend, config, shared, clock, None).await
+}
+
+/// Another API process beside `app`: its database, directory and simulated cloud.
+pub async fn spawn_replica(app: &TestApp, backend: Backend) -> TestApp {
+    spawn_on(
+        backend,
+        test_config(),
+        Some((&app.db_url, Arc::clone(&app._dir))),
+        Arc::new(exk8s_api::clock::SystemClock),
+        Some(app.sims.clone()),
+    )
+    .await
+}
+
+async fn spawn_on(
+    backend: Backend,
+    config: ApiConfig,
+    shared: Option<(&str, Arc<tempfile::TempDir>)>,
+    clock: Arc<dyn exk8s_api::clock::Clock>,
+    sims: Option<Simulators>,
+) -> TestApp {
     capture_logs();
     let (db_url, dir) = match shared {
         Some((url, dir)) => (url.to_owned(), dir),
@@ -149,7 +171,7 @@ pub async fn spawn_clocked(
             (fresh_database(backend, dir.path()).await, dir)
         }
     };
-    let sims = Simulators::new("127.0.10.0/24").unwrap();
+    let sims = sims.unwrap_or_else(|| Simulators::new("127.0.10.0/24").unwrap());
     let db = Db::connect(&db_url).unwrap();
     let state = AppState {
         snapshot_store: exk8s_api::snapshots::Store::open(&exk8s_api::snapshots::Location::Local(

@@ -14,9 +14,7 @@ use exk8s_common::names::Sha256Digest;
 use exk8s_common::node_auth::NodeKey;
 use serde_json::{Value, json};
 
-use crate::app::{
-    Backend, Node, TestApp, both_backends, json_of, spawn_app, spawn_with, test_config,
-};
+use crate::app::{Backend, Node, TestApp, both_backends, json_of, spawn_app, spawn_replica};
 use crate::snapshots::{ask, etcd_snapshot, put, stored_object};
 use crate::sync::{Signing, booted_cluster, send};
 
@@ -259,10 +257,9 @@ async fn a_restore_stops_every_member_then_restores_then_starts_one_at_a_time(ba
     assert_eq!(ack(&app, member(2), id, "stop", "").await, 204);
 
     // Another API process takes over on the same database: the journal says where it is.
-    let dir = app._dir.clone();
-    let db_url = app.db_url.clone();
+    let replica = spawn_replica(&app, backend).await;
     drop(app);
-    let app = spawn_with(backend, test_config(), Some((&db_url, dir))).await;
+    let app = replica;
     assert_eq!(restore_view(&app, cluster).await["phase"], "restore");
     for i in 0..3 {
         assert_eq!(task(&app, member(i)).await["step"], "restore");
@@ -509,3 +506,74 @@ async fn a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it(backe
 }
 
 both_backends!(a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it);
+
+async fn replace_since(app: &TestApp, vm: i64) -> Option<i64> {
+    use sqlx::Row as _;
+    sqlx::query("SELECT replace_since FROM cluster_nodes WHERE vm_id = $1")
+        .bind(vm)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap()
+        .get::<Option<i64>, _>("replace_since")
+}
+
+async fn a_restore_leaves_out_a_member_whose_vm_is_gone_then_replaces_it(backend: Backend) {
+    use exk8s_api::compute::Compute as _;
+    let app = spawn_app(backend).await;
+    let nodes = booted_cluster(&app).await;
+    let member = |i: usize| (&nodes[i].0, &nodes[i].1);
+    let cluster = nodes[0].0.cluster;
+    let (snapshot_id, _) = stored(&app, cluster, member(0)).await;
+    app.sims.compute.delete_vm(nodes[2].0.vm).await.unwrap();
+
+    let started = json_of(start(&app, cluster, json!({"snapshot_id": snapshot_id})).await).await;
+    let id = started["id"].as_i64().unwrap();
+    assert_eq!(started["members"].as_array().unwrap().len(), 2, "{started}");
+    assert_eq!(
+        task(&app, member(2)).await,
+        Value::Null,
+        "the gone member is left out"
+    );
+    let told = task(&app, member(0)).await;
+    assert_eq!(
+        told["initial_cluster"].as_str().unwrap().split(',').count(),
+        2,
+        "{told}"
+    );
+    for step in ["stop", "restore"] {
+        for i in 0..2 {
+            assert_eq!(ack(&app, member(i), id, step, "").await, 204);
+        }
+    }
+    assert_eq!(
+        replace_since(&app, nodes[2].0.vm).await,
+        None,
+        "not before the restore ends"
+    );
+    for i in 0..2 {
+        assert_eq!(ack(&app, member(i), id, "start", "").await, 204);
+    }
+    assert_eq!(restore_view(&app, cluster).await["phase"], "done");
+    // The left-out member is replaced through the membership machinery.
+    assert!(replace_since(&app, nodes[2].0.vm).await.is_some());
+
+    // With no member's VM running, nothing can be restored in place.
+    let others = booted_cluster(&app).await;
+    let other = others[0].0.cluster;
+    let (other_snapshot, _) = stored(&app, other, (&others[0].0, &others[0].1)).await;
+    for (node, _) in &others {
+        app.sims.compute.delete_vm(node.vm).await.unwrap();
+    }
+    let refused = start(&app, other, json!({"snapshot_id": other_snapshot})).await;
+    assert_eq!(refused.status(), 409);
+    let said = json_of(refused).await;
+    assert!(
+        said["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no control-plane member's VM runs"),
+        "{said}"
+    );
+}
+
+both_backends!(a_restore_leaves_out_a_member_whose_vm_is_gone_then_replaces_it);
