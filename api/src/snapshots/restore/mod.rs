@@ -20,12 +20,18 @@
 //! it: a changed or truncated snapshot is refused while the cluster still runs.
 
 use exk8s_api_types::phase::{ClusterPhase, EtcdMembership};
-use exk8s_common::contract::{RestoreStep, RestoreTask, Role};
+use exk8s_common::contract::Role;
 use futures_util::StreamExt as _;
 use sha2::{Digest as _, Sha256};
 
+mod members;
+mod steps;
+
+pub use members::{pending_pass, rebuild, start_pending};
+pub use steps::{acknowledge, member_snapshot, task_for};
+
 use super::{SnapshotError, Snapshots};
-use crate::db::restores::{MemberRow, NewRestore, RestorePhase, RestoreRow};
+use crate::db::restores::{MemberRow, NewRestore, RestoreRow};
 use crate::db::snapshots::SnapshotState;
 use crate::db::{self, DbError};
 
@@ -121,76 +127,8 @@ pub async fn check_source(
     Ok(cluster)
 }
 
-/// Starts the restore of a cluster founded from another's snapshot once its control plane is
-/// up (every member healthy) and none was started yet; `None` when it is not time.
-pub async fn start_pending(
-    ctx: &Snapshots,
-    cluster_id: i64,
-) -> Result<Option<Restore>, RestoreError> {
-    let Some((source, snapshot_id)) = db::restores::source_of(&ctx.db.pool, cluster_id).await?
-    else {
-        return Ok(None);
-    };
-    if db::restores::latest(&ctx.db.pool, cluster_id)
-        .await?
-        .is_some()
-    {
-        return Ok(None);
-    }
-    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
-        return Ok(None);
-    };
-    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
-    let members: Vec<_> = nodes
-        .iter()
-        .filter(|n| n.role == Role::ControlPlane)
-        .collect();
-    if cluster.phase != ClusterPhase::Founded
-        || members.is_empty()
-        || members.iter().any(|n| !n.phase.healthy())
-    {
-        return Ok(None);
-    }
-    match begin(ctx, &cluster, source, snapshot_id).await {
-        Ok(started) => Ok(Some(started)),
-        // Another API process started it first.
-        Err(RestoreError::Db(DbError::Duplicate(_))) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Starts every restore a cluster was founded for whose control plane came up while no report
-/// moved it (a crash, a failed start), and replaces the members finished restores left out:
-/// the reconciler's part.
-pub async fn pending_pass(ctx: &Snapshots, membership: &crate::membership::Membership) {
-    match db::restores::latest_done(&ctx.db.pool).await {
-        Ok(clusters) => {
-            for cluster_id in clusters {
-                if let Err(e) = rebuild(ctx, membership, cluster_id).await {
-                    tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: the members a restore left out cannot be replaced");
-                }
-            }
-        }
-        Err(e) => {
-            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list finished restores");
-        }
-    }
-    let pending = match db::restores::pending_sources(&ctx.db.pool).await {
-        Ok(pending) => pending,
-        Err(e) => {
-            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list the restores clusters were founded for");
-            return;
-        }
-    };
-    for cluster_id in pending {
-        if let Err(e) = start_pending(ctx, cluster_id).await {
-            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: the restore a cluster was founded for cannot start");
-        }
-    }
-}
-
 /// A stored snapshot's digest, size and when it was taken.
-async fn stored(
+pub(super) async fn stored(
     ctx: &Snapshots,
     org_id: i64,
     cluster_id: i64,
@@ -219,7 +157,7 @@ async fn stored(
 }
 
 /// Starts restoring founded `cluster` from snapshot `snapshot_id` of cluster `source`.
-async fn begin(
+pub(super) async fn begin(
     ctx: &Snapshots,
     cluster: &db::clusters::ClusterRow,
     source: i64,
@@ -237,7 +175,7 @@ async fn begin(
     refuse_other_changes(ctx, cluster, &nodes).await?;
     check_intact(ctx, cluster.org_id, source, snapshot_id, &sha256, size).await?;
 
-    let members = live_members(ctx, &nodes).await?;
+    let members = members::live_members(ctx, &nodes).await?;
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce).map_err(|_| {
         RestoreError::Conflict("the operating system's random source failed".into())
@@ -277,125 +215,7 @@ async fn begin(
     get(ctx, cluster_id, id).await
 }
 
-/// The control-plane members whose VM runs: a restore restores onto them alone (the others
-/// are rebuilt after it, [`rebuild`]). Refused when none runs.
-async fn live_members<'n>(
-    ctx: &Snapshots,
-    nodes: &'n [db::nodes::NodeRow],
-) -> Result<Vec<&'n db::nodes::NodeRow>, RestoreError> {
-    let mut live = Vec::new();
-    for node in nodes
-        .iter()
-        .filter(|n| n.role == Role::ControlPlane && n.removal.is_none())
-    {
-        let vm = ctx
-            .compute
-            .get_vm(node.vm_id)
-            .await
-            .map_err(|e| RestoreError::Compute(crate::error_chain(&e)))?;
-        match vm {
-            Some(vm) if vm.state == "running" => live.push(node),
-            other => tracing::warn!(
-                cluster_id = node.cluster_id,
-                vm_id = node.vm_id,
-                state = other.as_ref().map_or("gone", |vm| vm.state.as_str()),
-                "a member's VM does not run: the restore leaves it out, and it is replaced after"
-            ),
-        }
-    }
-    if live.is_empty() {
-        return Err(RestoreError::Conflict(
-            "no control-plane member's VM runs: found a new cluster from the snapshot \
-             (POST /clusters with restore_from) instead"
-                .into(),
-        ));
-    }
-    Ok(live)
-}
-
-/// After a restore that left members out (their VMs did not run), replaces them through the
-/// membership machinery, one at a time (each removed from the restored etcd, which does not
-/// list it, then a new machine joined as a learner and promoted). A change in progress waits
-/// for the next call.
-pub async fn rebuild(
-    ctx: &Snapshots,
-    membership: &crate::membership::Membership,
-    cluster_id: i64,
-) -> Result<(), RestoreError> {
-    let Some(latest) = db::restores::latest(&ctx.db.pool, cluster_id).await? else {
-        return Ok(());
-    };
-    if latest.phase != RestorePhase::Done {
-        return Ok(());
-    }
-    let restored: Vec<i64> = db::restores::members(&ctx.db.pool, latest.id)
-        .await?
-        .into_iter()
-        .map(|m| m.node_id)
-        .collect();
-    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
-    let Some(left_out) = nodes.iter().find(|n| {
-        n.role == Role::ControlPlane
-            && n.removal.is_none()
-            && n.replace_since.is_none()
-            && n.created_at <= latest.started_at
-            && !restored.contains(&n.id)
-    }) else {
-        return Ok(());
-    };
-    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
-        return Ok(());
-    };
-    match crate::membership::replace(membership, cluster.org_id, cluster_id, left_out.vm_id).await {
-        Ok(_) => {
-            tracing::info!(
-                cluster_id,
-                vm_id = left_out.vm_id,
-                restore_id = latest.id,
-                "a member the restore left out is replaced"
-            );
-            Ok(())
-        }
-        Err(crate::membership::MembershipError::Conflict(why)) => {
-            tracing::info!(cluster_id, vm_id = left_out.vm_id, %why, "a member the restore left out waits to be replaced");
-            Ok(())
-        }
-        Err(e) => Err(RestoreError::Conflict(crate::error_chain(&e))),
-    }
-}
-
-/// The snapshot member `node_id` of `cluster_id` is asked to restore now, as etcd wrote it:
-/// `None` unless a running restore of `snapshot_id` asks it to.
-pub async fn member_snapshot(
-    ctx: &Snapshots,
-    cluster: &db::clusters::ClusterRow,
-    node_id: i64,
-    snapshot_id: i64,
-) -> Result<
-    Option<futures_util::stream::BoxStream<'static, Result<bytes::Bytes, SnapshotError>>>,
-    RestoreError,
-> {
-    let asked = task_for(ctx, cluster.id, node_id)
-        .await?
-        .filter(|t| t.step == RestoreStep::Restore && t.snapshot_id == snapshot_id);
-    let Some(task) = asked else {
-        return Ok(None);
-    };
-    let Some(row) = db::restores::running(&ctx.db.pool, cluster.id).await? else {
-        return Ok(None);
-    };
-    tracing::info!(
-        cluster_id = cluster.id,
-        restore_id = task.id,
-        snapshot_id,
-        "etcd snapshot sent to a member to restore"
-    );
-    Ok(Some(
-        super::content(ctx, cluster.org_id, row.source_cluster_id, snapshot_id).await?,
-    ))
-}
-
-fn running_conflict(running: &RestoreRow) -> RestoreError {
+pub(super) fn running_conflict(running: &RestoreRow) -> RestoreError {
     RestoreError::Conflict(format!(
         "restore {} (of snapshot {}) is in its {} phase; wait for it to end",
         running.id, running.snapshot_id, running.phase
@@ -497,120 +317,6 @@ async fn check_intact(
         return Err(damaged(format!("SHA-256 {digest}, {sha256} recorded")));
     }
     Ok(())
-}
-
-/// The step of a running restore that node `node_id` of `cluster_id` is to do now, if any.
-pub async fn task_for(
-    ctx: &Snapshots,
-    cluster_id: i64,
-    node_id: i64,
-) -> Result<Option<RestoreTask>, DbError> {
-    let Some(row) = db::restores::running(&ctx.db.pool, cluster_id).await? else {
-        return Ok(None);
-    };
-    let members = db::restores::members(&ctx.db.pool, row.id).await?;
-    let Some(member) = members.iter().find(|m| m.node_id == node_id) else {
-        return Ok(None);
-    };
-    let step = match row.phase {
-        RestorePhase::Stop if member.done < 1 => RestoreStep::Stop,
-        RestorePhase::Restore if member.done < 2 => RestoreStep::Restore,
-        // One member at a time: the first (by ordinal) not started yet.
-        RestorePhase::Start
-            if members.iter().find(|m| m.done < 3).map(|m| m.node_id) == Some(node_id) =>
-        {
-            RestoreStep::Start
-        }
-        _ => return Ok(None),
-    };
-    let paths = &crate::render::paths::PATHS;
-    Ok(Some(RestoreTask {
-        id: row.id,
-        step,
-        snapshot_id: row.snapshot_id,
-        sha256: row.sha256.clone(),
-        member_name: member.member_name.clone(),
-        peer_url: member.peer_url.clone(),
-        initial_cluster: members
-            .iter()
-            .map(|m| format!("{}={}", m.member_name, m.peer_url))
-            .collect::<Vec<_>>()
-            .join(","),
-        initial_cluster_token: row.token.clone(),
-        bump_revision: u64::try_from(row.bump_revision).unwrap_or(u64::MAX),
-        data_dir: paths.etcd_data_dir.to_owned(),
-        etcdutl: crate::render::plan::ETCDUTL.to_owned(),
-        manifests: paths.control_plane_manifests().map(str::to_owned).to_vec(),
-    }))
-}
-
-/// Node `node_id` of `cluster_id` did (or could not do: `failure`) step `step` of restore
-/// `id`. A step already acknowledged is acknowledged again without effect; a step the restore
-/// is not at is a conflict. The last member to finish a phase moves the restore on.
-pub async fn acknowledge(
-    ctx: &Snapshots,
-    cluster_id: i64,
-    node_id: i64,
-    id: i64,
-    step: RestoreStep,
-    failure: &str,
-) -> Result<RestorePhase, RestoreError> {
-    let Some(row) = db::restores::latest(&ctx.db.pool, cluster_id)
-        .await?
-        .filter(|r| r.id == id)
-    else {
-        return Err(RestoreError::NotFound);
-    };
-    let members = db::restores::members(&ctx.db.pool, id).await?;
-    let member = members
-        .iter()
-        .find(|m| m.node_id == node_id)
-        .ok_or(RestoreError::NotFound)?;
-    let phase = phase_of(step);
-    if member.done >= phase.level() {
-        return Ok(row.phase);
-    }
-    if row.phase != phase {
-        return Err(RestoreError::Conflict(format!(
-            "restore {id} is {}, not at its {} step",
-            row.phase,
-            step.as_str()
-        )));
-    }
-    let now = ctx.clock.unix();
-    if !failure.is_empty() {
-        let error = format!(
-            "{} could not {}: {failure}",
-            member.member_name,
-            step.as_str()
-        );
-        db::restores::fail(&ctx.db.pool, id, &error, now).await?;
-        tracing::warn!(cluster_id, restore_id = id, %error, "etcd restore failed");
-        return Ok(RestorePhase::Failed);
-    }
-    db::restores::member_done(&ctx.db.pool, id, node_id, phase.level()).await?;
-    let members = db::restores::members(&ctx.db.pool, id).await?;
-    if members.iter().all(|m| m.done >= phase.level())
-        && db::restores::advance(&ctx.db.pool, id, phase, phase.next(), now).await?
-    {
-        tracing::info!(
-            cluster_id,
-            restore_id = id,
-            phase = %phase.next(),
-            "etcd restore moved on"
-        );
-        return Ok(phase.next());
-    }
-    tracing::info!(cluster_id, restore_id = id, member = %member.member_name, step = step.as_str(), "etcd restore step done");
-    Ok(phase)
-}
-
-fn phase_of(step: RestoreStep) -> RestorePhase {
-    match step {
-        RestoreStep::Stop => RestorePhase::Stop,
-        RestoreStep::Restore => RestorePhase::Restore,
-        RestoreStep::Start => RestorePhase::Start,
-    }
 }
 
 #[cfg(test)]
