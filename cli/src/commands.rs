@@ -34,9 +34,15 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                 Command::Certs { cluster } => certs(&api, &cluster, format),
                 Command::Kubeconfig {
                     cluster,
+                    refresh: true,
+                    ..
+                } => crate::refresh::run(&api, cluster.as_deref()),
+                Command::Kubeconfig {
+                    cluster,
                     merge,
                     exec,
-                } => get_kubeconfig(&api, &cluster, merge, exec),
+                    ..
+                } => get_kubeconfig(&api, cluster.as_deref().unwrap_or_default(), merge, exec),
                 Command::Credential { cluster } => crate::credential::run(&api, &cluster),
                 Command::Scale {
                     cluster,

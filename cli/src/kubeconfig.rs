@@ -145,6 +145,21 @@ pub(crate) fn merge_into(file: &Path, new: &str) -> Result<String, CliError> {
     Ok(context)
 }
 
+/// Makes `context` current in `file` again (a refresh merges without moving the operator).
+pub(crate) fn set_current(file: &Path, context: &str) -> Result<(), CliError> {
+    let shown = file.display().to_string();
+    let text = Zeroizing::new(
+        std::fs::read_to_string(file).map_err(|e| CliError::io(format!("reading {shown}"), e))?,
+    );
+    let mut doc = parse(&text, &shown)?;
+    doc.insert("current-context".into(), context.into());
+    let out = Zeroizing::new(
+        serde_yaml::to_string(&Value::Mapping(doc))
+            .map_err(|e| CliError::Failed(format!("encoding {shown}: {e}")))?,
+    );
+    write_private(file, out.as_bytes())
+}
+
 /// Writes `bytes` to `file` atomically, readable by the user only (its directory made 0700
 /// when missing).
 pub(crate) fn write_private(file: &Path, bytes: &[u8]) -> Result<(), CliError> {

@@ -13,6 +13,7 @@ mod error;
 mod follow;
 mod kubeconfig;
 mod output;
+mod refresh;
 mod restore;
 mod snapshots;
 mod watch;
@@ -67,15 +68,21 @@ enum Command {
     Certs { cluster: String },
     /// A fresh admin kubeconfig: printed, or merged into your kubeconfig with --merge.
     Kubeconfig {
-        cluster: String,
+        /// The cluster (with --refresh: only its entry; without, every exk8s entry).
+        #[arg(required_unless_present = "refresh")]
+        cluster: Option<String>,
         /// Merge into $KUBECONFIG (its first file) or ~/.kube/config and make it current.
         #[arg(long)]
         merge: bool,
         /// The recommended form: a kubeconfig whose user runs `exk8s credential` (client-go's
         /// exec plugin), so kubectl always gets a current certificate and trust, through leaf
         /// expiry and cluster-CA rotations, instead of one embedded certificate.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "refresh")]
         exec: bool,
+        /// Fetch again each exk8s entry of your kubeconfig that is past two thirds of its life,
+        /// expired, or trusts another CA than the cluster's apiservers now; keep the others.
+        #[arg(long, conflicts_with = "merge")]
+        refresh: bool,
     },
     /// client-go's exec credential plugin (what `kubeconfig --exec` writes): prints an
     /// ExecCredential with a short-lived admin certificate, cached and reused, and refreshes the

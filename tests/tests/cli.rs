@@ -298,6 +298,17 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+    // A fresh entry is kept by --refresh.
+    let kept = exk8s(dir)
+        .args(["kubeconfig", "--refresh"])
+        .output()
+        .unwrap();
+    ok(&kept);
+    let said = String::from_utf8_lossy(&kept.stderr);
+    assert!(
+        said.contains(&format!("kept exk8s-admin@{cluster_name}: valid until")),
+        "{said}"
+    );
 
     // doctor: the login, the API, the token, the clock and the merged identity are all fine;
     // with a token the API refuses, it says so and exits 1.
@@ -532,6 +543,44 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     assert_eq!(out.status.code(), Some(1));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("409"), "{said}");
+
+    // A rotation of the cluster CA begins: --refresh fetches the entry again (it trusts both
+    // CAs now), and leaves the current context where the operator put it.
+    ok(&exk8s(dir)
+        .args(["rotate-ca", cluster_name, "--ca", "cluster"])
+        .output()
+        .unwrap());
+    kubectl(&["config", "use-context", "other"]);
+    let refreshed = exk8s(dir)
+        .args(["kubeconfig", cluster_name, "--refresh"])
+        .output()
+        .unwrap();
+    ok(&refreshed);
+    let said = String::from_utf8_lossy(&refreshed.stderr);
+    assert!(
+        said.contains(&format!(
+            "refreshed exk8s-admin@{cluster_name}: the cluster's apiservers are trusted with another CA now"
+        )),
+        "{said}"
+    );
+    assert_eq!(kubectl(&["config", "current-context"]).trim(), "other");
+    let ca = kubectl(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        &format!(
+            "jsonpath={{.clusters[?(@.name==\"{cluster_name}\")].cluster.certificate-authority-data}}"
+        ),
+    ]);
+    let ca = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca.trim()).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&ca)
+            .matches("BEGIN CERTIFICATE")
+            .count(),
+        2,
+        "the old CA and the new one"
+    );
 
     // delete asks for --yes, then deletes.
     let out = exk8s(dir)
