@@ -243,8 +243,8 @@ impl Node {
         }
     }
 
-    /// Plays systemd for etcd: restarts it when the agent restarted or started
-    /// `etcd.service` since the harness last looked (its plan restarts it when a file the unit
+    /// Plays systemd for etcd: restarts it when the agent restarted `etcd.service` (or starts
+    /// it when the agent started it and it is not running) since the harness last looked (its plan restarts it when a file the unit
     /// watches changed: the unit, etcd's CA, server and peer certificates; a restore starts it
     /// from its restored data), stops it when the agent's last word was a stop (a restore's
     /// first step); true when it (re)started it.
@@ -271,6 +271,8 @@ impl Node {
                 }
                 false
             }
+            // As systemd: starting a running unit does nothing.
+            Some("systemctl start --no-block etcd.service") if self.etcd.is_some() => false,
             Some(_) => {
                 self.start_etcd(lan);
                 true
