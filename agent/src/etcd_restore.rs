@@ -79,9 +79,16 @@ fn under(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
-/// Where the manifests of restore `id` wait.
+/// Where restore `id` keeps the snapshot it fetched.
 fn aside_dir(root_dir: &Path, id: i64) -> PathBuf {
     crate::state::state_dir(root_dir).join(format!("restore-{id}"))
+}
+
+/// Where the static-pod manifests wait while etcd is restored: one place whatever the
+/// restore, so a restore that follows a failed one (its manifests still aside) brings them
+/// back.
+fn manifests_aside(root_dir: &Path) -> PathBuf {
+    crate::state::state_dir(root_dir).join("restore-manifests")
 }
 
 fn moved(from: &Path, to: &Path) -> Result<(), AgentError> {
@@ -102,7 +109,7 @@ fn moved(from: &Path, to: &Path) -> Result<(), AgentError> {
 
 /// (where a manifest runs, where it waits) for each of the task's manifests.
 fn manifests(root_dir: &Path, task: &RestoreTask) -> Vec<(PathBuf, PathBuf)> {
-    let aside = aside_dir(root_dir, task.id);
+    let aside = manifests_aside(root_dir);
     task.manifests
         .iter()
         .filter_map(|m| {
@@ -185,4 +192,48 @@ fn start(
         kubeconfig: "/etc/exk8s/kubeconfig/admin.kubeconfig".into(),
         timeout: COME_BACK,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: i64) -> RestoreTask {
+        RestoreTask {
+            id,
+            step: RestoreStep::Stop,
+            snapshot_id: 1,
+            sha256: String::new(),
+            member_name: "cp-1".into(),
+            peer_url: "https://10.0.0.1:2380".into(),
+            initial_cluster: "cp-1=https://10.0.0.1:2380".into(),
+            initial_cluster_token: "t".into(),
+            bump_revision: 1,
+            data_dir: "/var/lib/etcd".into(),
+            etcdutl: "/usr/local/bin/etcdutl".into(),
+            manifests: vec!["/etc/kubernetes/manifests/kube-apiserver.yaml".into()],
+        }
+    }
+
+    #[test]
+    fn manifests_put_aside_by_a_failed_restore_come_back_with_the_next() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        let manifest = root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
+        std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+        std::fs::write(&manifest, "apiserver").unwrap();
+        // Restore 1 puts it aside, then fails; restore 2 stops (nothing left to move) and
+        // starts: the manifest is back.
+        for (running, waiting) in manifests(root, &task(1)) {
+            moved(&running, &waiting).unwrap();
+        }
+        assert!(!manifest.exists());
+        for (running, waiting) in manifests(root, &task(2)) {
+            moved(&running, &waiting).unwrap();
+        }
+        for (running, waiting) in manifests(root, &task(2)) {
+            moved(&waiting, &running).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&manifest).unwrap(), "apiserver");
+    }
 }
