@@ -105,8 +105,8 @@ fn serve(files: Vec<(String, Vec<u8>)>) -> String {
     base
 }
 
-/// A catalog pinning every artifact of a v1.35.3 initial node to `base`; `etcd_digest`
-/// overrides etcd's.
+/// A catalog pinning every artifact of a v1.35.3 initial node to `base` (etcdutl through
+/// etcd's entry: it comes out of the same tarball); `etcd_digest` overrides etcd's.
 fn catalog(base: &str, digests: &[(&str, Sha256Digest)], etcd_digest: Option<&str>) -> String {
     let entry = |name: &str, version: &str, path: &str| {
         let digest = digests.iter().find(|(p, _)| *p == path).unwrap().1.to_hex();
@@ -148,6 +148,10 @@ fn a_pinned_artifact_digest_reaches_the_bundle_and_decides_the_download() {
         (
             "etcd-v3.6.10-linux-amd64/etcdctl",
             b"#!/bin/sh\necho etcdctl\n",
+        ),
+        (
+            "etcd-v3.6.10-linux-amd64/etcdutl",
+            b"#!/bin/sh\necho etcdutl\n",
         ),
     ]);
     let helm = tarball(&[("linux-amd64/helm", b"#!/bin/sh\necho helm\n")]);
@@ -201,6 +205,19 @@ fn a_pinned_artifact_digest_reaches_the_bundle_and_decides_the_download() {
         );
         let expected = etcd_digest.map_or_else(|| digests[0].1.to_hex(), str::to_owned);
         assert_eq!(etcd_artifact["sha256"], expected, "{label}");
+        // etcdutl, which the catalog does not name, comes from etcd's pinned tarball.
+        let etcdutl = payload["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == "etcdutl")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (&etcdutl["url"], &etcdutl["sha256"]),
+            (&etcd_artifact["url"], &etcd_artifact["sha256"]),
+            "{label}"
+        );
 
         let bundle = dir.path().join("bundle.json");
         std::fs::write(&bundle, &envelope).unwrap();
@@ -213,6 +230,10 @@ fn a_pinned_artifact_digest_reaches_the_bundle_and_decides_the_download() {
             assert_eq!(
                 std::fs::read(&installed).unwrap(),
                 b"#!/bin/sh\necho etcd\n"
+            );
+            assert_eq!(
+                std::fs::read(root.join("usr/local/bin/etcdutl")).unwrap(),
+                b"#!/bin/sh\necho etcdutl\n"
             );
         } else {
             assert_eq!(out.status.code(), Some(5), "{stderr}");

@@ -14,6 +14,8 @@
 //! ```
 //!
 //! The digest is of the file the URL serves (the tarball for etcd, etcdctl, etcdutl and helm).
+//! etcdctl and etcdutl come out of etcd's tarball: without an entry of their own, etcd's pins
+//! them.
 
 use std::collections::BTreeMap;
 

@@ -157,7 +157,16 @@ fn pinned(
         .into_iter()
         .map(|s| {
             let name = ArtifactName::new(s.name).map_err(invalid)?;
-            let (url, sha256) = match catalog.get(&name, s.version) {
+            // etcdctl and etcdutl come out of etcd's tarball: a catalog that pins only etcd's
+            // (written before a node installed etcdutl, say) pins theirs too.
+            let own = catalog.get(&name, s.version);
+            let pinned = match (own, s.name) {
+                (None, "etcdctl" | "etcdutl") => {
+                    catalog.get(&ArtifactName::new("etcd").map_err(invalid)?, s.version)
+                }
+                _ => own,
+            };
+            let (url, sha256) = match pinned {
                 Some(pinned) => (pinned.url.clone(), Some(pinned.sha256)),
                 None => (HttpUrl::new(s.url).map_err(invalid)?, None),
             };
