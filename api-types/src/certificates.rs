@@ -108,3 +108,78 @@ pub struct OperatorCredential {
     /// RFC 3339; hours after it was minted.
     pub expires_at: String,
 }
+
+/// `POST /clusters/{id}/certificates/rotate-sa-key`: how long the old service-account public
+/// key stays trusted once every apiserver signs with the new one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RotateSaKeyRequest {
+    /// Seconds, 0–2592000 (default 90000: 25 hours, within which every kubelet refreshes the
+    /// projected tokens it holds). 0 drops the old key as soon as every apiserver signs with
+    /// the new one: tokens signed before (a leaked key's) stop authenticating at once, pods'
+    /// included until their kubelet refreshes them.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 2592000))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_old_after_seconds: Option<i64>,
+}
+
+/// A service-account key rotation started: its first phase and each control-plane node's new
+/// desired generation (workers carry no service-account key).
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SaKeyRotationStarted {
+    pub cluster_id: i64,
+    /// `trust-both`, then (by itself) `sign-new` and `drop-old`; `GET /clusters/{id}` shows it.
+    pub phase: String,
+    pub drop_old_after_seconds: i64,
+    pub nodes: Vec<RolloutNode>,
+}
+
+/// A cluster's service-account signing key: its age, its policy and its rotation in progress
+/// (`GET|PUT /clusters/{id}/service-account-key`, and in `GET /clusters/{id}`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServiceAccountKeyView {
+    /// When the key in use was made (unix seconds).
+    pub created_at: i64,
+    pub age_days: i64,
+    /// Past this age the `ServiceAccountKeyFresh` condition turns False (and, with
+    /// `auto_rotate`, the API rotates the key).
+    pub max_age_days: i64,
+    pub auto_rotate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<SaKeyRotationView>,
+}
+
+/// Where a service-account key rotation stands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SaKeyRotationView {
+    /// `trust-both`, `sign-new` or `drop-old`.
+    pub phase: String,
+    pub started_at: i64,
+    pub updated_at: i64,
+    pub drop_old_after_seconds: i64,
+    /// When every apiserver signed with the new key (sign-new applied everywhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_since: Option<i64>,
+    /// When the old public key is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_old_at: Option<i64>,
+    /// The control-plane node the phase waits for, and where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+/// `PUT /clusters/{id}/service-account-key`: the key's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ServiceAccountKeyPolicy {
+    /// 1–3650 (default 365).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3650))]
+    pub max_age_days: i64,
+    /// Rotate the key once it is past `max_age_days` (default false: only warn).
+    pub auto_rotate: bool,
+}

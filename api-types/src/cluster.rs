@@ -116,6 +116,9 @@ pub struct ClusterView {
     /// A CA rotation in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotationView>,
+    /// The service-account signing key: its age, policy and rotation in progress.
+    #[serde(default)]
+    pub service_account_key: crate::ServiceAccountKeyView,
 }
 
 /// A control plane's etcd members, counted from what the agents last reported (a joining

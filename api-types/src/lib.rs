@@ -14,7 +14,8 @@ pub mod snapshots;
 
 pub use certificates::{
     CertificateInventory, CertificateView, ClusterTrust, OperatorCredential, RolloutNode,
-    RolloutStarted, RotateCaRequest, RotationStarted,
+    RolloutStarted, RotateCaRequest, RotateSaKeyRequest, RotationStarted, SaKeyRotationStarted,
+    SaKeyRotationView, ServiceAccountKeyPolicy, ServiceAccountKeyView,
 };
 pub use cluster::{
     CaRotationView, ClusterChange, ClusterCreated, ClusterPatch, ClusterView, Condition,

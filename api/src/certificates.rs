@@ -181,7 +181,7 @@ pub struct Entry {
 #[derive(Debug, Clone)]
 pub struct Inventory {
     pub cluster_id: i64,
-    /// Days since the service-account key was made (at founding; never rotated automatically).
+    /// Days since the service-account key in use was made (at founding, or by its last rotation).
     pub service_account_key_age_days: i64,
     pub certificates: Vec<Entry>,
 }
@@ -275,7 +275,7 @@ pub async fn inventory(
     let rows = db::certificates::list(&ctx.db.pool, cluster_id).await?;
     let inventory = inventory_of(
         cluster_id,
-        cluster.created_at,
+        cluster.sa_key_made_at(),
         &nodes,
         rows,
         ctx.clock.unix(),
@@ -291,7 +291,7 @@ pub async fn inventory(
 /// certificates, soonest expiry first, judged at `now`.
 pub fn inventory_of(
     cluster_id: i64,
-    created_at: i64,
+    sa_key_made_at: i64,
     nodes: &[db::nodes::NodeRow],
     rows: Vec<CertRow>,
     now: i64,
@@ -312,7 +312,7 @@ pub fn inventory_of(
     });
     Inventory {
         cluster_id,
-        service_account_key_age_days: (now - created_at).div_euclid(86_400),
+        service_account_key_age_days: crate::status::age_days(sa_key_made_at, now),
         certificates,
     }
 }

@@ -48,6 +48,7 @@ pub mod render;
 pub mod renewal;
 pub mod rollout;
 pub mod rotation;
+pub mod sa_rotation;
 pub mod sim;
 pub mod snapshots;
 pub mod status;

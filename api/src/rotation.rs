@@ -40,8 +40,9 @@ pub struct Rotator {
 /// Why a rotation could not start or move on.
 #[derive(Debug, thiserror::Error)]
 pub enum RotationError {
+    /// Another change runs (a restore, a service-account key rotation): it says which.
     #[error("{0}")]
-    Restoring(String),
+    Blocked(String),
     #[error("cluster not found")]
     NotFound,
     #[error("cluster {id} is {phase}; only a founded cluster's CAs can be rotated")]
@@ -142,7 +143,12 @@ pub async fn start(
     if let Some(why) =
         db::restores::refusal(&ctx.db.pool, cluster_id, "rotate a CA after it").await?
     {
-        return Err(RotationError::Restoring(why));
+        return Err(RotationError::Blocked(why));
+    }
+    if let Some(why) =
+        db::rotations::refusal(&ctx.db.pool, cluster_id, "rotate a CA after it").await?
+    {
+        return Err(RotationError::Blocked(why));
     }
     let algorithm = ctx.issuers.open(&ctx.keks, &cluster)?.algorithm;
     let now = ctx.clock.now();

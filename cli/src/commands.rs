@@ -74,6 +74,15 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     day2::start_rollout(&api, &cluster, "certificates/renew", format)
                 }
                 Command::RotateCa { cluster, ca } => day2::rotate_ca(&api, &cluster, ca, format),
+                Command::RotateSaKey {
+                    cluster,
+                    drop_old_after,
+                } => crate::sa_key::rotate(&api, &cluster, drop_old_after, format),
+                Command::SaKey {
+                    cluster,
+                    max_age_days,
+                    auto_rotate,
+                } => crate::sa_key::key(&api, &cluster, max_age_days, auto_rotate, format),
                 Command::Upgrade {
                     cluster,
                     to,

@@ -284,7 +284,7 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
 }
 
 /// A started rollout, renewal or rotation: its nodes' new generations.
-fn started_table(nodes: &[RolloutNode]) -> comfy_table::Table {
+pub(crate) fn started_table(nodes: &[RolloutNode]) -> comfy_table::Table {
     let mut t = table(&["vm", "generation"]);
     for n in nodes {
         t.add_row(vec![n.vm_id.to_string(), n.desired_generation.to_string()]);

@@ -15,6 +15,7 @@ mod kubeconfig;
 mod output;
 mod refresh;
 mod restore;
+mod sa_key;
 mod snapshots;
 mod watch;
 
@@ -128,6 +129,28 @@ enum Command {
         cluster: String,
         #[arg(long, value_parser = ["cluster", "etcd", "front_proxy", "front-proxy"])]
         ca: String,
+    },
+    /// Rotate the cluster's service-account signing key in three phases, one control-plane node
+    /// at a time: both keys trusted, the new one signs, then the old one is dropped; tokens
+    /// signed before keep authenticating until then.
+    RotateSaKey {
+        cluster: String,
+        /// Seconds the old key stays trusted once every apiserver signs with the new one
+        /// (default 90000: 25 h, within which kubelets refresh their pods' tokens; 0 after a
+        /// leak: tokens signed by the old key stop authenticating at once).
+        #[arg(long)]
+        drop_old_after: Option<i64>,
+    },
+    /// The service-account signing key: its age, its policy and its rotation in progress;
+    /// --max-age-days and --auto-rotate set the policy.
+    SaKey {
+        cluster: String,
+        /// Past this age (1–3650 days) the ServiceAccountKeyFresh condition turns False.
+        #[arg(long)]
+        max_age_days: Option<i64>,
+        /// Rotate the key by itself once it is past its maximum age.
+        #[arg(long)]
+        auto_rotate: Option<bool>,
     },
     /// Upgrade a cluster's control plane to another Kubernetes release (see `exk8s versions`),
     /// one member at a time within the version skew policy; during an upgrade, the version the

@@ -44,6 +44,19 @@ pub struct ClusterRow {
     pub snapshot_every_secs: i64,
     /// How many stored snapshots are kept (the oldest beyond go).
     pub snapshot_retain: i64,
+    /// When the service-account key was made (`None`: with the cluster).
+    pub sa_key_created_at: Option<i64>,
+    /// How old the service-account key may grow before `ServiceAccountKeyFresh` turns False.
+    pub sa_key_max_age_days: i64,
+    /// Whether the reconciler rotates the service-account key once it is past that age.
+    pub sa_key_auto_rotate: bool,
+}
+
+impl ClusterRow {
+    /// When the service-account key in use was made.
+    pub fn sa_key_made_at(&self) -> i64 {
+        self.sa_key_created_at.unwrap_or(self.created_at)
+    }
 }
 
 const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubernetes_version, \
@@ -51,7 +64,8 @@ const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubern
     etcd_ca_cert, etcd_ca_key_sealed, front_proxy_ca_cert, front_proxy_ca_key_sealed, sa_public, \
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
-    snapshot_every_secs, snapshot_retain";
+    snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
+    sa_key_auto_rotate";
 
 /// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
 /// `cluster_nodes`, whose `id`, `phase`, `kubernetes_version` and `created_at` are the node's.
@@ -134,6 +148,9 @@ pub(super) fn from_row_named(
         certificates_version: r.try_get("certificates_version")?,
         snapshot_every_secs: r.try_get("snapshot_every_secs")?,
         snapshot_retain: r.try_get("snapshot_retain")?,
+        sa_key_created_at: r.try_get("sa_key_created_at")?,
+        sa_key_max_age_days: r.try_get("sa_key_max_age_days")?,
+        sa_key_auto_rotate: r.try_get::<i64, _>("sa_key_auto_rotate")? != 0,
     })
 }
 
@@ -371,7 +388,8 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algori
     CAST(NULL AS TEXT) AS sa_public, CAST(NULL AS TEXT) AS sa_key_sealed, \
     CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
-    snapshot_every_secs, snapshot_retain";
+    snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
+    sa_key_auto_rotate";
 
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).

@@ -27,6 +27,7 @@ pub mod removals;
 pub mod renewal;
 pub mod restores;
 pub mod rotations;
+pub mod sa_rotations;
 pub mod snapshots;
 mod tx;
 

@@ -196,6 +196,19 @@ pub async fn rotations<'c>(
     rows.iter().map(rotation_row).collect()
 }
 
+/// The clusters' service-account key rotations in progress.
+pub async fn sa_rotations<'c>(
+    db: impl Executor<'c, Database = Any>,
+    clusters: &Clusters,
+) -> Result<Vec<super::sa_rotations::SaRotation>, DbError> {
+    let sql = format!(
+        "SELECT {} FROM sa_key_rotations WHERE {{clusters}}",
+        super::sa_rotations::COLUMNS
+    );
+    let rows = fetch(db, &sql, "cluster_id", clusters).await?;
+    rows.iter().map(super::sa_rotations::from_row).collect()
+}
+
 /// When each cluster's nodes last reported (clusters none of whose nodes reported are absent).
 pub async fn last_reports<'c>(
     db: impl Executor<'c, Database = Any>,

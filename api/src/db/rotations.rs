@@ -182,6 +182,33 @@ pub(super) fn rotation_row_named(
     })
 }
 
+/// Why another change of `cluster_id` must wait, when a rotation of one of its CAs or of its
+/// service-account key is in progress (one statement: any executor serves). `then` ends the
+/// sentence ("upgrade after it").
+pub async fn refusal<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    then: &str,
+) -> Result<Option<String>, DbError> {
+    let row = sqlx::query(
+        "SELECT ca, phase FROM ca_rotations WHERE cluster_id = $1 \
+         UNION ALL SELECT 'service-account key', phase FROM sa_key_rotations WHERE cluster_id = $1",
+    )
+    .bind(cluster_id)
+    .fetch_optional(db)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let what: String = row.try_get("ca")?;
+    let phase: String = row.try_get("phase")?;
+    let what = match ca_named(&what) {
+        Some(ca) => format!("the {} CA", ca_name(ca)),
+        None => format!("the {what}"),
+    };
+    Ok(Some(format!(
+        "a rotation of {what} is in progress (phase {phase}); {then}"
+    )))
+}
+
 /// Clusters with a rotation in progress.
 pub async fn in_progress<'c>(db: impl Executor<'c, Database = Any>) -> Result<Vec<i64>, DbError> {
     let rows = sqlx::query("SELECT cluster_id FROM ca_rotations ORDER BY cluster_id")

@@ -105,6 +105,25 @@ async fn rotations(ctx: &Reconciler) {
     }
 }
 
+/// Moves on every service-account key rotation whose phase reached every control-plane node
+/// or whose wait is over, and starts the rotations that clusters asked for once their key is
+/// past its maximum age.
+pub async fn sa_rotations(ctx: &Reconciler) {
+    let clusters = match db::sa_rotations::in_progress(&ctx.db.pool).await {
+        Ok(clusters) => clusters,
+        Err(e) => {
+            tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot list service-account key rotations");
+            return;
+        }
+    };
+    for cluster_id in clusters {
+        if let Err(e) = crate::sa_rotation::advance(&ctx.rotator, cluster_id).await {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: service-account key rotation could not move on");
+        }
+    }
+    crate::sa_rotation::rotate_due(&ctx.rotator).await;
+}
+
 /// Converges every pool whose machines differ from it and that no process converges: a crash
 /// mid-way, a failed step, a drain whose deadline passed. Returns how many pools it converged.
 pub async fn pools(ctx: &Reconciler) -> usize {
@@ -211,6 +230,7 @@ pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
             }
             rotations(&ctx).await;
+            sa_rotations(&ctx).await;
             pools(&ctx).await;
             memberships(&ctx).await;
             crate::snapshots::schedule::pass(&ctx.snapshots).await;

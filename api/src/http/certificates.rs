@@ -131,7 +131,7 @@ pub async fn rotate_ca(
             RotationError::NotFound => ApiError::NotFound,
             e @ (RotationError::NotFounded { .. }
             | RotationError::InProgress { .. }
-            | RotationError::Restoring(_)) => ApiError::Conflict(e.to_string()),
+            | RotationError::Blocked(_)) => ApiError::Conflict(e.to_string()),
             RotationError::Db(db) => db.into(),
             e => ApiError::internal(e),
         })?;

@@ -18,7 +18,10 @@ use crate::db::{
 };
 use crate::status;
 use crate::upgrade::skew::Release;
-use exk8s_api_types::{CaRotationView, ClusterView, MembersView, NodeView, PoolSummary};
+use exk8s_api_types::{
+    CaRotationView, ClusterView, MembersView, NodeView, PoolSummary, SaKeyRotationView,
+    ServiceAccountKeyView,
+};
 
 /// One cluster's related rows.
 #[derive(Default)]
@@ -26,6 +29,7 @@ struct Parts {
     nodes: Vec<db::nodes::NodeRow>,
     certificates: Vec<db::certificates::CertRow>,
     rotation: Option<db::rotations::Rotation>,
+    sa_rotation: Option<db::sa_rotations::SaRotation>,
     last_report: Option<i64>,
     /// The asked-for control-plane size and the membership error.
     membership: (Option<i64>, Option<String>),
@@ -51,7 +55,18 @@ async fn gather(
     // Certificates are the page's largest read (14 rows per node that booted): one never
     // held is read ahead, as two reads, one per half of the page.
     let [early, late] = state.recorded.ahead(&clusters, &ids).halves();
-    let (nodes, early, late, rotations, reports, mut memberships, pools, components, snapshots) = tokio::try_join!(
+    let (
+        nodes,
+        early,
+        late,
+        rotations,
+        sa_rotations,
+        reports,
+        mut memberships,
+        pools,
+        components,
+        snapshots,
+    ) = tokio::try_join!(
         spawned(
             page(),
             |(p, c)| async move { db::pages::nodes(&p, &c).await }
@@ -64,6 +79,9 @@ async fn gather(
         }),
         spawned(page(), |(p, c)| async move {
             db::pages::rotations(&p, &c).await
+        }),
+        spawned(page(), |(p, c)| async move {
+            db::pages::sa_rotations(&p, &c).await
         }),
         spawned(page(), |(p, c)| async move {
             db::pages::last_reports(&p, &c).await
@@ -92,6 +110,10 @@ async fn gather(
         .await?;
     let mut rotations: HashMap<i64, db::rotations::Rotation> =
         rotations.into_iter().map(|r| (r.cluster_id, r)).collect();
+    let mut sa_rotations: HashMap<i64, db::sa_rotations::SaRotation> = sa_rotations
+        .into_iter()
+        .map(|r| (r.cluster_id, r))
+        .collect();
     let mut pools = group(pools, |p| p.cluster_id);
     let mut components = group(components, |(c, _)| *c);
     let mut snapshots = group(snapshots, |s| s.cluster_id);
@@ -106,6 +128,7 @@ async fn gather(
                     .map(|rows| rows.to_vec())
                     .unwrap_or_default(),
                 rotation: rotations.remove(&id),
+                sa_rotation: sa_rotations.remove(&id),
                 last_report: reports.get(&id).copied(),
                 membership: memberships.remove(&id).unwrap_or_default(),
                 pools: pools.remove(&id).unwrap_or_default(),
@@ -231,8 +254,13 @@ fn join_arrays(arrays: Vec<Vec<u8>>) -> Vec<u8> {
 
 fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> ClusterView {
     let nodes = parts.nodes;
-    let inventory =
-        crate::certificates::inventory_of(row.id, row.created_at, &nodes, parts.certificates, now);
+    let inventory = crate::certificates::inventory_of(
+        row.id,
+        row.sa_key_made_at(),
+        &nodes,
+        parts.certificates,
+        now,
+    );
     if !inventory.certificates.is_empty() {
         state
             .metrics
@@ -251,6 +279,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             )
         }),
     });
+    let service_account_key = sa_key_view(&row, parts.sa_rotation.as_ref(), &nodes, now);
     let founded = row.phase == ClusterPhase::Founded;
     let control_plane = || nodes.iter().filter(|n| n.role == Role::ControlPlane);
     let ready =
@@ -331,6 +360,22 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         now,
         crate::snapshots::UPLOAD_WINDOW_SECS,
     );
+    let sa_key = status::SaKey {
+        made_at: service_account_key.created_at,
+        max_age_days: service_account_key.max_age_days,
+        auto_rotate: service_account_key.auto_rotate,
+        rotation: service_account_key
+            .rotation
+            .as_ref()
+            .map(|r| status::SaKeyRotating {
+                phase: &r.phase,
+                updated_at: r.updated_at,
+                waiting_for: r.waiting_for.as_deref(),
+                drop_old_at: r.drop_old_at,
+            }),
+    };
+    let sa_key_rotating = status::sa_key_rotating(sa_key.rotation.as_ref(), row.created_at);
+    let sa_key_fresh = status::sa_key_fresh(&sa_key, &row.name, now);
     let reported = parts.components;
     let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
@@ -367,6 +412,8 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             scaling_up,
             scaling_down,
             rotating,
+            sa_key_rotating,
+            sa_key_fresh,
             snapshots,
             deleting,
         ]
@@ -378,6 +425,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         desired_control_plane_count,
         membership_error,
         ca_rotation,
+        service_account_key,
         nodes: nodes
             .into_iter()
             .zip(node_conditions)
@@ -401,6 +449,43 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             })
             .collect(),
         created_at: row.created_at,
+    }
+}
+
+/// The cluster's service-account key: its age and policy, and its rotation in progress.
+pub(super) fn sa_key_view(
+    row: &ClusterRow,
+    rotation: Option<&db::sa_rotations::SaRotation>,
+    nodes: &[db::nodes::NodeRow],
+    now: i64,
+) -> ServiceAccountKeyView {
+    let made_at = row.sa_key_made_at();
+    ServiceAccountKeyView {
+        created_at: made_at,
+        age_days: status::age_days(made_at, now),
+        max_age_days: row.sa_key_max_age_days,
+        auto_rotate: row.sa_key_auto_rotate,
+        rotation: rotation.map(|r| {
+            let control_plane: Vec<_> = nodes
+                .iter()
+                .filter(|n| n.role == Role::ControlPlane)
+                .cloned()
+                .collect();
+            SaKeyRotationView {
+                phase: r.phase.to_string(),
+                started_at: r.started_at,
+                updated_at: r.updated_at,
+                drop_old_after_seconds: r.drop_old_after,
+                signing_since: r.signing_since,
+                drop_old_at: r.drop_old_at(),
+                waiting_for: crate::rotation::waiting_for(&control_plane).map(|n| {
+                    format!(
+                        "{} (vm {}) to apply generation {} (it applied {}, it is {})",
+                        n.node_name, n.vm_id, n.desired_generation, n.applied_generation, n.phase
+                    )
+                }),
+            }
+        }),
     }
 }
 

@@ -20,6 +20,7 @@ pub mod patch;
 pub mod pools;
 mod prefer;
 pub mod restores;
+pub mod sa_key;
 pub mod server;
 pub mod snapshots;
 pub mod versions;
@@ -54,6 +55,9 @@ use crate::app::AppState;
         certificates::inventory,
         certificates::renew,
         certificates::rotate_ca,
+        sa_key::rotate_sa_key,
+        sa_key::get_sa_key,
+        sa_key::put_sa_key,
         clusters::delete_cluster,
         patch::patch_cluster,
         membership::remove_member,
@@ -184,6 +188,14 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}/certificates/rotate-ca",
             axum::routing::post(certificates::rotate_ca),
+        )
+        .route(
+            "/clusters/{id}/certificates/rotate-sa-key",
+            axum::routing::post(sa_key::rotate_sa_key),
+        )
+        .route(
+            "/clusters/{id}/service-account-key",
+            get(sa_key::get_sa_key).put(sa_key::put_sa_key),
         )
         .route(
             "/clusters/{id}/snapshots",

@@ -98,6 +98,12 @@ pub async fn record(ctx: &Reporter, vm: &Vm, report: &Report<'_>) -> Result<(), 
         if let Err(e) = crate::rotation::advance(&ctx.rotator, vm.cluster.id).await {
             tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "CA rotation could not move on (the reconciler retries)");
         }
+        // Only control-plane nodes carry the service-account key.
+        if vm.node.pool_id.is_none() {
+            if let Err(e) = crate::sa_rotation::advance(&ctx.rotator, vm.cluster.id).await {
+                tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "service-account key rotation could not move on (the reconciler retries)");
+            }
+        }
         // A drainer that applied its drain lets the drained workers go.
         crate::pools::converge::after_report(&ctx.pools, vm.node.id).await;
         match vm.node.pool_id {

@@ -31,6 +31,8 @@ enum Subject {
         serving: NodeServingCerts,
         /// Workers this node's agent is asked to drain.
         drains: Vec<NodeName>,
+        /// The public keys its apiserver verifies tokens with (two during a rotation).
+        service_account_public: String,
     },
     Worker(WorkerNode),
 }
@@ -108,7 +110,12 @@ pub(super) async fn load(
                 serving,
                 rotation,
             } = db::nodes::control_plane_view(&ctx.db.pool, cluster.id, node.id).await?;
+            let sa_rotation = db::sa_rotations::get(&ctx.db.pool, cluster.id).await?;
             let subject = Subject::ControlPlane {
+                service_account_public: crate::sa_rotation::public_keys(
+                    &pki.service_account.public_pem,
+                    sa_rotation.as_ref(),
+                ),
                 this: load::control_plane_node(node, &rows)?,
                 peers: rows
                     .iter()
@@ -195,6 +202,7 @@ impl Loaded {
                 this,
                 peers,
                 serving,
+                service_account_public,
                 ..
             } => render::render_bundle(&RenderInput {
                 cluster: &self.spec,
@@ -205,6 +213,7 @@ impl Loaded {
                     etcd_ca_pem: &self.trusted.etcd,
                     front_proxy_ca_pem: &self.trusted.front_proxy,
                     service_account: &self.pki.service_account,
+                    service_account_public_pem: service_account_public,
                     serving,
                     minted,
                 },

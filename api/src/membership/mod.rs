@@ -132,13 +132,14 @@ pub async fn scale(
     {
         return Err(MembershipError::Conflict(why));
     }
-    if db::rotations::get(&ctx.db.pool, cluster_id)
-        .await?
-        .is_some()
+    if let Some(why) = db::rotations::refusal(
+        &ctx.db.pool,
+        cluster_id,
+        "change the control plane after it",
+    )
+    .await?
     {
-        return Err(MembershipError::Conflict(
-            "a CA rotation is in progress; change the control plane after it".into(),
-        ));
+        return Err(MembershipError::Conflict(why));
     }
     let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     let control_plane: Vec<_> = nodes
@@ -250,13 +251,14 @@ async fn member_of(
     crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     target_of(&nodes, vm_id)?;
-    if db::rotations::get(&ctx.db.pool, cluster_id)
-        .await?
-        .is_some()
+    if let Some(why) = db::rotations::refusal(
+        &ctx.db.pool,
+        cluster_id,
+        "change the control plane after it",
+    )
+    .await?
     {
-        return Err(MembershipError::Conflict(
-            "a CA rotation is in progress; change the control plane after it".into(),
-        ));
+        return Err(MembershipError::Conflict(why));
     }
     let control_plane: Vec<_> = nodes
         .iter()

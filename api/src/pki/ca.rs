@@ -353,6 +353,17 @@ pub struct ServiceAccountKey {
 }
 
 impl ServiceAccountKey {
+    /// The pair whose private half is `private_pem`, its public half derived from it (a pair
+    /// read back cannot disagree with itself).
+    pub fn from_private(private_pem: SecretPem) -> Result<Self, PkiError> {
+        let key = KeyPair::from_pem(private_pem.expose())
+            .map_err(|e| PkiError::InvalidServiceAccountKey(e.to_string()))?;
+        Ok(Self {
+            public_pem: key.public_key_pem(),
+            private_pem,
+        })
+    }
+
     pub fn generate(algorithm: KeyAlgorithm) -> Result<Self, PkiError> {
         let key = algorithm.generate()?;
         Ok(Self {

@@ -67,6 +67,8 @@ pub enum PkiError {
         #[source]
         source: rcgen::Error,
     },
+    #[error("the service-account key is unusable: {0}")]
+    InvalidServiceAccountKey(String),
     #[error("the stored {role} is unusable: {reason}")]
     InvalidCa { role: CaRole, reason: String },
     #[error("the {role} expired at {not_after}; it can sign nothing more")]

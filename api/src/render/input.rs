@@ -186,6 +186,9 @@ pub struct NodeCredentials<'a> {
     pub etcd_ca_pem: &'a str,
     pub front_proxy_ca_pem: &'a str,
     pub service_account: &'a ServiceAccountKey,
+    /// The public keys apiservers verify tokens with (PEM): the service account's, and the
+    /// other one during a rotation of it.
+    pub service_account_public_pem: &'a str,
     pub serving: &'a NodeServingCerts,
     pub minted: &'a BundleCerts,
 }

@@ -7,6 +7,7 @@ mod certificates;
 mod cluster;
 mod components;
 mod rollout;
+mod sa_key;
 mod snapshots;
 
 pub use certificates::{Availability, EXPIRING_SOON_DAYS, availability, certificates};
@@ -15,6 +16,7 @@ pub use cluster::{
 };
 pub use components::Health;
 pub use rollout::rolling_out;
+pub use sa_key::{SaKey, SaKeyRotating, age_days, sa_key_fresh, sa_key_rotating};
 pub use snapshots::{Snapshots, snapshots};
 
 /// A condition's status, as Cluster API writes it.

@@ -236,11 +236,8 @@ async fn preflight(
     if let Some(why) = db::restores::refusal(&mut *tx, cluster_id, "upgrade after it").await? {
         return conflict(why);
     }
-    if let Some(rotation) = db::rotations::get(&mut *tx, cluster_id).await? {
-        return conflict(format!(
-            "a rotation of the {} CA is in progress; upgrade after it",
-            db::rotations::ca_name(rotation.ca)
-        ));
+    if let Some(why) = db::rotations::refusal(&mut *tx, cluster_id, "upgrade after it").await? {
+        return conflict(why);
     }
     let control_plane: Vec<_> = nodes
         .iter()
@@ -285,7 +282,7 @@ async fn preflight(
     }
     let rows = db::certificates::list(&mut *tx, cluster_id).await?;
     let inventory =
-        crate::certificates::inventory_of(cluster_id, cluster.created_at, nodes, rows, now);
+        crate::certificates::inventory_of(cluster_id, cluster.sa_key_made_at(), nodes, rows, now);
     // Soonest expiry first; an operator's kubeconfig is theirs to renew.
     if let Some(due) = inventory
         .certificates

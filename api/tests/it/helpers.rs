@@ -300,6 +300,7 @@ pub fn render_nodes(nodes: Vec<ControlPlaneNode>, algorithm: KeyAlgorithm) -> Re
                     etcd_ca_pem: pki.etcd_ca.cert_pem(),
                     front_proxy_ca_pem: pki.front_proxy_ca.cert_pem(),
                     service_account: &pki.service_account,
+                    service_account_public_pem: &pki.service_account.public_pem,
                     serving: &serving,
                     minted: &minted,
                 },

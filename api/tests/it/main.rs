@@ -50,6 +50,7 @@ mod replace;
 mod restore;
 mod retention;
 mod rotation;
+mod sa_rotation;
 mod schema;
 mod snapshots;
 mod status;

@@ -121,7 +121,7 @@ pub(super) fn files(
     files.public(p.front_proxy_ca_cert, creds.front_proxy_ca_pem.as_bytes());
     files.public(
         p.service_account_public,
-        creds.service_account.public_pem.as_bytes(),
+        creds.service_account_public_pem.as_bytes(),
     );
     files.private(
         p.service_account_key,

@@ -251,11 +251,8 @@ async fn refuse_other_changes(
     if let Some(running) = db::restores::running(&ctx.db.pool, cluster.id).await? {
         return Err(running_conflict(&running));
     }
-    if let Some(rotation) = db::rotations::get(&ctx.db.pool, cluster.id).await? {
-        return conflict(format!(
-            "a rotation of the {} CA is in progress; restore after it",
-            db::rotations::ca_name(rotation.ca)
-        ));
+    if let Some(why) = db::rotations::refusal(&ctx.db.pool, cluster.id, "restore after it").await? {
+        return conflict(why);
     }
     let control_plane: Vec<_> = nodes
         .iter()
