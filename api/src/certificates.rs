@@ -312,7 +312,7 @@ pub fn inventory_of(
     });
     Inventory {
         cluster_id,
-        service_account_key_age_days: crate::status::age_days(sa_key_made_at, now),
+        service_account_key_age_days: (now - sa_key_made_at).div_euclid(86_400),
         certificates,
     }
 }

@@ -31,7 +31,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
             match command {
                 Command::Clusters(c) => clusters(&api, c, format),
                 Command::Nodes { cluster, watch } => nodes(&api, &cluster, format, watch),
-                Command::Certs { cluster } => certs(&api, &cluster, format),
+                Command::Certs { cluster, watch } => certs(&api, &cluster, format, watch),
                 Command::Kubeconfig {
                     cluster,
                     refresh: true,
@@ -376,10 +376,17 @@ fn nodes_text(api: &Api, id: i64, format: Format) -> Result<String, CliError> {
     })
 }
 
-fn certs(api: &Api, cluster: &str, format: Format) -> Result<(), CliError> {
+fn certs(api: &Api, cluster: &str, format: Format, watch: bool) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
+    if watch {
+        return crate::follow::changes(api, id, format, || certs_text(api, id, format));
+    }
+    line(&certs_text(api, id, format)?)
+}
+
+fn certs_text(api: &Api, id: i64, format: Format) -> Result<String, CliError> {
     let inventory: CertificateInventory = api.get(&format!("/clusters/{id}/certificates"))?;
-    show(format, &inventory, |inv| {
+    output::render(format, &inventory, |inv| {
         let mut t = table(&["name", "vm", "kind", "subject", "expires", "days left"]);
         for c in &inv.certificates {
             t.add_row(vec![

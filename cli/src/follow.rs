@@ -1,4 +1,4 @@
-//! `--watch` on a cluster's lists (`nodes`, `node-pools list`, `snapshots list`): the list,
+//! `--watch` on a cluster's lists (`nodes`, `certs`, `node-pools list`, `snapshots list`): the list,
 //! then the list again each time it changes, as `kubectl get --watch` does. The cluster's event
 //! stream (`GET /clusters/{id}/events`) says when something happened — a node added, a report —
 //! and its keep-alive comes every 15 seconds; at each, the list is read again and shown when it

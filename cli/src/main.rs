@@ -66,7 +66,13 @@ enum Command {
         watch: bool,
     },
     /// A cluster's certificates, soonest expiry first.
-    Certs { cluster: String },
+    Certs {
+        cluster: String,
+        /// Show the list again whenever it changes (a rollout, a renewal, a rotation), until
+        /// interrupted.
+        #[arg(long, short = 'w')]
+        watch: bool,
+    },
     /// A fresh admin kubeconfig: printed, or merged into your kubeconfig with --merge.
     Kubeconfig {
         /// The cluster (with --refresh: only its entry; without, every exk8s entry).

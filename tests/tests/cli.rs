@@ -361,35 +361,11 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .args(["node-pools", "delete", cluster_name, "blue", "--yes"])
         .output()
         .unwrap());
-    // `nodes --watch` shows the list, then again as the rollout and the sync change it.
-    let mut watching = exk8s(dir)
-        .args(["nodes", cluster_name, "--watch", "-o", "json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let shown = std::sync::Arc::clone(&shown);
-        let mut out = watching.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut out, &mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                shown
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buffer[..n]));
-            }
-        })
-    };
-    let documents = || -> Vec<Value> {
-        serde_json::Deserializer::from_str(&shown.lock().unwrap())
-            .into_iter::<Value>()
-            .map_while(Result::ok)
-            .collect()
-    };
+    // `nodes --watch` and `certs --watch` show their lists, then again as the rollout and the
+    // sync change them.
+    let watching = Watch::start(exk8s(dir).args(["nodes", cluster_name, "--watch", "-o", "json"]));
+    let certs = Watch::start(exk8s(dir).args(["certs", cluster_name, "--watch", "-o", "json"]));
+    let documents = || watching.documents();
     wait_until("the first list", Duration::from_secs(30), || {
         !documents().is_empty()
     });
@@ -420,17 +396,36 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     }) {
         assert!(
             start.elapsed() < Duration::from_secs(40),
-            "the list after the sync: {}",
-            shown.lock().unwrap()
+            "the list after the sync: {:?}",
+            documents()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
     let seen = documents();
     assert!(seen.len() >= 2, "{seen:?}");
     assert_eq!(seen[0][0]["applied_generation"], 1, "{seen:?}");
-    watching.kill().unwrap();
-    watching.wait().unwrap();
-    reader.join().unwrap();
+    watching.stop();
+    // The node's leaves of its new generation replaced those of its first.
+    let newest = |inventory: &Value| {
+        inventory["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["generation"].as_i64())
+            .max()
+    };
+    wait_until(
+        "the certificates after the sync",
+        Duration::from_secs(40),
+        || {
+            certs
+                .documents()
+                .last()
+                .is_some_and(|inv| newest(inv) > Some(1))
+        },
+    );
+    assert_eq!(newest(&certs.documents()[0]), Some(1), "the first list");
+    certs.stop();
     // A pool that follows the control plane, its worker booted (named the old way: `--name`
     // still works, with a deprecation warning).
     let made = exk8s(dir)
@@ -597,5 +592,57 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
     for shell in ["bash", "zsh", "fish"] {
         let script = ok(&exk8s(dir).args(["completions", shell]).output().unwrap());
         assert!(script.contains("clusters"), "{shell}");
+    }
+}
+
+/// A `--watch` command running, its output collected.
+struct Watch {
+    child: std::process::Child,
+    shown: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Watch {
+    fn start(command: &mut std::process::Command) -> Self {
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let reader = {
+            let shown = std::sync::Arc::clone(&shown);
+            let mut out = child.stdout.take().unwrap();
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = std::io::Read::read(&mut out, &mut buffer) {
+                    if n == 0 {
+                        break;
+                    }
+                    shown
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buffer[..n]));
+                }
+            })
+        };
+        Self {
+            child,
+            shown,
+            reader,
+        }
+    }
+
+    /// The JSON documents shown so far.
+    fn documents(&self) -> Vec<Value> {
+        serde_json::Deserializer::from_str(&self.shown.lock().unwrap())
+            .into_iter::<Value>()
+            .map_while(Result::ok)
+            .collect()
+    }
+
+    fn stop(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.reader.join().unwrap();
     }
 }

@@ -172,6 +172,20 @@ pub async fn set_key(
     Ok(())
 }
 
+/// Records when the cluster's service-account key was made (a key it took from elsewhere).
+pub async fn set_made_at<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    made_at: i64,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET sa_key_created_at = $1 WHERE id = $2")
+        .bind(made_at)
+        .bind(cluster_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Sets the cluster's key policy.
 pub async fn set_policy<'c>(
     db: impl Executor<'c, Database = Any>,

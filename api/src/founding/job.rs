@@ -65,8 +65,15 @@ impl Job {
         let algorithm = self.spec.key_algorithm;
         let leaf_lifetime = time::Duration::days(self.spec.leaf_lifetime_days);
         let now = ctx.clock.now();
+        // A cluster founded from another's snapshot keeps the source's service-account key,
+        // and so its age.
+        let mut sa_key_made_at = None;
         let (pki, encryption) = match self.restore_from {
-            Some(source) => self.source_trust(source, leaf_lifetime).await?,
+            Some(source) => {
+                let (pki, encryption, made_at) = self.source_trust(source, leaf_lifetime).await?;
+                sa_key_made_at = Some(made_at);
+                (pki, encryption)
+            }
             None => {
                 let supplied = std::mem::take(&mut self.supplied);
                 let pki = ctx
@@ -90,6 +97,11 @@ impl Job {
         db::clusters::set_trust(&ctx.db.pool, self.id, &trust)
             .await
             .map_err(Failure::db)?;
+        if let Some(made_at) = sa_key_made_at {
+            db::sa_rotations::set_made_at(&ctx.db.pool, self.id, made_at)
+                .await
+                .map_err(Failure::db)?;
+        }
         let network = ClusterNetwork::new(
             self.service_cidr,
             &ctx.config.cluster_domain,
@@ -108,13 +120,13 @@ impl Job {
 
 impl Job {
     /// The CAs, service-account key and secrets-encryption key of cluster `source`, opened
-    /// from its row: a cluster founded from its snapshot keeps them (its tokens, kubeconfigs
-    /// and encrypted Secrets stay good).
+    /// from its row, and when that service-account key was made: a cluster founded from its
+    /// snapshot keeps them (its tokens, kubeconfigs and encrypted Secrets stay good).
     async fn source_trust(
         &self,
         source: i64,
         leaf_lifetime: time::Duration,
-    ) -> Result<(ClusterPki, EncryptionKey), Failure> {
+    ) -> Result<(ClusterPki, EncryptionKey, i64), Failure> {
         let ctx = &self.ctx;
         let row = db::clusters::get_by_id(&ctx.db.pool, source)
             .await
@@ -136,7 +148,7 @@ impl Job {
         pki.set_leaf_lifetime(leaf_lifetime);
         let encryption = trust::open_encryption_key(&ctx.keks, &row)
             .map_err(|e| Failure::internal("restore source", e))?;
-        Ok((pki, encryption))
+        Ok((pki, encryption, row.sa_key_made_at()))
     }
 }
 

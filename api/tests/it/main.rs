@@ -35,6 +35,7 @@ mod member_crash;
 mod membership;
 mod membership_down;
 mod node_lookup;
+mod node_routes;
 mod pki;
 mod pki_cases;
 mod pool_crash;

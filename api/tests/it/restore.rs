@@ -422,6 +422,14 @@ async fn a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it(backe
     }
     assert_eq!(app.cluster_count().await, clusters, "nothing was made");
 
+    // The source's service-account key is 400 days old: the new cluster keeps it, and its age.
+    let made_at = exk8s_api::db::now() - 400 * 86_400;
+    sqlx::query("UPDATE clusters SET sa_key_created_at = $1 WHERE id = $2")
+        .bind(made_at)
+        .bind(source)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
     let created = found_from(
         &app,
         json!({"cluster_id": source, "snapshot_id": snapshot_id}),
@@ -431,6 +439,15 @@ async fn a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it(backe
     assert_eq!(created.status(), 201);
     let created = json_of(created).await;
     let restored = created["cluster_id"].as_i64().unwrap();
+    let key = json_of(
+        app.get(&format!("/clusters/{restored}/service-account-key"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(key["created_at"], made_at, "{key}");
+    assert_eq!(key["age_days"], 400, "{key}");
     assert_ne!(created["control_plane_dns_name"], json!(null));
     // The source's trust, sealed anew for the new cluster: the same CAs and keys.
     let trust = |cluster: i64| {

@@ -37,11 +37,13 @@ pub(crate) async fn register(
 
 /// How a test request is signed.
 pub(crate) struct Signing<'a> {
-    key: Option<&'a NodeKey>,
-    imds: &'a str,
-    timestamp: i64,
-    nonce: String,
-    signature: Option<String>,
+    pub(crate) key: Option<&'a NodeKey>,
+    pub(crate) imds: &'a str,
+    pub(crate) timestamp: i64,
+    pub(crate) nonce: String,
+    pub(crate) signature: Option<String>,
+    /// Headers a route needs besides the signature's (an upload's declared digest).
+    pub(crate) headers: Vec<(&'static str, String)>,
 }
 
 impl<'a> Signing<'a> {
@@ -52,6 +54,7 @@ impl<'a> Signing<'a> {
             timestamp: exk8s_api::db::now(),
             nonce: nonce(),
             signature: None,
+            headers: Vec::new(),
         }
     }
 }
@@ -83,6 +86,9 @@ pub(crate) async fn send(
     });
     if let Some(signature) = signature {
         request = request.header("X-Exk8s-Signature", signature);
+    }
+    for (name, value) in &s.headers {
+        request = request.header(*name, value);
     }
     if !body.is_empty() {
         request = request
