@@ -121,6 +121,9 @@ pub fn get_api(lan: &Lan, client: usize, config: &Path, server: &[String]) -> Re
     let (ok, out, err) = kubectl(lan, client, config, &args);
     if ok && out.contains("APIVersions") {
         Ok(())
+    } else if out.is_empty() && err.is_empty() {
+        // Nothing at all: kubectl never got to say why (killed, or never ran in the namespace).
+        Err(format!("kubectl said nothing (ok: {ok})"))
     } else {
         Err(format!("{out}{err}"))
     }
@@ -143,6 +146,9 @@ fn sample(lan: &Lan, client: usize, dns_name: &str, shared: &Shared, started: In
             let said = String::from_utf8_lossy(&out.stdout);
             let ready = match said.rsplit_once('\n') {
                 Some((_, "200")) => Ok(()),
+                _ if said.is_empty() && out.stderr.is_empty() => {
+                    Err(format!("curl said nothing ({})", out.status))
+                }
                 _ => Err(format!(
                     "{}{}",
                     said.lines()
