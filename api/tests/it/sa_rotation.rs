@@ -329,6 +329,42 @@ async fn an_old_key_is_flagged_and_rotated_when_asked(backend: Backend) {
             .status(),
         404
     );
+
+    // The credential matrix of the new routes: no token 401; another org's token 404 (nothing
+    // about this cluster revealed, nothing started or changed).
+    let other =
+        crate::app::operator_token(&app.state, 8, exk8s_api::tokens::Scope::Operator, 3600).await;
+    let routes = [
+        ("GET", path.clone(), None),
+        (
+            "PUT",
+            path.clone(),
+            Some(json!({"max_age_days": 10, "auto_rotate": false})),
+        ),
+        (
+            "POST",
+            format!("/clusters/{cluster}/certificates/rotate-sa-key"),
+            Some(json!({})),
+        ),
+    ];
+    for (method, route, body) in routes {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        for (token, status) in [(None, 401), (Some(&other), 404)] {
+            let mut request = app
+                .http
+                .request(method.clone(), format!("{}{route}", app.url));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), status, "{method} {route}");
+        }
+    }
+    let key = json_of(app.get(&path).send().await.unwrap()).await;
+    assert_eq!(key["max_age_days"], 30, "unchanged: {key}");
 }
 
 both_backends!(an_old_key_is_flagged_and_rotated_when_asked);
