@@ -36,6 +36,24 @@ export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
 ensure_venv_module cryptography cryptography
 export EXK8S_PYTHON="$PWD/.venv/bin/python"
 
+# The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
+# a cache (scripts/k8s-binaries.sh), in the background from here on — beside the lints and the
+# Rust build, which leave cores idle while one large crate compiles or links: the versions the
+# renderer pins, and the next minor's release the upgrade tests go to, each with its etcd
+# (tests/src/bins.rs names them all).
+k8s_version=v1.35.3
+k8s_next=v1.36.3
+etcd_version=v3.6.10
+etcd_next=v3.6.14
+log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+k8s_log=$(mktemp)
+{
+  bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
+    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
+    bash scripts/s3-server.sh >"$k8s_log.s3"
+} 2>"$k8s_log" &
+k8s_build=$!
+
 log "shellcheck (every script in the repository)"
 git ls-files '*.sh' .ci/run | xargs shellcheck --severity=style --external-sources
 
@@ -61,22 +79,6 @@ fi
 # Asking for the test targets resolves features with the dev-dependencies, as `cargo test`
 # does, so the binaries and libraries built here are the ones the tests use; a plain
 # `cargo build` resolved them without and `cargo test` compiled sqlx and the API a second time.
-# The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
-# a cache (scripts/k8s-binaries.sh), beside the Rust build: the versions the renderer pins, and
-# the next minor's release the upgrade tests go to, each with its etcd (tests/src/bins.rs names
-# them all).
-k8s_version=v1.35.3
-k8s_next=v1.36.3
-etcd_version=v3.6.10
-etcd_next=v3.6.14
-log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
-k8s_log=$(mktemp)
-{
-  bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
-    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3"
-} 2>"$k8s_log" &
-k8s_build=$!
 
 log "cargo build (binaries, tests and examples, as cargo test resolves them)"
 cargo build --workspace --locked --bins --tests --examples

@@ -167,12 +167,11 @@ pub fn take(
     let _ = std::fs::remove_file(&meta);
     let performed = perform(&to, &meta);
     if performed.is_ok() && !meta.exists() {
-        // A recording host (`--root`) recorded the step without taking it.
-        log_info!(
-            "etcd snapshot {} recorded, not taken: nothing to upload",
-            task.id
-        );
-        return Ok(());
+        // A recording host (`--root`) recorded the step without taking it: the API is told at
+        // once (an upgrade waiting for it says why), rather than at the deadline.
+        let why = "this agent runs with --root: it records host steps and takes no etcd snapshot";
+        log_warn!("etcd snapshot {} recorded, not taken: {why}", task.id);
+        return node.snapshot_failed(task.id, why);
     }
     let outcome = performed.and_then(|()| {
         let text = std::fs::read(&meta).map_err(|e| AgentError::State {

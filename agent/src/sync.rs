@@ -5,8 +5,10 @@
 //!    first bundle the node proves itself with its own key, [`crate::nodekey`]);
 //! 2. `GET /nodes/{vm}/generation`; when the applied generation is current, probe the node's
 //!    components once and report what changed since the last report;
-//! 3. `GET /nodes/{vm}/bundle`: the update bundle, or "wait" while the rollout updates another
-//!    control-plane node (the next sync asks again);
+//! 3. an etcd snapshot asked of this member is taken and uploaded first (an upgrade waits for
+//!    it); then `GET /nodes/{vm}/bundle`: the update bundle, or "wait" while the rollout updates
+//!    another control-plane node or the upgrade's snapshot is not stored (the next sync asks
+//!    again);
 //! 4. every check `verify` makes, plus: kind `update`, the echoed nonce, a serial above the
 //!    applied one and a generation above the applied one;
 //! 5. apply: only changed files, then the plan's restarts in order with their health waits;
@@ -101,31 +103,22 @@ pub fn sync(
         log_info!("generation {applied} is applied and current");
         let etcd = state.etcd_health.clone();
         check_components(&node, net, root, &root_dir, state, applied)?;
-        return match (generations.snapshot, etcd) {
-            (Some(task), Some(health)) => {
-                let timeout = Duration::from_secs(net.request_timeout_secs);
-                crate::snapshot::take(
-                    &node,
-                    &root_dir,
-                    &task,
-                    |to, meta| {
-                        crate::apply::save_etcd_snapshot(
-                            root,
-                            &root_dir,
-                            &health,
-                            (to, meta),
-                            timeout,
-                        )
-                    },
-                    SNAPSHOT_UPLOAD,
-                )
-            }
-            (Some(task), None) => {
-                let why = "this node runs no etcd member";
-                node.snapshot_failed(task.id, why)
-            }
-            (None, _) => Ok(()),
+        return match generations.snapshot {
+            Some(task) => take_snapshot(&node, net, root, &root_dir, &task, etcd),
+            None => Ok(()),
         };
+    }
+    // A snapshot asked of this member goes first: an upgrade's waits for it before any member
+    // takes the new version (and this member's update may be that version).
+    if let Some(task) = &generations.snapshot {
+        let etcd = state.etcd_health.clone();
+        if let Err(e) = take_snapshot(&node, net, root, &root_dir, task, etcd) {
+            log_warn!(
+                "etcd snapshot {} failed ({}); asking for the update anyway",
+                task.id,
+                chain(&e)
+            );
+        }
     }
     log_info!(
         "generation {} is wanted (applied: {applied}); asking for it",
@@ -203,6 +196,29 @@ pub fn sync(
         options,
         Duration::from_secs(net.request_timeout_secs),
         &reporter,
+    )
+}
+
+/// Takes the etcd snapshot `task` asks of this node and uploads it; one the node cannot take
+/// (it runs no etcd member) is reported failed.
+fn take_snapshot(
+    node: &NodeApi<'_>,
+    net: &NetConfig,
+    root: Option<&Path>,
+    root_dir: &Path,
+    task: &exk8s_common::contract::SnapshotTask,
+    etcd: Option<crate::state::EtcdHealth>,
+) -> Result<(), AgentError> {
+    let Some(health) = etcd else {
+        return node.snapshot_failed(task.id, "this node runs no etcd member");
+    };
+    let timeout = Duration::from_secs(net.request_timeout_secs);
+    crate::snapshot::take(
+        node,
+        root_dir,
+        task,
+        |to, meta| crate::apply::save_etcd_snapshot(root, root_dir, &health, (to, meta), timeout),
+        SNAPSHOT_UPLOAD,
     )
 }
 

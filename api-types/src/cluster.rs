@@ -315,6 +315,12 @@ pub struct ClusterPatch {
     /// under way, back to the version the other members run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// With `kubernetes_version` only: whether an etcd voter must store a snapshot before any
+    /// member changes version (default true). False skips it — when the snapshot store is
+    /// down, or to go on after the upgrade's snapshot failed; a failed upgrade then has no
+    /// snapshot from just before it to restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_first: Option<bool>,
 }
 
 /// What `PATCH /clusters/{id}` answers: where the change it asked for stands.
@@ -339,6 +345,10 @@ pub struct UpgradeView {
     /// Members that run `to_version`, of all members.
     pub done: i64,
     pub members: i64,
+    /// The etcd snapshot no member changes version before (`GET
+    /// /clusters/{id}/snapshots/{snapshot_id}`); absent once it is stored, or when skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<i64>,
 }
 
 /// How a version change stands.

@@ -10,7 +10,7 @@ pub struct SnapshotView {
     pub cluster_id: i64,
     /// `requested` (a member is taking it), `stored` or `failed`.
     pub state: String,
-    /// `operator` or `schedule`.
+    /// `operator`, `schedule`, or `upgrade` (the preflight of a Kubernetes upgrade).
     pub trigger: String,
     /// The member asked to take it.
     pub member: String,

@@ -89,10 +89,10 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     wait,
                     pools,
                     timeout,
+                    no_snapshot,
                 } => upgrade(
                     &api,
-                    &cluster,
-                    &to,
+                    (&cluster, &to, !no_snapshot),
                     wait.then(|| Wait {
                         timeout: Duration::from_secs(timeout),
                         pools,
@@ -442,16 +442,17 @@ struct Wait {
     pools: bool,
 }
 
+/// Upgrades `cluster` to `to` (after an etcd snapshot when `snapshot_first`).
 fn upgrade(
     api: &Api,
-    cluster: &str,
-    to: &str,
+    (cluster, to, snapshot_first): (&str, &str, bool),
     wait: Option<Wait>,
     format: Format,
 ) -> Result<(), CliError> {
     let id = api.cluster_id(cluster)?;
     let body = ClusterPatch {
         kubernetes_version: Some(to.to_owned()),
+        snapshot_first: Some(snapshot_first),
         ..ClusterPatch::default()
     };
     let change: Option<ClusterChange> =
@@ -475,6 +476,12 @@ fn upgrade(
             "rolling cluster {cluster}'s control plane back from {} to {}, one member at a time",
             started.from_version, started.to_version
         ),
+    }
+    if let Some(snapshot) = started.snapshot_id {
+        eprintln!(
+            "no member changes before etcd snapshot {snapshot} is stored (`exk8s snapshots \
+             list {cluster}`)"
+        );
     }
     let view: ClusterView = match wait {
         Some(wait) => {

@@ -159,8 +159,9 @@ enum Command {
         auto_rotate: Option<bool>,
     },
     /// Upgrade a cluster's control plane to another Kubernetes release (see `exk8s versions`),
-    /// one member at a time within the version skew policy; during an upgrade, the version the
-    /// other members run rolls it back.
+    /// one member at a time within the version skew policy, after an etcd snapshot; during an
+    /// upgrade, the version the other members run rolls it back. Asked again after its
+    /// snapshot failed, it takes another.
     Upgrade {
         cluster: String,
         /// The release to run, `v1.MINOR.PATCH`.
@@ -176,6 +177,10 @@ enum Command {
         /// How long --wait waits, in seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
+        /// Do not wait for an etcd snapshot before the first member changes (by default a
+        /// voter stores one first). Also goes on with an upgrade whose snapshot failed.
+        #[arg(long)]
+        no_snapshot: bool,
     },
     /// The Kubernetes releases the API installs (the default first) and what a node of each runs.
     Versions,

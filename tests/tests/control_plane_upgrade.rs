@@ -10,6 +10,9 @@
 //! 200 ms throughout, the pool's replacement included: no failure except on the node being
 //! restarted.
 //!
+//! Each upgrade starts with an etcd snapshot: the first member's agent takes it from its real
+//! etcd and uploads it in the sync that then takes the new release, never before it is stored.
+//!
 //! First the new release's apiserver is broken (a real one that cannot verify etcd): the first
 //! member's agent, waiting for real, sees it never get ready, puts the previous files back (the
 //! old apiserver runs again) and reports the sync failed; the upgrade stops there, saying where
@@ -213,7 +216,32 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
         shared.step("upgrade, first member");
         let started = patch(NEXT_KUBERNETES_VERSION);
         assert_eq!(started["upgrade"], "upgrading", "{started}");
-        assert!(cluster.sync(0) >= 3, "every static pod of node 0 restarts");
+        // The preflight snapshot: the first member's agent takes it from its real etcd and
+        // uploads it before it asks for (and is handed) the new release, in the same sync.
+        let snapshot = started["snapshot_id"].as_i64().expect("a snapshot first");
+        let synced = sync_taking_snapshot(&mut cluster, 0, snapshot);
+        let stored: Value = operator(
+            &booted.stack,
+            "GET",
+            &format!("/clusters/{id}/snapshots/{snapshot}"),
+        )
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+        assert_eq!(
+            (
+                &stored["state"],
+                &stored["trigger"],
+                &stored["etcd_version"]
+            ),
+            (&json!("stored"), &json!("upgrade"), &json!("3.6.10")),
+            "taken at the old release's etcd: {stored}"
+        );
+        assert!(
+            synced.contains("phase apiserver: succeeded"),
+            "then it took the release: {synced}"
+        );
         assert_eq!(apiserver_release(&cluster, 0), NEXT_KUBERNETES_VERSION);
         assert_eq!(view(&booted.stack, id)["version"], KUBERNETES_VERSION);
 
@@ -232,12 +260,17 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
         shared.step("upgrade");
         let again = patch(NEXT_KUBERNETES_VERSION);
         assert_eq!(again["upgrade"], "upgrading", "{again}");
+        let snapshot = again["snapshot_id"].as_i64().expect("a snapshot first");
         for i in 0..3 {
-            let restarted = cluster.sync(i);
-            assert!(
-                restarted >= 3,
-                "node {i}: every static pod runs the new release ({restarted} restarts)"
-            );
+            if i == 0 {
+                sync_taking_snapshot(&mut cluster, 0, snapshot);
+            } else {
+                let restarted = cluster.sync(i);
+                assert!(
+                    restarted >= 3,
+                    "node {i}: every static pod runs the new release ({restarted} restarts)"
+                );
+            }
             assert_eq!(apiserver_release(&cluster, i), NEXT_KUBERNETES_VERSION);
             let during = view(&booted.stack, id);
             let expected = if i < 2 {
@@ -423,4 +456,21 @@ fn pool_of_two<'a>(booted: &'a Booted, dir: &Path, lan: &'a Lan) -> Workers<'a> 
             .is_empty()
     });
     workers
+}
+
+/// Node `i`'s agent, in its namespace with its real etcd, takes the upgrade's snapshot
+/// `snapshot` and uploads it, then takes the new release in the same sync (the harness restarting
+/// what it restarts meanwhile); its log.
+fn sync_taking_snapshot(cluster: &mut Rolling<'_>, i: usize, snapshot: i64) -> String {
+    let synced = cluster.sync_waiting(i, WAIT_CAP);
+    let log = String::from_utf8_lossy(&synced.stderr).into_owned();
+    assert!(synced.status.success(), "node {i}'s sync: {log}");
+    let uploaded = log.find(&format!("etcd snapshot {snapshot} taken and uploaded"));
+    let asked = log.find("is wanted (applied:");
+    assert!(
+        uploaded.is_some() && asked.is_some() && uploaded < asked,
+        "node {i} takes the snapshot first, then asks for its update: {log}"
+    );
+    assert_eq!(apiserver_release(cluster, i), NEXT_KUBERNETES_VERSION);
+    log
 }

@@ -50,6 +50,8 @@ pub struct ClusterRow {
     pub sa_key_max_age_days: i64,
     /// Whether the reconciler rotates the service-account key once it is past that age.
     pub sa_key_auto_rotate: bool,
+    /// The etcd snapshot the running upgrade waits for before any member changes version.
+    pub upgrade_snapshot_id: Option<i64>,
 }
 
 impl ClusterRow {
@@ -65,7 +67,7 @@ const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubern
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
-    sa_key_auto_rotate";
+    sa_key_auto_rotate, upgrade_snapshot_id";
 
 /// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
 /// `cluster_nodes`, whose `id`, `phase`, `kubernetes_version` and `created_at` are the node's.
@@ -151,6 +153,7 @@ pub(super) fn from_row_named(
         sa_key_created_at: r.try_get("sa_key_created_at")?,
         sa_key_max_age_days: r.try_get("sa_key_max_age_days")?,
         sa_key_auto_rotate: r.try_get::<i64, _>("sa_key_auto_rotate")? != 0,
+        upgrade_snapshot_id: r.try_get("upgrade_snapshot_id")?,
     })
 }
 
@@ -389,7 +392,7 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algori
     CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
-    sa_key_auto_rotate";
+    sa_key_auto_rotate, upgrade_snapshot_id";
 
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).

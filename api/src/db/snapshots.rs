@@ -43,6 +43,8 @@ impl SnapshotState {
 pub enum Trigger {
     Operator,
     Schedule,
+    /// The preflight of a Kubernetes upgrade: no member changes version before it is stored.
+    Upgrade,
 }
 
 impl Trigger {
@@ -50,6 +52,7 @@ impl Trigger {
         match self {
             Self::Operator => "operator",
             Self::Schedule => "schedule",
+            Self::Upgrade => "upgrade",
         }
     }
 
@@ -57,6 +60,7 @@ impl Trigger {
         match text {
             "operator" => Ok(Self::Operator),
             "schedule" => Ok(Self::Schedule),
+            "upgrade" => Ok(Self::Upgrade),
             other => Err(DbError::Query(sqlx::Error::Decode(
                 format!("snapshot trigger `{other}`").into(),
             ))),
@@ -279,6 +283,63 @@ pub async fn failed<'c>(
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Names snapshot `id` the one cluster `cluster_id`'s upgrade waits for (`None`: none).
+pub async fn set_upgrade_snapshot<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    id: Option<i64>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET upgrade_snapshot_id = $1 WHERE id = $2")
+        .bind(id)
+        .bind(cluster_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Snapshot `id` is stored: an upgrade of cluster `cluster_id` that waited for it waits no more.
+pub async fn upgrade_snapshot_stored<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    id: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE clusters SET upgrade_snapshot_id = NULL WHERE id = $1 AND upgrade_snapshot_id = $2",
+    )
+    .bind(cluster_id)
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The snapshot cluster `cluster_id`'s upgrade waits for, as named by
+/// `clusters.upgrade_snapshot_id`: `None` when it names none; its id, and its row unless that is
+/// gone (deleted before it was stored: the upgrade must not go on as if it had been).
+pub async fn upgrade_snapshot<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+) -> Result<Option<(i64, Option<SnapshotRow>)>, DbError> {
+    let found = sqlx::query(
+        "SELECT c.upgrade_snapshot_id AS wanted, s.id, s.cluster_id, s.state, s.trigger, \
+         s.node_id, s.member_name, s.requested_at, s.not_after, s.taken_at, s.revision, \
+         s.etcd_version, s.size_bytes, s.sha256, s.object_key, s.ca_sha256, s.error \
+         FROM clusters c LEFT JOIN snapshots s ON s.id = c.upgrade_snapshot_id \
+         WHERE c.id = $1 AND c.upgrade_snapshot_id IS NOT NULL",
+    )
+    .bind(cluster_id)
+    .fetch_optional(db)
+    .await?;
+    let Some(r) = found else {
+        return Ok(None);
+    };
+    let wanted: i64 = r.try_get("wanted")?;
+    if r.try_get::<Option<i64>, _>("id")?.is_none() {
+        return Ok(Some((wanted, None)));
+    }
+    Ok(Some((wanted, Some(row(&r)?))))
 }
 
 pub async fn delete<'c>(db: impl Executor<'c, Database = Any>, id: i64) -> Result<(), DbError> {

@@ -345,10 +345,17 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         || row.kubernetes_version.clone(),
         |t| crate::upgrade::state::oldest(t, &nodes).to_string(),
     );
+    // The upgrade's snapshot, while it is not stored (each state's latest is at hand).
+    let snapshot_hold = row.upgrade_snapshot_id.and_then(|id| {
+        let named = parts.snapshots.iter().find(|s| s.id == id)?;
+        let wait = crate::upgrade::snapshot::wait_of(Some(named), now)?;
+        Some(crate::lifecycle::Hold::UpgradeSnapshot { id, wait })
+    });
     let rolling_out = status::rolling_out(
         target.unwrap_or(Release { minor: 0, patch: 0 }),
         &nodes,
         last_report.unwrap_or(row.created_at),
+        snapshot_hold,
     );
     let snapshots = status::snapshots(
         status::Snapshots {

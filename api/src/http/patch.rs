@@ -1,6 +1,7 @@
 //! `PATCH /clusters/{id}`: one change of a running cluster at a time — its control plane's
 //! size (`{"control_plane_count": N}`, [`crate::membership`]) or the Kubernetes version it runs
-//! (`{"kubernetes_version": "v1.36.3"}`, [`crate::upgrade`]). Answers 202 with where the change
+//! (`{"kubernetes_version": "v1.36.3"}`, [`crate::upgrade`]; an etcd snapshot first unless
+//! `"snapshot_first": false`). Answers 202 with where the change
 //! stands (200 when there is nothing to do); its progress is in `GET /clusters/{id}` and the
 //! event stream (`ScalingUp`/`ScalingDown`, `RollingOut`, each node's version).
 
@@ -39,10 +40,19 @@ impl From<UpgradeError> for ApiError {
 /// The change a patch asks for.
 enum Change<'a> {
     Scale(i64),
-    Version(&'a str),
+    /// The version, and whether an etcd snapshot is stored before any member changes.
+    Version(&'a str, bool),
 }
 
 fn change(patch: &ClusterPatch) -> Result<Change<'_>, ApiError> {
+    if patch.snapshot_first.is_some() && patch.kubernetes_version.is_none() {
+        return Err(ApiError::Unprocessable {
+            field: Some("snapshot_first".into()),
+            message: "snapshot_first goes with kubernetes_version: it says whether an upgrade \
+                      waits for an etcd snapshot"
+                .into(),
+        });
+    }
     match (
         patch.control_plane_count,
         patch.kubernetes_version.as_deref(),
@@ -51,7 +61,10 @@ fn change(patch: &ClusterPatch) -> Result<Change<'_>, ApiError> {
             field: None,
             message: "change one thing at a time: control_plane_count or kubernetes_version".into(),
         }),
-        (None, Some(version)) => Ok(Change::Version(version)),
+        (None, Some(version)) => Ok(Change::Version(
+            version,
+            patch.snapshot_first.unwrap_or(true),
+        )),
         (Some(_), None) | (None, None) => Ok(Change::Scale(
             patch.validate().map_err(MembershipError::from)?,
         )),
@@ -106,16 +119,23 @@ pub async fn patch_cluster(
                 };
                 (status, ClusterChange::Scaling(view))
             }
-            Change::Version(version) => {
-                let started =
-                    upgrade::start(&state.upgrader(), operator.org_id, cluster_id, version).await?;
-                let status = match started {
+            Change::Version(version, snapshot_first) => {
+                let upgrader = state.upgrader();
+                let change = upgrade::start(
+                    &upgrader,
+                    operator.org_id,
+                    cluster_id,
+                    version,
+                    snapshot_first,
+                )
+                .await?;
+                let status = match change.started {
                     Started::Current { .. } => StatusCode::OK,
                     _ => StatusCode::ACCEPTED,
                 };
                 (
                     status,
-                    ClusterChange::Upgrade(upgrade_view(cluster_id, &started)),
+                    ClusterChange::Upgrade(upgrade_view(cluster_id, &change)),
                 )
             }
         };
@@ -127,9 +147,9 @@ pub async fn patch_cluster(
     .await
 }
 
-fn upgrade_view(cluster_id: i64, started: &Started) -> UpgradeView {
+fn upgrade_view(cluster_id: i64, change: &upgrade::Change) -> UpgradeView {
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    let (upgrade, from, to, done, members) = match *started {
+    let (upgrade, from, to, done, members) = match change.started {
         Started::Current { version, members } => (
             UpgradeState::Current,
             version,
@@ -158,5 +178,6 @@ fn upgrade_view(cluster_id: i64, started: &Started) -> UpgradeView {
         to_version: to.to_string(),
         done,
         members,
+        snapshot_id: change.snapshot_id,
     }
 }

@@ -179,6 +179,11 @@ pub async fn issue_update(
     if let Err(hold) = rollout::gate(&vm.node, &nodes) {
         return Ok(Update::Wait(hold));
     }
+    let snapshot_hold =
+        crate::upgrade::snapshot::hold(&ctx.db.pool, &vm.cluster, &vm.node, ctx.clock.unix());
+    if let Some(hold) = snapshot_hold.await? {
+        return Ok(Update::Wait(hold));
+    }
     let request = Request {
         vm,
         nonce,

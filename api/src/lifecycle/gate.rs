@@ -14,6 +14,19 @@ pub enum Hold {
     AnotherNodeUpdating,
     /// Another control-plane node is not healthy at the generation it applied.
     AnotherNodeUnhealthy { vm_id: i64, phase: String },
+    /// The upgrade's preflight etcd snapshot `id` is not stored: no member changes version.
+    UpgradeSnapshot { id: i64, wait: SnapshotWait },
+}
+
+/// Why the upgrade's preflight snapshot is not stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotWait {
+    /// `member` is asked to take and upload it.
+    Taking { member: String },
+    /// It failed (`error` says why): the upgrade stops until it is asked for again.
+    Failed { error: String },
+    /// Deleted before it was stored.
+    Gone,
 }
 
 impl std::fmt::Display for Hold {
@@ -26,6 +39,23 @@ impl std::fmt::Display for Hold {
                 f,
                 "control-plane node {vm_id} is not healthy (last report: {phase})"
             ),
+            Self::UpgradeSnapshot { id, wait } => match wait {
+                SnapshotWait::Taking { member } => write!(
+                    f,
+                    "the upgrade waits for etcd snapshot {id}, which {member} is taking"
+                ),
+                SnapshotWait::Failed { error } => write!(
+                    f,
+                    "the upgrade is stopped: its etcd snapshot {id} failed ({error}); PATCH \
+                     the version again to take another, or with \"snapshot_first\": false to \
+                     go on without one"
+                ),
+                SnapshotWait::Gone => write!(
+                    f,
+                    "the upgrade is stopped: its etcd snapshot {id} was deleted before it was \
+                     stored; PATCH the version again to take another"
+                ),
+            },
         }
     }
 }

@@ -100,7 +100,7 @@ async fn founded(
 
 /// The voter that takes a cluster's snapshot: a booted control-plane node whose last report
 /// succeeded, that is not leaving, and whose agent syncs (it has a node key); the oldest.
-fn taker(nodes: &[db::nodes::NodeRow]) -> Option<&db::nodes::NodeRow> {
+pub(crate) fn taker(nodes: &[db::nodes::NodeRow]) -> Option<&db::nodes::NodeRow> {
     nodes.iter().find(|n| {
         n.role == Role::ControlPlane
             && n.etcd_membership == Some(EtcdMembership::Voter)

@@ -195,6 +195,10 @@ where
             .map_err(SnapshotError::from)?;
         return Err(UploadError::NotAsked(id));
     }
+    // An upgrade waiting for it goes on.
+    db::snapshots::upgrade_snapshot_stored(&ctx.db.pool, cluster_id, id)
+        .await
+        .map_err(SnapshotError::from)?;
     tracing::info!(
         cluster_id,
         snapshot_id = id,

@@ -5,12 +5,18 @@
 
 use super::{Condition, Status};
 use crate::db::nodes::NodeRow;
+use crate::lifecycle::Hold;
 use crate::upgrade::skew::Release;
 use crate::upgrade::state::{ControlPlane, Step};
 
 /// `RollingOut` for a control plane whose target is `target`; `since` is when a machine last
-/// reported.
-pub fn rolling_out(target: Release, nodes: &[NodeRow], since: i64) -> Condition {
+/// reported; `snapshot`, the upgrade's preflight etcd snapshot while it is not stored.
+pub fn rolling_out(
+    target: Release,
+    nodes: &[NodeRow],
+    since: i64,
+    snapshot: Option<Hold>,
+) -> Condition {
     let behind = nodes
         .iter()
         .filter(|n| n.role == exk8s_common::contract::Role::ControlPlane && !n.up_to_date())
@@ -20,6 +26,7 @@ pub fn rolling_out(target: Release, nodes: &[NodeRow], since: i64) -> Condition 
         (Status::False, "NotRollingOut", String::new())
     } else {
         let mut lines = vec![format!("Rolling out {behind} not up-to-date replicas")];
+        let mixed = cp.mixed();
         if cp.mixed() {
             lines.push(format!(
                 "* Version {} required ({} of {} members run it)",
@@ -35,6 +42,9 @@ pub fn rolling_out(target: Release, nodes: &[NodeRow], since: i64) -> Condition 
                  own, or PATCH the cluster back to {} to roll back",
                 cp.oldest
             )),
+        }
+        if let Some(hold) = snapshot.filter(|_| mixed) {
+            lines.push(format!("* {hold}"));
         }
         (Status::True, "RollingOut", lines.join("\n"))
     };
@@ -55,13 +65,13 @@ mod tests {
     #[test]
     fn rolling_out_says_the_version_required_and_the_step() {
         let steady = [node(0, "v1.35.3", [1, 1, 1])];
-        let c = rolling_out(r("v1.35.3"), &steady, 7);
+        let c = rolling_out(r("v1.35.3"), &steady, 7, None);
         assert_eq!(
             (c.status, c.reason, c.since),
             (Status::False, "NotRollingOut", 7)
         );
         let upgrading = [node(0, "v1.36.3", [2, 2, 2]), node(1, "v1.35.3", [2, 1, 2])];
-        let c = rolling_out(r("v1.36.3"), &upgrading, 7);
+        let c = rolling_out(r("v1.36.3"), &upgrading, 7, None);
         assert_eq!((c.status, c.reason), (Status::True, "RollingOut"));
         assert_eq!(
             c.message,

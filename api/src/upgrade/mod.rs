@@ -15,6 +15,7 @@
 //! the rollout resumes from them.
 
 pub mod skew;
+pub mod snapshot;
 pub mod state;
 pub mod versions;
 
@@ -73,14 +74,25 @@ pub enum Started {
     RollingBack { from: Release, to: Release },
 }
 
+/// What a version change did, and the etcd snapshot it waits for before any member changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub started: Started,
+    /// The preflight snapshot, while it is not stored (`None`: stored, skipped, or no upgrade).
+    pub snapshot_id: Option<i64>,
+}
+
 /// Asks `org_id`'s cluster `cluster_id` to run Kubernetes `to`: checked against the skew
-/// policy and the preflight, then rolled out one control-plane member at a time.
+/// policy and the preflight, then — once a voter stored an etcd snapshot, unless
+/// `snapshot_first` is false — rolled out one control-plane member at a time. Asked again while
+/// its snapshot failed, it asks for another (or, without `snapshot_first`, goes on without).
 pub async fn start(
     ctx: &Upgrader,
     org_id: i64,
     cluster_id: i64,
     to: &str,
-) -> Result<Started, UpgradeError> {
+    snapshot_first: bool,
+) -> Result<Change, UpgradeError> {
     let to: Release = to.parse()?;
     let offered = offered(&ctx.config)?;
     let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
@@ -100,9 +112,30 @@ pub async fn start(
     let nodes = db::nodes::list(&mut *tx, cluster_id).await?;
     let cp = ControlPlane::read(target, &nodes);
     let decided = decide(&cp, &nodes, to, &offered)?;
+    let now = ctx.clock.unix();
     if to == target {
-        // Nothing to start: it runs already, or is under way.
-        return Ok(decided);
+        // Nothing to start: it runs already, or is under way — perhaps stopped before its first
+        // member by its snapshot, which is asked for again (or given up).
+        let mut snapshot_id = None;
+        if let Some((id, wait)) = snapshot::pending(&mut tx, cluster_id, now).await? {
+            snapshot_id = Some(id);
+            if !snapshot_first {
+                db::snapshots::set_upgrade_snapshot(&mut *tx, cluster_id, None).await?;
+                snapshot_id = None;
+                tracing::warn!(
+                    cluster_id,
+                    snapshot_id = id,
+                    "upgrade goes on without its snapshot"
+                );
+            } else if !matches!(wait, crate::lifecycle::gate::SnapshotWait::Taking { .. }) {
+                snapshot_id = Some(snapshot::ask(&mut tx, cluster_id, &nodes, now).await?);
+            }
+            tx.commit().await?;
+        }
+        return Ok(Change {
+            started: decided,
+            snapshot_id,
+        });
     }
     // etcd moves a minor at a time and never back: from what the members run now (on a
     // rollback, the upgraded ones run the target's).
@@ -111,19 +144,36 @@ pub async fn start(
         _ => cp.oldest,
     };
     skew::etcd(from, to, etcd_of(from).as_str(), etcd_of(to).as_str())?;
+    let mut snapshot_id = None;
     if !matches!(decided, Started::RollingBack { .. }) {
-        preflight(&mut tx, &cluster, &nodes, ctx.clock.unix()).await?;
+        preflight(&mut tx, &cluster, &nodes, now).await?;
         let pools = db::pools::list(&mut *tx, cluster_id).await?;
         let kubelets = oldest_kubelets(&pools, &nodes, &cluster.kubernetes_version)?;
         let kubelets: Vec<(&str, Release)> =
             kubelets.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         skew::control_plane(cp.oldest, to, &offered, &kubelets)?;
+        if snapshot_first {
+            snapshot_id = Some(snapshot::ask(&mut tx, cluster_id, &nodes, now).await?);
+        }
+    }
+    if snapshot_id.is_none() {
+        // A rollback, or an upgrade asked without one, waits for no snapshot.
+        db::snapshots::set_upgrade_snapshot(&mut *tx, cluster_id, None).await?;
     }
     db::clusters::set_kubernetes_version(&mut *tx, cluster_id, &to.to_string()).await?;
     db::nodes::bump_role_generations(&mut tx, cluster_id, Role::ControlPlane).await?;
     tx.commit().await?;
-    tracing::info!(cluster_id, from = %cp.oldest, to = %to, "control plane version change started");
-    Ok(decided)
+    tracing::info!(
+        cluster_id,
+        from = %cp.oldest,
+        to = %to,
+        snapshot_id,
+        "control plane version change started"
+    );
+    Ok(Change {
+        started: decided,
+        snapshot_id,
+    })
 }
 
 /// The etcd release Kubernetes `release` runs.

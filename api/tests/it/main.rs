@@ -58,5 +58,6 @@ mod status;
 mod supplied_ca;
 mod sync;
 mod upgrade;
+mod upgrade_snapshot;
 mod versions;
 mod workers;

@@ -111,7 +111,9 @@ async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Ba
     // The control plane goes first; its one member's healthy report moves the pool on.
     let started = app
         .patch(&format!("/clusters/{cluster}"))
-        .json(&json!({ "kubernetes_version": NEW }))
+        // The pools are what is under test: the control plane goes without its snapshot
+        // (it::upgrade_snapshot proves the wait).
+        .json(&json!({ "kubernetes_version": NEW, "snapshot_first": false }))
         .send()
         .await
         .unwrap();
@@ -344,7 +346,9 @@ async fn upgrading_within(
 
     let started = app
         .patch(&format!("/clusters/{cluster}"))
-        .json(&json!({ "kubernetes_version": NEW }))
+        // The pools are what is under test: the control plane goes without its snapshot
+        // (it::upgrade_snapshot proves the wait).
+        .json(&json!({ "kubernetes_version": NEW, "snapshot_first": false }))
         .send()
         .await
         .unwrap();

@@ -51,7 +51,7 @@ pub(crate) async fn put(
 }
 
 /// The generation answer's snapshot task for `node`.
-async fn task_of(app: &TestApp, (node, key): (&Node, &NodeKey)) -> Value {
+pub(crate) async fn task_of(app: &TestApp, (node, key): (&Node, &NodeKey)) -> Value {
     let path = format!("/nodes/{}/generation", node.vm);
     let (timestamp, nonce) = (exk8s_api::db::now(), nonce());
     let signature = key.sign(&exk8s_common::node_auth::request_message(
@@ -106,7 +106,7 @@ pub(crate) async fn ask(app: &TestApp, cluster: i64) -> Value {
     json_of(asked).await
 }
 
-async fn one(app: &TestApp, cluster: i64, id: i64) -> Value {
+pub(crate) async fn one(app: &TestApp, cluster: i64, id: i64) -> Value {
     json_of(
         app.get(&format!("/clusters/{cluster}/snapshots/{id}"))
             .send()

@@ -18,7 +18,7 @@ use crate::app::{
 use crate::bootstrap::{Node, cluster_with_credentials, report};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
-async fn app_offering(backend: Backend, versions: &[&str]) -> TestApp {
+pub(crate) async fn app_offering(backend: Backend, versions: &[&str]) -> TestApp {
     let config = exk8s_api::app::ApiConfig {
         kubernetes_versions: versions.iter().map(|v| (*v).to_owned()).collect(),
         ..test_config()
@@ -27,7 +27,7 @@ async fn app_offering(backend: Backend, versions: &[&str]) -> TestApp {
 }
 
 /// A 3-member control plane at the default release, every member booted with a day-2 key.
-async fn booted(app: &TestApp) -> Vec<(Node, NodeKey)> {
+pub(crate) async fn booted(app: &TestApp) -> Vec<(Node, NodeKey)> {
     let mut booted = Vec::new();
     for node in cluster_with_credentials(app, 7, 3).await {
         let key = NodeKey::generate().unwrap();
@@ -38,17 +38,21 @@ async fn booted(app: &TestApp) -> Vec<(Node, NodeKey)> {
     booted
 }
 
-async fn patch(app: &TestApp, cluster: i64, version: &str) -> (u16, Value) {
+pub(crate) async fn patch(app: &TestApp, cluster: i64, version: &str) -> (u16, Value) {
+    patch_with(app, cluster, json!({ "kubernetes_version": version })).await
+}
+
+pub(crate) async fn patch_with(app: &TestApp, cluster: i64, body: Value) -> (u16, Value) {
     let answer = app
         .patch(&format!("/clusters/{cluster}"))
-        .json(&json!({ "kubernetes_version": version }))
+        .json(&body)
         .send()
         .await
         .unwrap();
     (answer.status().as_u16(), json_of(answer).await)
 }
 
-async fn view(app: &TestApp, cluster: i64) -> Value {
+pub(crate) async fn view(app: &TestApp, cluster: i64) -> Value {
     json_of(
         app.get(&format!("/clusters/{cluster}"))
             .send()
@@ -58,7 +62,7 @@ async fn view(app: &TestApp, cluster: i64) -> Value {
     .await
 }
 
-fn condition<'a>(view: &'a Value, type_: &str) -> &'a Value {
+pub(crate) fn condition<'a>(view: &'a Value, type_: &str) -> &'a Value {
     view["conditions"]
         .as_array()
         .unwrap()
@@ -69,7 +73,7 @@ fn condition<'a>(view: &'a Value, type_: &str) -> &'a Value {
 
 /// The release a bundle installs: its kubelet's version, installed beside other releases
 /// (`/opt/exk8s/kubernetes/<version>/kubelet`) and named by the kubelet's unit.
-fn release(payload: &BundlePayload) -> String {
+pub(crate) fn release(payload: &BundlePayload) -> String {
     let kubelet = payload
         .artifacts
         .iter()
@@ -178,6 +182,9 @@ async fn a_minor_upgrade_goes_one_member_at_a_time(backend: Backend) {
         (&started["done"], &started["members"]),
         (&json!(0), &json!(3))
     );
+    // No member changes before a voter stored an etcd snapshot.
+    let snapshot = crate::upgrade_snapshot::stored_by_its_taker(&app, &nodes, &started).await;
+    assert_eq!(snapshot["trigger"], "upgrade", "{snapshot}");
 
     for (i, (node, key)) in nodes.iter().enumerate() {
         let payload = update_payload(&app, fetch_update(&app, node, key).await).await;
@@ -250,8 +257,11 @@ async fn a_failed_member_is_rolled_back_by_asking_for_the_old_release(backend: B
             .contains("upgrade to v1.35.4, the newest patch of its minor, before v1.36.3"),
         "{body}"
     );
-    let (code, _) = patch(&app, cluster, "v1.35.4").await;
+    // (Without its snapshot: it::upgrade_snapshot proves the wait.)
+    let body = json!({ "kubernetes_version": "v1.35.4", "snapshot_first": false });
+    let (code, started) = patch_with(&app, cluster, body).await;
     assert_eq!(code, 202);
+    assert_eq!(started["snapshot_id"], Value::Null, "{started}");
     let (a, ka) = &nodes[0];
     let payload = update_payload(&app, fetch_update(&app, a, ka).await).await;
     assert_eq!(release(&payload), "v1.35.4");
