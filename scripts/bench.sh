@@ -3,7 +3,10 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers
+#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers|floor
+#   (floor: issue 48's ratio, the API's CPU per bundle ÷ the cryptography's on this machine,
+#   ECDSA and RSA-2048 on SQLite and PostgreSQL; OLD=<commit> [PAIRS=n] adds that commit's API,
+#   alternating; not part of `all`)
 #   (compare: OLD=<commit> [PAIRS=n] [POLLS=n] scripts/bench.sh compare — that commit's API
 #   against this one's, n pairs (default 2) alternating, on the same PostgreSQL, each run's
 #   fetches followed by POLLS signed day-2 polls (default none); not part of `all`)
@@ -207,6 +210,47 @@ if [ "$what" = compare ]; then
       --json "$out/compare-$run.json"
   done
   git worktree remove --force "$out/old-src"
+fi
+
+if [ "$what" = floor ]; then
+  # Issue 48's ratio: the API's own CPU per bundle (its process and key helpers, from /proc)
+  # against the cryptography a bundle needs, timed on this machine before each run with the
+  # issuer's crates (`exk8s-loadgen --floor`); PostgreSQL's CPU beside it. ECDSA P-256 and
+  # RSA-2048, SQLite and PostgreSQL. With OLD=<commit>, that commit's API too, alternating
+  # (new, then old) for ${PAIRS:-2} pairs: both builds' ratios, measured by this loadgen.
+  ensure_postgres
+  bins=("new:$api")
+  if [ -n "${OLD:-}" ]; then
+    old_rev=$(git rev-parse --short "$OLD")
+    git worktree remove --force "$out/old-src" 2>/dev/null || true
+    git worktree add --detach "$out/old-src" "$old_rev"
+    (cd "$out/old-src" && cargo build --release --locked -p exk8s-api --target-dir ../../old-target)
+    git worktree remove --force "$out/old-src"
+    bins+=("$old_rev:target/old-target/release/exk8s-api")
+  fi
+  pg_db=exk8s_bench_floor
+  for pair in $(seq 1 "${PAIRS:-2}"); do
+    for entry in "${bins[@]}"; do
+      build=${entry%%:*}
+      bin=${entry#*:}
+      for store in sqlite postgres; do
+        db_args=()
+        if [ "$store" = postgres ]; then
+          psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+          db_args=(--database-url "postgres://postgres@127.0.0.1:5432/$pg_db")
+        fi
+        log "floor, pair $pair: $build on $store"
+        # RSA-2048: 16 fetches once its clusters' key pool is full, as VMs booting after a
+        # founding find it (the pool's keys were made before the measured window).
+        "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor \
+          --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 32 \
+          --json "$out/floor-$build-$store-ecdsa-$pair.json" | grep -E 'CPU per bundle'
+        "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor \
+          --clusters rsa-2048=1 --fetches rsa-2048=16 --concurrency 4 --allow-clean-errors \
+          --json "$out/floor-$build-$store-rsa-$pair.json" | grep -E 'CPU per bundle'
+      done
+    done
+  done
 fi
 
 if [ "$what" = levers ]; then

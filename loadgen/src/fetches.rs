@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use exk8s_common::{Keyring, verify};
 use serde::Serialize;
 use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tokio::sync::Semaphore;
 
 use crate::fleet::{Vm, key_pool_filled};
@@ -31,6 +33,27 @@ pub(crate) struct Summary {
     /// With --idle-check: seconds until the API's CPU fell idle after the set ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) idle_after_s: Option<f64>,
+    /// A fetch set's CPU per bundle, and with --floor its ratio to the floor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cpu: Option<CpuPerBundle>,
+}
+
+/// What one bundle cost the machine's processes, in milliseconds of CPU.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct CpuPerBundle {
+    /// The API process and its key helpers.
+    pub(crate) api_ms: f64,
+    /// Every PostgreSQL process on the machine (none on SQLite).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) postgres_ms: Option<f64>,
+    /// The size of the payload the API signed.
+    pub(crate) payload_bytes: u64,
+    /// The cryptography a bundle needs ([`crate::floor`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) floor_ms: Option<f64>,
+    /// `api_ms / floor_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ratio: Option<f64>,
 }
 
 pub(crate) fn summarise(
@@ -63,6 +86,7 @@ pub(crate) fn summarise(
         p90_ms: pick(0.90),
         p99_ms: pick(0.99),
         idle_after_s: None,
+        cpu: None,
     }
 }
 
@@ -120,6 +144,7 @@ async fn fetch(
     vm: &Vm,
     nonce: &str,
     keys: &Keyring,
+    payload_bytes: &AtomicU64,
 ) -> Result<(), FetchError> {
     let response = http
         .get(format!("{base}/bootstrap/{}", vm.id))
@@ -137,6 +162,12 @@ async fn fetch(
     let p = bundle.payload();
     if p.identity.vm_id != vm.id as u64 || p.freshness.nonce.as_str() != nonce {
         return Err(FetchError::Bad("a bundle for another VM or request".into()));
+    }
+    if payload_bytes.load(Ordering::Relaxed) == 0 {
+        // The first bundle's payload size (its base64 in the envelope, three bytes per four).
+        let envelope: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let encoded = envelope["payload"].as_str().map_or(0, str::len);
+        payload_bytes.store(encoded as u64 * 3 / 4, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -159,6 +190,8 @@ pub(crate) struct FetchSet {
     pub(crate) algorithm: String,
     pub(crate) vms: Vec<Vm>,
     pub(crate) total: usize,
+    /// The first bundle's payload size, once one was fetched.
+    pub(crate) payload_bytes: Arc<AtomicU64>,
 }
 
 impl FetchSet {
@@ -178,16 +211,17 @@ impl FetchSet {
         }
         let vms = Arc::new(self.vms);
         let (latencies, failed, elapsed) = drive(self.total, concurrency, |i| {
-            let (http, base, vms, keys) = (
+            let (http, base, vms, keys, size) = (
                 http.clone(),
                 base.to_owned(),
                 Arc::clone(&vms),
                 Arc::clone(keys),
+                Arc::clone(&self.payload_bytes),
             );
             async move {
                 let vm = &vms[i % vms.len()];
                 let nonce = format!("loadgen-nonce-{i:016}");
-                fetch(&http, &base, vm, &nonce, &keys).await
+                fetch(&http, &base, vm, &nonce, &keys, &size).await
             }
         })
         .await?;

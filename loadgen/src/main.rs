@@ -16,9 +16,11 @@
 
 #![allow(clippy::print_stdout, reason = "the report is the program's output")]
 
+mod cpu;
 mod fetches;
 mod fleet;
 mod fleet_size;
+mod floor;
 mod idle;
 mod polls;
 mod proxy;
@@ -33,7 +35,7 @@ use clap::Parser;
 use exk8s_common::Keyring;
 use serde_json::{Value, json};
 
-use fetches::{FetchError, FetchSet, Summary, await_key_pool, summarise};
+use fetches::{CpuPerBundle, FetchError, FetchSet, Summary, await_key_pool, summarise};
 use fleet::{credentials, get_text, node_vms};
 
 #[derive(Debug, Parser)]
@@ -134,6 +136,11 @@ struct Args {
     /// Succeed when fetches pass --timeout-secs (an abandoned storm: the client leaves).
     #[arg(long)]
     allow_hung: bool,
+    /// Before the API starts, measure each fetched algorithm's issuance floor (the
+    /// cryptography one bundle needs, on this machine, with the issuer's crates); each fetch
+    /// set then reports the API's CPU per bundle against it (issue 48's ratio).
+    #[arg(long)]
+    floor: bool,
 }
 
 /// Kills the API when the run ends.
@@ -158,6 +165,29 @@ fn pairs(list: &[String]) -> Result<Vec<(String, usize)>, String> {
             ))
         })
         .collect()
+}
+
+/// The CPU a fetch set's bundles cost, from the API's and PostgreSQL's ticks before and after
+/// it, against the algorithm's `floor` when measured.
+fn per_bundle(
+    summary: &Summary,
+    ((api_before, pg_before), (api_after, pg_after)): ((u64, Option<u64>), (u64, Option<u64>)),
+    payload_bytes: u64,
+    floor: Option<&floor::Floor>,
+) -> CpuPerBundle {
+    let bundles = (summary.count - summary.errors).max(1) as f64;
+    let ms = |ticks: u64| ticks as f64 * cpu::TICK_MS / bundles;
+    let api_ms = ms(api_after.saturating_sub(api_before));
+    let floor_ms = floor.map(|f| f.per_bundle_ms(payload_bytes as f64));
+    CpuPerBundle {
+        api_ms,
+        postgres_ms: pg_before
+            .zip(pg_after)
+            .map(|(before, after)| ms(after.saturating_sub(before))),
+        payload_bytes,
+        floor_ms,
+        ratio: floor_ms.map(|f| api_ms / f),
+    }
 }
 
 fn run_api(bin: &PathBuf, args: &[&str]) -> Result<String, String> {
@@ -204,6 +234,18 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
     } else {
         db_url.clone()
     };
+    let mut floors = std::collections::HashMap::new();
+    if args.floor {
+        for (algorithm, _) in &fetches {
+            let floor = floor::measure(algorithm)?;
+            eprintln!(
+                "exk8s-loadgen: {algorithm}: the floor is {:.3} ms of minting per bundle and \
+                 {:.4} ms per KiB of payload (digests and signature)",
+                floor.minting_ms, floor.per_kib_ms
+            );
+            floors.insert(algorithm.clone(), floor);
+        }
+    }
     let kek = dir.path().join("kek").display().to_string();
     let signing = dir.path().join("signing").display().to_string();
     run_api(&args.api_bin, &["keys", "generate-kek", "--out", &kek])?;
@@ -365,6 +407,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             algorithm: algorithm.clone(),
             vms,
             total: *total,
+            payload_bytes: Arc::default(),
         };
         if args.together {
             together.push(set);
@@ -373,7 +416,23 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
         if args.await_key_pool {
             await_key_pool(&http, &base, algorithm).await?;
         }
+        let payload_bytes = Arc::clone(&set.payload_bytes);
+        // PostgreSQL's share only when it is the API's database.
+        let server = || {
+            db_url
+                .starts_with("postgres")
+                .then(cpu::postgres_ticks)
+                .flatten()
+        };
+        let before = (cpu::ticks(api.0.id())?, server());
         let mut summary = set.play(&http, &base, &keys, args.concurrency).await?;
+        let after = (cpu::ticks(api.0.id())?, server());
+        summary.cpu = Some(per_bundle(
+            &summary,
+            (before, after),
+            payload_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            floors.get(algorithm),
+        ));
         if args.idle_check {
             let idle = idle::idle_after(api.0.id(), Instant::now()).await?;
             match idle {
@@ -496,6 +555,23 @@ fn main() -> std::process::ExitCode {
                     s.p90_ms,
                     s.p99_ms
                 );
+            }
+            for s in &summaries {
+                if let Some(cpu) = &s.cpu {
+                    let postgres = cpu
+                        .postgres_ms
+                        .map_or_else(String::new, |ms| format!(", PostgreSQL {ms:.2} ms"));
+                    let floor = match (cpu.floor_ms, cpu.ratio) {
+                        (Some(floor), Some(ratio)) => {
+                            format!("; floor {floor:.2} ms, API ÷ floor {ratio:.2}")
+                        }
+                        _ => String::new(),
+                    };
+                    println!(
+                        "{}: CPU per bundle: API {:.2} ms{postgres} (payload {} bytes){floor}",
+                        s.what, cpu.api_ms, cpu.payload_bytes
+                    );
+                }
             }
             if let Some(path) = json_out {
                 if let Err(e) = std::fs::write(
