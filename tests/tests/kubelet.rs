@@ -309,9 +309,13 @@ fn each_nodes_kubelet_runs_from_its_bundle() {
 
     // An upgrade of the control plane: its node syncs, its static pods and then its kubelet
     // restart at the new release (as its kubelet and systemd would), and the kubelet
-    // re-registers its Node at it.
+    // re-registers its Node at it. (Without the etcd snapshot first: this node's agent records
+    // its host steps and takes none; control_plane_upgrade.rs takes it with the real agent.)
     let started: Value = operator(&stack, "PATCH", &format!("/clusters/{cluster}"))
-        .send_json(json!({"kubernetes_version": NEXT_KUBERNETES_VERSION}))
+        .send_json(json!({
+            "kubernetes_version": NEXT_KUBERNETES_VERSION,
+            "snapshot_first": false
+        }))
         .unwrap()
         .into_json()
         .unwrap();
