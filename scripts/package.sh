@@ -9,11 +9,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
 source scripts/lib/ensure.sh
 
-ensure_packages dpkg-shlibdeps:dpkg-dev
-if ! have cargo-deb; then
-  log "installing cargo-deb"
-  cargo install --locked cargo-deb --version 3.8.0
-fi
+ensure_cargo_deb
 
 log "building exk8s-api and exk8s (release)"
 cargo build --locked --release -p exk8s-api -p exk8s-cli

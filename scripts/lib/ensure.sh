@@ -2,7 +2,7 @@
 # Helpers for scripts/*.sh: install what is missing, idempotently, on a Debian machine.
 # Sourced, not run.
 
-log() { printf '\n==> %s\n' "$*" >&2; }
+log() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*" >&2; }
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
@@ -123,4 +123,13 @@ ensure_postgres_server_binaries() {
     _apt_updated=1
   fi
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+}
+
+# ensure_cargo_deb — cargo-deb (and dpkg-shlibdeps, which it runs), for the Debian packages.
+ensure_cargo_deb() {
+  ensure_packages dpkg-shlibdeps:dpkg-dev
+  if ! have cargo-deb; then
+    log "installing cargo-deb"
+    cargo install --locked cargo-deb --version 3.8.0
+  fi
 }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The release builds the packaging checks need (scripts/test-packaging.sh, scripts/package.sh):
+# cargo-deb, the static musl agent, exk8s-api and exk8s. scripts/test.sh starts this beside
+# the test suite under SCHED_IDLE, so it takes only the cores the tests leave idle; the
+# packaging scripts then find everything built (their own cargo builds are no-ops).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/ensure.sh
+source scripts/lib/ensure.sh
+
+ensure_cargo_deb
+bash scripts/build-static-agent.sh
+log "building exk8s-api and exk8s (release)"
+cargo build --locked --release -p exk8s-api -p exk8s-cli
