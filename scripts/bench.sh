@@ -234,17 +234,23 @@ if [ "$what" = floor ]; then
       build=${entry%%:*}
       bin=${entry#*:}
       for store in sqlite postgres; do
+        # Every run on a fresh database: each starts its own simulator, whose VM ids start
+        # again at 101.
         db_args=()
-        if [ "$store" = postgres ]; then
-          psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
-          db_args=(--database-url "postgres://postgres@127.0.0.1:5432/$pg_db")
-        fi
+        fresh_db() {
+          if [ "$store" = postgres ]; then
+            psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS $pg_db" -c "CREATE DATABASE $pg_db"
+            db_args=(--database-url "postgres://postgres@127.0.0.1:5432/$pg_db")
+          fi
+        }
         log "floor, pair $pair: $build on $store"
         # RSA-2048: 16 fetches once its clusters' key pool is full, as VMs booting after a
         # founding find it (the pool's keys were made before the measured window).
+        fresh_db
         "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor \
           --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 32 \
           --json "$out/floor-$build-$store-ecdsa-$pair.json" | grep -E 'CPU per bundle'
+        fresh_db
         "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor \
           --clusters rsa-2048=1 --fetches rsa-2048=16 --concurrency 4 --allow-clean-errors \
           --json "$out/floor-$build-$store-rsa-$pair.json" | grep -E 'CPU per bundle'

@@ -58,9 +58,15 @@ pub struct NodeView {
     /// or after it when it is down).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replacing: bool,
+    /// When its agent last made a signed request (unix seconds, to the minute); absent before
+    /// its first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_at: Option<i64>,
     /// Its components' health as its agent last reported it: `EtcdMemberHealthy`,
     /// `APIServerPodHealthy`, `ControllerManagerPodHealthy`, `SchedulerPodHealthy` and
-    /// `KubeletHealthy` (a worker: `KubeletHealthy`).
+    /// `KubeletHealthy` (a worker: `KubeletHealthy`); then `HealthCheckSucceeded`, the machine
+    /// judged by the cluster's health policy (False with the problem once it lasted the
+    /// policy's timeout).
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }
@@ -119,6 +125,10 @@ pub struct ClusterView {
     /// The service-account signing key: its age, policy and rotation in progress.
     #[serde(default)]
     pub service_account_key: crate::ServiceAccountKeyView,
+    /// How machines are judged unhealthy and whether they are replaced without an operator
+    /// (`PUT /clusters/{id}/health-policy`).
+    #[serde(default)]
+    pub health_policy: crate::HealthPolicy,
 }
 
 /// A control plane's etcd members, counted from what the agents last reported (a joining

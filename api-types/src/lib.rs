@@ -7,6 +7,7 @@ pub mod certificates;
 pub mod cluster;
 pub mod error;
 pub mod events;
+pub mod health;
 pub mod phase;
 pub mod pools;
 mod secret;
@@ -25,6 +26,7 @@ pub use cluster::{
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use events::{ChangeEvent, StatusEvent, StreamEnd};
+pub use health::{HealthPolicy, MaxUnhealthy};
 pub use phase::{ClusterPhase, EtcdMembership, Removal};
 pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
 pub use secret::SecretPem;

@@ -203,6 +203,15 @@ impl AppState {
             rotator: self.rotator(),
             pools: self.pools(),
             membership: self.membership(),
+            health: self.health(),
+        }
+    }
+
+    pub fn health(&self) -> crate::health::pass::Checks {
+        crate::health::pass::Checks {
+            db: self.db.clone(),
+            compute: Arc::clone(&self.compute),
+            clock: Arc::clone(&self.clock),
         }
     }
 }

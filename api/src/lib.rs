@@ -29,6 +29,7 @@ pub mod dns;
 pub mod feed;
 pub mod field;
 pub mod founding;
+pub mod health;
 pub mod http;
 pub mod issuance;
 pub mod keyfiles;

@@ -137,6 +137,18 @@ impl Compute for HttpCompute {
         Ok(found.and_then(|vms| vms.into_iter().next()))
     }
 
+    async fn vms_tagged(&self, key: &str, value: &str) -> Result<Vec<Vm>, ComputeError> {
+        let tag = format!("{key}={value}");
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("tag", &tag)
+            .finish();
+        let found: Option<Vec<Vm>> = self
+            .rest
+            .call::<(), _>(Method::GET, &format!("/v1/vms?{query}"), None)
+            .await?;
+        Ok(found.unwrap_or_default())
+    }
+
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError> {
         self.rest
             .call::<(), serde_json::Value>(Method::DELETE, &format!("/v1/vms/{id}"), None)

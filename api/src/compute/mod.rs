@@ -8,6 +8,7 @@
 //! | `POST /v1/vms` | [`CreateVm`] (JSON) | 201 [`Vm`]; the same `client_token` twice yields the same VM; 422 for an unknown subnet or security group |
 //! | `GET /v1/vms/{id}` | | 200 [`Vm`] (addresses may be null until assigned), 404 |
 //! | `GET /v1/vms?client_token=T` | | 200 `[Vm]` |
+//! | `GET /v1/vms?tag=K=V` | | 200 `[Vm]`: every VM carrying tag `K` with value `V` (one call per cluster for the health checks, not one per VM) |
 //! | `DELETE /v1/vms/{id}` | | 204, 404 (already gone) |
 //! | `GET /v1/subnets/{id}` | | 200 [`Subnet`], 404 |
 //! | `POST /v1/security-groups` | [`CreateSecurityGroup`] | 201 [`SecurityGroup`]; idempotent by `client_token` |
@@ -47,6 +48,8 @@ pub struct CreateVm {
 pub struct Vm {
     pub id: i64,
     pub name: String,
+    /// `pending`, `running`, `stopping`, `stopped`, `terminated` (what clouds say; anything
+    /// else is read as not running).
     pub state: String,
     pub private_ipv4: Option<String>,
     pub private_ipv6: Option<String>,
@@ -104,6 +107,8 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     async fn create_vm(&self, request: &CreateVm) -> Result<Vm, ComputeError>;
     async fn get_vm(&self, id: i64) -> Result<Option<Vm>, ComputeError>;
     async fn find_vm(&self, client_token: &str) -> Result<Option<Vm>, ComputeError>;
+    /// Every VM tagged `key` = `value`.
+    async fn vms_tagged(&self, key: &str, value: &str) -> Result<Vec<Vm>, ComputeError>;
     /// Deleting a VM that is already gone succeeds.
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError>;
     async fn get_subnet(&self, id: i64) -> Result<Option<Subnet>, ComputeError>;

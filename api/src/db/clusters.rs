@@ -52,6 +52,9 @@ pub struct ClusterRow {
     pub sa_key_auto_rotate: bool,
     /// The etcd snapshot the running upgrade waits for before any member changes version.
     pub upgrade_snapshot_id: Option<i64>,
+    /// The health policy as stored (JSON; None: the defaults): read it with
+    /// `crate::health::policy::of`.
+    pub health_policy: Option<String>,
 }
 
 impl ClusterRow {
@@ -67,7 +70,7 @@ const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubern
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
-    sa_key_auto_rotate, upgrade_snapshot_id";
+    sa_key_auto_rotate, upgrade_snapshot_id, health_policy";
 
 /// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
 /// `cluster_nodes`, whose `id`, `phase`, `kubernetes_version` and `created_at` are the node's.
@@ -154,6 +157,7 @@ pub(super) fn from_row_named(
         sa_key_max_age_days: r.try_get("sa_key_max_age_days")?,
         sa_key_auto_rotate: r.try_get::<i64, _>("sa_key_auto_rotate")? != 0,
         upgrade_snapshot_id: r.try_get("upgrade_snapshot_id")?,
+        health_policy: r.try_get("health_policy")?,
     })
 }
 
@@ -392,7 +396,7 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algori
     CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
-    sa_key_auto_rotate, upgrade_snapshot_id";
+    sa_key_auto_rotate, upgrade_snapshot_id, health_policy";
 
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).
@@ -473,6 +477,31 @@ pub async fn set_kubernetes_version<'c>(
     sqlx::query("UPDATE clusters SET kubernetes_version = $1, updated_at = $2 WHERE id = $3")
         .bind(version)
         .bind(super::now())
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Every founded cluster's id (the health pass's round).
+pub async fn founded<'c>(db: impl Executor<'c, Database = Any>) -> Result<Vec<i64>, DbError> {
+    let rows = sqlx::query("SELECT id FROM clusters WHERE phase = 'founded' ORDER BY id")
+        .fetch_all(db)
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Stores the cluster's health policy (None: back to the defaults).
+pub async fn set_health_policy<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    policy: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET health_policy = $1 WHERE id = $2")
+        .bind(policy)
         .bind(id)
         .execute(db)
         .await?;

@@ -23,6 +23,7 @@ pub mod phase;
 pub mod pools;
 mod probe;
 pub mod quotas;
+pub mod remediations;
 pub mod removals;
 pub mod renewal;
 pub mod restores;

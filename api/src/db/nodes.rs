@@ -55,6 +55,13 @@ pub struct NodeRow {
     /// The Kubernetes version the node runs: its handed bundle's, once reported healthy (None
     /// before its first healthy report).
     pub kubernetes_version: Option<String>,
+    /// The last signed request of the node's agent, to [`HEARTBEAT_EVERY`] (None: not seen
+    /// since heartbeats were kept).
+    pub last_seen_at: Option<i64>,
+    /// What the compute API last said of its VM when not running (`gone`, `stopped`, ...),
+    /// and since when a health pass has seen it so; both None while it runs.
+    pub vm_state: Option<String>,
+    pub vm_down_since: Option<i64>,
     pub created_at: i64,
 }
 
@@ -82,7 +89,7 @@ pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, pri
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pool_id, removal, removal_since, \
     drain_by, drain_generation, etcd_membership, replace_since, handed_version, \
-    kubernetes_version, created_at";
+    kubernetes_version, last_seen_at, vm_state, vm_down_since, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -119,6 +126,9 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         replace_since: r.try_get("replace_since")?,
         handed_version: r.try_get("handed_version")?,
         kubernetes_version: r.try_get("kubernetes_version")?,
+        last_seen_at: r.try_get("last_seen_at")?,
+        vm_state: r.try_get("vm_state")?,
+        vm_down_since: r.try_get("vm_down_since")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -250,6 +260,55 @@ pub async fn list<'c>(
     .fetch_all(db)
     .await?;
     Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// How stale `last_seen_at` may be before a signed request writes it again: one write per node
+/// per minute at most, so the hottest route (the generation poll) rarely writes at all.
+pub const HEARTBEAT_EVERY: i64 = 60;
+
+/// Whether `node`'s heartbeat needs writing at `now`.
+pub fn heartbeat_due(node: &NodeRow, now: i64) -> bool {
+    node.last_seen_at
+        .is_none_or(|seen| now - seen >= HEARTBEAT_EVERY)
+}
+
+/// Records that the node's agent was seen at `now` (a signed request of its own).
+pub async fn seen<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_nodes SET last_seen_at = $1 \
+         WHERE id = $2 AND (last_seen_at IS NULL OR last_seen_at < $1)",
+    )
+    .bind(now)
+    .bind(node_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Records what the compute API says of the node's VM: `state` None while it runs (clearing
+/// the time it went down), else `gone` or its state, kept with when a pass first saw it down.
+pub async fn set_vm_state<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    state: Option<&str>,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_nodes SET vm_state = $1, \
+         vm_down_since = CASE WHEN $2 = 0 THEN NULL ELSE COALESCE(vm_down_since, $3) END \
+         WHERE id = $4",
+    )
+    .bind(state)
+    .bind(i64::from(state.is_some()))
+    .bind(now)
+    .bind(node_id)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// The node a VM is, if it belongs to any cluster.

@@ -29,6 +29,7 @@ pub struct Reconciler {
     pub pools: crate::pools::Pools,
     pub membership: crate::membership::Membership,
     pub snapshots: crate::snapshots::Snapshots,
+    pub health: crate::health::pass::Checks,
 }
 
 /// One pass: compensates every stale cluster; returns how many were finished.
@@ -156,6 +157,16 @@ pub async fn pools(ctx: &Reconciler) -> usize {
     converged
 }
 
+/// The health pass ([`crate::health::pass`]): each cluster's VM states kept, then each pool
+/// with an unhealthy worker converged, which replaces it as the cluster's policy allows.
+pub async fn health(ctx: &Reconciler) {
+    for pool_id in crate::health::pass::pass(&ctx.health).await {
+        if let Err(e) = crate::pools::converge::converge(&ctx.pools, pool_id).await {
+            tracing::warn!(pool_id, error = %crate::error_chain(&e), "reconciler: a pool with an unhealthy worker did not converge");
+        }
+    }
+}
+
 /// Moves on every control-plane change nobody is moving (a crash, a join past its timeout).
 pub async fn memberships(ctx: &Reconciler) {
     let ids = match db::membership::needing_work(&ctx.db.pool, db::now()).await {
@@ -219,7 +230,7 @@ pub async fn prune(ctx: &Reconciler) {
 }
 
 /// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes,
-/// scheduled etcd snapshots, the key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
+/// the health pass (each cluster's VM states), scheduled etcd snapshots, the key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
 /// process stops.
 pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -233,6 +244,7 @@ pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
             sa_rotations(&ctx).await;
             pools(&ctx).await;
             memberships(&ctx).await;
+            health(&ctx).await;
             crate::snapshots::schedule::pass(&ctx.snapshots).await;
             crate::snapshots::restore::pending_pass(&ctx.snapshots, &ctx.membership).await;
             if let Err(e) = ctx.key_pool.refresh(&ctx.db.pool).await {

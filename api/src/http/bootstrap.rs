@@ -168,6 +168,7 @@ pub async fn status(
         }
     };
     limit_vm(&state, &vm)?;
+    crate::health::heartbeat(&state.db, &vm.node, state.clock.unix()).await?;
     issuance::report::record(&state.reporter(), &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

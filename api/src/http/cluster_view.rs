@@ -386,9 +386,23 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     let reported = parts.components;
     let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
+    let policy = crate::health::policy::of(&row);
     let node_conditions: Vec<Vec<Condition>> = nodes
         .iter()
-        .map(|n| health.node(n).into_iter().map(Condition::from).collect())
+        .map(|n| {
+            let facts = crate::health::Facts {
+                node: n,
+                components: &reported,
+            };
+            let verdict = crate::health::judge(&policy, facts, now);
+            let checked = status::health_check(n, &verdict, now);
+            health
+                .node(n)
+                .into_iter()
+                .chain(std::iter::once(checked))
+                .map(Condition::from)
+                .collect()
+        })
         .collect();
     ClusterView {
         replicas: replicas.replicas,
@@ -433,11 +447,13 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
         membership_error,
         ca_rotation,
         service_account_key,
+        health_policy: policy,
         nodes: nodes
             .into_iter()
             .zip(node_conditions)
             .map(|(n, conditions)| NodeView {
                 conditions,
+                last_seen_at: n.last_seen_at,
                 up_to_date: n.up_to_date(),
                 kubernetes_version: n.kubernetes_version,
                 vm_id: n.vm_id,

@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod extract;
 pub mod health;
+pub mod health_policy;
 mod idempotent;
 pub mod membership;
 pub mod nodes;
@@ -58,6 +59,8 @@ use crate::app::AppState;
         sa_key::rotate_sa_key,
         sa_key::get_sa_key,
         sa_key::put_sa_key,
+        health_policy::get_health_policy,
+        health_policy::put_health_policy,
         clusters::delete_cluster,
         patch::patch_cluster,
         membership::remove_member,
@@ -196,6 +199,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}/service-account-key",
             get(sa_key::get_sa_key).put(sa_key::put_sa_key),
+        )
+        .route(
+            "/clusters/{id}/health-policy",
+            get(health_policy::get_health_policy).put(health_policy::put_health_policy),
         )
         .route(
             "/clusters/{id}/snapshots",

@@ -53,7 +53,9 @@ pub(super) async fn signed_vm_over(
         body,
     };
     limit_source(state, peer.ip())?;
-    let vm = match issuance::signed::authenticate(&state.db, &request, vm_id).await? {
+    let vm = match issuance::signed::authenticate(&state.db, &request, vm_id, state.clock.unix())
+        .await?
+    {
         Ok(vm) => vm,
         Err(refusal) => {
             let source = peer.ip().to_string();

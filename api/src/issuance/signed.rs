@@ -37,10 +37,14 @@ pub enum SignedBody<'a> {
 }
 
 /// Checks the IMDS token, the signature, its freshness and its nonce, then the VM's membership.
+///
+/// An accepted request is the node's heartbeat: `seen_at` (the health checks' clock) becomes
+/// its `last_seen_at` when that is a minute old or more.
 pub async fn authenticate(
     db: &Db,
     request: &SignedRequest<'_>,
     path_vm: i64,
+    seen_at: i64,
 ) -> Result<Result<Vm, Refusal>, DbError> {
     let headers = request.headers;
     let Some(imds) = header(headers, IMDS_TOKEN_HEADER) else {
@@ -107,5 +111,6 @@ pub async fn authenticate(
     if !fresh {
         return Ok(Err(unauthorized("request nonce replayed")));
     }
+    crate::health::heartbeat(db, node, seen_at).await?;
     Ok(member_of(found, session.org_id))
 }

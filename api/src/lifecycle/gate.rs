@@ -120,6 +120,9 @@ mod tests {
             replace_since: None,
             handed_version: None,
             kubernetes_version: None,
+            last_seen_at: None,
+            vm_state: None,
+            vm_down_since: None,
             created_at: 0,
         }
     }

@@ -20,6 +20,7 @@ use crate::db::{
     self, DbError, clusters::ClusterRow, nodes::NodeRow, phase::ClusterPhase, phase::Removal,
     pools::PoolRow, resources::Resource,
 };
+use crate::health::Unhealthy;
 use crate::lease;
 use crate::machines::{self, MachineError, NewMachine};
 use crate::machineset::{self, Member, Placement, Shape};
@@ -135,6 +136,14 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
         }
 
         let active: Vec<&NodeRow> = nodes.iter().filter(|n| n.removal.is_none()).collect();
+        // An unhealthy worker is replaced as its cluster's health policy allows: one at a
+        // time, none while another worker is still leaving.
+        if !pool.deleting && !waiting {
+            if let Some(sick) = super::remedy::due(ctx, &cluster, pool_id, &active).await? {
+                start_draining(ctx, &cluster, &[sick.node], Some(&sick)).await?;
+                continue;
+            }
+        }
         let desired = usize::try_from(pool.desired_count).unwrap_or(0);
         let release = pool
             .kubernetes_version
@@ -177,7 +186,7 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
                     return Ok(Outcome::Waiting);
                 }
                 rolling::Step::Replace(old) => {
-                    start_draining(ctx, &cluster, &[old]).await?;
+                    start_draining(ctx, &cluster, &[old], None).await?;
                     continue;
                 }
             }
@@ -192,7 +201,7 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
                 (!outdated, if outdated { n.ordinal } else { -n.ordinal })
             });
             surplus.truncate(surplus.len() - keep);
-            start_draining(ctx, &cluster, &surplus).await?;
+            start_draining(ctx, &cluster, &surplus, None).await?;
             continue;
         }
         if waiting {
@@ -335,22 +344,40 @@ async fn drainer(ctx: &Pools, cluster_id: i64) -> Result<Option<NodeRow>, DbErro
     }))
 }
 
-/// Marks `nodes` draining, all by one drainer at its next generation.
+/// Marks `nodes` draining, all by one drainer at its next generation; a remediation is
+/// recorded with it, in the same transaction.
 async fn start_draining(
     ctx: &Pools,
     cluster: &ClusterRow,
     nodes: &[&NodeRow],
+    remedy: Option<&Unhealthy<'_>>,
 ) -> Result<(), ConvergeError> {
     let drainer = drainer(ctx, cluster.id).await?;
+    let now = ctx.clock.unix();
     let mut tx = ctx.db.begin().await?;
     let drain_by = match &drainer {
         Some(d) => Some((d.id, db::removals::bump_generation(&mut tx, d.id).await?)),
         None => None,
     };
     for node in nodes {
-        db::removals::start_draining(&mut tx, node.id, drain_by, ctx.clock.unix()).await?;
+        db::removals::start_draining(&mut tx, node.id, drain_by, now).await?;
+    }
+    if let Some(sick) = remedy {
+        let message = sick.problem.describe();
+        let record = db::remediations::NewRemediation {
+            cluster_id: cluster.id,
+            pool_id: sick.node.pool_id,
+            vm_id: sick.node.vm_id,
+            node_name: &sick.node.node_name,
+            reason: sick.problem.reason(),
+            message: &message,
+        };
+        db::remediations::insert(&mut *tx, record, now).await?;
     }
     tx.commit().await?;
+    if let Some(sick) = remedy {
+        tracing::warn!(cluster_id = cluster.id, vm_id = sick.node.vm_id, node = %sick.node.node_name, reason = sick.problem.reason(), "remediation: replacing an unhealthy worker: {}", sick.problem.describe());
+    }
     for node in nodes {
         tracing::info!(cluster_id = cluster.id, vm_id = node.vm_id, drainer = ?drainer.as_ref().map(|d| d.vm_id), "worker draining");
     }
@@ -409,7 +436,7 @@ async fn drained(ctx: &Pools, cluster: &ClusterRow, node: &NodeRow) -> Result<bo
         _ => {
             // No drainer (yet, or any more): ask the current one.
             if drainer(ctx, cluster.id).await?.is_some() {
-                start_draining(ctx, cluster, &[node]).await?;
+                start_draining(ctx, cluster, &[node], None).await?;
             }
             Ok(false)
         }

@@ -4,6 +4,7 @@
 //! nodes match it. Removing a worker drains it first, through a control-plane node's agent.
 
 pub mod converge;
+mod remedy;
 pub mod request;
 pub mod rolling;
 

@@ -3,7 +3,8 @@
 //!
 //! [`ComputeSim`] hands out VM ids from 101 and private addresses from a configurable CIDR
 //! (default `127.0.10.0/24`, so rendered units work on loopback), and has fault knobs: fail the
-//! Nth VM create, fail security-group creation, delay address assignment, add latency.
+//! Nth VM create, fail security-group creation, delay address assignment, add latency; and a
+//! VM can be stopped, started or destroyed behind exk8s's back ([`ComputeSim::befall`]).
 //! [`server::router`] serves the same REST contract as the real service over HTTP, so the
 //! simulator can outlive a killed API process.
 
@@ -39,6 +40,15 @@ pub struct Faults {
     pub fail_dns: bool,
     /// `create_vm` waits while this is set (a test holds founding at its first VM).
     pub hold_vm_create: bool,
+}
+
+/// Something that happens to a VM outside exk8s ([`ComputeSim::befall`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmEvent {
+    Stop,
+    Start,
+    Destroy,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -147,6 +157,29 @@ impl ComputeSim {
         for (_, polls_left, _) in lock(&self.state).vms.values_mut() {
             *polls_left = 0;
         }
+    }
+
+    /// What happens to a VM outside exk8s (a test's or the dev stack's way to kill a machine):
+    /// `Stop` leaves it `stopped` (its address kept, as a cloud does), `Destroy` removes it as
+    /// if the cloud lost it (every later call answers 404). False when there is no such VM.
+    pub fn befall(&self, id: i64, event: VmEvent) -> bool {
+        let mut state = lock(&self.state);
+        let happened = match event {
+            VmEvent::Stop => state
+                .vms
+                .get_mut(&id)
+                .map(|(vm, ..)| vm.state = "stopped".into()),
+            VmEvent::Start => state
+                .vms
+                .get_mut(&id)
+                .map(|(vm, ..)| vm.state = "running".into()),
+            VmEvent::Destroy => state.vms.remove(&id).map(drop),
+        }
+        .is_some();
+        if happened {
+            self.saved(&state);
+        }
+        happened
     }
 
     /// `create_vm` calls so far (what `Faults::fail_vm_create_nth` counts).
@@ -295,6 +328,18 @@ impl Compute for ComputeSim {
             .map(|(vm, ..)| vm)
             .find(|vm| vm.client_token.as_deref() == Some(client_token))
             .cloned())
+    }
+
+    async fn vms_tagged(&self, key: &str, value: &str) -> Result<Vec<Vm>, ComputeError> {
+        self.delay().await;
+        let state = lock(&self.state);
+        Ok(state
+            .vms
+            .values()
+            .map(|(vm, ..)| vm)
+            .filter(|vm| vm.tags.get(key).is_some_and(|v| v == value))
+            .cloned()
+            .collect())
     }
 
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError> {

@@ -1,15 +1,16 @@
 //! The simulators over HTTP, with the REST contracts of `crate::compute` and `crate::dns`, plus
-//! `PUT /sim/faults` to change fault knobs and `GET /v1/vms`, `GET /v1/security-groups` listings
-//! for tests that inspect what exists.
+//! `PUT /sim/faults` to change fault knobs, `POST /sim/vms/{id}/{stop|start|destroy}` to do to
+//! a VM what a failing machine or a careless operator would, and `GET /v1/vms`,
+//! `GET /v1/security-groups` listings for tests that inspect what exists.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::{ComputeSim, DnsSim, Faults, Simulators};
+use super::{ComputeSim, DnsSim, Faults, Simulators, VmEvent};
 use crate::compute::{Compute, ComputeError, CreateSecurityGroup, CreateVm};
 use crate::dns::{ARecord, Dns};
 
@@ -22,6 +23,8 @@ struct Sims {
 #[derive(Deserialize)]
 struct ByToken {
     client_token: Option<String>,
+    /// `key=value`.
+    tag: Option<String>,
 }
 
 fn failure(e: ComputeError) -> Response {
@@ -59,6 +62,7 @@ pub fn router(sims: Simulators) -> Router {
         )
         .route("/v1/records", get(list_records))
         .route("/sim/faults", put(set_faults).get(get_faults))
+        .route("/sim/vms/{id}/{event}", post(befall))
         .with_state(Sims {
             compute: sims.compute,
             dns: sims.dns,
@@ -66,15 +70,42 @@ pub fn router(sims: Simulators) -> Router {
 }
 
 async fn list_vms(State(s): State<Sims>, Query(q): Query<ByToken>) -> Response {
-    let vms = s.compute.vms();
-    Json(match q.client_token {
-        Some(t) => vms
-            .into_iter()
-            .filter(|vm| vm.client_token.as_deref() == Some(&t))
-            .collect(),
-        None => vms,
-    })
-    .into_response()
+    let tag = match q.tag.as_deref().map(|t| t.split_once('=')) {
+        Some(None) => {
+            return (StatusCode::BAD_REQUEST, "tag must be key=value").into_response();
+        }
+        Some(Some(pair)) => Some(pair),
+        None => None,
+    };
+    let vms: Vec<_> = s
+        .compute
+        .vms()
+        .into_iter()
+        .filter(|vm| {
+            q.client_token
+                .as_ref()
+                .is_none_or(|t| vm.client_token.as_ref() == Some(t))
+        })
+        .filter(|vm| tag.is_none_or(|(k, v)| vm.tags.get(k).is_some_and(|have| have == v)))
+        .collect();
+    Json(vms).into_response()
+}
+
+async fn befall(State(s): State<Sims>, Path((id, event)): Path<(i64, String)>) -> Response {
+    let event = match event.as_str() {
+        "stop" => VmEvent::Stop,
+        "start" => VmEvent::Start,
+        "destroy" => VmEvent::Destroy,
+        other => {
+            let message = format!("unknown VM event {other:?}: stop, start or destroy");
+            return (StatusCode::NOT_FOUND, message).into_response();
+        }
+    };
+    if s.compute.befall(id, event) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (StatusCode::NOT_FOUND, format!("VM {id} does not exist")).into_response()
+    }
 }
 
 async fn create_vm(State(s): State<Sims>, Json(req): Json<CreateVm>) -> Response {

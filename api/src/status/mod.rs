@@ -6,6 +6,7 @@
 mod certificates;
 mod cluster;
 mod components;
+mod health;
 mod rollout;
 mod sa_key;
 mod snapshots;
@@ -15,6 +16,7 @@ pub use cluster::{
     Replicas, Rotating, ca_rotation, deleting, machines, pool_replicas, replicas, scaling,
 };
 pub use components::Health;
+pub use health::health_check;
 pub use rollout::rolling_out;
 pub use sa_key::{SaKey, SaKeyRotating, age_days, sa_key_fresh, sa_key_rotating};
 pub use snapshots::{Snapshots, snapshots};

@@ -145,6 +145,9 @@ pub(crate) mod tests {
             replace_since: None,
             handed_version: Some(runs.into()),
             kubernetes_version: Some(runs.into()),
+            last_seen_at: None,
+            vm_state: None,
+            vm_down_since: None,
             created_at: 0,
         }
     }

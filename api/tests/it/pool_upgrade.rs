@@ -27,7 +27,7 @@ const NEW: &str = "v1.36.3";
 
 /// Registers worker `vm` and reports it complete, as its agent would; the release its bundle
 /// installs.
-async fn boot_worker(app: &TestApp, cluster: i64, vm: i64) -> String {
+pub(crate) async fn boot_worker(app: &TestApp, cluster: i64, vm: i64) -> String {
     let bootstrap = operator_token(&app.state, 7, Scope::Bootstrap, 3600).await;
     let worker = Node {
         vm,

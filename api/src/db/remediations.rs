@@ -1,0 +1,84 @@
+//! `remediations`: each machine replaced because it was unhealthy — what the policy's retry
+//! limit counts, per machine set (a pool, or the control plane), within its period.
+
+use sqlx::{Any, Executor, Row as _};
+
+use super::DbError;
+
+/// One remediation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemediationRow {
+    pub id: i64,
+    pub cluster_id: i64,
+    /// None: a control-plane member.
+    pub pool_id: Option<i64>,
+    pub vm_id: i64,
+    pub node_name: String,
+    /// Cluster API's reason (`MachineDeleted`, `NodeUnreachable`, ...).
+    pub reason: String,
+    pub message: String,
+    pub created_at: i64,
+}
+
+/// What a remediation records.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRemediation<'a> {
+    pub cluster_id: i64,
+    pub pool_id: Option<i64>,
+    pub vm_id: i64,
+    pub node_name: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
+}
+
+pub async fn insert<'c>(
+    db: impl Executor<'c, Database = Any>,
+    new: NewRemediation<'_>,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "INSERT INTO remediations (cluster_id, pool_id, vm_id, node_name, reason, message, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(new.cluster_id)
+    .bind(new.pool_id)
+    .bind(new.vm_id)
+    .bind(new.node_name)
+    .bind(new.reason)
+    .bind(new.message)
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The cluster's remediations since `since`, newest first.
+pub async fn since<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    since: i64,
+) -> Result<Vec<RemediationRow>, DbError> {
+    let rows = sqlx::query(
+        "SELECT id, cluster_id, pool_id, vm_id, node_name, reason, message, created_at \
+         FROM remediations WHERE cluster_id = $1 AND created_at >= $2 ORDER BY id DESC",
+    )
+    .bind(cluster_id)
+    .bind(since)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            Ok(RemediationRow {
+                id: r.try_get("id")?,
+                cluster_id: r.try_get("cluster_id")?,
+                pool_id: r.try_get("pool_id")?,
+                vm_id: r.try_get("vm_id")?,
+                node_name: r.try_get("node_name")?,
+                reason: r.try_get("reason")?,
+                message: r.try_get("message")?,
+                created_at: r.try_get("created_at")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()?)
+}

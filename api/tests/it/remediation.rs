@@ -1,0 +1,128 @@
+//! Worker remediation on SQLite and PostgreSQL, with an injected clock and the compute
+//! simulator killing machines: a pool's worker whose VM is destroyed is, past the policy's
+//! wait and with no operator call, drained, released and replaced (the record kept); the retry
+//! limit and `max_unhealthy` each stop it (and lifting them lets it go on); a policy with
+//! remediation off only watches.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use exk8s_api::clock::ManualClock;
+use exk8s_api::sim::VmEvent;
+use exk8s_common::node_auth::NodeKey;
+use serde_json::{Value, json};
+
+use crate::app::{
+    Backend, TestApp, both_backends, credentials_for, json_of, spawn_clocked, test_config,
+};
+use crate::bootstrap::report;
+use crate::pool_upgrade::boot_worker;
+use crate::pools::{pool, pool_body, settled};
+use crate::sync::{fetch_update, register, sync_report, update_payload};
+
+fn vms(pool: &Value) -> BTreeSet<i64> {
+    pool["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["vm_id"].as_i64().unwrap())
+        .collect()
+}
+
+async fn health(app: &TestApp) {
+    exk8s_api::founding::reconcile::health(&app.state.reconciler()).await;
+}
+
+async fn remediations(app: &TestApp, cluster: i64) -> Vec<(i64, String)> {
+    let rows = exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
+        .await
+        .unwrap();
+    rows.into_iter().map(|r| (r.vm_id, r.reason)).collect()
+}
+
+async fn put_policy(app: &TestApp, cluster: i64, policy: Value) {
+    let path = format!("/clusters/{cluster}/health-policy");
+    let answer = app.put(&path).json(&policy).send().await.unwrap();
+    assert_eq!(answer.status(), 200, "{}", json_of(answer).await);
+}
+
+async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let member = credentials_for(&app, 7, &created).await.remove(0);
+    let key = NodeKey::generate().unwrap();
+    register(&app, &member, &key).await;
+    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
+    let made = app
+        .post(&format!("/clusters/{cluster}/node-pools"))
+        .json(&pool_body("blue", 3))
+        .send()
+        .await
+        .unwrap();
+    let id = json_of(made).await["id"].as_i64().unwrap();
+    let three = vms(&settled(&app, cluster, id, 3).await);
+    for &vm in &three {
+        boot_worker(&app, cluster, vm).await;
+    }
+    let workers: Vec<i64> = three.iter().copied().collect();
+
+    // With remediation off, a destroyed worker is only watched.
+    put_policy(&app, cluster, json!({"remediation": false})).await;
+    assert!(app.sims.compute.befall(workers[0], VmEvent::Destroy));
+    health(&app).await;
+    clock.advance(time::Duration::minutes(3));
+    health(&app).await;
+    assert_eq!(vms(&pool(&app, cluster, id).await), three);
+    assert!(remediations(&app, cluster).await.is_empty());
+
+    // On (the default): drained by the control-plane member's agent (played here: it syncs
+    // the generation that carries the drain), released and replaced, with no operator call.
+    put_policy(&app, cluster, json!({})).await;
+    health(&app).await;
+    let draining = pool(&app, cluster, id).await;
+    let gone = draining["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == workers[0])
+        .unwrap_or_else(|| panic!("{draining}"));
+    assert_eq!(gone["removal"], "draining", "{draining}");
+    let drain = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+    sync_report(&app, &member, &key, "succeeded", drain.identity.generation).await;
+    let replaced = vms(&settled(&app, cluster, id, 3).await);
+    assert!(!replaced.contains(&workers[0]), "{replaced:?}");
+    assert!(replaced.contains(&workers[1]) && replaced.contains(&workers[2]));
+    assert_eq!(
+        remediations(&app, cluster).await,
+        vec![(workers[0], "MachineDeleted".to_owned())]
+    );
+    assert!(app.sims.compute.vms().iter().all(|vm| vm.id != workers[0]));
+
+    // One remediation a day allowed: the next dead worker waits.
+    put_policy(&app, cluster, json!({"max_remediations": 1})).await;
+    assert!(app.sims.compute.befall(workers[1], VmEvent::Stop));
+    health(&app).await;
+    clock.advance(time::Duration::minutes(3));
+    health(&app).await;
+    assert_eq!(vms(&pool(&app, cluster, id).await), replaced);
+    assert_eq!(remediations(&app, cluster).await.len(), 1);
+
+    // A day on, every worker has fallen silent (no agent runs here): three of three
+    // unhealthy is more than max_unhealthy allows, so none goes.
+    put_policy(&app, cluster, json!({"max_unhealthy": "1"})).await;
+    clock.advance(time::Duration::hours(25));
+    health(&app).await;
+    assert_eq!(vms(&pool(&app, cluster, id).await), replaced);
+    assert_eq!(remediations(&app, cluster).await.len(), 1);
+    // The limit was what held them: allowing all, the longest unhealthy goes (the worker
+    // silent since it booted; the stopped one counts from when its VM was seen down).
+    put_policy(&app, cluster, json!({"max_unhealthy": "100%"})).await;
+    health(&app).await;
+    let done = remediations(&app, cluster).await;
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(done[0], (workers[2], "NodeUnreachable".to_owned()));
+}
+
+both_backends!(a_dead_worker_is_replaced_as_the_policy_allows);
