@@ -229,6 +229,10 @@ if [ "$what" = floor ]; then
     bins+=("$old_rev:target/old-target/release/exk8s-api")
   fi
   pg_db=exk8s_bench_floor
+  # Builds before the role-neutral `/bootstrap/{vm}` serve only the alias (the same handler):
+  # with OLD, both builds are measured through it.
+  route=/bootstrap
+  [ -z "${OLD:-}" ] || route=/bootstrap/control-plane
   for pair in $(seq 1 "${PAIRS:-2}"); do
     for entry in "${bins[@]}"; do
       build=${entry%%:*}
@@ -247,11 +251,11 @@ if [ "$what" = floor ]; then
         # RSA-2048: 16 fetches once its clusters' key pool is full, as VMs booting after a
         # founding find it (the pool's keys were made before the measured window).
         fresh_db
-        "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor \
+        "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor --bundle-route "$route" \
           --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 32 \
           --json "$out/floor-$build-$store-ecdsa-$pair.json" | grep -E 'CPU per bundle'
         fresh_db
-        "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor \
+        "$loadgen" --api-bin "$bin" "${db_args[@]}" --floor --bundle-route "$route" \
           --clusters rsa-2048=1 --fetches rsa-2048=16 --concurrency 4 --allow-clean-errors \
           --json "$out/floor-$build-$store-rsa-$pair.json" | grep -E 'CPU per bundle'
       done

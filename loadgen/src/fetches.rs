@@ -141,13 +141,14 @@ pub(crate) async fn refusal(response: reqwest::Response) -> FetchError {
 async fn fetch(
     http: &reqwest::Client,
     base: &str,
+    route: &str,
     vm: &Vm,
     nonce: &str,
     keys: &Keyring,
     payload_bytes: &AtomicU64,
 ) -> Result<(), FetchError> {
     let response = http
-        .get(format!("{base}/bootstrap/{}", vm.id))
+        .get(format!("{base}{route}/{}", vm.id))
         .header("X-exc-imds-token", &vm.imds)
         .bearer_auth(&vm.bearer)
         .header("X-Exk8s-Nonce", nonce)
@@ -192,6 +193,8 @@ pub(crate) struct FetchSet {
     pub(crate) total: usize,
     /// The first bundle's payload size, once one was fetched.
     pub(crate) payload_bytes: Arc<AtomicU64>,
+    /// The bundle route, before `/{vm_id}`.
+    pub(crate) route: String,
 }
 
 impl FetchSet {
@@ -210,10 +213,12 @@ impl FetchSet {
             ));
         }
         let vms = Arc::new(self.vms);
+        let route: Arc<str> = self.route.into();
         let (latencies, failed, elapsed) = drive(self.total, concurrency, |i| {
-            let (http, base, vms, keys, size) = (
+            let (http, base, route, vms, keys, size) = (
                 http.clone(),
                 base.to_owned(),
+                Arc::clone(&route),
                 Arc::clone(&vms),
                 Arc::clone(keys),
                 Arc::clone(&self.payload_bytes),
@@ -221,7 +226,7 @@ impl FetchSet {
             async move {
                 let vm = &vms[i % vms.len()];
                 let nonce = format!("loadgen-nonce-{i:016}");
-                fetch(&http, &base, vm, &nonce, &keys, &size).await
+                fetch(&http, &base, &route, vm, &nonce, &keys, &size).await
             }
         })
         .await?;

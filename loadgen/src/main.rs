@@ -133,6 +133,11 @@ struct Args {
     /// Succeed when fetches fail only cleanly (429/5xx); hung or bad fetches still fail the run.
     #[arg(long)]
     allow_clean_errors: bool,
+    /// The bundle route the fetches use, before `/{vm_id}`: `/bootstrap`, or the alias
+    /// `/bootstrap/control-plane` that builds before the role-neutral route also serve (the
+    /// same handler: `bench.sh floor` uses it to measure an older commit beside this one).
+    #[arg(long, default_value = "/bootstrap")]
+    bundle_route: String,
     /// Succeed when fetches pass --timeout-secs (an abandoned storm: the client leaves).
     #[arg(long)]
     allow_hung: bool,
@@ -408,6 +413,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             vms,
             total: *total,
             payload_bytes: Arc::default(),
+            route: args.bundle_route.clone(),
         };
         if args.together {
             together.push(set);

@@ -32,11 +32,14 @@ pub enum PassError {
 
 /// One cluster's VMs: stores each node's change of VM state. Returns how many changed.
 pub async fn observe(ctx: &Checks, cluster_id: i64) -> Result<usize, PassError> {
+    // The nodes first: each one's VM was made before its row, so before this listing, and a
+    // VM missing from it is truly gone (listing first would call a worker made in between
+    // gone).
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     let vms = ctx
         .compute
         .vms_tagged(CLUSTER_TAG, &cluster_id.to_string())
         .await?;
-    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
     let now = ctx.clock.unix();
     let mut changed = 0;
     for node in &nodes {
