@@ -77,7 +77,8 @@ pub(crate) fn worker_vms(app: &TestApp, pool: &str) -> BTreeSet<i64> {
         .collect()
 }
 
-fn vm_ids(pool: &Value) -> BTreeSet<i64> {
+/// The VM ids of a pool's view.
+pub(crate) fn vm_ids(pool: &Value) -> BTreeSet<i64> {
     pool["nodes"]
         .as_array()
         .unwrap()

@@ -4,7 +4,6 @@
 //! limit and `max_unhealthy` each stop it (and lifting them lets it go on); a policy with
 //! remediation off only watches.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use exk8s_api::clock::ManualClock;
@@ -17,17 +16,8 @@ use crate::app::{
 };
 use crate::bootstrap::report;
 use crate::pool_upgrade::boot_worker;
-use crate::pools::{pool, pool_body, settled};
+use crate::pools::{pool, pool_body, settled, vm_ids as vms};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
-
-fn vms(pool: &Value) -> BTreeSet<i64> {
-    pool["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["vm_id"].as_i64().unwrap())
-        .collect()
-}
 
 async fn health(app: &TestApp) {
     exk8s_api::founding::reconcile::health(&app.state.reconciler()).await;
