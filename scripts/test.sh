@@ -105,7 +105,16 @@ chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
 release_builds=$!
 
 log "cargo test (whole workspace)"
-cargo test --workspace --locked --no-fail-fast
+# Kept in a file too: a failing test's panic sits between its captured output (the real
+# control-plane tests print every agent's log) and the other binaries' results, where a log cut to
+# its head and tail loses it; on failure every panic is printed again, last.
+test_log=$(mktemp)
+if ! cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"; then
+  log "cargo test failed; the panics, again:"
+  grep -E -A 14 '^thread .* panicked at ' "$test_log" | cut -c1-2000 >&2 || true
+  grep -E '^---- |^error: .* target' "$test_log" >&2 || true
+  exit 1
+fi
 
 log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
 EXK8S_API_BIN=target/debug/exk8s-api bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"

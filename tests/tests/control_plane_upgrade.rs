@@ -52,9 +52,14 @@ use serde_json::{Value, json};
 /// The client namespace's index in the LAN (after the three nodes).
 const CLIENT: usize = 3;
 
-/// How long the agent waits for a component it restarted before it gives up (the plan's
-/// deadline, shortened for the test).
+/// How long the agent waits for the broken apiserver before it gives up (the plan's deadline,
+/// shortened for the test: the sync must fail, and fails only when this runs out).
 const WAIT_CAP: Duration = Duration::from_secs(25);
+
+/// How long the agent waits for a component it restarted that should come up: the harness's
+/// stop of the old process alone takes ~10 s of it (the apiserver's graceful shutdown), and a
+/// new apiserver on two shared cores may take tens of seconds more — a 25 s cap failed CI.
+const SYNC_CAP: Duration = Duration::from_secs(120);
 
 /// How long the drainer's agent waits for its restarted components and for a drain.
 const DRAIN_CAP: Duration = Duration::from_secs(120);
@@ -462,7 +467,7 @@ fn pool_of_two<'a>(booted: &'a Booted, dir: &Path, lan: &'a Lan) -> Workers<'a> 
 /// `snapshot` and uploads it, then takes the new release in the same sync (the harness restarting
 /// what it restarts meanwhile); its log.
 fn sync_taking_snapshot(cluster: &mut Rolling<'_>, i: usize, snapshot: i64) -> String {
-    let synced = cluster.sync_waiting(i, WAIT_CAP);
+    let synced = cluster.sync_waiting(i, SYNC_CAP);
     let log = String::from_utf8_lossy(&synced.stderr).into_owned();
     assert!(synced.status.success(), "node {i}'s sync: {log}");
     let uploaded = log.find(&format!("etcd snapshot {snapshot} taken and uploaded"));
