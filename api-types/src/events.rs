@@ -11,13 +11,15 @@ use crate::phase::ClusterPhase;
 pub struct ChangeEvent {
     /// Unix seconds.
     pub at: i64,
-    /// A cluster phase (`cluster`), or a node's phase as `GET /clusters/{id}` shows it.
+    /// A cluster phase (`cluster`), a node's phase as `GET /clusters/{id}` shows it, or the
+    /// machine set a remediation replaces a machine of (`control-plane`, `worker`).
     pub phase: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vm_id: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,
-    /// A failure's message, or the text of a node's report.
+    /// A failure's message, the text of a node's report, or the node a remediation replaces and
+    /// what is wrong with it (its Cluster API reason in `error_reason`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

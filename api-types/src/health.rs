@@ -101,3 +101,12 @@ impl Default for HealthPolicy {
         }
     }
 }
+
+/// The policy a pool's workers are judged and remediated by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolHealthPolicy {
+    /// The pool's own (`PUT`), or false: its cluster's (until one is put; `DELETE` goes back).
+    pub own: bool,
+    pub policy: HealthPolicy,
+}

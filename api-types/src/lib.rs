@@ -26,7 +26,7 @@ pub use cluster::{
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use events::{ChangeEvent, StatusEvent, StreamEnd};
-pub use health::{HealthPolicy, MaxUnhealthy};
+pub use health::{HealthPolicy, MaxUnhealthy, PoolHealthPolicy};
 pub use phase::{ClusterPhase, EtcdMembership, Removal};
 pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
 pub use secret::SecretPem;

@@ -117,6 +117,20 @@ fn run_api(args: &[&str]) -> String {
 /// in-process, addresses from `sim_cidr`, `extra` arguments, keys and `api.log` under `dir`, and
 /// an operator token.
 pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack {
+    start_postgres_serve_with_env(dir, sim_cidr, extra, &[])
+}
+
+/// [`start_postgres_serve`] with `env` added to the API's environment.
+pub fn start_postgres_serve_with_env(
+    dir: &Path,
+    sim_cidr: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Stack {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     let db_url = crate::postgres::fresh_shared_database("e2e");
     let kek = dir.join("kek.key").display().to_string();
     let signing = dir.join("signing.key").display().to_string();
@@ -159,7 +173,7 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
     .to_vec();
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let log = dir.join("api.log");
-    let api = spawn_api(&args, &[], &log, false);
+    let api = spawn_api(&args, &env, &log, false);
     wait_until("the API", Duration::from_secs(30), || {
         http().get(&format!("{base}/healthz")).call().is_ok()
     });
@@ -183,7 +197,7 @@ pub fn start_postgres_serve(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Stack
         data: dir.to_owned(),
         api: Mutex::new(api),
         args,
-        env: Vec::new(),
+        env,
         log,
     }
 }

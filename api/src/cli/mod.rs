@@ -257,7 +257,7 @@ fn build_state(
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
-        clock: Arc::new(crate::clock::SystemClock),
+        clock: crate::clock::from_env(),
         issuers: Arc::new(crate::issuance::issuers::IssuerCache::new(
             crate::issuance::issuers::DEFAULT_CAPACITY,
         )),

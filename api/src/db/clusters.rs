@@ -55,6 +55,9 @@ pub struct ClusterRow {
     /// The health policy as stored (JSON; None: the defaults): read it with
     /// `crate::health::policy::of`.
     pub health_policy: Option<String>,
+    /// Why the last health pass left an unhealthy control-plane member alone (JSON,
+    /// [`crate::health::blocked`]); None: nothing is held back.
+    pub remediation_blocked: Option<String>,
 }
 
 impl ClusterRow {
@@ -70,7 +73,7 @@ const COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, kubern
     sa_key_sealed, encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
-    sa_key_auto_rotate, upgrade_snapshot_id, health_policy";
+    sa_key_auto_rotate, upgrade_snapshot_id, health_policy, remediation_blocked";
 
 /// The names a row's cluster columns go by where they differ from [`COLUMNS`]: in a join with
 /// `cluster_nodes`, whose `id`, `phase`, `kubernetes_version` and `created_at` are the node's.
@@ -158,6 +161,7 @@ pub(super) fn from_row_named(
         sa_key_auto_rotate: r.try_get::<i64, _>("sa_key_auto_rotate")? != 0,
         upgrade_snapshot_id: r.try_get("upgrade_snapshot_id")?,
         health_policy: r.try_get("health_policy")?,
+        remediation_blocked: r.try_get("remediation_blocked")?,
     })
 }
 
@@ -396,7 +400,7 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algori
     CAST(NULL AS TEXT) AS encryption_key_sealed, security_group_id, dns_configured, dns_error, \
     error_reason, error_message, created_at, updated_at, certificates_version, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
-    sa_key_auto_rotate, upgrade_snapshot_id, health_policy";
+    sa_key_auto_rotate, upgrade_snapshot_id, health_policy, remediation_blocked";
 
 /// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).
@@ -502,6 +506,20 @@ pub async fn set_health_policy<'c>(
 ) -> Result<(), DbError> {
     sqlx::query("UPDATE clusters SET health_policy = $1 WHERE id = $2")
         .bind(policy)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Stores why control-plane remediation waits (None: it does not).
+pub async fn set_remediation_blocked<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    blocked: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE clusters SET remediation_blocked = $1 WHERE id = $2")
+        .bind(blocked)
         .bind(id)
         .execute(db)
         .await?;

@@ -1,5 +1,5 @@
 //! `cluster_events`: a cluster's changes in order — its phase, each node it gained, each report
-//! a node made. Triggers write the rows (migration 0012), so this module only reads them, a
+//! a node made, each unhealthy machine replaced. Triggers write the rows (migration 0012), so this module only reads them, a
 //! page at a time after a given id, and prunes them by age.
 
 use sqlx::{Any, Executor, Row as _};
@@ -22,6 +22,16 @@ pub enum Change {
     Report {
         vm_id: i64,
         phase: NodePhase,
+        message: String,
+    },
+    /// An unhealthy machine is being replaced (a row of `remediations`).
+    Remediation {
+        vm_id: i64,
+        /// `control-plane` or `worker`.
+        set: String,
+        /// Cluster API's reason (`MachineDeleted`, ...).
+        reason: String,
+        /// The node, and what is wrong with it.
         message: String,
     },
 }
@@ -55,6 +65,16 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
         ("report", Some(vm_id)) => Change::Report {
             vm_id,
             phase: node_phase()?,
+            message: r
+                .try_get::<Option<String>, _>("message")?
+                .unwrap_or_default(),
+        },
+        ("remediation", Some(vm_id)) => Change::Remediation {
+            vm_id,
+            set: r.try_get("phase")?,
+            reason: r
+                .try_get::<Option<String>, _>("reason")?
+                .unwrap_or_default(),
             message: r
                 .try_get::<Option<String>, _>("message")?
                 .unwrap_or_default(),

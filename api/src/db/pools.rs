@@ -34,6 +34,8 @@ pub struct PoolRow {
     pub max_surge: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The pool's own health policy (JSON, [`crate::health::policy`]); None: its cluster's.
+    pub health_policy: Option<String>,
 }
 
 /// A pool to make.
@@ -79,7 +81,7 @@ pub async fn insert(
 
 pub(super) const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
     taints_json, desired_count, deleting, last_error, kubernetes_version, follow_control_plane, \
-    max_surge, created_at, updated_at";
+    max_surge, created_at, updated_at, health_policy";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
     Ok(PoolRow {
@@ -99,6 +101,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
         max_surge: r.try_get("max_surge")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
+        health_policy: r.try_get("health_policy")?,
     })
 }
 
@@ -269,4 +272,18 @@ pub async fn follow_control_planes<'c>(
     .bind(cluster_id.unwrap_or(0))
     .fetch_all(db)
     .await?)
+}
+
+/// Stores the pool's own health policy (None: it follows its cluster's again).
+pub async fn set_health_policy<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    policy: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE node_pools SET health_policy = $1 WHERE id = $2")
+        .bind(policy)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
 }

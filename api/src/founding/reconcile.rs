@@ -158,11 +158,18 @@ pub async fn pools(ctx: &Reconciler) -> usize {
 }
 
 /// The health pass ([`crate::health::pass`]): each cluster's VM states kept, then each pool
-/// with an unhealthy worker converged, which replaces it as the cluster's policy allows.
+/// with an unhealthy worker converged, which replaces it as the cluster's policy allows, and
+/// each control plane with an unhealthy member remediated when its policy and quorum allow.
 pub async fn health(ctx: &Reconciler) {
-    for pool_id in crate::health::pass::pass(&ctx.health).await {
+    let found = crate::health::pass::pass(&ctx.health).await;
+    for pool_id in found.pools {
         if let Err(e) = crate::pools::converge::converge(&ctx.pools, pool_id).await {
             tracing::warn!(pool_id, error = %crate::error_chain(&e), "reconciler: a pool with an unhealthy worker did not converge");
+        }
+    }
+    for cluster_id in found.control_planes {
+        if let Err(e) = crate::membership::remediate(&ctx.membership, cluster_id).await {
+            tracing::warn!(cluster_id, error = %crate::error_chain(&e), "reconciler: a control plane's remediation failed");
         }
     }
 }

@@ -127,7 +127,9 @@ pub struct Facts<'a> {
 /// otherwise the one nearest its timeout makes it suspect.
 pub fn judge(policy: &HealthPolicy, facts: Facts<'_>, now: i64) -> Verdict {
     let node = facts.node;
-    if node.removal.is_some() {
+    if node.removal.is_some()
+        || node.etcd_membership == Some(crate::db::phase::EtcdMembership::Leaving)
+    {
         return Verdict::Leaving;
     }
     let after = |secs: u32| i64::from(secs);

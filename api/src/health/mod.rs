@@ -5,6 +5,7 @@
 //! state, the agent's heartbeat (`cluster_nodes.last_seen_at`, written by its signed requests),
 //! and the components' health its agent reports.
 
+pub mod blocked;
 pub mod judge;
 pub mod pass;
 pub mod policy;
@@ -147,6 +148,46 @@ pub fn allowed(policy: &HealthPolicy, set: SetHealth) -> Result<(), Blocked> {
     Ok(())
 }
 
+/// The control plane's remediation now: `Ok(None)` when no member is unhealthy, the member to
+/// remediate (longest unhealthy first), or why none may go. `change` names another change that
+/// runs (a membership change, an upgrade, a restore, a rotation); `recent` counts the control
+/// plane's remediations within the policy's retry period. Quorum counts as healthy only the
+/// members judged [`Verdict::Healthy`] whose agent last reported healthy.
+pub fn control_plane<'a>(
+    policy: &HealthPolicy,
+    members: &[&'a crate::db::nodes::NodeRow],
+    components: &[crate::db::components::ComponentRow],
+    now: i64,
+    recent: u32,
+    change: Option<String>,
+) -> Result<Option<Unhealthy<'a>>, Blocked> {
+    let mut sick = unhealthy(policy, members.iter().copied(), components, now);
+    if sick.is_empty() {
+        return Ok(None);
+    }
+    if !policy.remediation {
+        return Err(Blocked::Off);
+    }
+    if let Some(change) = change {
+        return Err(Blocked::ChangeInProgress(change));
+    }
+    let healthy = members
+        .iter()
+        .filter(|node| {
+            node.phase.healthy()
+                && judge(policy, Facts { node, components }, now) == Verdict::Healthy
+        })
+        .count();
+    let set = SetHealth {
+        machines: members.len(),
+        unhealthy: sick.len(),
+        recent_remediations: recent,
+        voters: Some((members.len(), healthy)),
+    };
+    allowed(policy, set)?;
+    Ok(Some(sick.swap_remove(0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +262,79 @@ mod tests {
             blocked
                 .describe()
                 .contains("3 machines were replaced in the last 24 h")
+        );
+    }
+
+    #[test]
+    fn a_dead_member_goes_first_only_with_quorum_and_nothing_else_changing() {
+        const T0: i64 = 1_800_000_000;
+        let member = |ordinal| {
+            let mut n = crate::upgrade::state::tests::node(ordinal, "v1.35.3", [1, 1, 1]);
+            n.created_at = T0;
+            n.last_seen_at = Some(T0);
+            n
+        };
+        let gone = |ordinal| {
+            let mut n = member(ordinal);
+            n.vm_state = Some(judge::GONE.to_owned());
+            n.vm_down_since = Some(T0);
+            n
+        };
+        let policy = HealthPolicy::default();
+        let now = T0 + 121;
+        let healthy = [member(1), member(2), member(3)];
+        let refs: Vec<_> = healthy.iter().collect();
+        assert!(matches!(
+            control_plane(&policy, &refs, &[], now, 0, None),
+            Ok(None)
+        ));
+        let one_dead = [member(1), member(2), gone(3)];
+        let refs: Vec<_> = one_dead.iter().collect();
+        let chosen = control_plane(&policy, &refs, &[], now, 0, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (chosen.node.ordinal, chosen.problem.reason()),
+            (3, "MachineDeleted")
+        );
+        // Not before its timeout: the VM is only watched.
+        assert!(matches!(
+            control_plane(&policy, &refs, &[], T0 + 60, 0, None),
+            Ok(None)
+        ));
+        let upgrading = Some("the control plane's move to v1.36.3".to_owned());
+        assert_eq!(
+            control_plane(&policy, &refs, &[], now, 0, upgrading)
+                .unwrap_err()
+                .reason(),
+            "ChangeInProgress"
+        );
+        assert_eq!(
+            control_plane(&policy, &refs, &[], now, 3, None)
+                .unwrap_err()
+                .reason(),
+            "RetriesExhausted"
+        );
+        // A member only suspected (its VM gone a minute) is no healthy voter for quorum.
+        let mut suspect = gone(2);
+        suspect.vm_down_since = Some(T0 + 100);
+        let two_down = [member(1), suspect, gone(3)];
+        let refs: Vec<_> = two_down.iter().collect();
+        assert_eq!(
+            control_plane(&policy, &refs, &[], now, 0, None).unwrap_err(),
+            Blocked::QuorumAtRisk {
+                healthy: 1,
+                members: 3
+            }
+        );
+        let off = HealthPolicy {
+            remediation: false,
+            ..policy
+        };
+        let refs: Vec<_> = one_dead.iter().collect();
+        assert_eq!(
+            control_plane(&off, &refs, &[], now, 0, None).unwrap_err(),
+            Blocked::Off
         );
     }
 }

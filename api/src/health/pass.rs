@@ -64,49 +64,77 @@ pub async fn observe(ctx: &Checks, cluster_id: i64) -> Result<usize, PassError> 
     Ok(changed)
 }
 
-/// The pools of `cluster_id` with a worker unhealthy now, when its policy remediates (their
-/// convergence decides whether the policy lets one go, [`super::allowed`]).
-pub async fn pools_to_remediate(ctx: &Checks, cluster_id: i64) -> Result<Vec<i64>, DbError> {
-    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
-        return Ok(Vec::new());
-    };
-    let policy = crate::health::policy::of(&cluster);
-    if !policy.remediation {
-        return Ok(Vec::new());
-    }
-    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
-    let components = db::components::for_cluster(&ctx.db.pool, cluster_id).await?;
-    let workers = nodes.iter().filter(|n| n.pool_id.is_some());
-    let mut pools: Vec<i64> = super::unhealthy(&policy, workers, &components, ctx.clock.unix())
-        .iter()
-        .filter_map(|u| u.node.pool_id)
-        .collect();
-    pools.sort_unstable();
-    pools.dedup();
-    Ok(pools)
+/// What a pass found to remediate, once each cluster's policy allows it: the pools with an
+/// unhealthy worker (their convergence decides whether one may go, [`super::allowed`]) and the
+/// clusters with an unhealthy control-plane member ([`crate::membership::remediate`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToRemediate {
+    pub pools: Vec<i64>,
+    pub control_planes: Vec<i64>,
 }
 
-/// Every founded cluster, one compute call each; returns the pools that have a worker to
-/// remediate. A cluster whose listing fails keeps what the last pass saw, and the others go on.
-pub async fn pass(ctx: &Checks) -> Vec<i64> {
+/// What of `cluster_id` is unhealthy now, where its policy (the cluster's for the control
+/// plane, each pool's own or else the cluster's for its workers) remediates.
+pub async fn to_remediate(ctx: &Checks, cluster_id: i64) -> Result<ToRemediate, DbError> {
+    let mut found = ToRemediate::default();
+    let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
+        return Ok(found);
+    };
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
+    let pools = db::pools::list(&ctx.db.pool, cluster_id).await?;
+    let components = db::components::for_cluster(&ctx.db.pool, cluster_id).await?;
+    let now = ctx.clock.unix();
+    let sick = |policy: &super::HealthPolicy, pool_id: Option<i64>| {
+        policy.remediation
+            && !super::unhealthy(
+                policy,
+                nodes.iter().filter(|n| n.pool_id == pool_id),
+                &components,
+                now,
+            )
+            .is_empty()
+    };
+    if sick(&crate::health::policy::of(&cluster), None) {
+        found.control_planes.push(cluster_id);
+    } else if cluster.remediation_blocked.is_some() {
+        // No member waits for remediation any more: nothing is held back.
+        db::clusters::set_remediation_blocked(&ctx.db.pool, cluster_id, None).await?;
+    }
+    for pool in &pools {
+        if sick(
+            &crate::health::policy::for_pool(&cluster, Some(pool)),
+            Some(pool.id),
+        ) {
+            found.pools.push(pool.id);
+        }
+    }
+    Ok(found)
+}
+
+/// Every founded cluster, one compute call each; returns what to remediate. A cluster whose
+/// listing fails keeps what the last pass saw, and the others go on.
+pub async fn pass(ctx: &Checks) -> ToRemediate {
+    let mut found = ToRemediate::default();
     let clusters = match db::clusters::founded(&ctx.db.pool).await {
         Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "health: cannot list clusters");
-            return Vec::new();
+            return found;
         }
     };
-    let mut pools = Vec::new();
     for cluster_id in clusters {
         if let Err(e) = observe(ctx, cluster_id).await {
             tracing::warn!(cluster_id, error = %crate::error_chain(&e), "health: cannot read the cluster's VMs");
         }
-        match pools_to_remediate(ctx, cluster_id).await {
-            Ok(found) => pools.extend(found),
+        match to_remediate(ctx, cluster_id).await {
+            Ok(more) => {
+                found.pools.extend(more.pools);
+                found.control_planes.extend(more.control_planes);
+            }
             Err(e) => {
-                tracing::warn!(cluster_id, error = %crate::error_chain(&e), "health: cannot judge the cluster's workers");
+                tracing::warn!(cluster_id, error = %crate::error_chain(&e), "health: cannot judge the cluster's machines");
             }
         }
     }
-    pools
+    found
 }

@@ -1,5 +1,7 @@
 //! Checking and storing a cluster's [`HealthPolicy`] (the type is the API's, in
-//! `exk8s_api_types`): stored as JSON in `clusters.health_policy`, absent for the defaults.
+//! `exk8s_api_types`): stored as JSON in `clusters.health_policy`, absent for the defaults. A
+//! pool may have its own (`node_pools.health_policy`), which its workers are judged and
+//! remediated by instead; absent, they follow the cluster's.
 
 pub use exk8s_api_types::health::{HealthPolicy, MaxUnhealthy};
 
@@ -18,7 +20,8 @@ impl PolicyError {
 /// Why a policy could not be read or set.
 #[derive(Debug, thiserror::Error)]
 pub enum SetError {
-    #[error("no such cluster")]
+    /// No such cluster (in the org), or no such pool in it.
+    #[error("not found")]
     NotFound,
     #[error(transparent)]
     Invalid(#[from] PolicyError),
@@ -53,6 +56,82 @@ pub async fn set(
     crate::db::clusters::set_health_policy(&db.pool, cluster_id, stored(&policy).as_deref())
         .await?;
     Ok(policy)
+}
+
+/// The policy `pool`'s workers are judged by: its own, else its cluster's.
+pub fn for_pool(
+    cluster: &crate::db::clusters::ClusterRow,
+    pool: Option<&crate::db::pools::PoolRow>,
+) -> HealthPolicy {
+    match pool.and_then(|p| p.health_policy.as_deref()) {
+        Some(own) => from_stored(Some(own)),
+        None => of(cluster),
+    }
+}
+
+/// The policy `node` is judged by: its pool's (a worker) or its cluster's.
+pub fn for_node(
+    cluster: &crate::db::clusters::ClusterRow,
+    pools: &[crate::db::pools::PoolRow],
+    node: &crate::db::nodes::NodeRow,
+) -> HealthPolicy {
+    for_pool(
+        cluster,
+        node.pool_id
+            .and_then(|id| pools.iter().find(|p| p.id == id)),
+    )
+}
+
+/// `org_id`'s cluster and its pool `pool_id`.
+async fn pool_of(
+    db: &crate::db::Db,
+    org_id: i64,
+    cluster_id: i64,
+    pool_id: i64,
+) -> Result<(crate::db::clusters::ClusterRow, crate::db::pools::PoolRow), SetError> {
+    let cluster = crate::db::clusters::get(&db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(SetError::NotFound)?;
+    let pool = crate::db::pools::get(&db.pool, pool_id)
+        .await?
+        .filter(|p| p.cluster_id == cluster_id)
+        .ok_or(SetError::NotFound)?;
+    Ok((cluster, pool))
+}
+
+/// The policy a pool's workers are judged by, and whether it is the pool's own.
+pub async fn get_pool(
+    db: &crate::db::Db,
+    org_id: i64,
+    cluster_id: i64,
+    pool_id: i64,
+) -> Result<(HealthPolicy, bool), SetError> {
+    let (cluster, pool) = pool_of(db, org_id, cluster_id, pool_id).await?;
+    Ok((
+        for_pool(&cluster, Some(&pool)),
+        pool.health_policy.is_some(),
+    ))
+}
+
+/// Gives a pool its own policy (fields a request leaves out take their defaults, not the
+/// cluster's), or with `None` makes it follow its cluster's again; the policy it is judged by
+/// now.
+pub async fn set_pool(
+    db: &crate::db::Db,
+    org_id: i64,
+    cluster_id: i64,
+    pool_id: i64,
+    policy: Option<HealthPolicy>,
+) -> Result<HealthPolicy, SetError> {
+    if let Some(policy) = &policy {
+        validate(policy)?;
+    }
+    let (cluster, pool) = pool_of(db, org_id, cluster_id, pool_id).await?;
+    let text = policy
+        .as_ref()
+        .map(|p| serde_json::to_string(p).unwrap_or_default());
+    crate::db::pools::set_health_policy(&db.pool, pool.id, text.as_deref()).await?;
+    Ok(policy.unwrap_or_else(|| of(&cluster)))
 }
 
 /// The shortest timeout a policy may set: below the agent's poll interval a healthy machine

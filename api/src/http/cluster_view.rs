@@ -295,7 +295,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     );
     let node_pools = parts
         .pools
-        .into_iter()
+        .iter()
         .map(|p| {
             let [replicas, ready_replicas, up_to_date_replicas] =
                 status::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)));
@@ -387,6 +387,8 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
     let policy = crate::health::policy::of(&row);
+    let remediation =
+        status::remediation_allowed(&policy, row.remediation_blocked.as_deref(), row.created_at);
     let node_conditions: Vec<Vec<Condition>> = nodes
         .iter()
         .map(|n| {
@@ -394,7 +396,8 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
                 node: n,
                 components: &reported,
             };
-            let verdict = crate::health::judge(&policy, facts, now);
+            let own = crate::health::policy::for_node(&row, &parts.pools, n);
+            let verdict = crate::health::judge(&own, facts, now);
             let checked = status::health_check(n, &verdict, now);
             health
                 .node(n)
@@ -436,6 +439,7 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
             sa_key_rotating,
             sa_key_fresh,
             snapshots,
+            remediation,
             deleting,
         ]
         .into_iter()

@@ -61,6 +61,9 @@ use crate::app::AppState;
         sa_key::put_sa_key,
         health_policy::get_health_policy,
         health_policy::put_health_policy,
+        health_policy::get_pool_health_policy,
+        health_policy::put_pool_health_policy,
+        health_policy::delete_pool_health_policy,
         clusters::delete_cluster,
         patch::patch_cluster,
         membership::remove_member,
@@ -203,6 +206,12 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/clusters/{id}/health-policy",
             get(health_policy::get_health_policy).put(health_policy::put_health_policy),
+        )
+        .route(
+            "/clusters/{id}/node-pools/{pool}/health-policy",
+            get(health_policy::get_pool_health_policy)
+                .put(health_policy::put_pool_health_policy)
+                .delete(health_policy::delete_pool_health_policy),
         )
         .route(
             "/clusters/{id}/snapshots",

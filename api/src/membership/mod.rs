@@ -13,8 +13,10 @@
 //! leaves first and its replacement joins after.
 
 pub mod converge;
+mod remedy;
 mod replace;
 
+pub use remedy::{Remedy, remediate};
 pub use replace::replace;
 
 use std::sync::Arc;
@@ -75,7 +77,8 @@ impl Validate for &ClusterPatch {
 }
 
 /// Who removes `leaving` from etcd: the oldest other voter whose agent last reported healthy
-/// (its bundle carries the removal; a dead member could not perform it).
+/// and whose VM the last health pass saw running (its bundle carries the removal; a dead member
+/// could not perform it).
 pub(crate) fn remover<'a>(
     control_plane: impl IntoIterator<Item = &'a db::nodes::NodeRow>,
     leaving: &db::nodes::NodeRow,
@@ -87,6 +90,7 @@ pub(crate) fn remover<'a>(
                 && n.role == Role::ControlPlane
                 && n.etcd_membership == Some(EtcdMembership::Voter)
                 && n.phase.healthy()
+                && n.vm_state.is_none()
         })
         .min_by_key(|n| n.ordinal)
 }

@@ -139,7 +139,7 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
         // An unhealthy worker is replaced as its cluster's health policy allows: one at a
         // time, none while another worker is still leaving.
         if !pool.deleting && !waiting {
-            if let Some(sick) = super::remedy::due(ctx, &cluster, pool_id, &active).await? {
+            if let Some(sick) = super::remedy::due(ctx, &cluster, &pool, &active).await? {
                 start_draining(ctx, &cluster, &[sick.node], Some(&sick)).await?;
                 continue;
             }

@@ -2,9 +2,9 @@
 //! remediation): the longest-unhealthy worker is drained (if its node answers; a dead one's
 //! drain ends at the drain deadline) and released, and the pool makes its replacement as for
 //! any missing worker. One at a time — the converge loop waits while a removal runs — and only
-//! as the cluster's health policy allows ([`crate::health::allowed`]).
+//! as the pool's health policy (its own, else its cluster's) allows ([`crate::health::allowed`]).
 
-use crate::db::{self, DbError, clusters::ClusterRow, nodes::NodeRow};
+use crate::db::{self, DbError, clusters::ClusterRow, nodes::NodeRow, pools::PoolRow};
 use crate::health::{self, SetHealth, Unhealthy};
 
 use super::Pools;
@@ -13,10 +13,11 @@ use super::Pools;
 pub(super) async fn due<'a>(
     ctx: &Pools,
     cluster: &ClusterRow,
-    pool_id: i64,
+    pool: &PoolRow,
     active: &[&'a NodeRow],
 ) -> Result<Option<Unhealthy<'a>>, DbError> {
-    let policy = crate::health::policy::of(cluster);
+    let pool_id = pool.id;
+    let policy = crate::health::policy::for_pool(cluster, Some(pool));
     if !policy.remediation {
         return Ok(None);
     }

@@ -60,3 +60,57 @@ pub fn health_check(node: &NodeRow, verdict: &Verdict, now: i64) -> Condition {
         ),
     }
 }
+
+/// The stored reason of a refusal, as a condition's static reason (a word this build does not
+/// know reads as `Blocked`).
+fn blocked_reason(stored: &str) -> &'static str {
+    [
+        "RemediationOff",
+        "TooManyUnhealthy",
+        "QuorumAtRisk",
+        "RetriesExhausted",
+        "ChangeInProgress",
+    ]
+    .into_iter()
+    .find(|r| *r == stored)
+    .unwrap_or("Blocked")
+}
+
+/// The cluster's `RemediationAllowed` (Cluster API's MachineHealthCheck condition): False when
+/// its policy turns remediation off, or while the health pass leaves an unhealthy
+/// control-plane member alone (`stored`, [`crate::health::blocked`]) — saying why.
+pub fn remediation_allowed(
+    policy: &crate::health::HealthPolicy,
+    stored: Option<&str>,
+    since: i64,
+) -> Condition {
+    let condition = |status, reason, message, since| Condition {
+        type_: "RemediationAllowed",
+        status,
+        reason,
+        message,
+        since,
+    };
+    if !policy.remediation {
+        return condition(
+            Status::False,
+            "RemediationOff",
+            crate::health::Blocked::Off.describe(),
+            since,
+        );
+    }
+    match crate::health::blocked::read(stored) {
+        Some(held) => condition(
+            Status::False,
+            blocked_reason(&held.reason),
+            held.message,
+            held.since,
+        ),
+        None => condition(
+            Status::True,
+            "Allowed",
+            "a machine unhealthy past its policy's timeout is replaced, one at a time".to_owned(),
+            since,
+        ),
+    }
+}

@@ -16,7 +16,7 @@ pub use cluster::{
     Replicas, Rotating, ca_rotation, deleting, machines, pool_replicas, replicas, scaling,
 };
 pub use components::Health;
-pub use health::health_check;
+pub use health::{health_check, remediation_allowed};
 pub use rollout::rolling_out;
 pub use sa_key::{SaKey, SaKeyRotating, age_days, sa_key_fresh, sa_key_rotating};
 pub use snapshots::{Snapshots, snapshots};

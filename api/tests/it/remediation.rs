@@ -2,7 +2,7 @@
 //! simulator killing machines: a pool's worker whose VM is destroyed is, past the policy's
 //! wait and with no operator call, drained, released and replaced (the record kept); the retry
 //! limit and `max_unhealthy` each stop it (and lifting them lets it go on); a policy with
-//! remediation off only watches.
+//! remediation off only watches. Each remediation is a change on the cluster's stream.
 
 use std::sync::Arc;
 
@@ -88,6 +88,29 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
         remediations(&app, cluster).await,
         vec![(workers[0], "MachineDeleted".to_owned())]
     );
+    // And it is a change on the cluster's stream, with its reason and the node it replaced.
+    let changes = exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
+        .await
+        .unwrap();
+    let remediated: Vec<_> = changes
+        .iter()
+        .filter_map(|e| match &e.change {
+            exk8s_api::db::events::Change::Remediation {
+                vm_id,
+                set,
+                reason,
+                message,
+            } => Some((*vm_id, set.as_str(), reason.as_str(), message.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(remediated.len(), 1, "{remediated:?}");
+    let (vm, set, reason, message) = remediated[0];
+    assert_eq!((vm, set, reason), (workers[0], "worker", "MachineDeleted"));
+    assert!(
+        message.contains(gone["name"].as_str().unwrap()) && message.contains("no longer exists"),
+        "{message}"
+    );
     assert!(app.sims.compute.vms().iter().all(|vm| vm.id != workers[0]));
 
     // One remediation a day allowed: the next dead worker waits.
@@ -116,3 +139,108 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
 }
 
 both_backends!(a_dead_worker_is_replaced_as_the_policy_allows);
+
+/// A pool's own policy rules its workers instead of the cluster's: with the cluster's
+/// remediation off a dead worker is only watched, until its pool turns remediation on for
+/// itself; `DELETE` makes it follow the cluster's again. Refused as the cluster's is.
+async fn a_pool_follows_its_own_policy_instead_of_the_clusters(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let member = credentials_for(&app, 7, &created).await.remove(0);
+    let key = NodeKey::generate().unwrap();
+    register(&app, &member, &key).await;
+    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
+    let made = app
+        .post(&format!("/clusters/{cluster}/node-pools"))
+        .json(&pool_body("blue", 2))
+        .send()
+        .await
+        .unwrap();
+    let id = json_of(made).await["id"].as_i64().unwrap();
+    let two: Vec<i64> = vms(&settled(&app, cluster, id, 2).await)
+        .into_iter()
+        .collect();
+    for &vm in &two {
+        boot_worker(&app, cluster, vm).await;
+    }
+    let path = format!("/clusters/{cluster}/node-pools/{id}/health-policy");
+    let inherited = json_of(app.get(&path).send().await.unwrap()).await;
+    assert_eq!(inherited["own"], false, "{inherited}");
+
+    put_policy(&app, cluster, json!({"remediation": false})).await;
+    assert!(app.sims.compute.befall(two[0], VmEvent::Destroy));
+    health(&app).await;
+    clock.advance(time::Duration::minutes(3));
+    health(&app).await;
+    assert!(
+        remediations(&app, cluster).await.is_empty(),
+        "the cluster's policy: off"
+    );
+
+    // Its own: remediation on (the default), and one of its two workers may be unhealthy
+    // (the default 40% of two rounds down to none, as Cluster API's maxUnhealthy does).
+    let own = app
+        .put(&path)
+        .json(&json!({"max_unhealthy": "1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), 200);
+    let own = json_of(own).await;
+    assert_eq!(
+        (
+            &own["own"],
+            &own["policy"]["remediation"],
+            &own["policy"]["max_unhealthy"]
+        ),
+        (&json!(true), &json!(true), &json!("1"))
+    );
+    health(&app).await;
+    assert_eq!(
+        remediations(&app, cluster).await,
+        vec![(two[0], "MachineDeleted".to_owned())]
+    );
+    let draining = pool(&app, cluster, id).await;
+    let gone = draining["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == two[0])
+        .unwrap_or_else(|| panic!("{draining}"));
+    assert_eq!(gone["removal"], "draining", "{draining}");
+
+    let back = app.delete(&path).send().await.unwrap();
+    assert_eq!(back.status(), 200);
+    let back = json_of(back).await;
+    assert_eq!(
+        (&back["own"], &back["policy"]["remediation"]),
+        (&json!(false), &json!(false))
+    );
+    let again = json_of(app.get(&path).send().await.unwrap()).await;
+    assert_eq!(again, back);
+
+    let refused = app
+        .put(&path)
+        .json(&json!({"unreachable_after_secs": 60}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let refused = json_of(refused).await;
+    assert!(
+        refused.to_string().contains("unreachable_after_secs"),
+        "{refused}"
+    );
+    let missing = app
+        .get(&format!(
+            "/clusters/{cluster}/node-pools/999999/health-policy"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}
+
+both_backends!(a_pool_follows_its_own_policy_instead_of_the_clusters);

@@ -1,0 +1,155 @@
+//! Control-plane remediation's gate on SQLite and PostgreSQL, with an injected clock and the
+//! compute simulator killing a member's VM (real etcd proves the removal and the join in
+//! tests/tests/remediation.rs): while an upgrade runs, or a CA rotation, the dead member is
+//! only watched and `RemediationAllowed` says what it waits for; once the upgrade is rolled
+//! back the member leaves etcd first, removed by the oldest healthy member, recorded with its
+//! reason and streamed as a `remediation` change.
+
+use std::sync::Arc;
+
+use exk8s_api::clock::ManualClock;
+use exk8s_api::db::events::Change;
+use exk8s_api::sim::VmEvent;
+use exk8s_common::payload::PlanStep;
+use serde_json::{Value, json};
+
+use crate::app::{Backend, TestApp, both_backends, spawn_clocked, test_config};
+use crate::rotation::rotate;
+use crate::sync::{fetch_update, update_payload};
+use crate::upgrade::{booted, condition, patch_with, view};
+
+async fn health(app: &TestApp) {
+    exk8s_api::founding::reconcile::health(&app.state.reconciler()).await;
+}
+
+fn membership_of(view: &Value, vm: i64) -> String {
+    view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == vm)
+        .map(|n| n["etcd_membership"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+/// Kills `vm` and lets the health pass watch it past the policy's `vm_down_after_secs`.
+async fn dead_past_its_timeout(app: &TestApp, clock: &ManualClock, vm: i64) {
+    assert!(app.sims.compute.befall(vm, VmEvent::Destroy));
+    health(app).await;
+    clock.advance(time::Duration::minutes(3));
+}
+
+async fn a_dead_member_waits_for_an_upgrade_then_leaves_first(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let config = exk8s_api::app::ApiConfig {
+        kubernetes_versions: vec!["v1.35.3".to_owned(), "v1.36.3".to_owned()],
+        ..test_config()
+    };
+    let app = spawn_clocked(backend, config, None, clock.clone()).await;
+    let nodes = booted(&app).await;
+    let cluster = nodes[0].0.cluster;
+    let dead = nodes[2].0.vm;
+
+    let (status, started) = patch_with(
+        &app,
+        cluster,
+        json!({"kubernetes_version": "v1.36.3", "snapshot_first": false}),
+    )
+    .await;
+    assert_eq!(status, 202, "{started}");
+    dead_past_its_timeout(&app, &clock, dead).await;
+    health(&app).await;
+    let waiting = view(&app, cluster).await;
+    let allowed = condition(&waiting, "RemediationAllowed");
+    assert_eq!(
+        (&allowed["status"], &allowed["reason"]),
+        (&json!("False"), &json!("ChangeInProgress")),
+        "{allowed}"
+    );
+    assert!(
+        allowed["message"].as_str().unwrap().contains("v1.36.3"),
+        "names the upgrade: {allowed}"
+    );
+    assert_eq!(membership_of(&waiting, dead), "voter", "nothing removed");
+
+    // The upgrade is rolled back (no member took it): the dead member goes, first.
+    let (status, back) = patch_with(&app, cluster, json!({"kubernetes_version": "v1.35.3"})).await;
+    assert!(status == 200 || status == 202, "{status} {back}");
+    health(&app).await;
+    let remedied = view(&app, cluster).await;
+    assert_eq!(membership_of(&remedied, dead), "leaving", "{remedied}");
+    assert_eq!(condition(&remedied, "RemediationAllowed")["status"], "True");
+    // The oldest healthy member's next bundle removes it from etcd.
+    let (remover, key) = &nodes[0];
+    let update = update_payload(&app, fetch_update(&app, remover, key).await).await;
+    assert!(
+        update
+            .plan
+            .iter()
+            .any(|s| matches!(s, PlanStep::EtcdRemove { .. })),
+        "{:?}",
+        update.plan
+    );
+    let recorded = exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
+        .await
+        .unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(
+        (
+            recorded[0].vm_id,
+            recorded[0].pool_id,
+            recorded[0].reason.as_str()
+        ),
+        (dead, None, "MachineDeleted")
+    );
+    let changes = exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
+        .await
+        .unwrap();
+    assert!(
+        changes.iter().any(|e| matches!(&e.change,
+            Change::Remediation { vm_id, set, .. } if *vm_id == dead && set == "control-plane")),
+        "{changes:?}"
+    );
+    // One at a time: with the member leaving, another dead one waits.
+    dead_past_its_timeout(&app, &clock, nodes[1].0.vm).await;
+    health(&app).await;
+    let one = view(&app, cluster).await;
+    assert_eq!(membership_of(&one, nodes[1].0.vm), "voter", "{one}");
+    assert_eq!(
+        exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+both_backends!(a_dead_member_waits_for_an_upgrade_then_leaves_first);
+
+async fn a_dead_member_waits_for_a_ca_rotation(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let nodes = booted(&app).await;
+    let cluster = nodes[0].0.cluster;
+    let dead = nodes[2].0.vm;
+    let rotating = rotate(&app, cluster, json!({"ca": "cluster"})).await;
+    assert_eq!(rotating.status(), 202);
+    dead_past_its_timeout(&app, &clock, dead).await;
+    health(&app).await;
+    let waiting = view(&app, cluster).await;
+    let allowed = condition(&waiting, "RemediationAllowed");
+    assert_eq!(allowed["reason"], "ChangeInProgress", "{allowed}");
+    assert!(
+        allowed["message"].as_str().unwrap().contains("rotation"),
+        "names the rotation: {allowed}"
+    );
+    assert_eq!(membership_of(&waiting, dead), "voter");
+    assert!(
+        exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+both_backends!(a_dead_member_waits_for_a_ca_rotation);
