@@ -172,14 +172,20 @@ if [ "$what" = all ] || [ "$what" = agent ]; then
 fi
 
 if [ "$what" = profile ]; then
-  log "profile of bundle issuance (perf, cpu-clock sampling, whole machine) with a symbolized release API"
-  ensure_postgres
+  # STORE=sqlite profiles the embedded default store (the load generator's temporary SQLite
+  # database) instead of PostgreSQL.
+  store=${STORE:-postgres}
+  log "profile of bundle issuance on $store (perf, cpu-clock sampling, whole machine) with a symbolized release API"
   CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
     cargo build --release --locked -p exk8s-api --target-dir target/profile
-  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS exk8s_bench_prof" -c "CREATE DATABASE exk8s_bench_prof"
+  db_args=()
+  if [ "$store" = postgres ]; then
+    ensure_postgres
+    psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS exk8s_bench_prof" -c "CREATE DATABASE exk8s_bench_prof"
+    db_args=(--database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_prof)
+  fi
   perf record -o "$out/issuance.perf" -a -e cpu-clock -F 499 -g -- \
-    "$loadgen" --api-bin target/profile/release/exk8s-api \
-    --database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_prof \
+    "$loadgen" --api-bin target/profile/release/exk8s-api "${db_args[@]}" \
     --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 64
   # `sed -n` reads to the end: `head` would close the pipe early, and perf's SIGPIPE would end
   # the script under pipefail before the second table.

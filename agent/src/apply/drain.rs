@@ -2,7 +2,9 @@
 //! `kubectl drain` (cordon, then evict every pod through the eviction API, honouring
 //! PodDisruptionBudgets; DaemonSet pods stay, emptyDir data goes with the machine), then the
 //! Node object is deleted so the cluster forgets the machine. A node the apiserver does not
-//! know (it never registered, or an earlier attempt finished) is already drained.
+//! know (it never registered, or an earlier attempt finished) is already drained; one whose
+//! kubelet is lost (`Ready` Unknown: a dead machine) has its pods waited for only until five
+//! minutes past their deletion time, as Cluster API drains an unreachable node.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,8 +23,24 @@ pub struct Drain<'a> {
     pub timeout: Duration,
 }
 
-/// Whether the apiserver knows `node`.
-fn registered(drain: &Drain<'_>) -> Result<bool, String> {
+/// What the apiserver says of the node being drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// It never registered, or an earlier attempt deleted it.
+    Absent,
+    /// Its kubelet posts its status (`Ready` True or False).
+    Reporting,
+    /// The node controller lost its kubelet (`Ready` Unknown): a dead machine.
+    Unreachable,
+}
+
+/// How long past its deletion time a pod of an unreachable node may stay before the drain
+/// stops waiting for it (Cluster API's choice for unreachable nodes): its kubelet, gone, would
+/// never confirm the deletion, and the drain would otherwise last its whole timeout.
+const SKIP_WAIT_UNREACHABLE_SECS: u32 = 300;
+
+/// What the apiserver says of `node`.
+fn known(drain: &Drain<'_>) -> Result<Known, String> {
     let output = Command::new(&drain.kubectl)
         .args([
             "get",
@@ -30,7 +48,7 @@ fn registered(drain: &Drain<'_>) -> Result<bool, String> {
             drain.node.as_str(),
             "--ignore-not-found",
             "-o",
-            "name",
+            r#"jsonpath={.metadata.name} {.status.conditions[?(@.type=="Ready")].status}"#,
         ])
         .env("KUBECONFIG", &drain.kubeconfig)
         .output()
@@ -44,29 +62,42 @@ fn registered(drain: &Drain<'_>) -> Result<bool, String> {
             stderr.trim()
         ));
     }
-    Ok(!String::from_utf8_lossy(&output.stdout).trim().is_empty())
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut words = stdout.split_whitespace();
+    Ok(match (words.next(), words.next()) {
+        (None, _) => Known::Absent,
+        (Some(_), Some("Unknown")) => Known::Unreachable,
+        (Some(_), _) => Known::Reporting,
+    })
 }
 
 pub(super) fn perform(drain: &Drain<'_>) -> Result<(), String> {
     let name = drain.node.as_str();
-    if !registered(drain)? {
+    let known = known(drain)?;
+    if known == Known::Absent {
         log_info!("node {name} is not registered: nothing to drain");
         return Ok(());
     }
     let env: [(&str, &Path); 1] = [("KUBECONFIG", &drain.kubeconfig)];
     let timeout = format!("--timeout={}s", drain.timeout.as_secs().max(1));
-    super::exec::run(
-        &drain.kubectl,
-        &[
-            "drain",
-            name,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--force",
-            &timeout,
-        ],
-        &env,
-    )?;
+    let mut args = vec![
+        "drain".to_owned(),
+        name.to_owned(),
+        "--ignore-daemonsets".to_owned(),
+        "--delete-emptydir-data".to_owned(),
+        "--force".to_owned(),
+        timeout,
+    ];
+    if known == Known::Unreachable {
+        log_info!(
+            "node {name} is unreachable (Ready Unknown): its pods are not waited for past {SKIP_WAIT_UNREACHABLE_SECS}s after their deletion time"
+        );
+        args.push(format!(
+            "--skip-wait-for-delete-timeout={SKIP_WAIT_UNREACHABLE_SECS}"
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    super::exec::run(&drain.kubectl, &args, &env)?;
     super::exec::run(
         &drain.kubectl,
         &["delete", "node", name, "--ignore-not-found", "--wait=false"],
@@ -97,11 +128,12 @@ mod tests {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// `known`: a line per node the apiserver knows, `<name> <Ready status>`.
     fn kubectl(dir: &Path, known: &str) -> PathBuf {
         let path = dir.join("kubectl");
         let script = format!(
             "#!/bin/sh\necho \"$KUBECONFIG $*\" >> {log}\n\
-             if [ \"$1\" = get ]; then grep -qx \"$3\" {known} && echo node/$3; fi\nexit 0\n",
+             if [ \"$1\" = get ]; then grep \"^$3 \" {known}; fi\nexit 0\n",
             log = dir.join("calls").display(),
             known = dir.join("known").display(),
         );
@@ -125,7 +157,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let node = NodeName::new("blue-104.cluster-1.internal").unwrap();
         let drain = Drain {
-            kubectl: kubectl(dir.path(), "blue-104.cluster-1.internal\n"),
+            kubectl: kubectl(dir.path(), "blue-104.cluster-1.internal True\n"),
             kubeconfig: "/etc/exk8s/kubeconfig/admin.kubeconfig".into(),
             node: &node,
             timeout: Duration::from_secs(300),
@@ -135,7 +167,7 @@ mod tests {
         assert_eq!(
             calls(dir.path()),
             [
-                format!("{k} get node blue-104.cluster-1.internal --ignore-not-found -o name"),
+                format!("{k} get node blue-104.cluster-1.internal --ignore-not-found -o {READY}"),
                 format!(
                     "{k} drain blue-104.cluster-1.internal --ignore-daemonsets --delete-emptydir-data --force --timeout=300s"
                 ),
@@ -146,13 +178,35 @@ mod tests {
         );
     }
 
+    /// The lookup's output format, as the stand-in records it.
+    const READY: &str =
+        r#"jsonpath={.metadata.name} {.status.conditions[?(@.type=="Ready")].status}"#;
+
+    #[test]
+    fn an_unreachable_node_is_not_waited_for_past_its_pods_deletion() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let node = NodeName::new("blue-107.cluster-1.internal").unwrap();
+        let drain = Drain {
+            kubectl: kubectl(dir.path(), "blue-107.cluster-1.internal Unknown\n"),
+            kubeconfig: "/k".into(),
+            node: &node,
+            timeout: Duration::from_secs(600),
+        };
+        perform(&drain).unwrap();
+        assert_eq!(
+            calls(dir.path())[1],
+            "/k drain blue-107.cluster-1.internal --ignore-daemonsets --delete-emptydir-data --force --timeout=600s --skip-wait-for-delete-timeout=300"
+        );
+    }
+
     #[test]
     fn a_node_the_apiserver_does_not_know_is_already_drained() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let node = NodeName::new("blue-105.cluster-1.internal").unwrap();
         let drain = Drain {
-            kubectl: kubectl(dir.path(), "someone-else\n"),
+            kubectl: kubectl(dir.path(), "someone-else True\n"),
             kubeconfig: "/k".into(),
             node: &node,
             timeout: Duration::from_secs(300),
