@@ -6,6 +6,8 @@
 ALTER TABLE clusters ADD COLUMN remediation_blocked TEXT;
 -- A pool's own health policy (JSON, as `clusters.health_policy`); NULL: its cluster's.
 ALTER TABLE node_pools ADD COLUMN health_policy TEXT;
+-- Why the pool's last convergence left an unhealthy worker alone (as the cluster's column).
+ALTER TABLE node_pools ADD COLUMN remediation_blocked TEXT;
 
 -- Every remediation is a change on the cluster's stream (kind 'remediation'; `phase` says which
 -- machine set: 'control-plane' or 'worker'; `reason` is Cluster API's; the message names the

@@ -36,6 +36,9 @@ pub struct PoolRow {
     pub updated_at: i64,
     /// The pool's own health policy (JSON, [`crate::health::policy`]); None: its cluster's.
     pub health_policy: Option<String>,
+    /// Why its last convergence left an unhealthy worker alone (JSON,
+    /// [`crate::health::blocked`]); None: nothing is held back.
+    pub remediation_blocked: Option<String>,
 }
 
 /// A pool to make.
@@ -81,7 +84,7 @@ pub async fn insert(
 
 pub(super) const COLUMNS: &str = "id, cluster_id, name, instance_type, image_id, subnet_id, labels_json, \
     taints_json, desired_count, deleting, last_error, kubernetes_version, follow_control_plane, \
-    max_surge, created_at, updated_at, health_policy";
+    max_surge, created_at, updated_at, health_policy, remediation_blocked";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
     Ok(PoolRow {
@@ -102,6 +105,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<PoolRow, sqlx::Error> {
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
         health_policy: r.try_get("health_policy")?,
+        remediation_blocked: r.try_get("remediation_blocked")?,
     })
 }
 
@@ -282,6 +286,20 @@ pub async fn set_health_policy<'c>(
 ) -> Result<(), DbError> {
     sqlx::query("UPDATE node_pools SET health_policy = $1 WHERE id = $2")
         .bind(policy)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Stores why the pool's remediation waits (None: it does not).
+pub async fn set_remediation_blocked<'c>(
+    db: impl Executor<'c, Database = Any>,
+    id: i64,
+    blocked: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query("UPDATE node_pools SET remediation_blocked = $1 WHERE id = $2")
+        .bind(blocked)
         .bind(id)
         .execute(db)
         .await?;

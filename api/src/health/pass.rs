@@ -106,6 +106,9 @@ pub async fn to_remediate(ctx: &Checks, cluster_id: i64) -> Result<ToRemediate, 
             Some(pool.id),
         ) {
             found.pools.push(pool.id);
+        } else if pool.remediation_blocked.is_some() {
+            // No worker waits for remediation any more: nothing is held back.
+            db::pools::set_remediation_blocked(&ctx.db.pool, pool.id, None).await?;
         }
     }
     Ok(found)

@@ -387,8 +387,12 @@ fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64) -> Cluste
     let health = status::Health::new(&nodes, &reported);
     let [available, etcd_healthy, components_healthy] = health.cluster(founded, row.created_at);
     let policy = crate::health::policy::of(&row);
-    let remediation =
-        status::remediation_allowed(&policy, row.remediation_blocked.as_deref(), row.created_at);
+    let remediation = status::remediation_allowed(
+        &policy,
+        row.remediation_blocked.as_deref(),
+        &parts.pools,
+        row.created_at,
+    );
     let node_conditions: Vec<Vec<Condition>> = nodes
         .iter()
         .map(|n| {

@@ -18,13 +18,11 @@ pub(super) async fn due<'a>(
 ) -> Result<Option<Unhealthy<'a>>, DbError> {
     let pool_id = pool.id;
     let policy = crate::health::policy::for_pool(cluster, Some(pool));
-    if !policy.remediation {
-        return Ok(None);
-    }
     let now = ctx.clock.unix();
     let components = db::components::for_cluster(&ctx.db.pool, cluster.id).await?;
     let mut sick = health::unhealthy(&policy, active.iter().copied(), &components, now);
-    if sick.is_empty() {
+    if sick.is_empty() || !policy.remediation {
+        held(ctx, pool, None, now).await?;
         return Ok(None);
     }
     let period = i64::from(policy.retry_period_secs);
@@ -37,17 +35,41 @@ pub(super) async fn due<'a>(
         voters: None,
     };
     match health::allowed(&policy, set) {
-        Ok(()) => Ok(Some(sick.swap_remove(0))),
+        Ok(()) => {
+            held(ctx, pool, None, now).await?;
+            Ok(Some(sick.swap_remove(0)))
+        }
         Err(blocked) => {
-            tracing::info!(
-                cluster_id = cluster.id,
-                pool_id,
-                reason = blocked.reason(),
-                unhealthy = sick.len(),
-                "pool remediation waits: {}",
-                blocked.describe()
-            );
+            held(ctx, pool, Some(&blocked), now).await?;
             Ok(None)
         }
     }
+}
+
+/// Keeps why the pool's remediation waits (`None`: it does not) on its row, for the cluster's
+/// `RemediationAllowed`, writing only a change.
+pub(crate) async fn held(
+    ctx: &Pools,
+    pool: &PoolRow,
+    blocked: Option<&health::Blocked>,
+    now: i64,
+) -> Result<(), DbError> {
+    let stored = pool.remediation_blocked.as_deref();
+    let Some(blocked) = blocked else {
+        if stored.is_some() {
+            db::pools::set_remediation_blocked(&ctx.db.pool, pool.id, None).await?;
+        }
+        return Ok(());
+    };
+    if let Some(text) = health::blocked::next(stored, blocked, now) {
+        tracing::info!(
+            cluster_id = pool.cluster_id,
+            pool_id = pool.id,
+            reason = blocked.reason(),
+            "pool remediation waits: {}",
+            blocked.describe()
+        );
+        db::pools::set_remediation_blocked(&ctx.db.pool, pool.id, Some(&text)).await?;
+    }
+    Ok(())
 }

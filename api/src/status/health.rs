@@ -78,10 +78,12 @@ fn blocked_reason(stored: &str) -> &'static str {
 
 /// The cluster's `RemediationAllowed` (Cluster API's MachineHealthCheck condition): False when
 /// its policy turns remediation off, or while the health pass leaves an unhealthy
-/// control-plane member alone (`stored`, [`crate::health::blocked`]) — saying why.
+/// control-plane member alone (`stored`, [`crate::health::blocked`]) or a pool an unhealthy
+/// worker (named) — saying why.
 pub fn remediation_allowed(
     policy: &crate::health::HealthPolicy,
     stored: Option<&str>,
+    pools: &[crate::db::pools::PoolRow],
     since: i64,
 ) -> Condition {
     let condition = |status, reason, message, since| Condition {
@@ -99,12 +101,27 @@ pub fn remediation_allowed(
             since,
         );
     }
-    match crate::health::blocked::read(stored) {
-        Some(held) => condition(
+    // The control plane's refusal first, then each pool's, named.
+    let held: Vec<crate::health::blocked::Held> = crate::health::blocked::read(stored)
+        .into_iter()
+        .chain(pools.iter().filter_map(|p| {
+            crate::health::blocked::read(p.remediation_blocked.as_deref()).map(|held| {
+                crate::health::blocked::Held {
+                    message: format!("pool {}: {}", p.name, held.message),
+                    ..held
+                }
+            })
+        }))
+        .collect();
+    match held.first() {
+        Some(first) => condition(
             Status::False,
-            blocked_reason(&held.reason),
-            held.message,
-            held.since,
+            blocked_reason(&first.reason),
+            held.iter()
+                .map(|h| h.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+            held.iter().map(|h| h.since).min().unwrap_or(first.since),
         ),
         None => condition(
             Status::True,

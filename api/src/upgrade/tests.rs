@@ -107,6 +107,7 @@ fn a_pool_being_replaced_counts_its_oldest_worker() {
         created_at: 0,
         updated_at: 0,
         health_policy: None,
+        remediation_blocked: None,
     };
     let mut old = node(5, "v1.33.0", [1, 1, 1]);
     old.role = Role::Worker;

@@ -30,6 +30,20 @@ async fn remediations(app: &TestApp, cluster: i64) -> Vec<(i64, String)> {
     rows.into_iter().map(|r| (r.vm_id, r.reason)).collect()
 }
 
+/// The cluster's `RemediationAllowed`: reason and message (its status follows the reason).
+async fn remediation_allowed(app: &TestApp, cluster: i64) -> (String, String) {
+    let view = crate::upgrade::view(app, cluster).await;
+    let condition = crate::upgrade::condition(&view, "RemediationAllowed");
+    let status = if condition["reason"] == "Allowed" {
+        "True"
+    } else {
+        "False"
+    };
+    assert_eq!(condition["status"], status, "{condition}");
+    let text = |k: &str| condition[k].as_str().unwrap().to_owned();
+    (text("reason"), text("message"))
+}
+
 async fn put_policy(app: &TestApp, cluster: i64, policy: Value) {
     let path = format!("/clusters/{cluster}/health-policy");
     let answer = app.put(&path).json(&policy).send().await.unwrap();
@@ -121,6 +135,12 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
     health(&app).await;
     assert_eq!(vms(&pool(&app, cluster, id).await), replaced);
     assert_eq!(remediations(&app, cluster).await.len(), 1);
+    let (reason, message) = remediation_allowed(&app, cluster).await;
+    assert_eq!(reason, "RetriesExhausted", "{message}");
+    assert!(
+        message.starts_with("pool blue: 1 machines were replaced"),
+        "{message}"
+    );
 
     // A day on, every worker has fallen silent (no agent runs here): three of three
     // unhealthy is more than max_unhealthy allows, so none goes.
@@ -129,6 +149,14 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
     health(&app).await;
     assert_eq!(vms(&pool(&app, cluster, id).await), replaced);
     assert_eq!(remediations(&app, cluster).await.len(), 1);
+    // The lone control-plane member is silent too: its refusal comes first, the pool's after.
+    let (reason, message) = remediation_allowed(&app, cluster).await;
+    assert_eq!(reason, "QuorumAtRisk", "{message}");
+    assert!(
+        message
+            .contains("; pool blue: 3 machines are unhealthy, more than max_unhealthy allows (1)"),
+        "{message}"
+    );
     // The limit was what held them: allowing all, the longest unhealthy goes (the worker
     // silent since it booted; the stopped one counts from when its VM was seen down).
     put_policy(&app, cluster, json!({"max_unhealthy": "100%"})).await;
@@ -136,6 +164,11 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
     let done = remediations(&app, cluster).await;
     assert_eq!(done.len(), 2, "{done:?}");
     assert_eq!(done[0], (workers[2], "NodeUnreachable".to_owned()));
+    let (_, message) = remediation_allowed(&app, cluster).await;
+    assert!(
+        !message.contains("pool blue"),
+        "the pool holds nothing back: {message}"
+    );
 }
 
 both_backends!(a_dead_worker_is_replaced_as_the_policy_allows);
