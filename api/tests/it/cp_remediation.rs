@@ -1,8 +1,8 @@
 //! Control-plane remediation's gate on SQLite and PostgreSQL, with an injected clock and the
 //! compute simulator killing a member's VM (real etcd proves the removal and the join in
-//! tests/tests/remediation.rs): while an upgrade runs, or a CA rotation, the dead member is
-//! only watched and `RemediationAllowed` says what it waits for; once the upgrade is rolled
-//! back the member leaves etcd first, removed by the oldest healthy member, recorded with its
+//! tests/tests/remediation.rs): while an upgrade, a CA rotation or a restore runs, the dead
+//! member is only watched and `RemediationAllowed` says what it waits for; once the upgrade is
+//! rolled back the member leaves etcd first, removed by the oldest healthy member, recorded with its
 //! reason and streamed as a `remediation` change.
 
 use std::sync::Arc;
@@ -153,3 +153,32 @@ async fn a_dead_member_waits_for_a_ca_rotation(backend: Backend) {
 }
 
 both_backends!(a_dead_member_waits_for_a_ca_rotation);
+
+async fn a_dead_member_waits_for_a_restore(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let nodes = booted(&app).await;
+    let cluster = nodes[0].0.cluster;
+    let dead = nodes[2].0.vm;
+    let (snapshot, _) = crate::restore::stored(&app, cluster, (&nodes[0].0, &nodes[0].1)).await;
+    let restoring = crate::restore::start(&app, cluster, json!({"snapshot_id": snapshot})).await;
+    assert_eq!(restoring.status(), 202);
+    dead_past_its_timeout(&app, &clock, dead).await;
+    health(&app).await;
+    let waiting = view(&app, cluster).await;
+    let allowed = condition(&waiting, "RemediationAllowed");
+    assert_eq!(allowed["reason"], "ChangeInProgress", "{allowed}");
+    assert!(
+        allowed["message"].as_str().unwrap().contains("restore"),
+        "names the restore: {allowed}"
+    );
+    assert_eq!(membership_of(&waiting, dead), "voter");
+    assert!(
+        exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+both_backends!(a_dead_member_waits_for_a_restore);

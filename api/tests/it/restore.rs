@@ -54,7 +54,7 @@ async fn restore_view(app: &TestApp, cluster: i64) -> Value {
     .await
 }
 
-async fn start(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
+pub(crate) async fn start(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
     app.post(&format!("/clusters/{cluster}/restore"))
         .json(&body)
         .send()
@@ -63,7 +63,11 @@ async fn start(app: &TestApp, cluster: i64, body: Value) -> reqwest::Response {
 }
 
 /// A stored snapshot of `cluster`, uploaded by `member`: its id and bytes.
-async fn stored(app: &TestApp, cluster: i64, member: (&Node, &NodeKey)) -> (i64, Vec<u8>) {
+pub(crate) async fn stored(
+    app: &TestApp,
+    cluster: i64,
+    member: (&Node, &NodeKey),
+) -> (i64, Vec<u8>) {
     let id = ask(app, cluster).await["id"].as_i64().unwrap();
     let snapshot = etcd_snapshot(300);
     assert_eq!(
