@@ -32,6 +32,13 @@ pub fn start_dev(data: &Path, sim_cidr: &str, log: &Path, extra: &[&str]) -> Sta
     start_dev_with_env(data, sim_cidr, log, extra, &[])
 }
 
+/// `env` as the stack keeps it (for restarts).
+fn owned(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
 /// [`start_dev`] with `env` added to the stack's environment.
 pub fn start_dev_with_env(
     data: &Path,
@@ -40,10 +47,7 @@ pub fn start_dev_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Stack {
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+    let env = owned(env);
     let port = free_port();
     let _ = std::fs::remove_file(data.join("operator.token"));
     let listen = format!("127.0.0.1:{port}");
@@ -127,10 +131,7 @@ pub fn start_postgres_serve_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Stack {
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+    let env = owned(env);
     let db_url = crate::postgres::fresh_shared_database("e2e");
     let kek = dir.join("kek.key").display().to_string();
     let signing = dir.join("signing.key").display().to_string();

@@ -126,22 +126,17 @@ async fn a_dead_member_waits_for_an_upgrade_then_leaves_first(backend: Backend) 
 
 both_backends!(a_dead_member_waits_for_an_upgrade_then_leaves_first);
 
-async fn a_dead_member_waits_for_a_ca_rotation(backend: Backend) {
-    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
-    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
-    let nodes = booted(&app).await;
-    let cluster = nodes[0].0.cluster;
-    let dead = nodes[2].0.vm;
-    let rotating = rotate(&app, cluster, json!({"ca": "cluster"})).await;
-    assert_eq!(rotating.status(), 202);
-    dead_past_its_timeout(&app, &clock, dead).await;
-    health(&app).await;
-    let waiting = view(&app, cluster).await;
+/// `dead` dies and stays past its timeout: the health pass leaves it a voter, records nothing,
+/// and `RemediationAllowed` says it waits for the change `named`.
+async fn waits_for(app: &TestApp, clock: &ManualClock, cluster: i64, dead: i64, named: &str) {
+    dead_past_its_timeout(app, clock, dead).await;
+    health(app).await;
+    let waiting = view(app, cluster).await;
     let allowed = condition(&waiting, "RemediationAllowed");
     assert_eq!(allowed["reason"], "ChangeInProgress", "{allowed}");
     assert!(
-        allowed["message"].as_str().unwrap().contains("rotation"),
-        "names the rotation: {allowed}"
+        allowed["message"].as_str().unwrap().contains(named),
+        "names the {named}: {allowed}"
     );
     assert_eq!(membership_of(&waiting, dead), "voter");
     assert!(
@@ -150,6 +145,17 @@ async fn a_dead_member_waits_for_a_ca_rotation(backend: Backend) {
             .unwrap()
             .is_empty()
     );
+}
+
+async fn a_dead_member_waits_for_a_ca_rotation(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let nodes = booted(&app).await;
+    let cluster = nodes[0].0.cluster;
+    let dead = nodes[2].0.vm;
+    let rotating = rotate(&app, cluster, json!({"ca": "cluster"})).await;
+    assert_eq!(rotating.status(), 202);
+    waits_for(&app, &clock, cluster, dead, "rotation").await;
 }
 
 both_backends!(a_dead_member_waits_for_a_ca_rotation);
@@ -163,22 +169,7 @@ async fn a_dead_member_waits_for_a_restore(backend: Backend) {
     let (snapshot, _) = crate::restore::stored(&app, cluster, (&nodes[0].0, &nodes[0].1)).await;
     let restoring = crate::restore::start(&app, cluster, json!({"snapshot_id": snapshot})).await;
     assert_eq!(restoring.status(), 202);
-    dead_past_its_timeout(&app, &clock, dead).await;
-    health(&app).await;
-    let waiting = view(&app, cluster).await;
-    let allowed = condition(&waiting, "RemediationAllowed");
-    assert_eq!(allowed["reason"], "ChangeInProgress", "{allowed}");
-    assert!(
-        allowed["message"].as_str().unwrap().contains("restore"),
-        "names the restore: {allowed}"
-    );
-    assert_eq!(membership_of(&waiting, dead), "voter");
-    assert!(
-        exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    waits_for(&app, &clock, cluster, dead, "restore").await;
 }
 
 both_backends!(a_dead_member_waits_for_a_restore);

@@ -50,7 +50,20 @@ async fn put_policy(app: &TestApp, cluster: i64, policy: Value) {
     assert_eq!(answer.status(), 200, "{}", json_of(answer).await);
 }
 
-async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
+/// A founded one-member cluster (its member booted) with a pool `blue` of `count` booted
+/// workers, on an injected clock: the app, the clock, the member and its key, the cluster, the
+/// pool and its workers' VM ids.
+async fn pool_of(
+    backend: Backend,
+    count: i64,
+) -> (
+    TestApp,
+    Arc<ManualClock>,
+    (crate::app::Node, NodeKey),
+    i64,
+    i64,
+    Vec<i64>,
+) {
     let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
     let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
     let created = json_of(app.found(1, json!({})).await).await;
@@ -61,16 +74,23 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
     assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
     let made = app
         .post(&format!("/clusters/{cluster}/node-pools"))
-        .json(&pool_body("blue", 3))
+        .json(&pool_body("blue", count))
         .send()
         .await
         .unwrap();
     let id = json_of(made).await["id"].as_i64().unwrap();
-    let three = vms(&settled(&app, cluster, id, 3).await);
-    for &vm in &three {
+    let workers: Vec<i64> = vms(&settled(&app, cluster, id, usize::try_from(count).unwrap()).await)
+        .into_iter()
+        .collect();
+    for &vm in &workers {
         boot_worker(&app, cluster, vm).await;
     }
-    let workers: Vec<i64> = three.iter().copied().collect();
+    (app, clock, (member, key), cluster, id, workers)
+}
+
+async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
+    let (app, clock, (member, key), cluster, id, workers) = pool_of(backend, 3).await;
+    let three: std::collections::BTreeSet<i64> = workers.iter().copied().collect();
 
     // With remediation off, a destroyed worker is only watched.
     put_policy(&app, cluster, json!({"remediation": false})).await;
@@ -177,27 +197,7 @@ both_backends!(a_dead_worker_is_replaced_as_the_policy_allows);
 /// remediation off a dead worker is only watched, until its pool turns remediation on for
 /// itself; `DELETE` makes it follow the cluster's again. Refused as the cluster's is.
 async fn a_pool_follows_its_own_policy_instead_of_the_clusters(backend: Backend) {
-    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
-    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
-    let created = json_of(app.found(1, json!({})).await).await;
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let member = credentials_for(&app, 7, &created).await.remove(0);
-    let key = NodeKey::generate().unwrap();
-    register(&app, &member, &key).await;
-    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
-    let made = app
-        .post(&format!("/clusters/{cluster}/node-pools"))
-        .json(&pool_body("blue", 2))
-        .send()
-        .await
-        .unwrap();
-    let id = json_of(made).await["id"].as_i64().unwrap();
-    let two: Vec<i64> = vms(&settled(&app, cluster, id, 2).await)
-        .into_iter()
-        .collect();
-    for &vm in &two {
-        boot_worker(&app, cluster, vm).await;
-    }
+    let (app, clock, _, cluster, id, two) = pool_of(backend, 2).await;
     let path = format!("/clusters/{cluster}/node-pools/{id}/health-policy");
     let inherited = json_of(app.get(&path).send().await.unwrap()).await;
     assert_eq!(inherited["own"], false, "{inherited}");
