@@ -274,6 +274,39 @@ async fn a_pool_follows_its_own_policy_instead_of_the_clusters(backend: Backend)
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+
+    // The credential matrix of the policy routes: no token 401; another org's token 404
+    // (nothing about this cluster revealed, nothing changed).
+    let other =
+        crate::app::operator_token(&app.state, 8, exk8s_api::tokens::Scope::Operator, 3600).await;
+    let cluster_path = format!("/clusters/{cluster}/health-policy");
+    let body = json!({"remediation": true});
+    let routes = [
+        ("GET", &cluster_path, None),
+        ("PUT", &cluster_path, Some(&body)),
+        ("GET", &path, None),
+        ("PUT", &path, Some(&body)),
+        ("DELETE", &path, None),
+    ];
+    for (method, route, body) in routes {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        for (token, status) in [(None, 401), (Some(&other), 404)] {
+            let mut request = app
+                .http
+                .request(method.clone(), format!("{}{route}", app.url));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), status, "{method} {route}");
+        }
+    }
+    assert_eq!(json_of(app.get(&path).send().await.unwrap()).await, back);
+    let kept = json_of(app.get(&cluster_path).send().await.unwrap()).await;
+    assert_eq!(kept["remediation"], false, "unchanged: {kept}");
 }
 
 both_backends!(a_pool_follows_its_own_policy_instead_of_the_clusters);
