@@ -93,7 +93,7 @@ pub async fn create(machines: &Machines, machine: NewMachine) -> Result<Vm, Mach
     } = machine;
     vm.client_token = client_token(cluster_id, ordinal);
     let journal_id = db::resources::journal_intent(
-        &machines.db.pool,
+        &machines.db,
         &db::resources::Intent {
             cluster_id,
             kind: Kind::Vm,

@@ -124,7 +124,9 @@ impl Drop for FileContent {
 
 impl Serialize for FileContent {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&BASE64.encode(&self.0))
+        // Encoded piece by piece straight into the output: no whole base64 copy of the bytes
+        // (often a private key) is made, and none is left unwiped in freed memory.
+        s.collect_str(&base64::display::Base64Display::new(&self.0, &BASE64))
     }
 }
 
@@ -412,7 +414,24 @@ impl PayloadBody {
             packages: &payload.packages,
             plan: &payload.plan,
         };
-        Ok(Self(zeroize::Zeroizing::new(serde_json::to_vec(&body)?)))
+        // Sized up front: a growing buffer would leave copies of the keys it holds in the
+        // memory each reallocation frees, and copy them each time.
+        let mut out = Vec::with_capacity(Self::estimate(payload));
+        serde_json::to_writer(&mut out, &body)?;
+        Ok(Self(zeroize::Zeroizing::new(out)))
+    }
+
+    /// Bytes enough for the body's JSON in all but unusual payloads: each file's base64 and
+    /// fields, and a margin for the artifacts, packages and plan.
+    fn estimate(payload: &BundlePayload) -> usize {
+        const PER_FILE: usize = 256;
+        const REST: usize = 32 * 1024;
+        let files: usize = payload
+            .files
+            .iter()
+            .map(|f| f.content.0.len().div_ceil(3) * 4 + f.path.as_str().len() + PER_FILE)
+            .sum();
+        files + REST
     }
 
     /// The whole payload's JSON with `identity` and `freshness` in front of the body.

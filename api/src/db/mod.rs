@@ -112,6 +112,11 @@ fn is_unavailable(code: &str) -> bool {
     postgres || sqlite
 }
 
+/// SQLite's default durability on this store's connections (see [`Db::connect_with`]).
+pub(crate) const SQLITE_SYNC_NORMAL: &str = "PRAGMA synchronous = NORMAL";
+/// SQLite's durability for a write that must survive a power cut.
+pub(crate) const SQLITE_SYNC_FULL: &str = "PRAGMA synchronous = FULL";
+
 /// How long a connection may sit in the pool before it is pinged again when taken.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
@@ -146,9 +151,13 @@ impl Db {
                         conn.execute("PRAGMA journal_mode = WAL").await?;
                         conn.execute("PRAGMA busy_timeout = 10000").await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
-                        // A committed journal row must survive a power cut too: founding calls
-                        // the compute API only after its intent is on disk.
-                        conn.execute("PRAGMA synchronous = FULL").await?;
+                        // WAL with NORMAL: a commit survives the process crashing, and is on
+                        // disk by the next checkpoint; a power cut may lose the last ones. What
+                        // must be on disk before the outside world acts on it (a journal intent
+                        // before its compute or DNS call) is written with FULL, whose fsync of
+                        // the WAL also persists every commit before it
+                        // ([`resources::journal_intent`]).
+                        conn.execute(SQLITE_SYNC_NORMAL).await?;
                     }
                     Ok(())
                 })

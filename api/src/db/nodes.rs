@@ -14,7 +14,7 @@ use sqlx::{Any, Executor, Row};
 use super::DbError;
 use super::clusters::{self, ClusterRow};
 use super::phase::{EtcdMembership, NodePhase, Removal, decode};
-use super::rotations;
+use super::{rotations, sa_rotations};
 use crate::lifecycle::generations::{self, NodeGenerations};
 
 #[derive(Debug, Clone)]
@@ -369,11 +369,12 @@ pub struct ServingRow {
 
 /// What a control-plane node's bundle reads of its cluster, in one statement: the cluster's
 /// nodes by ordinal, the node's serving certificates (`None` when either facet is missing) and
-/// the cluster's CA rotation in progress.
+/// the cluster's CA and service-account key rotations in progress.
 pub struct ControlPlaneView {
     pub nodes: Vec<NodeRow>,
     pub serving: Option<ServingRow>,
     pub rotation: Option<super::rotations::Rotation>,
+    pub sa_rotation: Option<super::sa_rotations::SaRotation>,
 }
 
 /// Reads [`ControlPlaneView`] for node `node_id` of cluster `cluster_id`. Only `node_id`'s row
@@ -386,17 +387,19 @@ pub async fn control_plane_view<'c>(
 ) -> Result<ControlPlaneView, DbError> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "SELECT {}, {}, \
+            "SELECT {}, {}, {}, \
              e.server_cert AS server_cert, e.server_key_sealed AS server_key_sealed, \
              e.peer_cert AS peer_cert, e.peer_key_sealed AS peer_key_sealed, \
              a.serving_cert AS serving_cert, a.serving_key_sealed AS serving_key_sealed \
              FROM cluster_nodes n \
              LEFT JOIN ca_rotations r ON r.cluster_id = n.cluster_id AND n.id = $2 \
+             LEFT JOIN sa_key_rotations s ON s.cluster_id = n.cluster_id AND n.id = $2 \
              LEFT JOIN etcd_members e ON e.node_id = n.id AND n.id = $2 \
              LEFT JOIN apiserver_nodes a ON a.node_id = n.id AND n.id = $2 \
              WHERE n.cluster_id = $1 ORDER BY n.ordinal",
             prefixed_columns(),
-            rotations::prefixed_columns()
+            rotations::prefixed_columns(),
+            sa_rotations::prefixed_columns()
         )
     });
     let rows = sqlx::query(&SQL)
@@ -404,12 +407,17 @@ pub async fn control_plane_view<'c>(
         .bind(node_id)
         .fetch_all(db)
         .await?;
-    let (mut serving, mut rotation) = (None, None);
+    let (mut serving, mut rotation, mut sa_rotation) = (None, None, None);
     for r in &rows {
         if r.try_get::<Option<i64>, _>(rotations::PREFIXED[0])?
             .is_some()
         {
             rotation = Some(rotations::rotation_row_named(r, &rotations::PREFIXED)?);
+        }
+        if r.try_get::<Option<i64>, _>(sa_rotations::PREFIXED[0])?
+            .is_some()
+        {
+            sa_rotation = Some(sa_rotations::from_row_named(r, &sa_rotations::PREFIXED)?);
         }
         let etcd: Option<String> = r.try_get("server_cert")?;
         let apiserver: Option<String> = r.try_get("serving_cert")?;
@@ -428,6 +436,7 @@ pub async fn control_plane_view<'c>(
         nodes: rows.iter().map(from_row).collect::<Result<_, _>>()?,
         serving,
         rotation,
+        sa_rotation,
     })
 }
 
@@ -439,21 +448,24 @@ pub struct Handed {
 }
 
 /// Takes the next serial for a bootstrap issuance, in the caller's transaction, and records
-/// the node's desired generation as handed out. Refuses (None) when the node may not be
-/// issued a bootstrap bundle now; an issuance to a `complete` node consumes its re-arm.
+/// the node's desired generation as handed out, and `node_key` (when sent) as the key of the
+/// node's day-2 requests (the latest bootstrap fetch wins). Refuses (None) when the node may
+/// not be issued a bootstrap bundle now; an issuance to a `complete` node consumes its re-arm.
 pub async fn take_serial(
     tx: &mut sqlx::AnyConnection,
     node_id: i64,
     version: &str,
+    node_key: Option<&str>,
 ) -> Result<Option<Handed>, DbError> {
     let row = sqlx::query(
         "UPDATE cluster_nodes SET serial = serial + 1, handed_generation = desired_generation, \
-         handed_version = $2, \
+         handed_version = $2, node_key = COALESCE($3, node_key), \
          issuance_allowed = CASE WHEN phase = 'complete' THEN 0 ELSE issuance_allowed END \
          WHERE id = $1 AND issuance_allowed = 1 RETURNING serial, handed_generation",
     )
     .bind(node_id)
     .bind(version)
+    .bind(node_key)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(r) = row else { return Ok(None) };
@@ -561,20 +573,6 @@ pub async fn hand_update(
         serial: r.try_get("serial")?,
         generation: r.try_get("handed_generation")?,
     }))
-}
-
-/// Registers the node's day-2 public key (base64 ed25519).
-pub async fn register_key(
-    tx: &mut sqlx::AnyConnection,
-    node_id: i64,
-    key: &str,
-) -> Result<(), DbError> {
-    sqlx::query("UPDATE cluster_nodes SET node_key = $1 WHERE id = $2")
-        .bind(key)
-        .bind(node_id)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
 }
 
 /// Gives every node of the cluster its next desired generation; `(vm_id, desired)` per node.

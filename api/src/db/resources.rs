@@ -5,7 +5,7 @@
 
 use sqlx::{Any, Executor, Row};
 
-use super::DbError;
+use super::{Backend, Db, DbError, SQLITE_SYNC_FULL, SQLITE_SYNC_NORMAL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -58,8 +58,31 @@ pub struct Intent<'a> {
     pub pool_id: Option<i64>,
 }
 
-pub async fn journal_intent<'c>(
-    db: impl Executor<'c, Database = Any>,
+/// Journals `intent` before the outside world is asked for it. On SQLite the row is committed
+/// with `synchronous = FULL` (the store's default is NORMAL): its fsync of the WAL puts it, and
+/// every commit before it, on disk, so a power cut after the compute or DNS call cannot lose
+/// the record of what was asked for.
+pub async fn journal_intent(db: &Db, intent: &Intent<'_>, now: i64) -> Result<i64, DbError> {
+    let mut conn = db.pool.acquire().await?;
+    let sqlite = db.backend == Backend::Sqlite;
+    if sqlite {
+        sqlx::query(SQLITE_SYNC_FULL).execute(&mut *conn).await?;
+    }
+    let journaled = insert_intent(&mut conn, intent, now).await;
+    if sqlite
+        && sqlx::query(SQLITE_SYNC_NORMAL)
+            .execute(&mut *conn)
+            .await
+            .is_err()
+    {
+        // Still FULL (only slower), but its state is unknown: never pooled again.
+        drop(conn.detach());
+    }
+    journaled
+}
+
+async fn insert_intent(
+    conn: &mut sqlx::AnyConnection,
     intent: &Intent<'_>,
     now: i64,
 ) -> Result<i64, DbError> {
@@ -73,7 +96,7 @@ pub async fn journal_intent<'c>(
     .bind(intent.ordinal)
     .bind(intent.pool_id)
     .bind(now)
-    .fetch_one(db)
+    .fetch_one(conn)
     .await?;
     Ok(row.try_get("id")?)
 }

@@ -37,16 +37,66 @@ impl SaRotation {
 pub(super) const COLUMNS: &str = "cluster_id, phase, other_public, new_key_sealed, drop_old_after, \
     signing_since, started_at, updated_at";
 
+/// A rotation's column names: the table's own, or those [`prefixed_columns`] selects.
+type Names = [&'static str; 8];
+
+const PLAIN: Names = [
+    "cluster_id",
+    "phase",
+    "other_public",
+    "new_key_sealed",
+    "drop_old_after",
+    "signing_since",
+    "started_at",
+    "updated_at",
+];
+
+pub(super) const PREFIXED: Names = [
+    "sa_rotation_cluster_id",
+    "sa_rotation_phase",
+    "sa_rotation_other_public",
+    "sa_rotation_new_key_sealed",
+    "sa_rotation_drop_old_after",
+    "sa_rotation_signing_since",
+    "sa_rotation_started_at",
+    "sa_rotation_updated_at",
+];
+
+/// The columns of the table aliased `s`, under the [`PREFIXED`] names.
+pub(super) fn prefixed_columns() -> String {
+    PLAIN
+        .iter()
+        .zip(PREFIXED)
+        .map(|(plain, prefixed)| format!("s.{plain} AS {prefixed}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<SaRotation, DbError> {
+    from_row_named(r, &PLAIN)
+}
+
+/// A rotation from a row whose columns go by `names`.
+pub(super) fn from_row_named(r: &sqlx::any::AnyRow, names: &Names) -> Result<SaRotation, DbError> {
+    let [
+        cluster_id,
+        phase,
+        other_public,
+        new_key_sealed,
+        drop_old_after,
+        signing_since,
+        started_at,
+        updated_at,
+    ] = *names;
     Ok(SaRotation {
-        cluster_id: r.try_get("cluster_id")?,
-        phase: super::phase::decode(r, "phase")?,
-        other_public: r.try_get("other_public")?,
-        new_key_sealed: r.try_get("new_key_sealed")?,
-        drop_old_after: r.try_get("drop_old_after")?,
-        signing_since: r.try_get("signing_since")?,
-        started_at: r.try_get("started_at")?,
-        updated_at: r.try_get("updated_at")?,
+        cluster_id: r.try_get(cluster_id)?,
+        phase: super::phase::decode(r, phase)?,
+        other_public: r.try_get(other_public)?,
+        new_key_sealed: r.try_get(new_key_sealed)?,
+        drop_old_after: r.try_get(drop_old_after)?,
+        signing_since: r.try_get(signing_since)?,
+        started_at: r.try_get(started_at)?,
+        updated_at: r.try_get(updated_at)?,
     })
 }
 

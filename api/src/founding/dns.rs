@@ -15,7 +15,7 @@ pub(super) async fn configure(ctx: &Founder, founded: &mut Founded) {
     let token = format!("cluster-{}-dns", founded.id);
     let recorded = async {
         let journal_id = db::resources::journal_intent(
-            &ctx.db.pool,
+            &ctx.db,
             &db::resources::Intent {
                 cluster_id: founded.id,
                 kind: Kind::DnsRecord,

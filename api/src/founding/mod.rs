@@ -320,7 +320,7 @@ async fn journal(ctx: &Founder, cluster_id: i64, kind: Kind, token: &str) -> Res
         ordinal: None,
         pool_id: None,
     };
-    db::resources::journal_intent(&ctx.db.pool, &intent, db::now())
+    db::resources::journal_intent(&ctx.db, &intent, db::now())
         .await
         .map_err(Failure::db)
 }

@@ -279,7 +279,10 @@ async fn sign_bundle(
     let version = loaded.version().as_str();
     let mut tx = ctx.db.begin().await?;
     let taken = match request.kind {
-        BundleKind::Bootstrap => db::nodes::take_serial(&mut tx, node.id, version).await?,
+        BundleKind::Bootstrap => {
+            let key = request.node_key.as_ref().map(NodePublicKey::to_text);
+            db::nodes::take_serial(&mut tx, node.id, version, key.as_deref()).await?
+        }
         BundleKind::Update => {
             // The rollout's decision again, on rows read under the cluster's lock: another
             // node may have taken the one slot since the check before minting.
@@ -300,9 +303,6 @@ async fn sign_bundle(
     let Some(handed) = taken else {
         return Ok(None);
     };
-    if let Some(key) = &request.node_key {
-        db::nodes::register_key(&mut tx, node.id, &key.to_text()).await?;
-    }
     let serial = handed.serial;
     freshness.serial = u64::try_from(serial).map_err(IssuanceError::internal)?;
     identity.generation = u64::try_from(handed.generation).map_err(IssuanceError::internal)?;

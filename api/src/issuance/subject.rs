@@ -109,8 +109,8 @@ pub(super) async fn load(
                 nodes: rows,
                 serving,
                 rotation,
+                sa_rotation,
             } = db::nodes::control_plane_view(&ctx.db.pool, cluster.id, node.id).await?;
-            let sa_rotation = db::sa_rotations::get(&ctx.db.pool, cluster.id).await?;
             let subject = Subject::ControlPlane {
                 service_account_public: crate::sa_rotation::public_keys(
                     &pki.service_account.public_pem,

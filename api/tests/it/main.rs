@@ -22,6 +22,7 @@ mod credentials;
 mod db_faults;
 mod delete_race;
 mod disk_full;
+mod durability;
 mod etcd_cluster;
 mod events;
 mod founding;

@@ -492,7 +492,7 @@ async fn a_creation_left_half_made_is_undone_and_the_pool_converged(backend: Bac
         .await
         .unwrap();
     db::resources::journal_intent(
-        &app.state.db.pool,
+        &app.state.db,
         &db::resources::Intent {
             cluster_id: cluster,
             kind: db::resources::Kind::Vm,

@@ -83,10 +83,11 @@ impl FileSet {
     pub(super) fn into_bundle_files(self) -> Result<Vec<BundleFile>, RenderError> {
         self.0
             .into_iter()
-            .map(|(path, (mode, content))| {
+            .map(|(path, (mode, mut content))| {
                 let path =
                     BundlePath::new(path).map_err(|e| RenderError::InvalidValue(e.to_string()))?;
-                Ok(BundleFile::new(path, mode, content.as_slice()))
+                // Moved, not copied: the file's content wipes the bytes when it is dropped.
+                Ok(BundleFile::new(path, mode, std::mem::take(&mut *content)))
             })
             .collect()
     }
