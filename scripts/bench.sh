@@ -173,9 +173,13 @@ fi
 
 if [ "$what" = profile ]; then
   # STORE=sqlite profiles the embedded default store (the load generator's temporary SQLite
-  # database) instead of PostgreSQL.
+  # database) instead of PostgreSQL. The API process alone is sampled with DWARF call stacks
+  # (perf, cpu-clock, 199 Hz) while the load runs, so every sample is put in the phase of
+  # issuance it was taken in (bench/perf_phases.py: minting, signing, rendering, serialising,
+  # the certificates' facts, SQLite, the handler, HTTP, tokio), and each phase's share is
+  # turned into milliseconds per bundle with the load generator's own CPU count.
   store=${STORE:-postgres}
-  log "profile of bundle issuance on $store (perf, cpu-clock sampling, whole machine) with a symbolized release API"
+  log "profile of bundle issuance on $store (perf, DWARF stacks of the API process) with a symbolized release API"
   CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
     cargo build --release --locked -p exk8s-api --target-dir target/profile
   db_args=()
@@ -184,16 +188,26 @@ if [ "$what" = profile ]; then
     psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS exk8s_bench_prof" -c "CREATE DATABASE exk8s_bench_prof"
     db_args=(--database-url postgres://postgres@127.0.0.1:5432/exk8s_bench_prof)
   fi
-  perf record -o "$out/issuance.perf" -a -e cpu-clock -F 499 -g -- \
-    "$loadgen" --api-bin target/profile/release/exk8s-api "${db_args[@]}" \
-    --clusters ecdsa-p256=4 --fetches ecdsa-p256=5000 --concurrency 64
-  # `sed -n` reads to the end: `head` would close the pipe early, and perf's SIGPIPE would end
-  # the script under pipefail before the second table.
-  echo "share of samples by process and binary:"
-  perf report -i "$out/issuance.perf" --stdio --no-children --sort comm,dso | grep -E '^ +[0-9]' | sed -n 1,10p
-  echo "top symbols inside exk8s-api (shares of all samples):"
-  perf report -i "$out/issuance.perf" --stdio --no-children --dsos exk8s-api --sort symbol \
-    | grep -E '^ +[0-9]' | cut -c1-160 | sed -n 1,25p
+  "$loadgen" --api-bin target/profile/release/exk8s-api "${db_args[@]}" --floor \
+    --bundle-route /bootstrap/control-plane \
+    --clusters ecdsa-p256=4 --fetches ecdsa-p256=8000 --concurrency 32 > "$out/profile-load.txt" 2>&1 &
+  load=$!
+  # The API server the load generator started (its child running `serve`, not a migration).
+  api_pid=
+  for _ in $(seq 1 120); do
+    api_pid=$(pgrep -P "$load" -f 'exk8s-api serve' || true)
+    [ -n "$api_pid" ] && break
+    sleep 0.5
+  done
+  [ -n "$api_pid" ] || { cat "$out/profile-load.txt"; echo "no API process to profile" >&2; exit 1; }
+  sleep 8 # past founding, into the fetches
+  perf record -o "$out/issuance.perf" -p "$api_pid" -e cpu-clock -F 199 --call-graph dwarf,32768 \
+    -- sleep 12
+  wait "$load"
+  grep -E 'CPU per bundle' "$out/profile-load.txt"
+  ms=$(grep -oE 'CPU per bundle: API [0-9.]+' "$out/profile-load.txt" | awk '{print $NF}')
+  perf script -i "$out/issuance.perf" -F comm,tid,ip,sym,dso 2>/dev/null \
+    | python3 bench/perf_phases.py --ms-per-bundle "$ms"
 fi
 
 if [ "$what" = compare ]; then
