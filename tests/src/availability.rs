@@ -115,17 +115,29 @@ impl Shared {
 }
 
 /// `kubectl get --raw /api` from the `client` namespace with `config`, `server` flags added.
+/// A kubectl that failed without a word (killed, or never ran in the namespace) saw no
+/// apiserver at all — an apiserver that does not answer makes it say why — so it is asked once
+/// more, said on stderr; only a second silent failure counts against the apiservers.
 pub fn get_api(lan: &Lan, client: usize, config: &Path, server: &[String]) -> Result<(), String> {
     let mut args: Vec<&str> = server.iter().map(String::as_str).collect();
     args.extend(["get", "--raw", "/api"]);
-    let (ok, out, err) = kubectl(lan, client, config, &args);
-    if ok && out.contains("APIVersions") {
-        Ok(())
-    } else if out.is_empty() && err.is_empty() {
-        // Nothing at all: kubectl never got to say why (killed, or never ran in the namespace).
-        Err(format!("kubectl said nothing (ok: {ok})"))
-    } else {
-        Err(format!("{out}{err}"))
+    let ask = || {
+        let (ok, out, err) = kubectl(lan, client, config, &args);
+        if ok && out.contains("APIVersions") {
+            Ok(())
+        } else if out.is_empty() && err.is_empty() {
+            Err(format!("kubectl said nothing (ok: {ok})"))
+        } else {
+            Err(format!("{out}{err}"))
+        }
+    };
+    match ask() {
+        Err(silent) if silent.starts_with("kubectl said nothing") => {
+            let again = ask();
+            eprintln!("availability: {silent} from {client} {server:?}; asked again: {again:?}");
+            again
+        }
+        answered => answered,
     }
 }
 
