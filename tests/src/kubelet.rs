@@ -247,6 +247,11 @@ pub struct Runtime {
     kubelet: Option<Proc>,
     /// containerd's mount namespace: its shims and the kubelet share it.
     mount_ns: PathBuf,
+    /// Held open for the runtime's life, so the namespace outlives its last process until
+    /// `Drop` has killed everything in it: a dead namespace's inode number is reused, and a
+    /// new namespace with it (each `ip netns exec` makes one: the tests' own curl and kubectl)
+    /// would look like this one's and be killed.
+    _mount_ns_held: Option<std::fs::File>,
 }
 
 impl Runtime {
@@ -303,6 +308,7 @@ impl Runtime {
             containerd_pid: pid.clone(),
             kubelet: None,
             mount_ns: PathBuf::new(),
+            _mount_ns_held: None,
         };
         let socket = root.join("run/containerd/containerd.sock");
         let start = Instant::now();
@@ -314,6 +320,7 @@ impl Runtime {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        runtime._mount_ns_held = Some(std::fs::File::open(format!("/proc/{pid}/ns/mnt")).unwrap());
         runtime.mount_ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
         // Drop kills every process in this namespace: it must not be the test's own.
         assert_ne!(
