@@ -112,6 +112,16 @@ fn is_unavailable(code: &str) -> bool {
     postgres || sqlite
 }
 
+/// `alias.column AS name` for each column and the name it is selected under, joined.
+pub(crate) fn aliased_columns(alias: &str, columns: &[&str], names: &[&str]) -> String {
+    columns
+        .iter()
+        .zip(names)
+        .map(|(column, name)| format!("{alias}.{column} AS {name}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// SQLite's default durability on this store's connections (see [`Db::connect_with`]).
 pub(crate) const SQLITE_SYNC_NORMAL: &str = "PRAGMA synchronous = NORMAL";
 /// SQLite's durability for a write that must survive a power cut.

@@ -143,12 +143,7 @@ pub(super) const PREFIXED: Names = [
 
 /// [`ROTATION_COLUMNS`] of the table aliased `r`, under the [`PREFIXED`] names.
 pub(super) fn prefixed_columns() -> String {
-    PLAIN
-        .iter()
-        .zip(PREFIXED)
-        .map(|(plain, prefixed)| format!("r.{plain} AS {prefixed}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    super::aliased_columns("r", &PLAIN, &PREFIXED)
 }
 
 /// A rotation from a row whose columns go by `names`.

@@ -64,12 +64,7 @@ pub(super) const PREFIXED: Names = [
 
 /// The columns of the table aliased `s`, under the [`PREFIXED`] names.
 pub(super) fn prefixed_columns() -> String {
-    PLAIN
-        .iter()
-        .zip(PREFIXED)
-        .map(|(plain, prefixed)| format!("s.{plain} AS {prefixed}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    super::aliased_columns("s", &PLAIN, &PREFIXED)
 }
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<SaRotation, DbError> {
