@@ -29,12 +29,14 @@ pub enum CertificatesError {
     Cpu(#[from] crate::cpu::CpuError),
 }
 
-/// A certificate to record: its name in the inventory, its kind and its PEM.
+/// A certificate to record: its name in the inventory, its kind, its PEM and, when this
+/// process minted it, its facts (else they are read from the PEM).
 #[derive(Debug, Clone, Copy)]
 pub struct Issued<'a> {
     pub name: &'static str,
     pub kind: CertKind,
     pub pem: &'a str,
+    pub minted: Option<&'a crate::pki::CertFacts>,
 }
 
 /// The cluster's CAs.
@@ -43,6 +45,7 @@ pub fn cas(pki: &ClusterPki) -> [Issued<'_>; 3] {
         name,
         kind: CertKind::Ca,
         pem,
+        minted: None,
     };
     [
         ca("cluster-ca", pki.cluster_ca.cert_pem()),
@@ -57,6 +60,7 @@ pub fn operator_kubeconfig_cert(cert: &IssuedCert) -> Issued<'_> {
         name: OPERATOR_KUBECONFIG,
         kind: CertKind::Client,
         pem: &cert.cert_pem,
+        minted: cert.minted.as_ref(),
     }
 }
 
@@ -70,6 +74,7 @@ pub fn bundle<'a>(
         name,
         kind,
         pem: &cert.cert_pem,
+        minted: cert.minted.as_ref(),
     };
     let node = minted.node();
     let mut all = Vec::new();
@@ -132,11 +137,14 @@ pub async fn record(
     record_read(tx, cluster_id, node, certs, &facts, now).await
 }
 
-/// What each of `certs` says of itself (CPU work: each is parsed).
+/// What each of `certs` says of itself: as minted, else parsed (CPU work).
 pub fn facts_of(certs: &[Issued<'_>]) -> Result<Vec<crate::pki::CertFacts>, CertificatesError> {
     Ok(certs
         .iter()
-        .map(|cert| crate::pki::facts(cert.pem))
+        .map(|cert| match cert.minted {
+            Some(facts) => Ok(facts.clone()),
+            None => crate::pki::facts(cert.pem),
+        })
         .collect::<Result<Vec<_>, _>>()?)
 }
 

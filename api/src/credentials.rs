@@ -67,7 +67,7 @@ pub async fn mint(ctx: &Certifier, row: ClusterRow) -> Result<Minted, Certificat
             let cert = pki
                 .ca(identity.signer())
                 .issue_short(&identity.spec(), now, LIFETIME)?;
-            let facts = crate::pki::facts(&cert.cert_pem)?;
+            let facts = cert.facts()?;
             let issuer = pki.ca(identity.signer()).cert_pem().to_owned();
             Ok::<_, CertificatesError>((cert, issuer, facts))
         })
@@ -76,6 +76,7 @@ pub async fn mint(ctx: &Certifier, row: ClusterRow) -> Result<Minted, Certificat
         name: OPERATOR_CREDENTIAL,
         kind: CertKind::Client,
         pem: &cert.cert_pem,
+        minted: cert.minted.as_ref(),
     };
     let mut tx = ctx.db.begin().await?;
     certificates::record_read(

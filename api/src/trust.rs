@@ -173,6 +173,7 @@ pub fn open_node_cert(
     Ok(IssuedCert {
         cert_pem: cert_pem.to_owned(),
         key_pem: SecretPem::new(key.to_string()),
+        minted: None,
     })
 }
 

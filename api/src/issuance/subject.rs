@@ -28,7 +28,7 @@ enum Subject {
     ControlPlane {
         this: ControlPlaneNode,
         peers: Vec<ControlPlaneNode>,
-        serving: NodeServingCerts,
+        serving: Box<NodeServingCerts>,
         /// Workers this node's agent is asked to drain.
         drains: Vec<NodeName>,
         /// The public keys its apiserver verifies tokens with (two during a rotation).
@@ -122,7 +122,7 @@ pub(super) async fn load(
                     .filter(|p| p.role == Role::ControlPlane)
                     .map(|p| load::control_plane_node(p, &rows))
                     .collect::<Result<Vec<_>, _>>()?,
-                serving: load::serving_certs(&ctx.keks, cluster.id, node, serving)?,
+                serving: Box::new(load::serving_certs(&ctx.keks, cluster.id, node, serving)?),
                 drains: match kind {
                     BundleKind::Update => db::removals::drained_by(&ctx.db.pool, node.id)
                         .await?
@@ -234,7 +234,7 @@ impl Loaded {
     /// The certificates the bundle carries, for the inventory.
     pub(super) fn certificates<'a>(&'a self, minted: &'a BundleCerts) -> Vec<Issued<'a>> {
         let serving = match &self.subject {
-            Subject::ControlPlane { serving, .. } => Some(serving),
+            Subject::ControlPlane { serving, .. } => Some(&**serving),
             Subject::Worker(_) => None,
         };
         certificates::bundle(serving, minted)

@@ -74,6 +74,8 @@ pub struct CertAuthority {
     cert_pem: String,
     key_pem: SecretPem,
     not_after: OffsetDateTime,
+    /// Its subject as text: the issuer of every leaf it signs.
+    subject: String,
     /// Its SubjectPublicKeyInfo (DER).
     public_key: Vec<u8>,
     /// How long the leaves it issues last (capped at its own expiry).
@@ -156,6 +158,7 @@ impl CertAuthority {
         let ca_key =
             ca_key(&cert).map_err(|reason| invalid(&format!("its certificate {reason}")))?;
         let not_after = cert.validity().not_after.to_datetime();
+        let subject = leaf_issuer(&cert).map_err(|reason| invalid(&reason))?;
         let public_key = cert.public_key().raw.to_vec();
         let issuer = Issuer::from_ca_cert_der(&der.into(), key)
             .map_err(|_| invalid("rcgen cannot use the certificate as an issuer"))?;
@@ -166,6 +169,7 @@ impl CertAuthority {
             cert_pem: cert_pem.to_owned(),
             key_pem,
             not_after,
+            subject,
             public_key,
             leaf_lifetime: LEAF_LIFETIME,
             issuer,
@@ -271,11 +275,38 @@ impl CertAuthority {
                 what: spec.common_name.clone(),
                 source,
             })?;
+        let minted = super::facts::minted(
+            &spec.common_name,
+            spec.organization.as_deref(),
+            &self.subject,
+            params.serial_number.as_ref().map_or(&[][..], AsRef::as_ref),
+            params.not_before,
+            params.not_after,
+        );
         Ok(IssuedCert {
             cert_pem: cert.pem(),
             key_pem: SecretPem::new(key.pair().serialize_pem()),
+            minted: Some(minted),
         })
     }
+}
+
+/// The issuer text of the leaves a CA signs: its subject's. rcgen re-encodes the subject
+/// into each leaf keeping one value per attribute type, so a subject that names a type twice
+/// would give its leaves another issuer name (a broken chain): such a CA is refused.
+fn leaf_issuer(cert: &X509Certificate<'_>) -> Result<String, String> {
+    let mut seen = Vec::new();
+    for attribute in cert.subject().iter_attributes() {
+        let kind = attribute.attr_type();
+        if seen.contains(&kind) {
+            return Err(format!(
+                "its subject names the attribute {kind} twice (rcgen, which signs the leaves, \
+                 keeps one value per attribute: their issuer would not be this CA's subject)"
+            ));
+        }
+        seen.push(kind);
+    }
+    Ok(super::facts::subject_text(cert))
 }
 
 /// Decodes the first `CERTIFICATE` block of a PEM text.

@@ -1,5 +1,6 @@
-//! What a certificate says about itself — subject, issuer, serial and validity — read once,
-//! when the API makes it, for the certificate inventory and the renewal policy.
+//! What a certificate says about itself — subject, issuer, serial and validity — for the
+//! certificate inventory and the renewal policy: known when the API mints it ([`minted`]), read
+//! from the certificate when it was stored ([`facts`]). Both give the same text.
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -26,7 +27,7 @@ pub fn facts(cert_pem: &str) -> Result<CertFacts, PkiError> {
         X509Certificate::from_der(&pem.contents).map_err(|_| unreadable("not a certificate"))?;
     let validity = cert.validity();
     Ok(CertFacts {
-        subject: cert.subject().to_string(),
+        subject: subject_text(&cert),
         issuer: cert.issuer().to_string(),
         serial: serial_hex(cert.raw_serial()),
         not_before: validity.not_before.timestamp(),
@@ -34,17 +35,49 @@ pub fn facts(cert_pem: &str) -> Result<CertFacts, PkiError> {
     })
 }
 
+/// The facts of a certificate exk8s is minting, from the values it encodes: the same text
+/// [`facts`] reads back from the certificate (`O=…, CN=…` in the order [`super::leaf::subject`]
+/// writes them, the serial's hex), validity in the whole seconds DER keeps.
+pub(super) fn minted(
+    common_name: &str,
+    organization: Option<&str>,
+    issuer: &str,
+    serial: &[u8],
+    not_before: time::OffsetDateTime,
+    not_after: time::OffsetDateTime,
+) -> CertFacts {
+    let subject = match organization {
+        Some(org) => format!("O={org}, CN={common_name}"),
+        None => format!("CN={common_name}"),
+    };
+    CertFacts {
+        subject,
+        issuer: issuer.to_owned(),
+        serial: serial_hex(serial),
+        not_before: not_before.unix_timestamp(),
+        not_after: not_after.unix_timestamp(),
+    }
+}
+
+/// The text of a certificate's subject, as [`facts`] gives it.
+pub(super) fn subject_text(cert: &X509Certificate<'_>) -> String {
+    cert.subject().to_string()
+}
+
 /// The serial's bytes as hex, without the leading zero byte DER adds to keep it positive.
 fn serial_hex(raw: &[u8]) -> String {
+    use std::fmt::Write as _;
     let significant = match raw {
         [0, rest @ ..] if !rest.is_empty() => rest,
         all => all,
     };
-    significant
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    let mut hex = String::with_capacity(significant.len() * 3);
+    for (i, b) in significant.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ":" };
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{sep}{b:02x}");
+    }
+    hex
 }
 
 #[cfg(test)]

@@ -331,4 +331,30 @@ mod tests {
             assert_eq!(keys.generated(), BundleCerts::keys(role), "{role:?}");
         }
     }
+
+    /// The facts known when minting are what the certificate says: every certificate of a
+    /// bundle (with and without an organization, both key kinds), read back from its PEM.
+    #[test]
+    fn minted_facts_are_what_the_certificate_says() {
+        let now = OffsetDateTime::now_utc();
+        for algorithm in [KeyAlgorithm::EcdsaP256, KeyAlgorithm::Rsa2048] {
+            let pki = ClusterPki::generate(algorithm, now).unwrap();
+            let node = NodeAddresses {
+                name: "cp-1.cluster-9.internal".parse().unwrap(),
+                private_ipv4: Ipv4Addr::new(10, 0, 0, 5),
+                private_ipv6: None,
+                public_ipv4: None,
+            };
+            let minted = BundleCerts::mint(&pki, &node, Role::ControlPlane, now).unwrap();
+            let certs = crate::certificates::bundle(None, &minted);
+            assert_eq!(certs.len(), 11);
+            let mut organizations = 0;
+            for cert in certs {
+                let read = crate::pki::facts(cert.pem).unwrap();
+                assert_eq!(cert.minted, Some(&read), "{algorithm:?} {}", cert.name);
+                organizations += usize::from(read.subject.starts_with("O="));
+            }
+            assert!(organizations > 0, "no certificate had an organization");
+        }
+    }
 }

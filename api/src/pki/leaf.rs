@@ -16,7 +16,7 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use super::{KeyAlgorithm, PkiError, SecretPem};
+use super::{CertFacts, KeyAlgorithm, PkiError, SecretPem};
 
 /// How far NotBefore is backdated, for clock skew.
 pub(crate) const BACKDATE: Duration = Duration::minutes(5);
@@ -65,6 +65,19 @@ pub struct LeafSpec {
 pub struct IssuedCert {
     pub cert_pem: String,
     pub key_pem: SecretPem,
+    /// What it says of itself, when exk8s minted it in this process (None: opened from the
+    /// store, read from `cert_pem` when needed).
+    pub minted: Option<CertFacts>,
+}
+
+impl IssuedCert {
+    /// What it says of itself: as minted, else read from its PEM.
+    pub fn facts(&self) -> Result<CertFacts, PkiError> {
+        match &self.minted {
+            Some(facts) => Ok(facts.clone()),
+            None => super::facts(&self.cert_pem),
+        }
+    }
 }
 
 /// 16 bytes from the OS CSPRNG, encoded by rcgen as a positive DER INTEGER.

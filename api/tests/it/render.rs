@@ -30,6 +30,7 @@ fn fake(name: &str) -> IssuedCert {
         key_pem: SecretPem::new(format!(
             "-----BEGIN PRIVATE KEY-----\nFIXTURE {name}\n-----END PRIVATE KEY-----\n"
         )),
+        minted: None,
     }
 }
 

@@ -22,18 +22,21 @@ const CA_USAGE: &str = "keyUsage=critical,keyCertSign,cRLSign,digitalSignature";
 /// A self-signed certificate made by `openssl req`: `key` is `rsa:N` or a key file already
 /// in `dir`; `ext` the extensions.
 fn openssl_cert(dir: &Path, name: &str, key: &str, days: &str, ext: &[&str]) -> (String, String) {
+    openssl_cert_of(dir, name, key, days, "/CN=brought-ca", ext)
+}
+
+/// [`openssl_cert`] with the subject `subj` (`openssl req -subj` form).
+fn openssl_cert_of(
+    dir: &Path,
+    name: &str,
+    key: &str,
+    days: &str,
+    subj: &str,
+    ext: &[&str],
+) -> (String, String) {
     let (cert, key_file) = (format!("{name}.pem"), format!("{name}-key.pem"));
     let mut args = vec![
-        "req",
-        "-x509",
-        "-nodes",
-        "-sha256",
-        "-days",
-        days,
-        "-subj",
-        "/CN=brought-ca",
-        "-out",
-        &cert,
+        "req", "-x509", "-nodes", "-sha256", "-days", days, "-subj", subj, "-out", &cert,
     ];
     if key.starts_with("rsa:") {
         args.extend(["-newkey", key, "-keyout", &key_file]);
@@ -287,6 +290,21 @@ async fn every_bad_ca_is_refused_naming_its_field(backend: Backend) {
         json!({"cluster": pair(&short)}),
         cert,
         "before one leaf lifetime (365 days)",
+    )
+    .await;
+    let twice = openssl_cert_of(
+        dir,
+        "twice",
+        "rsa:2048",
+        "3650",
+        "/OU=a/OU=b/CN=brought-ca",
+        &["basicConstraints=critical,CA:TRUE", CA_USAGE],
+    );
+    refused(
+        &app,
+        json!({"cluster": pair(&twice)}),
+        cert,
+        "names the attribute 2.5.4.11 twice",
     )
     .await;
     let weak = ca(dir, "weak", "rsa:1024");
