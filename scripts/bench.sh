@@ -206,8 +206,14 @@ if [ "$what" = profile ]; then
   wait "$load"
   grep -E 'CPU per bundle' "$out/profile-load.txt"
   ms=$(grep -oE 'CPU per bundle: API [0-9.]+' "$out/profile-load.txt" | awk '{print $NF}')
+  floor=$(grep -oE 'floor [0-9.]+ ms' "$out/profile-load.txt" | awk '{print $2}')
+  if [ -z "$ms" ] || [ -z "$floor" ]; then
+    cat "$out/profile-load.txt"
+    echo "the load generator reported no CPU per bundle or no floor" >&2
+    exit 1
+  fi
   perf script -i "$out/issuance.perf" -F comm,tid,ip,sym,dso 2>/dev/null \
-    | python3 bench/perf_phases.py --ms-per-bundle "$ms"
+    | python3 bench/perf_phases.py --ms-per-bundle "$ms" --floor-ms "$floor"
 fi
 
 if [ "$what" = compare ]; then
