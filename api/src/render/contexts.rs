@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::engine::Template;
+use super::engine::{InputsSlot, Template};
 use super::paths::NodePaths;
 
 macro_rules! template {
@@ -103,8 +103,8 @@ pub(crate) struct Mount {
 pub(crate) struct Apiserver<'a> {
     pub paths: &'a NodePaths,
     pub image: String,
-    /// SHA-256 over the contents of every mounted file.
-    pub inputs_sha256: String,
+    /// Where the SHA-256 over the contents of every mounted file goes.
+    pub inputs_sha256: InputsSlot,
     pub node_ip: String,
     pub etcd_servers: &'a str,
     pub service_cidr: String,
@@ -117,8 +117,8 @@ template!(Apiserver => "kube-apiserver.yaml");
 pub(crate) struct ControllerManager<'a> {
     pub paths: &'a NodePaths,
     pub image: String,
-    /// SHA-256 over the contents of every mounted file.
-    pub inputs_sha256: String,
+    /// Where the SHA-256 over the contents of every mounted file goes.
+    pub inputs_sha256: InputsSlot,
     pub cluster_name: &'a str,
     pub pod_cidr: String,
     /// `--node-cidr-mask-size`: the block each node gets ([`crate::render::PodCidr::node_prefix`]).
@@ -132,8 +132,8 @@ template!(ControllerManager => "kube-controller-manager.yaml");
 pub(crate) struct Scheduler<'a> {
     pub paths: &'a NodePaths,
     pub image: String,
-    /// SHA-256 over the contents of every mounted file.
-    pub inputs_sha256: String,
+    /// Where the SHA-256 over the contents of every mounted file goes.
+    pub inputs_sha256: InputsSlot,
     pub mounts: &'a [Mount],
 }
 template!(Scheduler => "kube-scheduler.yaml");
@@ -183,7 +183,10 @@ pub(crate) struct Encryption<'a> {
     pub key_name: &'a str,
     pub key_base64: &'a str,
 }
-template!(Encryption => "encryption-config.yaml");
+impl Template for Encryption<'_> {
+    const NAME: &'static str = "encryption-config.yaml";
+    const MEMO: bool = false;
+}
 
 #[derive(Serialize)]
 pub(crate) struct AuditPolicy {}

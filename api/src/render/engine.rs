@@ -7,16 +7,64 @@
 //! * `arg` — a systemd command-line word; refuses anything outside a conservative character set
 //!   (no whitespace, quotes, `%` specifiers or `$` expansions) so rendering fails instead of
 //!   producing a unit that runs something else.
+//!
+//! A rendering is a pure function of the template (compiled in) and its context, so outputs
+//! are kept ([`Memo`]) by the SHA-256 of the template's name and the context's JSON: a node's
+//! next bundle, and its peers', take most files from there. Templates that render a secret
+//! opt out ([`Template::MEMO`]): a secret lives only as long as the bundle that carries it.
 
-use std::sync::OnceLock;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior};
 use serde::Serialize;
+use sha2::{Digest as _, Sha256};
 
 /// A template and its declared inputs: implemented by exactly one context struct each.
 pub(crate) trait Template: Serialize {
     /// The template's name (its file name under `templates/`).
     const NAME: &'static str;
+    /// Whether its output may be kept for the next rendering of the same context: false for a
+    /// template whose output carries a secret.
+    const MEMO: bool = true;
+}
+
+/// How many rendered outputs are kept (a few per cluster; at ~2 KB each, ~16 MB at most).
+const MEMO_ENTRIES: NonZeroUsize = NonZeroUsize::new(8192).expect("8192 is not zero");
+
+/// Rendered outputs by the digest of their template's name and context.
+struct Memo(Mutex<lru::LruCache<[u8; 32], Arc<str>>>);
+
+impl Memo {
+    fn get(&self, key: &[u8; 32]) -> Option<Arc<str>> {
+        let mut entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.get(key).cloned()
+    }
+
+    fn put(&self, key: [u8; 32], output: Arc<str>) {
+        let mut entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.put(key, output);
+    }
+}
+
+fn memo() -> &'static Memo {
+    static MEMO: OnceLock<Memo> = OnceLock::new();
+    MEMO.get_or_init(|| Memo(Mutex::new(lru::LruCache::new(MEMO_ENTRIES))))
+}
+
+/// The key a rendering is kept under: the SHA-256 of the template's name, a NUL, and the
+/// context as JSON (every value the template can read, in field order).
+fn memo_key<T: Template>(ctx: &T) -> Result<[u8; 32], Error> {
+    let mut hasher = Sha256::new();
+    hasher.update(T::NAME.as_bytes());
+    hasher.update([0]);
+    serde_json::to_writer(&mut hasher, ctx).map_err(|e| {
+        Error::new(
+            ErrorKind::BadSerialization,
+            format!("the context of {} does not serialise: {e}", T::NAME),
+        )
+    })?;
+    Ok(hasher.finalize().into())
 }
 
 macro_rules! embedded {
@@ -85,9 +133,63 @@ fn environment() -> &'static Environment<'static> {
     })
 }
 
-/// Renders `ctx` with its template.
+/// Renders `ctx` with its template, or gives the output kept from the same rendering.
 pub(crate) fn render<T: Template>(ctx: &T) -> Result<String, Error> {
+    if !T::MEMO {
+        return render_now(ctx);
+    }
+    let key = memo_key(ctx)?;
+    if let Some(kept) = memo().get(&key) {
+        return Ok(kept.to_string());
+    }
+    let output = render_now(ctx)?;
+    memo().put(key, Arc::from(output.as_str()));
+    Ok(output)
+}
+
+fn render_now<T: Template>(ctx: &T) -> Result<String, Error> {
     environment().get_template(T::NAME)?.render(ctx)
+}
+
+/// What a static pod's context carries where its manifest names the digest of the files it
+/// mounts: that digest changes with every bundle's fresh keys, so the manifest is rendered
+/// (and kept) around this mark and the digest put in its place after
+/// ([`render_static_pod`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InputsSlot;
+
+const INPUTS_SLOT: &str = "@exk8s-inputs-sha256@";
+
+impl Serialize for InputsSlot {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(INPUTS_SLOT)
+    }
+}
+
+/// Renders a static pod's `ctx` and puts `inputs_sha256` (hex) where its [`InputsSlot`] is,
+/// which must be exactly once.
+pub(crate) fn render_static_pod<T: Template>(
+    ctx: &T,
+    inputs_sha256: &str,
+) -> Result<String, Error> {
+    fill_slot(T::NAME, &render(ctx)?, inputs_sha256)
+}
+
+/// `rendered` (of template `name`) with `inputs_sha256` in its one [`InputsSlot`].
+fn fill_slot(name: &str, rendered: &str, inputs_sha256: &str) -> Result<String, Error> {
+    let mut places = rendered.match_indices(INPUTS_SLOT).map(|(at, _)| at);
+    let (Some(at), None) = (places.next(), places.next()) else {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{name} must name its inputs' digest exactly once"),
+        ));
+    };
+    let rest = &rendered[at + INPUTS_SLOT.len()..];
+    let mut filled = String::with_capacity(at + inputs_sha256.len() + rest.len());
+    filled.push_str(&rendered[..at]);
+    filled.push_str(inputs_sha256);
+    filled.push_str(rest);
+    Ok(filled)
 }
 
 #[cfg(test)]
@@ -126,6 +228,54 @@ mod tests {
             .render(Probe { value: "x".into() })
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::UndefinedError);
+    }
+
+    /// A rendering is kept and given again for the same context, never for another one, and
+    /// a template that renders a secret is never kept.
+    #[test]
+    fn renderings_are_kept_by_context_except_secrets() {
+        use crate::render::contexts::{Encryption, EtcdBootstrap};
+        let ctx = |token: &str| EtcdBootstrap {
+            initial_cluster: "cp-1=https://10.0.0.1:2380",
+            initial_cluster_state: "new",
+            cluster_token: token.to_owned(),
+        };
+        let first = render(&ctx("exk8s-memo-1")).unwrap();
+        assert_eq!(
+            memo()
+                .get(&memo_key(&ctx("exk8s-memo-1")).unwrap())
+                .as_deref(),
+            Some(first.as_str())
+        );
+        assert_eq!(render(&ctx("exk8s-memo-1")).unwrap(), first);
+        let other = render(&ctx("exk8s-memo-2")).unwrap();
+        assert!(other.contains("exk8s-memo-2") && !other.contains("exk8s-memo-1"));
+
+        let secret = Encryption {
+            key_name: "exk8s-1",
+            key_base64: "c2VjcmV0LW5ldmVyLWtlcHQtc2VjcmV0LW5ldmVyLWs=",
+        };
+        let rendered = render(&secret).unwrap();
+        assert!(rendered.contains(secret.key_base64));
+        assert!(memo().get(&memo_key(&secret).unwrap()).is_none());
+    }
+
+    /// The digest lands where the slot was; a manifest naming it twice, or never, is refused.
+    #[test]
+    fn a_static_pods_digest_fills_its_one_slot() {
+        let once = format!("a: \"{INPUTS_SLOT}\"\nb: c\n");
+        assert_eq!(
+            fill_slot("pod", &once, "ab12").unwrap(),
+            "a: \"ab12\"\nb: c\n"
+        );
+        for bad in [format!("{INPUTS_SLOT} {INPUTS_SLOT}"), "a: b".to_owned()] {
+            let err = fill_slot("pod", &bad, "ab12").unwrap_err();
+            assert!(err.to_string().contains("exactly once"), "{err}");
+        }
+        assert_eq!(
+            serde_json::to_string(&InputsSlot).unwrap(),
+            format!("\"{INPUTS_SLOT}\"")
+        );
     }
 
     #[test]

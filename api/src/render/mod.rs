@@ -108,6 +108,19 @@ pub fn render_userdata(
     render(&ctx)
 }
 
+/// A static pod's manifest with the digest of its inputs ([`engine::render_static_pod`]).
+fn render_static_pod<T: engine::Template>(
+    ctx: &T,
+    inputs_sha256: &exk8s_common::names::Sha256Digest,
+) -> Result<String, RenderError> {
+    engine::render_static_pod(ctx, &inputs_sha256.to_hex()).map_err(|source| {
+        RenderError::Template {
+            template: T::NAME,
+            source,
+        }
+    })
+}
+
 fn render<T: engine::Template>(ctx: &T) -> Result<String, RenderError> {
     engine::render(ctx).map_err(|source| RenderError::Template {
         template: T::NAME,

@@ -9,8 +9,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use zeroize::Zeroizing;
 
 use super::super::contexts::{self, Mount};
+use super::super::engine::InputsSlot;
 use super::super::paths::{NodePaths, PATHS};
-use super::super::{Membership, RenderError, RenderInput, render};
+use super::super::{Membership, RenderError, RenderInput, render, render_static_pod};
 use super::{FileSet, LOCAL_API, StaticPod, Trust};
 use crate::pki::{ClientIdentity, ControlPlaneCerts, IssuedCert};
 use exk8s_common::names::Sha256Digest;
@@ -283,19 +284,22 @@ pub(super) fn files(
     let mounts = apiserver_mounts(p);
     let inputs = files.digest_of(&mounts);
     static_pod("kube-apiserver", p.apiserver_manifest, &inputs);
-    let manifest = render(&contexts::Apiserver {
-        paths: p,
-        image: image("kube-apiserver"),
-        inputs_sha256: inputs.to_hex(),
-        node_ip: node_ip.clone(),
-        etcd_servers: &etcd_servers,
-        service_cidr: network.service_cidr.to_string(),
-        service_account_issuer: format!(
-            "https://kubernetes.default.svc.{}",
-            network.cluster_domain
-        ),
-        mounts: &mounts,
-    })?;
+    let manifest = render_static_pod(
+        &contexts::Apiserver {
+            paths: p,
+            image: image("kube-apiserver"),
+            inputs_sha256: InputsSlot,
+            node_ip: node_ip.clone(),
+            etcd_servers: &etcd_servers,
+            service_cidr: network.service_cidr.to_string(),
+            service_account_issuer: format!(
+                "https://kubernetes.default.svc.{}",
+                network.cluster_domain
+            ),
+            mounts: &mounts,
+        },
+        &inputs,
+    )?;
     files.private(p.apiserver_manifest, manifest);
     let mounts = controller_manager_mounts(p);
     let inputs = files.digest_of(&mounts);
@@ -304,26 +308,32 @@ pub(super) fn files(
         p.controller_manager_manifest,
         &inputs,
     );
-    let manifest = render(&contexts::ControllerManager {
-        paths: p,
-        image: image("kube-controller-manager"),
-        inputs_sha256: inputs.to_hex(),
-        cluster_name,
-        pod_cidr: cluster.pod_cidr.to_string(),
-        node_cidr_mask: cluster.pod_cidr.node_prefix(),
-        service_cidr: network.service_cidr.to_string(),
-        mounts: &mounts,
-    })?;
+    let manifest = render_static_pod(
+        &contexts::ControllerManager {
+            paths: p,
+            image: image("kube-controller-manager"),
+            inputs_sha256: InputsSlot,
+            cluster_name,
+            pod_cidr: cluster.pod_cidr.to_string(),
+            node_cidr_mask: cluster.pod_cidr.node_prefix(),
+            service_cidr: network.service_cidr.to_string(),
+            mounts: &mounts,
+        },
+        &inputs,
+    )?;
     files.private(p.controller_manager_manifest, manifest);
     let mounts = scheduler_mounts(p);
     let inputs = files.digest_of(&mounts);
     static_pod("kube-scheduler", p.scheduler_manifest, &inputs);
-    let manifest = render(&contexts::Scheduler {
-        paths: p,
-        image: image("kube-scheduler"),
-        inputs_sha256: inputs.to_hex(),
-        mounts: &mounts,
-    })?;
+    let manifest = render_static_pod(
+        &contexts::Scheduler {
+            paths: p,
+            image: image("kube-scheduler"),
+            inputs_sha256: InputsSlot,
+            mounts: &mounts,
+        },
+        &inputs,
+    )?;
     files.private(p.scheduler_manifest, manifest);
 
     Ok(static_pods)
