@@ -53,18 +53,24 @@ fn memo() -> &'static Memo {
 }
 
 /// The key a rendering is kept under: the SHA-256 of the template's name, a NUL, and the
-/// context as JSON (every value the template can read, in field order).
+/// context as JSON (every value the template can read, in field order). The JSON is written
+/// into a buffer kept per thread and hashed in one call: serde writes it in many small pieces.
 fn memo_key<T: Template>(ctx: &T) -> Result<[u8; 32], Error> {
-    let mut hasher = Sha256::new();
-    hasher.update(T::NAME.as_bytes());
-    hasher.update([0]);
-    serde_json::to_writer(&mut hasher, ctx).map_err(|e| {
-        Error::new(
-            ErrorKind::BadSerialization,
-            format!("the context of {} does not serialise: {e}", T::NAME),
-        )
-    })?;
-    Ok(hasher.finalize().into())
+    thread_local! {
+        static JSON: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    JSON.with_borrow_mut(|json| {
+        json.clear();
+        json.extend_from_slice(T::NAME.as_bytes());
+        json.push(0);
+        serde_json::to_writer(&mut *json, ctx).map_err(|e| {
+            Error::new(
+                ErrorKind::BadSerialization,
+                format!("the context of {} does not serialise: {e}", T::NAME),
+            )
+        })?;
+        Ok(Sha256::digest(json.as_slice()).into())
+    })
 }
 
 macro_rules! embedded {

@@ -2,8 +2,9 @@
 //! the v2 bundle payload for exactly that node (files with paths and modes, artifacts, packages,
 //! and the typed plan). A pure function: no I/O, no clock, no randomness.
 //!
-//! Templates live in `templates/`, are embedded at build time ([`engine`]) and each has one
-//! typed context ([`contexts`]). Every path a template names comes from [`paths::PATHS`], the
+//! Templates live in `templates/`, are embedded at build time ([`engine`], which keeps each
+//! rendering by the digest of its context: invisible to callers but for the time it saves) and
+//! each has one typed context ([`contexts`]). Every path a template names comes from [`paths::PATHS`], the
 //! same table the file list is built from.
 
 pub mod catalog;
