@@ -5,10 +5,12 @@ use serde::Serialize;
 use super::engine::{InputsSlot, Template};
 use super::paths::NodePaths;
 
+/// A template whose output carries no secret (one that does is written out, `MEMO = false`).
 macro_rules! template {
     ($ty:ident => $name:literal) => {
         impl Template for $ty<'_> {
             const NAME: &'static str = $name;
+            const MEMO: bool = true;
         }
     };
 }
@@ -144,6 +146,7 @@ template!(Scheduler => "kube-scheduler.yaml");
 pub(crate) struct BridgeCni {}
 impl Template for BridgeCni {
     const NAME: &'static str = "bridge-cni.conflist.tmpl";
+    const MEMO: bool = true;
 }
 
 #[derive(Serialize)]
@@ -152,6 +155,7 @@ pub(crate) struct CiliumValues {
 }
 impl Template for CiliumValues {
     const NAME: &'static str = "cilium-values.yaml";
+    const MEMO: bool = true;
 }
 
 #[derive(Serialize)]
@@ -192,6 +196,7 @@ impl Template for Encryption<'_> {
 pub(crate) struct AuditPolicy {}
 impl Template for AuditPolicy {
     const NAME: &'static str = "audit-policy.yaml";
+    const MEMO: bool = true;
 }
 
 #[derive(Serialize)]

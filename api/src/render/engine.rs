@@ -25,11 +25,12 @@ pub(crate) trait Template: Serialize {
     /// The template's name (its file name under `templates/`).
     const NAME: &'static str;
     /// Whether its output may be kept for the next rendering of the same context: false for a
-    /// template whose output carries a secret.
-    const MEMO: bool = true;
+    /// template whose output carries a secret. No default: each template says.
+    const MEMO: bool;
 }
 
-/// How many rendered outputs are kept (a few per cluster; at ~2 KB each, ~16 MB at most).
+/// How many rendered outputs are kept: a node's own files (about eight) and those its cluster
+/// or every cluster shares, ~2 KB each on average, so ~16 MB at most.
 const MEMO_ENTRIES: NonZeroUsize = NonZeroUsize::new(8192).expect("8192 is not zero");
 
 /// Rendered outputs by the digest of their template's name and context.
