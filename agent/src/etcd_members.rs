@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 
 use crate::http;
 
+/// How long one gateway call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// An etcd member id (uint64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MemberId(pub u64);
@@ -95,9 +98,21 @@ impl Etcd {
         cert_pem: &[u8],
         key_pem: &[u8],
     ) -> Result<Self, String> {
+        Self::with_timeout(endpoint, ca_pem, cert_pem, key_pem, CALL_TIMEOUT)
+    }
+
+    /// A client whose calls give up after `timeout` (a membership step then tries the next
+    /// endpoint, and again within its own deadline).
+    pub fn with_timeout(
+        endpoint: &str,
+        ca_pem: &[u8],
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        timeout: Duration,
+    ) -> Result<Self, String> {
         let tls = http::mutual_tls(ca_pem, cert_pem, key_pem).map_err(|e| e.to_string())?;
         Ok(Self {
-            agent: http::agent(tls, Duration::from_secs(10)),
+            agent: http::agent(tls, timeout),
             endpoint: endpoint.trim_end_matches('/').to_owned(),
         })
     }
@@ -217,79 +232,144 @@ impl Etcd {
         )
         .map(drop)
     }
-
-    /// Promotes `id`, retrying every `every` while etcd says the learner is behind, until
-    /// `deadline`; any other refusal ends it at once.
-    pub fn promote_when_caught_up(
-        &self,
-        id: MemberId,
-        every: Duration,
-        deadline: Duration,
-    ) -> Result<(), EtcdError> {
-        retry_while(
-            || self.promote(id),
-            "in sync with leader",
-            every,
-            deadline,
-            &format!("learner {id} is catching up"),
-        )
-    }
-
-    /// Removes `id`, retrying every `every` while etcd says the removal would leave too few
-    /// members connected for long enough (its quorum protection), until `deadline`.
-    pub fn remove_when_safe(
-        &self,
-        id: MemberId,
-        every: Duration,
-        deadline: Duration,
-    ) -> Result<(), EtcdError> {
-        retry_while(
-            || self.remove(id),
-            "unhealthy cluster",
-            every,
-            deadline,
-            &format!("member {id} cannot go yet"),
-        )
-    }
 }
 
-/// Calls `f` until it succeeds, retrying every `every` while etcd refuses with a message
-/// containing `transient`, until `deadline`.
-fn retry_while(
-    mut f: impl FnMut() -> Result<(), EtcdError>,
-    transient: &str,
+/// How a membership step reads etcd's refusal of its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// What the call asked for holds already (its first answer was lost): done.
+    Done,
+    /// etcd will allow it later (a learner catching up, its quorum protection): wait.
+    Wait,
+    /// It never will: the step fails.
+    Final,
+}
+
+/// Runs one membership call until it is done, within `deadline`: each round tries every
+/// endpoint in turn, moving on from one that is unreachable, times out or answers something
+/// unreadable; a refusal is read by `read`; between rounds it waits `every`. Every call it runs
+/// is idempotent (`read` says when a refusal means it is done already), so a call whose answer
+/// was lost may be made again. A deadline of zero is one round.
+fn until_done(
+    clients: &[Etcd],
+    mut call: impl FnMut(&Etcd) -> Result<(), EtcdError>,
+    read: impl Fn(&str) -> Refusal,
     every: Duration,
     deadline: Duration,
     waiting: &str,
 ) -> Result<(), EtcdError> {
     let start = Instant::now();
     loop {
-        match f() {
-            Ok(()) => return Ok(()),
-            Err(EtcdError::Refused { message, .. })
-                if message.contains(transient) && start.elapsed() + every < deadline =>
-            {
-                crate::log::log_info!("{waiting}: {message}");
+        let mut last = None;
+        for client in clients {
+            match call(client) {
+                Ok(()) => return Ok(()),
+                Err(EtcdError::Refused { call, message }) => match read(&message) {
+                    Refusal::Done => {
+                        crate::log::log_info!("{waiting}: done already ({message})");
+                        return Ok(());
+                    }
+                    Refusal::Final => return Err(EtcdError::Refused { call, message }),
+                    // etcd itself answered: another endpoint would say the same.
+                    Refusal::Wait => {
+                        last = Some(EtcdError::Refused { call, message });
+                        break;
+                    }
+                },
+                Err(e) => last = Some(e),
             }
-            Err(e) => return Err(e),
         }
+        let e = last.unwrap_or_else(no_endpoint);
+        if start.elapsed() + every >= deadline {
+            return Err(e);
+        }
+        crate::log::log_info!("{waiting}: {e}");
         std::thread::sleep(every);
     }
 }
 
-/// The first of `endpoints` (voters; a learner refuses membership calls) that answers.
-fn any_voter(clients: &[Etcd]) -> Result<(&Etcd, Vec<Member>), EtcdError> {
-    let mut last = None;
-    for client in clients {
-        match client.members() {
-            Ok(members) => return Ok((client, members)),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| EtcdError::Unreachable {
+fn no_endpoint() -> EtcdError {
+    EtcdError::Unreachable {
         endpoint: "(none given)".into(),
         reason: "no voter endpoint".into(),
-    }))
+    }
+}
+
+/// Promotes learner `id` through the first of `clients` that answers, retrying every `every`
+/// while etcd says the learner is behind (or no endpoint answers), until `deadline`. A member
+/// that is a voter already is done.
+pub fn promote_when_caught_up(
+    clients: &[Etcd],
+    id: MemberId,
+    every: Duration,
+    deadline: Duration,
+) -> Result<(), EtcdError> {
+    until_done(
+        clients,
+        |client| client.promote(id),
+        |message| {
+            if message.contains("in sync with leader") {
+                Refusal::Wait
+            } else if message.contains("can only promote a learner member") {
+                Refusal::Done
+            } else {
+                Refusal::Final
+            }
+        },
+        every,
+        deadline,
+        &format!("learner {id} is catching up"),
+    )
+}
+
+/// Removes member `id` through the first of `clients` that answers, retrying every `every`
+/// while etcd says the removal would leave too few members connected for long enough (its
+/// quorum protection) or no endpoint answers, until `deadline`. A member etcd does not know is
+/// gone already.
+pub fn remove_when_safe(
+    clients: &[Etcd],
+    id: MemberId,
+    every: Duration,
+    deadline: Duration,
+) -> Result<(), EtcdError> {
+    until_done(
+        clients,
+        |client| client.remove(id),
+        |message| {
+            if message.contains("unhealthy cluster") {
+                Refusal::Wait
+            } else if message.contains("member not found") {
+                Refusal::Done
+            } else {
+                Refusal::Final
+            }
+        },
+        every,
+        deadline,
+        &format!("member {id} cannot go yet"),
+    )
+}
+
+/// The member list from the first of `clients` (voters; a learner refuses membership calls)
+/// that answers, each tried in turn every `every` until `deadline`.
+fn any_voter(
+    clients: &[Etcd],
+    every: Duration,
+    deadline: Duration,
+) -> Result<Vec<Member>, EtcdError> {
+    let mut found = None;
+    until_done(
+        clients,
+        |client| {
+            found = Some(client.members()?);
+            Ok(())
+        },
+        |_| Refusal::Final,
+        every,
+        deadline,
+        "listing etcd's members",
+    )?;
+    found.ok_or_else(no_endpoint)
 }
 
 /// How long a join waits while etcd refuses to add a member to a cluster whose members have
@@ -297,33 +377,39 @@ fn any_voter(clients: &[Etcd]) -> Result<(&Etcd, Vec<Member>), EtcdError> {
 const ADD_PATIENCE: Duration = Duration::from_secs(120);
 
 /// A joining node adds itself: as a learner with `peer_url`, through the first voter that
-/// answers — unless etcd lists that peer URL already (a join retried after a crash).
+/// answers — unless etcd lists that peer URL already (a join retried after a crash, or an add
+/// whose answer was lost: each attempt lists the members first, so it may be made again).
 pub fn join(clients: &[Etcd], peer_url: &str) -> Result<MemberId, EtcdError> {
-    let (client, members) = any_voter(clients)?;
-    if let Some(me) = members
-        .iter()
-        .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
-    {
-        crate::log::log_info!("etcd already lists {peer_url} as member {}", me.id);
-        return Ok(me.id);
-    }
-    let mut added = None;
-    retry_while(
-        || {
-            added = Some(client.add_learner(peer_url)?);
+    let mut joined = None;
+    until_done(
+        clients,
+        |client| {
+            let members = client.members()?;
+            if let Some(me) = members
+                .iter()
+                .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
+            {
+                crate::log::log_info!("etcd lists {peer_url} as member {}", me.id);
+                joined = Some(me.id);
+                return Ok(());
+            }
+            let id = client.add_learner(peer_url)?;
+            crate::log::log_info!("added {peer_url} as learner {id}");
+            joined = Some(id);
             Ok(())
         },
-        "unhealthy cluster",
+        |message| {
+            if message.contains("unhealthy cluster") {
+                Refusal::Wait
+            } else {
+                Refusal::Final
+            }
+        },
         Duration::from_secs(2),
         ADD_PATIENCE,
         &format!("{peer_url} cannot be added yet"),
     )?;
-    let id = added.ok_or_else(|| EtcdError::Unreadable {
-        call: "member add",
-        reason: "no member id".into(),
-    })?;
-    crate::log::log_info!("added {peer_url} as learner {id}");
-    Ok(id)
+    joined.ok_or_else(no_endpoint)
 }
 
 /// Why a join could not finish.
@@ -352,7 +438,8 @@ pub fn promote_or_withdraw(
     every: Duration,
     deadline: Duration,
 ) -> Result<(), JoinError> {
-    let (client, members) = any_voter(clients)?;
+    let start = Instant::now();
+    let members = any_voter(clients, every, deadline)?;
     let me = members
         .iter()
         .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
@@ -360,13 +447,19 @@ pub fn promote_or_withdraw(
     if !me.is_learner {
         return Ok(());
     }
-    match client.promote_when_caught_up(me.id, every, deadline) {
+    match promote_when_caught_up(
+        clients,
+        me.id,
+        every,
+        deadline.saturating_sub(start.elapsed()),
+    ) {
         Ok(()) => {
             crate::log::log_info!("learner {} promoted to voter", me.id);
             Ok(())
         }
         Err(e) => {
-            let removal = match client.remove(me.id) {
+            // Each endpoint once: the step's time is spent.
+            let removal = match remove_when_safe(clients, me.id, every, Duration::ZERO) {
                 Ok(()) => "it was removed".to_owned(),
                 Err(r) => format!("removing it failed too: {r}"),
             };
@@ -391,7 +484,8 @@ pub fn remove_member(
     every: Duration,
     deadline: Duration,
 ) -> Result<(), EtcdError> {
-    let (client, members) = any_voter(remaining)?;
+    let start = Instant::now();
+    let members = any_voter(remaining, every, deadline)?;
     let Some(member) = members
         .iter()
         .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
@@ -407,7 +501,12 @@ pub fn remove_member(
             }
         }
     }
-    client.remove_when_safe(member.id, every, deadline)?;
+    remove_when_safe(
+        remaining,
+        member.id,
+        every,
+        deadline.saturating_sub(start.elapsed()),
+    )?;
     crate::log::log_info!("member {} ({peer_url}) removed", member.id);
     Ok(())
 }

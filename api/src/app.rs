@@ -53,13 +53,28 @@ pub struct AppState {
 pub struct BootstrapLimits {
     pub per_vm: crate::ratelimit::Limiter<i64>,
     pub per_source: crate::ratelimit::Limiter<std::net::IpAddr>,
+    /// The network an IPv6 source is keyed by.
+    pub ipv6_prefix: crate::ratelimit::Ipv6Prefix,
 }
 
 impl BootstrapLimits {
+    /// Charges one request to its source (an IPv4 address or an IPv6 network).
+    pub fn charge_source(&self, address: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        self.per_source
+            .check(&crate::ratelimit::source_key(address, self.ipv6_prefix))
+    }
+
+    /// Forgets idle keys (the server does, every [`crate::ratelimit::PRUNE_EVERY`]).
+    pub fn prune(&self) {
+        self.per_source.prune();
+        self.per_vm.prune();
+    }
+
     pub fn new(config: &ApiConfig) -> Self {
         Self {
             per_vm: crate::ratelimit::Limiter::new(config.rate_per_vm),
             per_source: crate::ratelimit::Limiter::new(config.rate_per_source),
+            ipv6_prefix: config.source_ipv6_prefix,
         }
     }
 }
@@ -212,6 +227,7 @@ impl AppState {
             db: self.db.clone(),
             compute: Arc::clone(&self.compute),
             clock: Arc::clone(&self.clock),
+            gap_secs: crate::health::pass::Checks::gap_for(self.config.reconcile_interval),
         }
     }
 }

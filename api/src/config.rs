@@ -51,6 +51,8 @@ pub struct ApiConfig {
     pub rate_per_vm: crate::ratelimit::Limit,
     /// Bootstrap requests allowed per source address.
     pub rate_per_source: crate::ratelimit::Limit,
+    /// The network an IPv6 source is keyed by for `rate_per_source` (/64 by default).
+    pub source_ipv6_prefix: crate::ratelimit::Ipv6Prefix,
     /// Per-org bounds on clusters, VMs and pools.
     pub quotas: crate::quotas::Quotas,
     /// Where sealed etcd snapshots are kept (`--snapshot-store`).
@@ -105,6 +107,7 @@ impl Default for ApiConfig {
                 per_minute: 600,
                 burst: 120,
             },
+            source_ipv6_prefix: crate::ratelimit::Ipv6Prefix::DEFAULT,
             renew_at: crate::pki::RenewAt::THIRD,
             key_maker: crate::pki::KeyMaker::InProcess,
         }

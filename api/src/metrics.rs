@@ -30,9 +30,14 @@ struct Series {
     buckets: [u64; BUCKETS.len()],
 }
 
+/// A request series' labels: the method from a fixed set, the route template the router matched
+/// (never the raw path) and the status the API answered. Each part is bounded by the API itself,
+/// so no client can add series: the exposition's size does not depend on what clients send.
+type RequestLabels = (&'static str, String, u16);
+
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), Series>>,
+    requests: Mutex<BTreeMap<RequestLabels, Series>>,
     pub clusters_founded: Counter,
     pub clusters_failed: Counter,
     pub compensations: Counter,
@@ -56,13 +61,15 @@ pub struct SoonestExpiry {
 }
 
 impl Metrics {
-    pub fn observe(&self, method: &str, route: &str, status: u16, seconds: f64) {
+    /// Counts one request. `method` comes from a fixed set (`http::method_label`), `route` is the
+    /// route template the router matched or `unmatched`.
+    pub fn observe(&self, method: &'static str, route: &str, status: u16, seconds: f64) {
         let mut requests = self
             .requests
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let series = requests
-            .entry((method.to_owned(), route.to_owned(), status))
+            .entry((method, route.to_owned(), status))
             .or_default();
         series.count += 1;
         series.sum += seconds;
@@ -90,6 +97,28 @@ impl Metrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(cluster_id, soonest);
+    }
+
+    /// The clusters that have gauges now.
+    pub fn clusters_with_gauges(&self) -> std::collections::BTreeSet<i64> {
+        self.soonest_expiry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Forgets the gauges of `clusters` (deleted: they have no certificates to expire, and
+    /// their series would stay forever).
+    pub fn forget_clusters<'a>(&self, clusters: impl IntoIterator<Item = &'a i64>) {
+        let mut gauges = self
+            .soonest_expiry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in clusters {
+            gauges.remove(id);
+        }
     }
 
     /// The Prometheus text exposition.

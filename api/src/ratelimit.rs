@@ -1,16 +1,25 @@
 //! Rate limits for the bootstrap routes, on `governor`'s keyed GCRA limiters: one keyed by
-//! source address, charged by every request before anything else is looked at, and one keyed by
-//! VM, charged only by requests that proved they are that VM. A flood of bad credentials
-//! therefore spends the flooder's address budget, never the VM's own (SECURITY.md 7).
+//! source, charged by every request before anything else is looked at, and one keyed by VM,
+//! charged only by requests that proved they are that VM. A flood of bad credentials therefore
+//! spends the flooder's source budget, never the VM's own (SECURITY.md 7).
+//!
+//! A source is an IPv4 address, or an IPv6 address's network prefix (/64 by default): one host
+//! is given a whole /64, so keying by address would hand a client a fresh budget per address it
+//! rotates to. The key table is bounded: idle keys are pruned on a timer ([`Limiter::prune`],
+//! never on the request path), and while the table is full every request shares one overflow
+//! budget, so a flood from more sources than the bound cannot grow memory.
 //!
 //! In memory, per process: with several replicas behind a balancer each enforces its own share.
 
 use std::hash::Hash;
+use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use governor::clock::{Clock as _, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
 
 /// `burst` requests at once, refilled at `per_minute`.
 #[derive(Debug, Clone, Copy)]
@@ -34,47 +43,132 @@ impl Limit {
     }
 }
 
-/// Keys remembered before idle ones are forgotten (a forgotten key starts with a full burst,
-/// which is what an idle key would have anyway).
-const MAX_KEYS: usize = 100_000;
+/// Keys remembered at most (a pruned key starts with a full burst, which is what an idle key
+/// would have anyway).
+pub const MAX_KEYS: usize = 100_000;
 
-/// A keyed limiter.
-pub struct Limiter<K: Hash + Eq + Clone> {
-    inner: DefaultKeyedRateLimiter<K>,
-    clock: DefaultClock,
+/// How often the server prunes idle keys.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+/// What a keyed limiter charges: a key, or the budget every request shares while the key table
+/// is full.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Slot<K> {
+    Key(K),
+    Overflow,
 }
 
-impl<K: Hash + Eq + Clone> std::fmt::Debug for Limiter<K> {
+/// governor's keyed limiter over slots, on `C`.
+type Keyed<K, C> =
+    RateLimiter<Slot<K>, DefaultKeyedStateStore<Slot<K>>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// A keyed limiter with at most `max_keys` keys.
+pub struct Limiter<K: Hash + Eq + Clone, C: Clock = DefaultClock> {
+    inner: Keyed<K, C>,
+    clock: C,
+    max_keys: usize,
+}
+
+impl<K: Hash + Eq + Clone, C: Clock> std::fmt::Debug for Limiter<K, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
             .field("keys", &self.inner.len())
+            .field("max_keys", &self.max_keys)
             .finish()
     }
 }
 
 impl<K: Hash + Eq + Clone> Limiter<K> {
     pub fn new(limit: Limit) -> Self {
+        Self::with_clock(limit, MAX_KEYS, DefaultClock::default())
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock + Clone> Limiter<K, C> {
+    /// A limiter of at most `max_keys` keys on `clock`.
+    pub fn with_clock(limit: Limit, max_keys: usize, clock: C) -> Self {
         Self {
-            inner: RateLimiter::keyed(limit.quota()),
-            clock: DefaultClock::default(),
+            inner: RateLimiter::new(
+                limit.quota(),
+                DefaultKeyedStateStore::default(),
+                clock.clone(),
+            ),
+            clock,
+            max_keys: max_keys.max(1),
         }
     }
 
-    /// Takes one request from `key`'s allowance; `Err(wait)` when it has none left.
+    /// Takes one request from `key`'s allowance (the overflow budget's while the table is
+    /// full); `Err(wait)` when it has none left. O(1): pruning is [`Limiter::prune`]'s job.
     pub fn check(&self, key: &K) -> Result<(), Duration> {
-        if self.inner.len() > MAX_KEYS {
-            self.inner.retain_recent();
-            self.inner.shrink_to_fit();
-        }
+        let slot = if self.inner.len() >= self.max_keys {
+            Slot::Overflow
+        } else {
+            Slot::Key(key.clone())
+        };
         self.inner
-            .check_key(key)
+            .check_key(&slot)
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// Forgets every key whose allowance is full again (indistinguishable from a new one).
+    pub fn prune(&self) {
+        self.inner.retain_recent();
+        self.inner.shrink_to_fit();
+    }
+
+    /// Keys remembered now.
+    pub fn keys(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// The network prefix an IPv6 client is keyed by (`--bootstrap-rate-ipv6-prefix`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Prefix(u8);
+
+impl Ipv6Prefix {
+    /// /64: the smallest network a host is given (RFC 6177), so one host cannot rotate out of it.
+    pub const DEFAULT: Self = Self(64);
+
+    /// A prefix of `bits` (1 to 128).
+    pub fn new(bits: u8) -> Result<Self, String> {
+        if (1..=128).contains(&bits) {
+            Ok(Self(bits))
+        } else {
+            Err(format!(
+                "an IPv6 prefix length is 1 to 128 bits, not {bits}"
+            ))
+        }
+    }
+}
+
+impl Default for Ipv6Prefix {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The source a request is charged to: its IPv4 address (an IPv4-mapped IPv6 address is its
+/// IPv4 address), or its IPv6 address's network.
+pub fn source_key(address: IpAddr, prefix: Ipv6Prefix) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mask = u128::MAX << (128 - u32::from(prefix.0));
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "test code")]
+
+    use governor::clock::FakeRelativeClock;
 
     use super::*;
 
@@ -93,5 +187,86 @@ mod tests {
             "{wait:?}"
         );
         assert!(limiter.check(&2).is_ok(), "keys are independent");
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn an_ipv6_client_is_keyed_by_its_network() {
+        let limit = Limit {
+            per_minute: 60,
+            burst: 2,
+        };
+        let limiter = Limiter::new(limit);
+        let slash64 = Ipv6Prefix::DEFAULT;
+        // A client rotating through its /64 spends one budget.
+        assert!(
+            limiter
+                .check(&source_key(ip("2001:db8:1:2::1"), slash64))
+                .is_ok()
+        );
+        assert!(
+            limiter
+                .check(&source_key(ip("2001:db8:1:2::2"), slash64))
+                .is_ok()
+        );
+        assert!(
+            limiter
+                .check(&source_key(ip("2001:db8:1:2:ffff::9"), slash64))
+                .is_err(),
+            "a third address of the same /64 finds the budget spent"
+        );
+        assert!(
+            limiter
+                .check(&source_key(ip("2001:db8:1:3::1"), slash64))
+                .is_ok(),
+            "the next /64 is another client"
+        );
+        // Per address when configured so; IPv4 and IPv4-mapped addresses are one source.
+        let per_address = Ipv6Prefix::new(128).unwrap();
+        assert_ne!(
+            source_key(ip("2001:db8::1"), per_address),
+            source_key(ip("2001:db8::2"), per_address)
+        );
+        assert_eq!(source_key(ip("::ffff:192.0.2.7"), slash64), ip("192.0.2.7"));
+        assert_eq!(source_key(ip("192.0.2.7"), slash64), ip("192.0.2.7"));
+        assert_eq!(
+            source_key(ip("2001:db8::1"), Ipv6Prefix::new(1).unwrap()),
+            ip("::")
+        );
+        for bad in [0, 129] {
+            let refused = Ipv6Prefix::new(bad).unwrap_err();
+            assert!(refused.contains(&bad.to_string()), "{refused}");
+        }
+    }
+
+    #[test]
+    fn the_key_table_is_bounded_and_pruned() {
+        let clock = FakeRelativeClock::default();
+        let limit = Limit {
+            per_minute: 60,
+            burst: 5,
+        };
+        let limiter = Limiter::with_clock(limit, 100, clock.clone());
+        for key in 0..10_000 {
+            let _ = limiter.check(&key);
+        }
+        assert!(
+            limiter.keys() <= 101,
+            "10,000 sources leave at most the bound and the overflow key: {}",
+            limiter.keys()
+        );
+        // Sources beyond the bound share the overflow budget, long spent by now.
+        assert!(limiter.check(&20_000).is_err());
+        // Pruning while every key is still refilling keeps them (their state is not fresh).
+        limiter.prune();
+        assert!(limiter.keys() > 100);
+        // Once their allowance is full again, they are forgotten and new sources have budgets.
+        clock.advance(Duration::from_secs(6));
+        limiter.prune();
+        assert_eq!(limiter.keys(), 0);
+        assert!(limiter.check(&20_000).is_ok());
     }
 }

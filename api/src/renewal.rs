@@ -84,9 +84,15 @@ pub async fn pass_in_pages(ctx: &Renewer, page: i64) -> Result<Vec<Renewed>, Ren
     let page = page.max(1);
     let mut renewed = Vec::new();
     let mut after = 0;
+    // The clusters with gauges now: those the pass does not find founded are gone (one
+    // founded during the pass gets its gauge after this and stays).
+    let gauged = ctx.metrics.clusters_with_gauges();
+    let mut seen = std::collections::BTreeSet::new();
     loop {
         let founded = db::renewal::founded_page(pool, after, page).await?;
+        seen.extend(founded.iter().map(|&(id, _)| id));
         let (Some(&(first, _)), Some(&(last, _))) = (founded.first(), founded.last()) else {
+            ctx.metrics.forget_clusters(gauged.difference(&seen));
             return Ok(renewed);
         };
         after = last;
@@ -114,6 +120,7 @@ pub async fn pass_in_pages(ctx: &Renewer, page: i64) -> Result<Vec<Renewed>, Ren
             renewed.extend(renew_due(ctx, *id, nodes, certificates).await?);
         }
         if i64::try_from(founded.len()).unwrap_or(i64::MAX) < page {
+            ctx.metrics.forget_clusters(gauged.difference(&seen));
             return Ok(renewed);
         }
     }

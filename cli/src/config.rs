@@ -4,8 +4,7 @@
 //! it holds a token. `EXK8S_API` and `EXK8S_TOKEN` (or `--api`, `--token`) override it.
 
 use std::fmt;
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -93,32 +92,11 @@ pub(crate) fn load(file: &Path) -> Result<Option<Config>, CliError> {
 
 /// Writes `config` to `file`: mode 0600, directory 0700, replaced whole or not at all.
 pub(crate) fn save(file: &Path, config: &Config) -> Result<(), CliError> {
-    let failed = |what: &str, e: std::io::Error| {
-        CliError::Config(format!("cannot {what} {}: {e}", file.display()))
-    };
-    let dir = file.parent().unwrap_or(Path::new("."));
-    if !dir.as_os_str().is_empty() && !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(|e| failed("create the directory of", e))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| failed("restrict the directory of", e))?;
-    }
     let text = Zeroizing::new(
         toml::to_string(config).map_err(|e| CliError::Config(format!("cannot encode: {e}")))?,
     );
-    let temp = file.with_extension("toml.tmp");
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(|e| failed("write", e))?;
-    // A temporary file left by an earlier crash may have other permissions.
-    out.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| out.write_all(text.as_bytes()))
-        .and_then(|()| out.sync_all())
-        .map_err(|e| failed("write", e))?;
-    std::fs::rename(&temp, file).map_err(|e| failed("replace", e))
+    crate::private_file::write(file, text.as_bytes())
+        .map_err(|e| CliError::Config(format!("cannot write {}: {e}", file.display())))
 }
 
 /// Where and as whom to call the API: flags and environment first, then the saved config.
@@ -146,6 +124,8 @@ pub(crate) fn session(api: Option<String>, token: Option<String>) -> Result<Sess
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
     use super::*;
 
     #[test]

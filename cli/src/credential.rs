@@ -147,7 +147,7 @@ pub(crate) fn kubeconfig(api: &Api, cluster: &str) -> Result<String, CliError> {
         "current-context": name,
         "preferences": {},
     });
-    serde_yaml::to_string(&doc)
+    yaml_serde::to_string(&doc)
         .map_err(|e| CliError::Failed(format!("encoding the kubeconfig: {e}")))
 }
 

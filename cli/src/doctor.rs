@@ -116,7 +116,7 @@ fn check_kubeconfig(report: &mut Report) {
             ));
         }
     };
-    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(&text) else {
+    let Ok(doc) = yaml_serde::from_str::<yaml_serde::Value>(&text) else {
         return report.problem(&format!("{} is not valid YAML", path.display()));
     };
     let now = crate::output::now();

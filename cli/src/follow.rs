@@ -7,7 +7,6 @@
 //! YAML documents after `---`. It runs until interrupted, the stream reopened after its last
 //! event whenever it ends.
 
-use std::io::BufRead as _;
 use std::time::Duration;
 
 use crate::client::Api;
@@ -41,14 +40,10 @@ pub(crate) fn changes(
             Err(e) => return Err(e),
         };
         failures = 0;
-        for read in std::io::BufReader::new(body).lines() {
-            let Ok(text) = read else { break };
-            if let Some(id) = text.strip_prefix("id:") {
-                last = id.trim().parse().ok().or(last);
-            }
-            if !text.is_empty() {
-                continue;
-            }
+        // Every block ends a wait: an event, or the keep-alive that comes every 15 seconds.
+        let mut events = crate::sse::Events::new(std::io::BufReader::new(body));
+        while let Some(Ok(_)) = events.next() {
+            last = events.last_id().parse().ok().or(last);
             let now = render()?;
             if now != shown {
                 match format {

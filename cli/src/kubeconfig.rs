@@ -4,11 +4,9 @@
 //! context entries are replaced by name, and its context becomes the current one. The file is
 //! replaced whole (temporary file, rename) with mode 0600.
 
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 use zeroize::Zeroizing;
 
 use crate::error::CliError;
@@ -30,7 +28,7 @@ fn parse(text: &str, what: &str) -> Result<Mapping, CliError> {
     if text.trim().is_empty() {
         return Ok(Mapping::new());
     }
-    match serde_yaml::from_str::<Value>(text) {
+    match yaml_serde::from_str::<Value>(text) {
         Ok(Value::Mapping(m)) => Ok(m),
         Ok(_) => Err(CliError::Failed(format!(
             "{what} is not a kubeconfig (not a mapping)"
@@ -123,7 +121,7 @@ pub(crate) fn merge(existing: &str, new: &str, existing_name: &str) -> Result<St
     if let Some(current) = from.get("current-context") {
         into.insert("current-context".into(), current.clone());
     }
-    serde_yaml::to_string(&Value::Mapping(into))
+    yaml_serde::to_string(&Value::Mapping(into))
         .map_err(|e| CliError::Failed(format!("encoding the merged kubeconfig: {e}")))
 }
 
@@ -154,7 +152,7 @@ pub(crate) fn set_current(file: &Path, context: &str) -> Result<(), CliError> {
     let mut doc = parse(&text, &shown)?;
     doc.insert("current-context".into(), context.into());
     let out = Zeroizing::new(
-        serde_yaml::to_string(&Value::Mapping(doc))
+        yaml_serde::to_string(&Value::Mapping(doc))
             .map_err(|e| CliError::Failed(format!("encoding {shown}: {e}")))?,
     );
     write_private(file, out.as_bytes())
@@ -163,36 +161,8 @@ pub(crate) fn set_current(file: &Path, context: &str) -> Result<(), CliError> {
 /// Writes `bytes` to `file` atomically, readable by the user only (its directory made 0700
 /// when missing).
 pub(crate) fn write_private(file: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let shown = file.display().to_string();
-    if let Some(dir) = file
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
-    {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::io(format!("creating {}", dir.display()), e))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| CliError::io(format!("restricting {}", dir.display()), e))?;
-    }
-    let mut temp_name = file.as_os_str().to_owned();
-    temp_name.push(".exk8s-tmp");
-    let temp = PathBuf::from(temp_name);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)
-        .and_then(|mut out| {
-            out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            out.write_all(bytes)?;
-            out.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&temp, file));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(CliError::io(format!("writing {shown}"), e));
-    }
-    Ok(())
+    crate::private_file::write(file, bytes)
+        .map_err(|e| CliError::io(format!("writing {}", file.display()), e))
 }
 
 #[cfg(test)]
@@ -203,7 +173,7 @@ mod tests {
     const NEW: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c1\n  cluster:\n    server: https://c1:6443\nusers:\n- name: exk8s-admin\n  user:\n    client-certificate-data: AA==\ncontexts:\n- name: exk8s-admin@c1\n  context:\n    cluster: c1\n    user: exk8s-admin\ncurrent-context: exk8s-admin@c1\n";
 
     fn names(doc: &str, list: &str) -> Vec<String> {
-        let v: Value = serde_yaml::from_str(doc).unwrap_or(Value::Null);
+        let v: Value = yaml_serde::from_str(doc).unwrap_or(Value::Null);
         v[list]
             .as_sequence()
             .map(|s| {
@@ -221,7 +191,7 @@ mod tests {
         assert_eq!(names(&once, "contexts"), ["other", "exk8s-admin@c1"]);
         let twice = merge(&once, NEW, "config").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(names(&twice, "users"), ["me", "exk8s-admin@c1"]);
-        let v: Value = serde_yaml::from_str(&twice).unwrap_or(Value::Null);
+        let v: Value = yaml_serde::from_str(&twice).unwrap_or(Value::Null);
         assert_eq!(v["current-context"].as_str(), Some("exk8s-admin@c1"));
         assert!(v.get("preferences").is_some());
     }
@@ -239,7 +209,7 @@ mod tests {
             names(&both, "users"),
             ["me", "exk8s-admin@c1", "exk8s-admin@c2"]
         );
-        let v: Value = serde_yaml::from_str(&both).unwrap_or(Value::Null);
+        let v: Value = yaml_serde::from_str(&both).unwrap_or(Value::Null);
         let user_of = |context: &str| {
             v["contexts"]
                 .as_sequence()

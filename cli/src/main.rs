@@ -13,10 +13,12 @@ mod error;
 mod follow;
 mod kubeconfig;
 mod output;
+mod private_file;
 mod refresh;
 mod restore;
 mod sa_key;
 mod snapshots;
+mod sse;
 mod watch;
 
 use std::process::ExitCode;

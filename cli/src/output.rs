@@ -39,7 +39,7 @@ pub(crate) fn render<T: Serialize + ?Sized>(
     Ok(match format {
         Format::Json => serde_json::to_string_pretty(value)
             .map_err(|e| CliError::Unexpected(format!("re-encoding JSON: {e}")))?,
-        Format::Yaml => serde_yaml::to_string(value)
+        Format::Yaml => yaml_serde::to_string(value)
             .map_err(|e| CliError::Unexpected(format!("encoding YAML: {e}")))?
             .trim_end()
             .to_owned(),

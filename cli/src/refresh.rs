@@ -53,7 +53,7 @@ pub(crate) fn run(api: &Api, only: Option<&str>) -> Result<(), CliError> {
         std::fs::read_to_string(&file)
             .map_err(|e| CliError::io(format!("reading {}", file.display()), e))?,
     );
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text)
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text)
         .map_err(|e| CliError::Failed(format!("{} is not a kubeconfig: {e}", file.display())))?;
     let entry = |list: &str, name: &str| {
         doc[list]

@@ -4,7 +4,7 @@
 //! (`GET /clusters/{id}/events`), reopened after its last event when it drops.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, IsTerminal as _};
+use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 use exk8s_api_types::{ChangeEvent, ClusterView, StatusEvent};
@@ -148,14 +148,6 @@ pub(crate) fn until(
     result
 }
 
-/// One Server-Sent Event as read: its id, type and data.
-#[derive(Debug, Default)]
-struct Sse {
-    id: Option<i64>,
-    kind: String,
-    data: String,
-}
-
 /// Times a dropped stream is reopened in a row before giving up.
 const REOPENS: u32 = 5;
 
@@ -189,26 +181,15 @@ impl Follow<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            let mut event = Sse::default();
-            for line in std::io::BufReader::new(body).lines() {
+            for block in crate::sse::Events::new(std::io::BufReader::new(body)) {
                 self.check_time()?;
-                let Ok(line) = line else { break };
-                if line.is_empty() {
-                    let done = self.apply(std::mem::take(&mut event), display)?;
-                    if let Some(view) = done {
+                let Ok(block) = block else { break };
+                if let crate::sse::Block::Event(event) = block {
+                    if let Some(view) = self.apply(event, display)? {
                         return Ok(view);
                     }
-                    reopened = 0;
-                    continue;
                 }
-                let (field, value) = line.split_once(':').unwrap_or((line.as_str(), ""));
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                match field {
-                    "id" => event.id = value.parse().ok(),
-                    "event" => event.kind = value.to_owned(),
-                    "data" => event.data.push_str(value),
-                    _ => {}
-                }
+                reopened = 0;
             }
             self.check_time()?;
             reopened += 1;
@@ -265,14 +246,14 @@ impl Follow<'_> {
     /// Shows one event; the cluster's view once it is ready, an error when it failed.
     fn apply(
         &mut self,
-        event: Sse,
+        event: crate::sse::Event,
         display: &mut Display,
     ) -> Result<Option<ClusterView>, CliError> {
         if event.data.is_empty() {
             return Ok(None);
         }
-        if event.id.is_some() {
-            self.last = event.id;
+        if let Ok(id) = event.last_id.parse() {
+            self.last = Some(id);
         }
         let unreadable = |e: serde_json::Error| {
             CliError::Unexpected(format!("an event the CLI cannot read ({e})"))

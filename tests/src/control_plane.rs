@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use crate::netns::Lan;
 use crate::procs::Proc;
@@ -118,7 +118,7 @@ pub struct StaticPod {
 pub fn static_pod(root: &Path, name: &str) -> StaticPod {
     let path = root.join(MANIFESTS).join(format!("{name}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap();
-    let pod: Value = serde_yaml::from_str(&text).unwrap();
+    let pod: Value = yaml_serde::from_str(&text).unwrap();
     let container = &pod["spec"]["containers"][0];
     let mut command = container["command"]
         .as_sequence()

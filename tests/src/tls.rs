@@ -96,8 +96,8 @@ pub struct KubeconfigIdentity {
 
 impl KubeconfigIdentity {
     pub fn parse(text: &str) -> Self {
-        let doc: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
-        let b64 = |v: &serde_yaml::Value| BASE64.decode(v.as_str().unwrap()).unwrap();
+        let doc: yaml_serde::Value = yaml_serde::from_str(text).unwrap();
+        let b64 = |v: &yaml_serde::Value| BASE64.decode(v.as_str().unwrap()).unwrap();
         Self {
             server: doc["clusters"][0]["cluster"]["server"]
                 .as_str()

@@ -257,7 +257,7 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         .args(["nodes", cluster_name, "-o", "yaml"])
         .output()
         .unwrap());
-    let nodes: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+    let nodes: yaml_serde::Value = yaml_serde::from_str(&yaml).unwrap();
     assert_eq!(nodes[0]["vm_id"].as_i64(), Some(vm));
     let certs = ok(&exk8s(dir).args(["certs", cluster_name]).output().unwrap());
     assert!(certs.contains("cluster-ca"), "{certs}");
@@ -579,6 +579,56 @@ fn an_operator_founds_watches_and_reaches_a_cluster_with_the_cli() {
         2,
         "the old CA and the new one"
     );
+
+    // kubectl runs the credential plugin once per invocation and scripts run many at once: 32
+    // concurrent runs on an empty cache each print a whole ExecCredential, and leave one valid
+    // cache file and its trust file, nothing half-written and no temporary.
+    let cache = dir.join(".cache/exk8s/credentials");
+    let _ = std::fs::remove_dir_all(&cache);
+    let runs: Vec<_> = (0..32)
+        .map(|_| {
+            exk8s(dir)
+                .args(["credential", cluster_name])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let printed: Value = serde_json::from_str(&ok(&run.wait_with_output().unwrap())).unwrap();
+        assert_eq!(printed["kind"], "ExecCredential", "{printed}");
+        let status = &printed["status"];
+        assert!(
+            status["clientCertificateData"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----")),
+            "{status}"
+        );
+        assert!(
+            status["clientKeyData"]
+                .as_str()
+                .is_some_and(|k| k.contains("PRIVATE KEY"))
+        );
+    }
+    let mut left: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left.len(),
+        2,
+        "the credential and its trust file, no temporary: {left:?}"
+    );
+    let cached: Value =
+        serde_json::from_slice(&std::fs::read(cache.join(&left[1])).unwrap()).unwrap();
+    assert!(
+        cached["client_certificate_pem"].as_str().is_some(),
+        "{left:?}"
+    );
+    let trust = std::fs::read_to_string(cache.join(&left[0])).unwrap();
+    assert!(trust.starts_with("-----BEGIN CERTIFICATE-----"), "{left:?}");
 
     // delete asks for --yes, then deletes.
     let out = exk8s(dir)

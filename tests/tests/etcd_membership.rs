@@ -1,4 +1,4 @@
-//! The agent's etcd membership client against real etcd 3.4 (Debian's), over mutual TLS through
+//! The agent's etcd membership client against real etcd (built from its Go module), over mutual TLS through
 //! the v3 JSON gateway: a one-member cluster holding 1,000 keys takes a second member as a
 //! learner (a second learner, and promoting one that has not started, are refused with etcd's
 //! words), the learner starts with `--initial-cluster-state=existing` and is promoted once it
@@ -6,8 +6,10 @@
 //! protection allows it) — and the one
 //! member left serves every key; a join retried finds its learner, and a learner whose etcd
 //! never starts is withdrawn at its deadline (through the first voter that answers; a dead
-//! endpoint listed first is passed over). Certificates come from openssl, not from exk8s: this proves
-//! the client, not the rendering.
+//! endpoint listed first is passed over). A step outlasts an answer slower than its client's
+//! timeout and a dead first endpoint (promotion and removal each meet both), and a call made
+//! again after its answer was lost finds it done. Certificates come from openssl, not from
+//! exk8s: this proves the client, not the rendering.
 
 #![allow(
     clippy::unwrap_used,
@@ -19,7 +21,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use exk8s_agent::etcd_members::{Etcd, EtcdError, JoinError, join, promote_or_withdraw};
+use std::io::{Read as _, Write as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use exk8s_agent::etcd_members::{
+    Etcd, EtcdError, JoinError, join, promote_or_withdraw, promote_when_caught_up, remove_when_safe,
+};
 use exk8s_tests::etcd::{etcdctl, put_keys};
 use exk8s_tests::procs::Proc;
 
@@ -163,6 +171,67 @@ fn client(root: &Path, ip: &str) -> Etcd {
     .unwrap()
 }
 
+/// A TCP proxy from `listen` to `target` that, once armed, holds the next bytes etcd sends back
+/// (a TLS handshake's or an answer's) for `delay`: the call of a client with a shorter timeout
+/// fails as a slow etcd's would. Disarmed again after that once.
+struct SlowOnce {
+    armed: Arc<AtomicBool>,
+}
+
+impl SlowOnce {
+    fn start(listen: &str, target: &str, delay: Duration) -> Self {
+        let armed = Arc::new(AtomicBool::new(false));
+        let listener = std::net::TcpListener::bind(listen).unwrap();
+        let (target, held) = (target.to_owned(), Arc::clone(&armed));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let Ok(mut server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut client_in, mut server_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut client_in, &mut server_out));
+                let held = Arc::clone(&held);
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = server.read(&mut buffer) {
+                        if held.swap(false, Ordering::SeqCst) {
+                            std::thread::sleep(delay);
+                        }
+                        if client.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Self { armed }
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn met(&self) -> bool {
+        !self.armed.load(Ordering::SeqCst)
+    }
+}
+
+/// A client of `endpoint` whose calls give up after one second.
+fn impatient_client(root: &Path, endpoint: &str) -> Etcd {
+    let read = |name: &str| std::fs::read(root.join(PKI).join(name)).unwrap();
+    Etcd::with_timeout(
+        endpoint,
+        &read("etcd-ca.pem"),
+        &read("client.pem"),
+        &read("client-key.pem"),
+        Duration::from_secs(1),
+    )
+    .unwrap()
+}
+
 fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
@@ -224,11 +293,32 @@ fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
 
     let two = format!("{one},m2=https://{ip2}:2380");
     let _m2 = member(root, 2, ip2, &two, "existing");
+    // The endpoint named first is down, the second answers slower than the client waits once:
+    // the step goes on within its deadline.
+    let dead = "https://127.0.19.250:2379";
+    let slow_first = SlowOnce::start(
+        &format!("{ip1}:23790"),
+        &format!("{ip1}:2379"),
+        Duration::from_secs(3),
+    );
+    slow_first.arm();
     promote_or_withdraw(
-        std::slice::from_ref(&first),
+        &[
+            impatient_client(root, dead),
+            impatient_client(root, &format!("https://{ip1}:23790")),
+        ],
         &peer2,
         Duration::from_millis(500),
         Duration::from_secs(60),
+    )
+    .unwrap();
+    assert!(slow_first.met(), "the slow answer came during the step");
+    // A promotion made again (its first answer lost) finds a voter: done.
+    promote_when_caught_up(
+        std::slice::from_ref(&first),
+        learner,
+        Duration::from_millis(500),
+        Duration::ZERO,
     )
     .unwrap();
     let members = first.members().unwrap();
@@ -244,10 +334,33 @@ fn a_learner_joins_is_promoted_and_the_first_member_leaves() {
     until("the second member leads", || {
         second.status().ok().filter(|(me, leader)| me == leader)
     });
-    // etcd refuses while the survivor has been connected for under five seconds.
-    second
-        .remove_when_safe(me, Duration::from_millis(500), Duration::from_secs(30))
-        .unwrap();
+    // etcd refuses while the survivor has been connected for under five seconds; the first
+    // endpoint is down and the second answers too slowly once, meanwhile.
+    let slow_second = SlowOnce::start(
+        &format!("{ip2}:23790"),
+        &format!("{ip2}:2379"),
+        Duration::from_secs(3),
+    );
+    slow_second.arm();
+    remove_when_safe(
+        &[
+            impatient_client(root, dead),
+            impatient_client(root, &format!("https://{ip2}:23790")),
+        ],
+        me,
+        Duration::from_millis(500),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(slow_second.met(), "the slow answer came during the step");
+    // A removal made again (its first answer lost) finds the member gone: done.
+    remove_when_safe(
+        std::slice::from_ref(&second),
+        me,
+        Duration::from_millis(500),
+        Duration::ZERO,
+    )
+    .unwrap();
     let left = second.members().unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].id, learner);

@@ -126,14 +126,14 @@ struct KubeconfigIdentity {
 }
 
 fn identity(text: &[u8]) -> Result<KubeconfigIdentity, String> {
-    let doc: serde_yaml::Value =
-        serde_yaml::from_slice(text).map_err(|e| format!("kubeconfig: {e}"))?;
-    let field = |v: &serde_yaml::Value, what: &str| {
+    let doc: yaml_serde::Value =
+        yaml_serde::from_slice(text).map_err(|e| format!("kubeconfig: {e}"))?;
+    let field = |v: &yaml_serde::Value, what: &str| {
         v.as_str()
             .map(str::to_owned)
             .ok_or_else(|| format!("kubeconfig has no {what}"))
     };
-    let decode = |v: &serde_yaml::Value, what: &str| {
+    let decode = |v: &yaml_serde::Value, what: &str| {
         BASE64
             .decode(field(v, what)?)
             .map_err(|_| format!("kubeconfig {what} is not base64"))
@@ -219,7 +219,7 @@ pub const STAND_IN_KUBELET_DIR: &str = "run/exk8s-test-kubelet";
 /// manifest's readiness probe (else its liveness probe) on this node. Polled until both hold or
 /// the probe's deadline.
 pub fn manifest_probe(root: &Path, probe: &StaticPodProbe) -> Result<(), String> {
-    let manifest: serde_yaml::Value = serde_yaml::from_slice(&read(root, &probe.manifest)?)
+    let manifest: yaml_serde::Value = yaml_serde::from_slice(&read(root, &probe.manifest)?)
         .map_err(|e| format!("{}: {e}", probe.manifest.display()))?;
     let container = &manifest["spec"]["containers"][0];
     let get = [&container["readinessProbe"], &container["livenessProbe"]]

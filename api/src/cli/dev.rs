@@ -111,6 +111,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
             .unwrap_or_else(|| crate::snapshots::Location::Local(dir.join("snapshots"))),
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
+        source_ipv6_prefix: args.rates.ipv6_prefix,
         reconcile_interval: args.changes.reconcile_interval(),
         member_join_timeout: args.changes.member_join_timeout(),
         cpu_queue_per_core: args.rates.cpu_queue_per_core,

@@ -16,6 +16,10 @@ pub(super) struct NodeRateArgs {
     /// Node requests allowed per source address per minute; a fifth of it at once.
     #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_PER_SOURCE", default_value_t = 600)]
     bootstrap_rate_per_source: u32,
+    /// The network prefix an IPv6 source is counted by for the per-source limit (1–128): one
+    /// host is given a whole /64, so counting by address would give it a budget per address.
+    #[arg(long, env = "EXK8S_BOOTSTRAP_RATE_IPV6_PREFIX", default_value = "64", value_parser = parse_ipv6_prefix)]
+    pub(super) ipv6_prefix: crate::ratelimit::Ipv6Prefix,
     /// Bundle requests that may wait per core for key generation, at most. A request is refused
     /// at once with 503 and Retry-After beyond it, or sooner when the work already waiting
     /// would keep it from finishing before the bootstrap deadline.
@@ -25,6 +29,13 @@ pub(super) struct NodeRateArgs {
     /// memory only; 0 turns the pool off).
     #[arg(long, env = "EXK8S_KEY_POOL_MAX", default_value_t = crate::keypool::DEFAULT_MAX_KEYS)]
     pub(super) key_pool_max: usize,
+}
+
+fn parse_ipv6_prefix(text: &str) -> Result<crate::ratelimit::Ipv6Prefix, String> {
+    let bits = text.parse::<u8>().map_err(|_| {
+        format!("an IPv6 prefix length is a number of bits (1 to 128), not '{text}'")
+    })?;
+    crate::ratelimit::Ipv6Prefix::new(bits)
 }
 
 impl NodeRateArgs {

@@ -212,6 +212,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         bootstrap_deadline: Duration::from_millis(args.bootstrap_deadline_ms.max(1)),
         rate_per_vm: args.rates.limits().0,
         rate_per_source: args.rates.limits().1,
+        source_ipv6_prefix: args.rates.ipv6_prefix,
         artifacts,
         key_maker: crate::pki::KeyMaker::this_binary(),
         ..ApiConfig::default()

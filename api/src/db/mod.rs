@@ -8,6 +8,7 @@ pub mod certificates;
 pub mod clusters;
 pub mod components;
 pub mod events;
+pub mod health_watch;
 pub mod idempotency;
 pub mod issuances;
 pub mod keys;

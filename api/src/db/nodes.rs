@@ -62,6 +62,9 @@ pub struct NodeRow {
     /// and since when a health pass has seen it so; both None while it runs.
     pub vm_state: Option<String>,
     pub vm_down_since: Option<i64>,
+    /// The earliest moment its silence counts from: when the health passes last resumed after
+    /// a gap ([`super::health_watch`]); None: not since the node was made.
+    pub silence_counts_from: Option<i64>,
     pub created_at: i64,
 }
 
@@ -89,7 +92,7 @@ pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, pri
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pool_id, removal, removal_since, \
     drain_by, drain_generation, etcd_membership, replace_since, handed_version, \
-    kubernetes_version, last_seen_at, vm_state, vm_down_since, created_at";
+    kubernetes_version, last_seen_at, vm_state, vm_down_since, silence_counts_from, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -129,6 +132,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         last_seen_at: r.try_get("last_seen_at")?,
         vm_state: r.try_get("vm_state")?,
         vm_down_since: r.try_get("vm_down_since")?,
+        silence_counts_from: r.try_get("silence_counts_from")?,
         created_at: r.try_get("created_at")?,
     })
 }

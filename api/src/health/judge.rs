@@ -152,9 +152,11 @@ pub fn judge(policy: &HealthPolicy, facts: Facts<'_>, now: i64) -> Verdict {
     // judged by how long its boot takes instead.
     if node.kubernetes_version.is_some() {
         if let Some(seen) = node.last_seen_at {
+            // Silence counts only while the API was there to hear a poll.
+            let silent_since = node.silence_counts_from.map_or(seen, |from| seen.max(from));
             problems.push((
                 Problem::Unreachable,
-                seen,
+                silent_since,
                 after(policy.unreachable_after_secs),
             ));
         }
@@ -251,6 +253,33 @@ mod tests {
                 since: T0
             }
         );
+    }
+
+    #[test]
+    fn silence_counts_only_from_when_the_api_could_hear_a_poll() {
+        // Last seen at T0; the API was away for two hours, its passes resumed at T0 + 7200.
+        let resumed = T0 + 7200;
+        let mut node = booted();
+        node.silence_counts_from = Some(resumed);
+        assert_eq!(at(&node, &[], resumed + 60), Verdict::Healthy);
+        assert_eq!(
+            at(&node, &[], resumed + 600),
+            Verdict::Suspect {
+                problem: Problem::Unreachable,
+                since: resumed,
+                unhealthy_at: resumed + 900
+            }
+        );
+        assert_eq!(
+            at(&node, &[], resumed + 900),
+            Verdict::Unhealthy {
+                problem: Problem::Unreachable,
+                since: resumed
+            }
+        );
+        // A poll after the resumption counts from itself.
+        node.last_seen_at = Some(resumed + 300);
+        assert_eq!(at(&node, &[], resumed + 600), Verdict::Healthy);
     }
 
     #[test]

@@ -19,6 +19,20 @@ pub struct Checks {
     pub db: Db,
     pub compute: Arc<dyn Compute>,
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// Seconds without a pass after which the next one resumes the watch
+    /// ([`db::health_watch`]): past the agents' poll interval, and past two passes.
+    pub gap_secs: i64,
+}
+
+/// How often a healthy agent asks for its generation at least (its sync timer's interval,
+/// before the jitter).
+pub const POLL_SECS: i64 = 5 * 60;
+
+impl Checks {
+    /// The gap for passes every `interval`.
+    pub fn gap_for(interval: std::time::Duration) -> i64 {
+        POLL_SECS.max(i64::try_from(interval.as_secs().saturating_mul(2)).unwrap_or(i64::MAX))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +132,19 @@ pub async fn to_remediate(ctx: &Checks, cluster_id: i64) -> Result<ToRemediate, 
 /// listing fails keeps what the last pass saw, and the others go on.
 pub async fn pass(ctx: &Checks) -> ToRemediate {
     let mut found = ToRemediate::default();
+    match db::health_watch::pass_at(&ctx.db, ctx.clock.unix(), ctx.gap_secs).await {
+        Ok(true) => tracing::info!(
+            gap_secs = ctx.gap_secs,
+            "health: the passes resume after a gap; every node's silence counts from now"
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            // Judging silence without knowing whether the API was there to hear it could
+            // replace healthy machines: no pass.
+            tracing::warn!(error = %crate::error_chain(&e), "health: cannot record the pass");
+            return found;
+        }
+    }
     let clusters = match db::clusters::founded(&ctx.db.pool).await {
         Ok(ids) => ids,
         Err(e) => {
@@ -138,6 +165,9 @@ pub async fn pass(ctx: &Checks) -> ToRemediate {
                 tracing::warn!(cluster_id, error = %crate::error_chain(&e), "health: cannot judge the cluster's machines");
             }
         }
+    }
+    if let Err(e) = db::health_watch::ran_at(&ctx.db, ctx.clock.unix()).await {
+        tracing::warn!(error = %crate::error_chain(&e), "health: cannot record the pass's end");
     }
     found
 }

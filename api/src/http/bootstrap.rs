@@ -81,7 +81,7 @@ pub(super) fn rate_limited(wait: std::time::Duration) -> ApiError {
 
 /// Charged before anything is looked at: a flood costs its own address, nothing else.
 pub(super) fn limit_source(state: &AppState, source: std::net::IpAddr) -> Result<(), ApiError> {
-    state.limits.per_source.check(&source).map_err(rate_limited)
+    state.limits.charge_source(source).map_err(rate_limited)
 }
 
 /// Charged only once the caller proved it is `vm`: nobody else can spend a VM's allowance.

@@ -27,6 +27,7 @@ impl Application {
             .await
             .map_err(|e| BuildError::Bind(listen.to_owned(), e))?;
         crate::founding::reconcile::spawn(state.reconciler());
+        spawn_limit_pruning(&state);
         Ok(Self {
             listener,
             state,
@@ -81,4 +82,21 @@ pub enum BuildError {
     Db(#[from] DbError),
     #[error("binding {0}")]
     Bind(String, #[source] std::io::Error),
+}
+
+/// Prunes the rate limiters' idle keys on a timer, off the request path, for as long as the
+/// state lives (a weak reference: a stopped server's limiters are not kept alive by it).
+fn spawn_limit_pruning(state: &AppState) {
+    let limits = Arc::downgrade(&state.limits);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(crate::ratelimit::PRUNE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(limits) = limits.upgrade() else {
+                return;
+            };
+            limits.prune();
+        }
+    });
 }

@@ -111,6 +111,15 @@ pub async fn start(
     let target: Release = current_target(&mut tx, cluster_id).await?;
     let nodes = db::nodes::list(&mut *tx, cluster_id).await?;
     let cp = ControlPlane::read(target, &nodes);
+    // The request's own validity is judged before the cluster's state (422 before 409): an
+    // operator is never sent to wait for members only to be refused afterwards.
+    if to != target && !offered.contains(&to) {
+        return Err(skew::SkewError::NotOffered {
+            to,
+            offered: skew::listed(&offered),
+        }
+        .into());
+    }
     let decided = decide(&cp, &nodes, to, &offered)?;
     let now = ctx.clock.unix();
     if to == target {
@@ -146,12 +155,12 @@ pub async fn start(
     skew::etcd(from, to, etcd_of(from).as_str(), etcd_of(to).as_str())?;
     let mut snapshot_id = None;
     if !matches!(decided, Started::RollingBack { .. }) {
-        preflight(&mut tx, &cluster, &nodes, now).await?;
         let pools = db::pools::list(&mut *tx, cluster_id).await?;
         let kubelets = oldest_kubelets(&pools, &nodes, &cluster.kubernetes_version)?;
         let kubelets: Vec<(&str, Release)> =
             kubelets.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         skew::control_plane(cp.oldest, to, &offered, &kubelets)?;
+        preflight(&mut tx, &cluster, &nodes, now).await?;
         if snapshot_first {
             snapshot_id = Some(snapshot::ask(&mut tx, cluster_id, &nodes, now).await?);
         }

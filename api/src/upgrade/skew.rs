@@ -132,6 +132,8 @@ pub enum SkewError {
         to_etcd: String,
         required: &'static str,
     },
+    #[error("`{etcd}`, the etcd {release} runs, is not an etcd release of the form v3.MINOR.PATCH")]
+    NotAnEtcdRelease { release: Release, etcd: String },
     #[error(
         "{to} runs etcd {to_etcd}, a minor below the etcd {from_etcd} that {from} runs: etcd \
          members cannot go down a minor"
@@ -144,15 +146,32 @@ pub enum SkewError {
     },
 }
 
-/// The minor and patch of an etcd release `v3.MINOR.PATCH` (0 for what is not a number: the
-/// table is ours).
-fn etcd_release(etcd: &str) -> (u32, u32) {
-    let mut parts = etcd
-        .strip_prefix("v3.")
-        .unwrap_or_default()
-        .split('.')
-        .map(|n| n.parse().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+/// Releases as an operator reads them: `v1.34.6, v1.35.3`.
+pub fn listed(releases: &[Release]) -> String {
+    releases
+        .iter()
+        .map(Release::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The minor and patch of an etcd release `v3.MINOR.PATCH`; anything else is refused, naming
+/// the Kubernetes `release` it was given for (never read as 0: a malformed version would pass
+/// every minor rule).
+fn etcd_release(release: Release, etcd: &str) -> Result<(u32, u32), SkewError> {
+    let refuse = || SkewError::NotAnEtcdRelease {
+        release,
+        etcd: etcd.chars().take(40).collect(),
+    };
+    let rest = etcd.strip_prefix("v3.").ok_or_else(refuse)?;
+    let (minor, patch) = rest.split_once('.').ok_or_else(refuse)?;
+    let number = |t: &str| {
+        (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.parse::<u32>().ok())
+            .flatten()
+            .ok_or_else(refuse)
+    };
+    Ok((number(minor)?, number(patch)?))
 }
 
 /// For an etcd minor, the oldest release of the minor before it that may upgrade to it, from
@@ -162,12 +181,15 @@ pub const ETCD_MINOR_FLOORS: [(u32, &str); 2] = [(6, "v3.5.26"), (7, "v3.6.11")]
 
 /// May etcd go from `from_etcd` (what Kubernetes `from` runs) to `to_etcd` (what `to` runs)?
 pub fn etcd(from: Release, to: Release, from_etcd: &str, to_etcd: &str) -> Result<(), SkewError> {
-    let ((a, _), (b, _)) = (etcd_release(from_etcd), etcd_release(to_etcd));
-    let floor = ETCD_MINOR_FLOORS
+    let running = etcd_release(from, from_etcd)?;
+    let ((a, _), (b, _)) = (running, etcd_release(to, to_etcd)?);
+    let floor = match ETCD_MINOR_FLOORS
         .iter()
         .find(|(minor, _)| b == a + 1 && *minor == b)
-        .map(|(_, floor)| *floor)
-        .filter(|floor| etcd_release(from_etcd) < etcd_release(floor));
+    {
+        Some((_, floor)) if running < etcd_release(to, floor)? => Some(*floor),
+        _ => None,
+    };
     let (from_etcd, to_etcd) = (from_etcd.to_owned(), to_etcd.to_owned());
     if let Some(required) = floor {
         return Err(SkewError::EtcdPatchFirst {
@@ -207,12 +229,10 @@ pub fn control_plane(
     pools: &[(&str, Release)],
 ) -> Result<(), SkewError> {
     if !offered.contains(&to) {
-        let offered = offered
-            .iter()
-            .map(Release::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(SkewError::NotOffered { to, offered });
+        return Err(SkewError::NotOffered {
+            to,
+            offered: listed(offered),
+        });
     }
     if to.minor < from.minor {
         return Err(SkewError::MinorDowngrade { from, to });
@@ -429,5 +449,39 @@ mod tests {
         }
         // A patch of etcd may go either way (a rollback within a minor).
         assert_eq!(etcd(to, from, "v3.6.14", "v3.6.10"), Ok(()));
+    }
+
+    #[test]
+    fn a_malformed_etcd_version_is_refused_naming_it() {
+        let (from, to) = (r("v1.36.3"), r("v1.37.2"));
+        for bad in [
+            "3.7.0",
+            "v3.x.1",
+            "v3.7",
+            "v3.7.",
+            "v4.0.0",
+            "v3.7.0-rc.1",
+            "",
+        ] {
+            let refused = etcd(from, to, "v3.6.14", bad).unwrap_err();
+            assert_eq!(
+                refused,
+                SkewError::NotAnEtcdRelease {
+                    release: to,
+                    etcd: bad.into()
+                },
+                "{bad}"
+            );
+            assert!(
+                refused
+                    .to_string()
+                    .contains(&format!("`{bad}`, the etcd v1.37.2 runs"))
+            );
+            let refused = etcd(from, to, bad, "v3.6.14").unwrap_err();
+            assert!(
+                matches!(&refused, SkewError::NotAnEtcdRelease { release, .. } if *release == from),
+                "{refused:?}"
+            );
+        }
     }
 }

@@ -148,6 +148,7 @@ pub(crate) mod tests {
             last_seen_at: None,
             vm_state: None,
             vm_down_since: None,
+            silence_counts_from: None,
             created_at: 0,
         }
     }

@@ -54,7 +54,7 @@ fn bundle_serials(payload: &exk8s_common::BundlePayload) -> (BTreeSet<String>, B
         let path = file.path.as_str();
         let content = file.content.as_bytes();
         if path.ends_with(".kubeconfig") {
-            let doc: serde_yaml::Value = serde_yaml::from_slice(content).unwrap();
+            let doc: yaml_serde::Value = yaml_serde::from_slice(content).unwrap();
             let data = doc["users"][0]["user"]["client-certificate-data"]
                 .as_str()
                 .unwrap();

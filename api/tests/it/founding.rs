@@ -39,8 +39,8 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
     );
     assert_eq!(created["dns_configured"], true);
     assert_eq!(created["bootstrap_path_template"], "/bootstrap/{vm_id}");
-    let kubeconfig: serde_yaml::Value =
-        serde_yaml::from_str(created["kubeconfig"].as_str().unwrap()).unwrap();
+    let kubeconfig: yaml_serde::Value =
+        yaml_serde::from_str(created["kubeconfig"].as_str().unwrap()).unwrap();
     assert_eq!(
         kubeconfig["clusters"][0]["cluster"]["server"],
         format!("https://exk8s-7-{id:x}.k8s.internal:6443")

@@ -37,6 +37,7 @@ mod limits;
 mod member_crash;
 mod membership;
 mod membership_down;
+mod metrics_bounds;
 mod node_lookup;
 mod node_routes;
 mod pki;

@@ -111,8 +111,8 @@ fn kubeconfigs_carry_the_identity_and_survive_odd_names() {
         user: "exk8s-admin",
         credentials: admin,
     });
-    let doc: serde_yaml::Value = serde_yaml::from_str(rendered.expose()).unwrap();
-    let b64 = |v: &serde_yaml::Value| {
+    let doc: yaml_serde::Value = yaml_serde::from_str(rendered.expose()).unwrap();
+    let b64 = |v: &yaml_serde::Value| {
         use base64::Engine as _;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(v.as_str().unwrap())

@@ -28,6 +28,15 @@ const NEW: &str = "v1.36.3";
 /// Registers worker `vm` and reports it complete, as its agent would; the release its bundle
 /// installs.
 pub(crate) async fn boot_worker(app: &TestApp, cluster: i64, vm: i64) -> String {
+    boot_worker_keyed(app, cluster, vm).await.0
+}
+
+/// [`boot_worker`], also giving the worker and its day-2 key (its polls are signed with it).
+pub(crate) async fn boot_worker_keyed(
+    app: &TestApp,
+    cluster: i64,
+    vm: i64,
+) -> (String, Node, NodeKey) {
     let bootstrap = operator_token(&app.state, 7, Scope::Bootstrap, 3600).await;
     let worker = Node {
         vm,
@@ -35,9 +44,10 @@ pub(crate) async fn boot_worker(app: &TestApp, cluster: i64, vm: i64) -> String 
         imds: imds_token(&app.state, vm, 7, 600).await,
         bootstrap,
     };
-    let payload = register(app, &worker, &NodeKey::generate().unwrap()).await;
+    let key = NodeKey::generate().unwrap();
+    let payload = register(app, &worker, &key).await;
     assert_eq!(report(app, &worker, "complete", "succeeded").await, 204);
-    kubelet_release(&payload)
+    (kubelet_release(&payload), worker, key)
 }
 
 fn kubelet_release(payload: &BundlePayload) -> String {

@@ -166,6 +166,9 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
     // unhealthy is more than max_unhealthy allows, so none goes.
     put_policy(&app, cluster, json!({"max_unhealthy": "1"})).await;
     clock.advance(time::Duration::hours(25));
+    // No pass ran for a day: the watch resumes, and silence counts from now.
+    health(&app).await;
+    clock.advance(time::Duration::minutes(16));
     health(&app).await;
     assert_eq!(vms(&pool(&app, cluster, id).await), replaced);
     assert_eq!(remediations(&app, cluster).await.len(), 1);
@@ -177,13 +180,16 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
             .contains("; pool blue: 3 machines are unhealthy, more than max_unhealthy allows (1)"),
         "{message}"
     );
-    // The limit was what held them: allowing all, the longest unhealthy goes (the worker
-    // silent since it booted; the stopped one counts from when its VM was seen down).
+    // The limit was what held them: allowing all, the longest unhealthy go first: the stopped
+    // one, seen down since the first day — not the silent one, whose silence counts from when
+    // the passes resumed.
     put_policy(&app, cluster, json!({"max_unhealthy": "100%"})).await;
     health(&app).await;
     let done = remediations(&app, cluster).await;
-    assert_eq!(done.len(), 2, "{done:?}");
-    assert_eq!(done[0], (workers[2], "NodeUnreachable".to_owned()));
+    assert!(
+        done.len() > 1 && done.contains(&(workers[1], "MachineNotRunning".to_owned())),
+        "{done:?}"
+    );
     let (_, message) = remediation_allowed(&app, cluster).await;
     assert!(
         !message.contains("pool blue"),
@@ -310,3 +316,79 @@ async fn a_pool_follows_its_own_policy_instead_of_the_clusters(backend: Backend)
 }
 
 both_backends!(a_pool_follows_its_own_policy_instead_of_the_clusters);
+
+/// Polls the API as a node's sync timer does (a signed generation request: its heartbeat).
+async fn poll(app: &TestApp, node: &crate::app::Node, key: &NodeKey) {
+    let path = format!("/nodes/{}/generation", node.vm);
+    let signing = crate::sync::Signing::new(key, &node.imds);
+    let answer = crate::sync::send(app, "GET", &path, b"", &signing).await;
+    assert_eq!(answer.status(), 200, "{path}");
+}
+
+/// The API is away for two hours (no pass, no poll heard), then back: its nodes poll back in
+/// one by one over seven minutes, as their timers fall, and none is replaced — although every
+/// one was silent far past the policy's timeout when the API came back — while a worker that
+/// never polls again is replaced once the timeout has passed since the API could hear it.
+async fn an_api_away_replaces_no_machine_that_polls_back(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    // Passes every minute, as `serve` runs them: a pause of five minutes or more is a gap.
+    let config = exk8s_api::app::ApiConfig {
+        reconcile_interval: std::time::Duration::from_secs(60),
+        ..test_config()
+    };
+    let app = spawn_clocked(backend, config, None, clock.clone()).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let member = credentials_for(&app, 7, &created).await.remove(0);
+    let member_key = NodeKey::generate().unwrap();
+    register(&app, &member, &member_key).await;
+    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
+    let made = app
+        .post(&format!("/clusters/{cluster}/node-pools"))
+        .json(&pool_body("blue", 3))
+        .send()
+        .await
+        .unwrap();
+    let id = json_of(made).await["id"].as_i64().unwrap();
+    let mut nodes = vec![(member, member_key)];
+    for vm in vms(&settled(&app, cluster, id, 3).await) {
+        let (_, worker, key) = crate::pool_upgrade::boot_worker_keyed(&app, cluster, vm).await;
+        nodes.push((worker, key));
+    }
+    // Nothing holds a remediation back but the judgement itself.
+    put_policy(&app, cluster, json!({"max_unhealthy": "100%"})).await;
+    for (node, key) in &nodes {
+        poll(&app, node, key).await;
+    }
+    health(&app).await;
+
+    // Two hours without the API; back, and every node's last poll is two hours old.
+    clock.advance(time::Duration::hours(2));
+    health(&app).await;
+    let (silent, _) = nodes.last().unwrap();
+    for (node, key) in &nodes[..nodes.len() - 1] {
+        clock.advance(time::Duration::seconds(140));
+        poll(&app, node, key).await;
+        health(&app).await;
+    }
+    clock.advance(time::Duration::minutes(5));
+    health(&app).await;
+    let done = remediations(&app, cluster).await;
+    assert!(done.is_empty(), "no machine that polled back is replaced: {done:?}");
+    assert_eq!(vms(&pool(&app, cluster, id).await).len(), 3);
+
+    // The one that never polls: unhealthy once the timeout (15 minutes) has passed since the
+    // API came back, and replaced.
+    clock.advance(time::Duration::minutes(3));
+    health(&app).await;
+    let done = remediations(&app, cluster).await;
+    assert_eq!(done, vec![(silent.vm, "NodeUnreachable".to_owned())]);
+    // On its way out (being drained, or gone already), and no other machine is.
+    let leaving = pool(&app, cluster, id).await;
+    for node in leaving["nodes"].as_array().unwrap() {
+        let removed = !node["removal"].is_null();
+        assert_eq!(removed, node["vm_id"] == silent.vm, "{leaving}");
+    }
+}
+
+both_backends!(an_api_away_replaces_no_machine_that_polls_back);

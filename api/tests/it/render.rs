@@ -158,10 +158,10 @@ pub(crate) fn real() -> &'static RenderedCluster {
     CLUSTER.get_or_init(|| render_cluster(&ips(3), KeyAlgorithm::EcdsaP256))
 }
 
-pub(crate) fn yaml_docs(text: &str) -> Vec<serde_yaml::Value> {
+pub(crate) fn yaml_docs(text: &str) -> Vec<yaml_serde::Value> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap())
+    yaml_serde::Deserializer::from_str(text)
+        .map(|doc| yaml_serde::Value::deserialize(doc).unwrap())
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -539,7 +539,7 @@ fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
                     .to_vec(),
             )
             .unwrap();
-            let pod: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+            let pod: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
             assert_eq!(
                 pod["metadata"]["annotations"]["exk8s.io/inputs-sha256"].as_str(),
                 Some(inputs_sha256.to_hex().as_str()),

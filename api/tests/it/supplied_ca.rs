@@ -99,8 +99,8 @@ fn chains(dir: &Path, ca: &str, leaf: &[u8], what: &str) {
 
 /// The client certificate a kubeconfig carries.
 fn client_cert(kubeconfig: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let doc: serde_yaml::Value = serde_yaml::from_slice(kubeconfig).unwrap();
-    let decode = |v: &serde_yaml::Value| {
+    let doc: yaml_serde::Value = yaml_serde::from_slice(kubeconfig).unwrap();
+    let decode = |v: &yaml_serde::Value| {
         base64::engine::general_purpose::STANDARD
             .decode(v.as_str().unwrap())
             .unwrap()

@@ -160,6 +160,17 @@ async fn every_skew_rule_refuses_with_its_reason(backend: Backend) {
             .contains("must be healthy and up to date before an upgrade"),
         "{body}"
     );
+    // A request that can never be valid is refused for what it is, before the cluster's state:
+    // the operator is not sent to wait for the member only to be refused afterwards.
+    for (version, status, says) in refusals {
+        let (code, body) = patch(&app, cluster, version).await;
+        assert_eq!(code, status, "{version} with a member unhealthy: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(says),
+            "{version} with a member unhealthy: {message}"
+        );
+    }
 }
 
 async fn a_minor_upgrade_goes_one_member_at_a_time(backend: Backend) {
