@@ -54,6 +54,12 @@ k8s_log=$(mktemp)
 } 2>"$k8s_log" &
 k8s_build=$!
 
+# cargo-deny, built once per machine, under SCHED_IDLE beside everything else: only idle cores.
+log "cargo-deny (in the background, SCHED_IDLE; it checks the dependency graph after the tests)"
+deny_log=$(mktemp)
+chrt --idle 0 nice -n 19 bash -c 'source scripts/lib/ensure.sh; ensure_cargo_deny' >"$deny_log" 2>&1 &
+deny_install=$!
+
 log "shellcheck (every script in the repository)"
 git ls-files '*.sh' .ci/run | xargs shellcheck --severity=style --external-sources
 
@@ -67,13 +73,6 @@ log "no dependency circle between modules (scripts/module-cycles.py)"
 python3 scripts/module-cycles.py --self-test
 python3 scripts/module-cycles.py api/src agent/src cli/src common/src
 
-log "exk8s-common must not depend on tokio, axum, sqlx or reqwest (the agent links it)"
-forbidden=$(cargo tree --locked -p exk8s-common -e normal --prefix none --format '{p}' \
-  | awk '{print $1}' | grep -E '^(tokio|axum|sqlx|reqwest|hyper)$' || true)
-if [ -n "$forbidden" ]; then
-  echo "exk8s-common depends on: $forbidden" >&2
-  exit 1
-fi
 
 # One build of everything `cargo test` runs, binaries included (the end-to-end tests run them).
 # Asking for the test targets resolves features with the dev-dependencies, as `cargo test`
@@ -118,6 +117,16 @@ fi
 
 log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
 EXK8S_API_BIN=target/debug/exk8s-api bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
+
+log "cargo deny: bans, licenses and sources (deny.toml); exk8s-common's own bans (common/deny.toml)"
+if ! wait "$deny_install"; then
+  cat "$deny_log" >&2
+  echo "installing cargo-deny failed (above)" >&2
+  exit 1
+fi
+cargo deny --locked check bans licenses sources
+# The static agent links exk8s-common: no async runtime, HTTP stack or database in it.
+cargo deny --locked --manifest-path common/Cargo.toml --exclude-dev check bans
 
 log "waiting for the release builds"
 if ! wait "$release_builds"; then

@@ -133,3 +133,11 @@ ensure_cargo_deb() {
     cargo install --locked cargo-deb --version 3.8.0
   fi
 }
+
+# ensure_cargo_deny — cargo-deny, which checks the dependency graph against deny.toml.
+ensure_cargo_deny() {
+  if ! have cargo-deny || [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny 0.20.2" ]; then
+    log "installing cargo-deny 0.20.2"
+    cargo install --locked cargo-deny --version 0.20.2
+  fi
+}
