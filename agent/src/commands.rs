@@ -10,10 +10,11 @@ use exk8s_common::{Disposition, Expected, VerifiedBundle, verify};
 
 use crate::apply::host::{RecordingHost, SystemHost};
 use crate::apply::{self, Change, Options};
+use crate::clock::now;
 use crate::config::NetConfig;
 use crate::error::AgentError;
 use crate::log::log_info;
-use crate::machine::{apply_verified, clients, load_keyring, now};
+use crate::machine::{apply_verified, clients, load_keyring};
 use crate::report::{Reporter, State as Phase, Target};
 use crate::state::{State, marker_path};
 use crate::{fetch, imds, nodekey};

@@ -13,10 +13,12 @@
 
 pub mod apply;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod error;
 pub mod etcd_members;
+pub mod etcd_probe;
 pub mod etcd_restore;
 pub mod fetch;
 pub mod http;

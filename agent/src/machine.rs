@@ -2,7 +2,7 @@
 //! and instance-metadata clients, and applying a verified bundle with the host it needs.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use exk8s_common::{Keyring, VerifiedBundle};
 
@@ -12,13 +12,6 @@ use crate::config::NetConfig;
 use crate::error::AgentError;
 use crate::http;
 use crate::report::Reporter;
-
-/// Unix seconds now.
-pub fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
 
 pub fn load_keyring(dir: &Path) -> Result<Keyring, AgentError> {
     Keyring::load_dir(dir).map_err(|e| AgentError::Config(crate::error::chain(&e)))

@@ -51,6 +51,19 @@ fn path_prefix(url: &str) -> &str {
         .trim_end_matches('/')
 }
 
+/// A snapshot to upload: its file, and what the member said of it.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotUpload<'a> {
+    pub file: &'a std::path::Path,
+    /// The member's revision when the snapshot began.
+    pub revision: i64,
+    /// The member's etcd release.
+    pub etcd_version: &'a str,
+    pub size: u64,
+    /// The file's SHA-256.
+    pub digest: &'a Sha256Digest,
+}
+
 impl NodeApi<'_> {
     fn base(&self) -> &str {
         self.api_url.trim_end_matches('/')
@@ -80,7 +93,7 @@ impl NodeApi<'_> {
             self.session.vm_id
         );
         let nonce = crate::fetch::new_nonce()?;
-        let timestamp = crate::machine::now();
+        let timestamp = crate::clock::now();
         let signature = self.key.sign(&request_message_for_digest(
             method,
             &path,
@@ -162,17 +175,22 @@ impl NodeApi<'_> {
         })
     }
 
-    /// `PUT /nodes/{vm_id}/snapshots/{id}`: the snapshot in `file` (whose SHA-256 is `digest`),
+    /// `PUT /nodes/{vm_id}/snapshots/{id}`: the snapshot in `upload.file` (whose SHA-256 is its `digest`),
     /// streamed, within `timeout`. Not retried: a refused or broken upload fails the snapshot,
     /// and the operator asks again.
     pub fn upload_snapshot(
         &self,
         id: i64,
-        file: &std::path::Path,
-        saved: &crate::snapshot::Saved,
-        digest: &Sha256Digest,
+        upload: &SnapshotUpload<'_>,
         timeout: Duration,
     ) -> Result<(), AgentError> {
+        let SnapshotUpload {
+            file,
+            revision,
+            etcd_version,
+            size,
+            digest,
+        } = upload;
         let (request, _) = self.signed_over("PUT", &format!("snapshots/{id}"), digest)?;
         let body = std::fs::File::open(file).map_err(|e| AgentError::State {
             path: file.to_path_buf(),
@@ -181,10 +199,10 @@ impl NodeApi<'_> {
         let sent = request
             .timeout(timeout)
             .set(CONTENT_SHA256_HEADER, &digest.to_hex())
-            .set(ETCD_REVISION_HEADER, &saved.revision.to_string())
-            .set(ETCD_VERSION_HEADER, &saved.etcd_version)
+            .set(ETCD_REVISION_HEADER, &revision.to_string())
+            .set(ETCD_VERSION_HEADER, etcd_version)
             .set("Content-Type", "application/octet-stream")
-            .set("Content-Length", &saved.size.to_string())
+            .set("Content-Length", &size.to_string())
             .send(body);
         match classify("snapshot upload", sent) {
             Ok(_) => Ok(()),

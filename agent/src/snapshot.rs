@@ -15,8 +15,8 @@ use exk8s_common::names::Sha256Digest;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::apply::waits::EtcdProbe;
 use crate::error::AgentError;
+use crate::etcd_probe::EtcdProbe;
 use crate::http;
 use crate::log::{log_info, log_warn};
 use crate::node_api::NodeApi;
@@ -184,7 +184,14 @@ pub fn take(
             .sha256
             .parse()
             .map_err(|_| AgentError::Config(format!("{}: a bad digest", meta.display())))?;
-        node.upload_snapshot(task.id, &to, &saved, &digest, upload_timeout)
+        let upload = crate::node_api::SnapshotUpload {
+            file: &to,
+            revision: saved.revision,
+            etcd_version: &saved.etcd_version,
+            size: saved.size,
+            digest: &digest,
+        };
+        node.upload_snapshot(task.id, &upload, upload_timeout)
     });
     let _ = std::fs::remove_file(&to);
     let _ = std::fs::remove_file(&meta);

@@ -21,10 +21,11 @@ use exk8s_common::contract::{BootPhase, BundleKind, Component, ComponentHealth};
 use exk8s_common::{Disposition, Expected, verify};
 
 use crate::apply::Options;
+use crate::clock::now;
 use crate::config::NetConfig;
 use crate::error::{AgentError, chain};
 use crate::log::{log_info, log_warn};
-use crate::machine::{apply_verified, clients, load_keyring, now};
+use crate::machine::{apply_verified, clients, load_keyring};
 use crate::node_api::{NodeApi, Update};
 use crate::report::{Reporter, State as Phase, Target};
 use crate::state::{State, is_done, marker_path};

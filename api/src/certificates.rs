@@ -351,7 +351,7 @@ pub async fn operator_kubeconfig(
             let text = kubeconfig::render(&KubeconfigSpec {
                 cluster_name: &row.name,
                 server: &server,
-                ca_pem: &crate::rotation::Trusted::of(&pki, rotation.as_ref()).cluster,
+                ca_pem: &crate::trust::Trusted::of(&pki, rotation.as_ref()).cluster,
                 user: &user,
                 credentials: &admin,
             });

@@ -43,7 +43,7 @@ pub async fn trust(ctx: &Certifier, row: &ClusterRow) -> Result<Trust, Certifica
     let pki = ctx.issuers.open(&ctx.keks, row)?;
     Ok(Trust {
         server: server(row),
-        certificate_authority_pem: crate::rotation::bundle(
+        certificate_authority_pem: crate::trust::bundle(
             pki.cluster_ca.cert_pem(),
             CaRole::Cluster,
             rotation.as_ref(),

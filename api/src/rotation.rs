@@ -71,48 +71,6 @@ pub enum RotationError {
 /// The column a waiting new CA key is sealed under.
 const NEW_KEY: &str = "rotation_key";
 
-/// The CA certificates every trust file carries, per CA (PEM, one or two certificates).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trusted {
-    pub cluster: String,
-    pub etcd: String,
-    pub front_proxy: String,
-}
-
-impl Trusted {
-    /// The cluster's CAs, plus the one trusted beside the rotating CA while a rotation is in
-    /// trust-both or sign-new.
-    pub fn of(pki: &ClusterPki, rotation: Option<&Rotation>) -> Self {
-        let bundle = |role: CaRole| bundle(pki.ca(role).cert_pem(), role, rotation);
-        Self {
-            cluster: bundle(CaRole::Cluster),
-            etcd: bundle(CaRole::Etcd),
-            front_proxy: bundle(CaRole::FrontProxy),
-        }
-    }
-}
-
-/// What is trusted for `role` whose signing CA is `own` (PEM): `own`, plus the other CA while
-/// `rotation` of that role is in trust-both or sign-new.
-pub fn bundle(own: &str, role: CaRole, rotation: Option<&Rotation>) -> String {
-    let mut pem = own.to_owned();
-    if let Some(Rotation {
-        ca,
-        other_cert: Some(other),
-        phase: RotationPhase::TrustBoth | RotationPhase::SignNew,
-        ..
-    }) = rotation
-    {
-        if *ca == role {
-            if !pem.ends_with('\n') {
-                pem.push('\n');
-            }
-            pem.push_str(other);
-        }
-    }
-    pem
-}
-
 /// A rotation started: its CA and phase, and each node's new desired generation.
 #[derive(Debug, Clone)]
 pub struct Started {

@@ -1,5 +1,6 @@
 //! A cluster's trust at rest: sealing the PKI into a cluster row, and opening it again. The
-//! associated data of every sealed value names its cluster (and node) and column.
+//! associated data of every sealed value names its cluster (and node) and column. And what a
+//! trust file carries: each CA, and during a CA rotation the one trusted beside it ([`Trusted`]).
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use exk8s_common::names::NodeName;
 
 use crate::crypto::{Keyring, SealError};
 use crate::db::clusters::{ClusterRow, Trust};
+use crate::db::rotations::{Rotation, RotationPhase};
 use crate::pki::{
     CaRole, CertAuthority, ClusterPki, IssuedCert, KeyAlgorithm, PkiError, SecretPem,
     ServiceAccountKey,
@@ -188,4 +190,46 @@ pub fn node_name(
     vm_id: i64,
 ) -> Result<NodeName, exk8s_common::names::NameError> {
     NodeName::new(format!("{group}-{vm_id}.cluster-{cluster_id}.internal"))
+}
+
+/// The CA certificates every trust file carries, per CA (PEM, one or two certificates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trusted {
+    pub cluster: String,
+    pub etcd: String,
+    pub front_proxy: String,
+}
+
+impl Trusted {
+    /// The cluster's CAs, plus the one trusted beside the rotating CA while a rotation is in
+    /// trust-both or sign-new.
+    pub fn of(pki: &ClusterPki, rotation: Option<&Rotation>) -> Self {
+        let bundle = |role: CaRole| bundle(pki.ca(role).cert_pem(), role, rotation);
+        Self {
+            cluster: bundle(CaRole::Cluster),
+            etcd: bundle(CaRole::Etcd),
+            front_proxy: bundle(CaRole::FrontProxy),
+        }
+    }
+}
+
+/// What is trusted for `role` whose signing CA is `own` (PEM): `own`, plus the other CA while
+/// `rotation` of that role is in trust-both or sign-new.
+pub fn bundle(own: &str, role: CaRole, rotation: Option<&Rotation>) -> String {
+    let mut pem = own.to_owned();
+    if let Some(Rotation {
+        ca,
+        other_cert: Some(other),
+        phase: RotationPhase::TrustBoth | RotationPhase::SignNew,
+        ..
+    }) = rotation
+    {
+        if *ca == role {
+            if !pem.ends_with('\n') {
+                pem.push('\n');
+            }
+            pem.push_str(other);
+        }
+    }
+    pem
 }

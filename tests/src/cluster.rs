@@ -148,7 +148,7 @@ pub fn agent_inside(
 ) -> (Command, Forward) {
     let port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
     let forward = lan.forward_loopback(i, port);
-    let mut agent = crate::members::agent_with(
+    let mut agent = agent_with(
         lan.command(i, binary("exk8s-agent")),
         stack,
         founded,
@@ -161,6 +161,33 @@ pub fn agent_inside(
         cap.as_secs().to_string(),
     );
     (agent, forward)
+}
+
+/// [`crate::members::agent_command`]'s arguments and environment added to `agent`, a command that runs
+/// `exk8s-agent` (inside a node's namespace, say).
+pub fn agent_with(
+    mut agent: Command,
+    stack: &Stack,
+    founded: &Founded,
+    root: &Path,
+    vm: i64,
+    command: &str,
+) -> Command {
+    agent
+        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
+        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")
+        .arg("--keys-dir")
+        .arg(&founded.keys)
+        .args([command, "--root"])
+        .arg(root)
+        .args([
+            "--api-url",
+            &stack.base,
+            "--imds-url",
+            &format!("{}/sim/imds/{vm}", stack.base),
+            "--insecure-http",
+        ]);
+    agent
 }
 
 /// Where the agent records (`--root`) an artifact it would install: `install artifact <name>

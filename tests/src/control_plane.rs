@@ -6,7 +6,7 @@
 //! plays the kubelet's part for static pods: it creates their `DirectoryOrCreate` host paths and
 //! (re)starts a component when its manifest changes ([`Node::sync_static_pods`]).
 //!
-//! The only rewrite is [`rewrite`]: host paths rebased into the root.
+//! The only rewrite is [`crate::units::rewrite`]: host paths rebased into the root.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use yaml_serde::Value;
 
 use crate::netns::Lan;
 use crate::procs::Proc;
+use crate::units::{exec_start, rewrite, unit_environment};
 
 /// Where a rendered bundle puts what the harness reads.
 pub const ETCD_UNIT: &str = "etc/systemd/system/etcd.service";
@@ -34,50 +35,6 @@ pub const STATIC_PODS: [&str; 3] = [
 /// How long a stopped process may take to exit after SIGTERM (the kubelet's default grace
 /// period) before it is killed.
 pub const GRACE: Duration = Duration::from_secs(30);
-
-/// The one rewrite of a rendered argument: an absolute host path (`--flag=/etc/...`, or a bare
-/// `/path` argument) is rebased into `root`, since the node's files live there and not in `/`.
-/// Nothing else changes: addresses and ports are the rendered ones (each node has its own
-/// network namespace), and every other flag is passed as rendered.
-pub fn rewrite(root: &Path, arg: &str) -> String {
-    let rebase = |value: &str| match value.strip_prefix('/') {
-        Some(relative) => root.join(relative).display().to_string(),
-        None => value.to_owned(),
-    };
-    match arg.split_once('=') {
-        Some((flag, value)) if flag.starts_with("--") => format!("{flag}={}", rebase(value)),
-        _ => rebase(arg),
-    }
-}
-
-/// `unit`'s `ExecStart` split into its program and arguments, as rendered.
-pub fn exec_start(unit: &str) -> Vec<String> {
-    let joined = unit.replace("\\\n", " ");
-    let exec = joined
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("the unit has ExecStart");
-    exec.split_whitespace().map(str::to_owned).collect()
-}
-
-/// What `unit`'s `EnvironmentFile=` lines set, read from `root` as systemd reads them (`KEY=VALUE`
-/// lines; `#` comments and blank lines skipped).
-pub fn unit_environment(root: &Path, unit: &str) -> Vec<(String, String)> {
-    unit.lines()
-        .filter_map(|l| l.strip_prefix("EnvironmentFile="))
-        .flat_map(|file| {
-            let path = rewrite(root, file.trim_start_matches('-'));
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            text.lines()
-                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-                .map(|l| {
-                    let (key, value) = l.split_once('=').expect("KEY=VALUE");
-                    (key.to_owned(), value.to_owned())
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
 
 /// The last `lines` lines of the log at `path` (empty when there is none).
 pub fn log_tail(path: &Path, lines: usize) -> String {

@@ -17,7 +17,7 @@ pub const ETCD_RELEASES: &str = "/opt/exk8s/etcd/";
 
 /// The etcd release a rendered unit runs (its ExecStart names the binary of that release).
 pub fn unit_release(unit: &str) -> String {
-    let words = crate::control_plane::exec_start(unit);
+    let words = crate::units::exec_start(unit);
     words[0]
         .strip_prefix(ETCD_RELEASES)
         .and_then(|rest| rest.strip_suffix("/etcd"))
@@ -32,7 +32,7 @@ pub fn unit_binary(unit: &str) -> PathBuf {
 
 /// The rendered unit's ExecStart arguments with only the permitted remaps applied.
 pub fn member_args(unit: &str, root: &Path, local_port: u16) -> Vec<String> {
-    let words = crate::control_plane::exec_start(unit);
+    let words = crate::units::exec_start(unit);
     unit_release(unit);
     words[1..]
         .iter()
@@ -152,7 +152,7 @@ fn spawn_member(root: &Path, local_port: u16) -> Proc {
         .unwrap();
     let child = Command::new(unit_binary(&unit))
         .args(member_args(&unit, root, local_port))
-        .envs(crate::control_plane::unit_environment(root, &unit))
+        .envs(crate::units::unit_environment(root, &unit))
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::control_plane::{exec_start, log_tail};
+use crate::control_plane::log_tail;
 use crate::netns::Lan;
 use crate::procs::Proc;
+use crate::units::exec_start;
 
 /// A node directory (relative to its root) and the host path it is mounted over. The first
 /// five hold what the bundle rendered; the rest are the runtime's own state, kept per node.

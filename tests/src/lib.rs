@@ -24,4 +24,5 @@ pub mod procs;
 pub mod rolling;
 pub mod tls;
 pub mod tmpfs;
+pub mod units;
 pub mod workers;

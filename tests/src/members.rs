@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::cluster::{Founded, view};
+use crate::cluster::{Founded, agent_with, view};
 use crate::dev::Stack;
 use crate::etcd::{EtcdCluster, etcdctl};
 use crate::procs::binary;
@@ -156,33 +156,6 @@ pub fn agent_command(
         vm,
         command,
     )
-}
-
-/// [`agent_command`]'s arguments and environment added to `agent`, a command that runs
-/// `exk8s-agent` (inside a node's namespace, say).
-pub fn agent_with(
-    mut agent: Command,
-    stack: &Stack,
-    founded: &Founded,
-    root: &Path,
-    vm: i64,
-    command: &str,
-) -> Command {
-    agent
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
-        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")
-        .arg("--keys-dir")
-        .arg(&founded.keys)
-        .args([command, "--root"])
-        .arg(root)
-        .args([
-            "--api-url",
-            &stack.base,
-            "--imds-url",
-            &format!("{}/sim/imds/{vm}", stack.base),
-            "--insecure-http",
-        ]);
-    agent
 }
 
 /// Runs `agent_command` and panics with its log unless it succeeds.

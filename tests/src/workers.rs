@@ -11,11 +11,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::{Founded, agent_ok, operator};
-use crate::control_plane::{exec_start, kubectl};
+use crate::control_plane::kubectl;
 use crate::dev::Stack;
 use crate::kubelet::Runtime;
 use crate::netns::Lan;
 use crate::procs::wait_until;
+use crate::units::exec_start;
 
 /// How long a worker may take to register Ready, or the API to move a pool on.
 pub const READY: Duration = Duration::from_secs(180);

@@ -23,12 +23,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use exk8s_tests::availability::{self, Shared};
-use exk8s_tests::cluster::{Founded, found, operator, operator_kubeconfig, view};
+use exk8s_tests::cluster::{Founded, agent_with, found, operator, operator_kubeconfig, view};
 use exk8s_tests::control_plane::{Node, etcdctl, kubectl, kubectl_until};
 use exk8s_tests::dev::{Stack, start_dev};
-use exk8s_tests::members::{
-    HEALTHCHECK, agent_with, control_plane, member_in, sim_vm_ids, wait_for,
-};
+use exk8s_tests::members::{HEALTHCHECK, control_plane, member_in, sim_vm_ids, wait_for};
 use exk8s_tests::netns::{Forward, Lan};
 use exk8s_tests::procs::binary;
 use serde_json::{Value, json};

@@ -15,14 +15,7 @@ use crate::http;
 
 const POLL: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Clone)]
-pub struct EtcdProbe {
-    pub endpoint: String,
-    pub ca_file: PathBuf,
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-    pub timeout: Duration,
-}
+pub use crate::etcd_probe::EtcdProbe;
 
 #[derive(Debug, Clone)]
 pub struct ApiserverProbe {

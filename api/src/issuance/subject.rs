@@ -20,7 +20,7 @@ use crate::render::{
     self, ClusterSpec, ControlPlaneNode, Issuance, NodeCredentials, RenderError, RenderInput,
     WorkerInput, WorkerNode,
 };
-use crate::rotation::Trusted;
+use crate::trust::Trusted;
 
 use super::{IssuanceError, load};
 

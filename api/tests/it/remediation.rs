@@ -374,7 +374,10 @@ async fn an_api_away_replaces_no_machine_that_polls_back(backend: Backend) {
     clock.advance(time::Duration::minutes(5));
     health(&app).await;
     let done = remediations(&app, cluster).await;
-    assert!(done.is_empty(), "no machine that polled back is replaced: {done:?}");
+    assert!(
+        done.is_empty(),
+        "no machine that polled back is replaced: {done:?}"
+    );
     assert_eq!(vms(&pool(&app, cluster, id).await).len(), 3);
 
     // The one that never polls: unhealthy once the timeout (15 minutes) has passed since the
