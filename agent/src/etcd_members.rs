@@ -288,6 +288,20 @@ fn until_done(
     }
 }
 
+/// Reads a refusal saying `wait` as one to wait out, and one saying `done` as done already
+/// (`wait` is looked for first); any other as final.
+fn read_as(wait: &'static str, done: &'static str) -> impl Fn(&str) -> Refusal {
+    move |message| {
+        if message.contains(wait) {
+            Refusal::Wait
+        } else if message.contains(done) {
+            Refusal::Done
+        } else {
+            Refusal::Final
+        }
+    }
+}
+
 fn no_endpoint() -> EtcdError {
     EtcdError::Unreachable {
         endpoint: "(none given)".into(),
@@ -307,15 +321,8 @@ pub fn promote_when_caught_up(
     until_done(
         clients,
         |client| client.promote(id),
-        |message| {
-            if message.contains("in sync with leader") {
-                Refusal::Wait
-            } else if message.contains("can only promote a learner member") {
-                Refusal::Done
-            } else {
-                Refusal::Final
-            }
-        },
+        // A learner behind says both; a voter only the second.
+        read_as("in sync with leader", "can only promote a learner member"),
         every,
         deadline,
         &format!("learner {id} is catching up"),
@@ -335,15 +342,7 @@ pub fn remove_when_safe(
     until_done(
         clients,
         |client| client.remove(id),
-        |message| {
-            if message.contains("unhealthy cluster") {
-                Refusal::Wait
-            } else if message.contains("member not found") {
-                Refusal::Done
-            } else {
-                Refusal::Final
-            }
-        },
+        read_as("unhealthy cluster", "member not found"),
         every,
         deadline,
         &format!("member {id} cannot go yet"),

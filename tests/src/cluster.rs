@@ -110,9 +110,25 @@ pub fn agent(
     command: &str,
     fail: Option<&str>,
 ) -> Output {
-    Command::new(binary("exk8s-agent"))
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
+    let mut agent = Command::new(binary("exk8s-agent"));
+    agent_arguments(&mut agent, stack, keys, root, vm, command)
         .env("EXK8S_AGENT_TEST_FAIL_ACTION", fail.unwrap_or_default())
+        .output()
+        .unwrap()
+}
+
+/// `command`'s arguments for VM `vm` of `stack` (trusting `keys`, its files under `root`),
+/// with no config file.
+fn agent_arguments<'c>(
+    agent: &'c mut Command,
+    stack: &Stack,
+    keys: &Path,
+    root: &Path,
+    vm: i64,
+    command: &str,
+) -> &'c mut Command {
+    agent
+        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
         .arg("--keys-dir")
         .arg(keys)
         .args([command, "--root"])
@@ -124,8 +140,6 @@ pub fn agent(
             &format!("{}/sim/imds/{vm}", stack.base),
             "--insecure-http",
         ])
-        .output()
-        .unwrap()
 }
 
 /// `exk8s-agent <command>` for `vm` in `root`, run inside LAN node `i`'s namespace with the
@@ -173,20 +187,8 @@ pub fn agent_with(
     vm: i64,
     command: &str,
 ) -> Command {
-    agent
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
-        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1")
-        .arg("--keys-dir")
-        .arg(&founded.keys)
-        .args([command, "--root"])
-        .arg(root)
-        .args([
-            "--api-url",
-            &stack.base,
-            "--imds-url",
-            &format!("{}/sim/imds/{vm}", stack.base),
-            "--insecure-http",
-        ]);
+    agent_arguments(&mut agent, stack, &founded.keys, root, vm, command)
+        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1");
     agent
 }
 

@@ -39,19 +39,9 @@ impl FromStr for Release {
     type Err = NotARelease;
 
     fn from_str(s: &str) -> Result<Self, NotARelease> {
-        let refuse = || NotARelease(s.chars().take(40).collect());
-        let rest = s.strip_prefix("v1.").ok_or_else(refuse)?;
-        let (minor, patch) = rest.split_once('.').ok_or_else(refuse)?;
-        let number = |t: &str| {
-            (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| t.parse::<u32>().ok())
-                .flatten()
-                .ok_or_else(refuse)
-        };
-        Ok(Self {
-            minor: number(minor)?,
-            patch: number(patch)?,
-        })
+        let (minor, patch) =
+            minor_and_patch(s, "v1.").ok_or_else(|| NotARelease(s.chars().take(40).collect()))?;
+        Ok(Self { minor, patch })
     }
 }
 
@@ -159,19 +149,22 @@ pub fn listed(releases: &[Release]) -> String {
 /// the Kubernetes `release` it was given for (never read as 0: a malformed version would pass
 /// every minor rule).
 fn etcd_release(release: Release, etcd: &str) -> Result<(u32, u32), SkewError> {
-    let refuse = || SkewError::NotAnEtcdRelease {
+    minor_and_patch(etcd, "v3.").ok_or_else(|| SkewError::NotAnEtcdRelease {
         release,
         etcd: etcd.chars().take(40).collect(),
-    };
-    let rest = etcd.strip_prefix("v3.").ok_or_else(refuse)?;
-    let (minor, patch) = rest.split_once('.').ok_or_else(refuse)?;
+    })
+}
+
+/// The minor and patch of `version`, `{major}MINOR.PATCH` (`major` is `v1.` or `v3.`), each
+/// one to four digits; None for anything else.
+fn minor_and_patch(version: &str, major: &str) -> Option<(u32, u32)> {
+    let (minor, patch) = version.strip_prefix(major)?.split_once('.')?;
     let number = |t: &str| {
         (!t.is_empty() && t.len() <= 4 && t.bytes().all(|b| b.is_ascii_digit()))
             .then(|| t.parse::<u32>().ok())
             .flatten()
-            .ok_or_else(refuse)
     };
-    Ok((number(minor)?, number(patch)?))
+    Some((number(minor)?, number(patch)?))
 }
 
 /// For an etcd minor, the oldest release of the minor before it that may upgrade to it, from

@@ -312,6 +312,18 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The `/metrics` exposition (no token: anyone may read it).
+    pub async fn metrics(&self) -> String {
+        let answer = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.text().await.unwrap()
+    }
+
     pub async fn cluster_count(&self) -> i64 {
         use sqlx::Row as _;
         sqlx::query("SELECT COUNT(*) AS n FROM clusters")

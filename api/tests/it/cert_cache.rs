@@ -73,14 +73,7 @@ async fn views_say_what_is_recorded(app: &TestApp, id: i64, clock: &ManualClock,
     let now = clock.now().unix_timestamp();
     let (judged, soonest) = recorded(app, id, now).await;
     assert_eq!(shown(app, id).await, judged, "{step}");
-    let metrics = app
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     for (name, value) in [
         ("certificate", soonest.nodes),
         ("operator_credential", soonest.operator),

@@ -179,15 +179,7 @@ async fn inventory_records_what_was_issued(backend: Backend) {
         "not sorted soonest first"
     );
     assert_eq!(not_after.len(), 4 + 3 * 14);
-    let metrics = app
-        .http
-        .get(format!("{}/metrics", app.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     // The nodes' gauge counts what nodes run; the operator's kubeconfig has a gauge of its own.
     let soonest_of = |operator: bool| {
         all["certificates"]

@@ -16,14 +16,7 @@ use crate::bootstrap::{NONCE, fetch, keyring};
 
 /// One value of the API's `/metrics`.
 async fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("/metrics has no {name}"))

@@ -9,15 +9,7 @@ use crate::app::{Backend, TestApp, both_backends, spawn_app};
 
 /// The `/metrics` exposition's request series (the lines of `exk8s_http_requests_total`).
 async fn request_series(app: &TestApp) -> Vec<String> {
-    let text = app
-        .http
-        .get(format!("{}/metrics", app.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     text.lines()
         .filter(|l| l.starts_with("exk8s_http_requests_total{"))
         .map(|l| {
@@ -84,21 +76,11 @@ async fn a_deleted_clusters_gauges_go(backend: Backend) {
     let gauge = format!(
         "exk8s_cluster_certificate_soonest_expiry_timestamp_seconds{{cluster_id=\"{id}\"}}"
     );
-    let metrics = || async {
-        app.http
-            .get(format!("{}/metrics", app.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
     exk8s_api::renewal::pass(&app.state.renewer())
         .await
         .unwrap();
     assert!(
-        metrics().await.contains(&gauge),
+        app.metrics().await.contains(&gauge),
         "the founded cluster has its gauge"
     );
     assert_eq!(
@@ -113,7 +95,7 @@ async fn a_deleted_clusters_gauges_go(backend: Backend) {
         .await
         .unwrap();
     assert!(
-        !metrics().await.contains(&gauge),
+        !app.metrics().await.contains(&gauge),
         "a deleted cluster's gauge is gone"
     );
 }

@@ -15,7 +15,6 @@ use crate::app::{
     Backend, TestApp, both_backends, credentials_for, json_of, spawn_clocked, test_config,
 };
 use crate::bootstrap::report;
-use crate::pool_upgrade::boot_worker;
 use crate::pools::{pool, pool_body, settled, vm_ids as vms};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
@@ -64,8 +63,26 @@ async fn pool_of(
     i64,
     Vec<i64>,
 ) {
+    let (app, clock, member, cluster, id, workers) = pool_with(backend, count, test_config()).await;
+    let workers = workers.iter().map(|(worker, _)| worker.vm).collect();
+    (app, clock, member, cluster, id, workers)
+}
+
+/// [`pool_of`] on `config`, each worker with its day-2 key.
+async fn pool_with(
+    backend: Backend,
+    count: i64,
+    config: exk8s_api::app::ApiConfig,
+) -> (
+    TestApp,
+    Arc<ManualClock>,
+    (crate::app::Node, NodeKey),
+    i64,
+    i64,
+    Vec<(crate::app::Node, NodeKey)>,
+) {
     let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
-    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let app = spawn_clocked(backend, config, None, clock.clone()).await;
     let created = json_of(app.found(1, json!({})).await).await;
     let cluster = created["cluster_id"].as_i64().unwrap();
     let member = credentials_for(&app, 7, &created).await.remove(0);
@@ -79,11 +96,10 @@ async fn pool_of(
         .await
         .unwrap();
     let id = json_of(made).await["id"].as_i64().unwrap();
-    let workers: Vec<i64> = vms(&settled(&app, cluster, id, usize::try_from(count).unwrap()).await)
-        .into_iter()
-        .collect();
-    for &vm in &workers {
-        boot_worker(&app, cluster, vm).await;
+    let mut workers = Vec::new();
+    for vm in vms(&settled(&app, cluster, id, usize::try_from(count).unwrap()).await) {
+        let (_, worker, key) = crate::pool_upgrade::boot_worker_keyed(&app, cluster, vm).await;
+        workers.push((worker, key));
     }
     (app, clock, (member, key), cluster, id, workers)
 }
@@ -330,31 +346,14 @@ async fn poll(app: &TestApp, node: &crate::app::Node, key: &NodeKey) {
 /// one was silent far past the policy's timeout when the API came back — while a worker that
 /// never polls again is replaced once the timeout has passed since the API could hear it.
 async fn an_api_away_replaces_no_machine_that_polls_back(backend: Backend) {
-    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
     // Passes every minute, as `serve` runs them: a pause of five minutes or more is a gap.
     let config = exk8s_api::app::ApiConfig {
         reconcile_interval: std::time::Duration::from_secs(60),
         ..test_config()
     };
-    let app = spawn_clocked(backend, config, None, clock.clone()).await;
-    let created = json_of(app.found(1, json!({})).await).await;
-    let cluster = created["cluster_id"].as_i64().unwrap();
-    let member = credentials_for(&app, 7, &created).await.remove(0);
-    let member_key = NodeKey::generate().unwrap();
-    register(&app, &member, &member_key).await;
-    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
-    let made = app
-        .post(&format!("/clusters/{cluster}/node-pools"))
-        .json(&pool_body("blue", 3))
-        .send()
-        .await
-        .unwrap();
-    let id = json_of(made).await["id"].as_i64().unwrap();
-    let mut nodes = vec![(member, member_key)];
-    for vm in vms(&settled(&app, cluster, id, 3).await) {
-        let (_, worker, key) = crate::pool_upgrade::boot_worker_keyed(&app, cluster, vm).await;
-        nodes.push((worker, key));
-    }
+    let (app, clock, member, cluster, id, workers) = pool_with(backend, 3, config).await;
+    let mut nodes = vec![member];
+    nodes.extend(workers);
     // Nothing holds a remediation back but the judgement itself.
     put_policy(&app, cluster, json!({"max_unhealthy": "100%"})).await;
     for (node, key) in &nodes {
