@@ -23,6 +23,7 @@ mod prefer;
 pub mod restores;
 pub mod sa_key;
 pub mod server;
+mod signed_node;
 pub mod snapshots;
 pub mod versions;
 

@@ -2,18 +2,15 @@
 //! second factor): its generations, its update bundle, its reports; and the operator's
 //! `POST /clusters/{id}/rollout`.
 
-use std::net::SocketAddr;
-
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::bootstrap::{StatusReport, limit_source, limit_vm};
+use super::bootstrap::StatusReport;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiPath, Operator, decode_json};
+use super::signed_node::SignedNode;
 use crate::app::AppState;
-use crate::issuance::signed::{SignedBody, SignedRequest};
 use crate::issuance::{self, NONCE_HEADER, Update};
 use crate::rollout::{self, RolloutError};
 use exk8s_api_types::{RolloutNode, RolloutStarted};
@@ -21,52 +18,6 @@ use exk8s_common::contract::Generations;
 
 /// How long a node told to wait should wait before asking again.
 const WAIT_SECS: u64 = 30;
-
-/// Authenticates a signed node request (its method, path, headers and body) and charges its
-/// rate limits.
-pub(super) async fn signed_vm(
-    state: &AppState,
-    peer: SocketAddr,
-    (method, uri, headers, body): (&Method, &Uri, &HeaderMap, &[u8]),
-    vm_id: i64,
-) -> Result<issuance::Vm, ApiError> {
-    signed_vm_over(
-        state,
-        peer,
-        (method, uri, headers, SignedBody::Bytes(body)),
-        vm_id,
-    )
-    .await
-}
-
-/// [`signed_vm`] for a request whose signature covers `body` (a streamed body's digest).
-pub(super) async fn signed_vm_over(
-    state: &AppState,
-    peer: SocketAddr,
-    (method, uri, headers, body): (&Method, &Uri, &HeaderMap, SignedBody<'_>),
-    vm_id: i64,
-) -> Result<issuance::Vm, ApiError> {
-    let request = SignedRequest {
-        method: method.as_str(),
-        path: uri.path(),
-        headers,
-        body,
-    };
-    limit_source(state, peer.ip())?;
-    let vm = match issuance::signed::authenticate(&state.db, &request, vm_id, state.clock.unix())
-        .await?
-    {
-        Ok(vm) => vm,
-        Err(refusal) => {
-            let source = peer.ip().to_string();
-            return Err(issuance::refuse(&state.db, vm_id, refusal, &source)
-                .await
-                .into());
-        }
-    };
-    limit_vm(state, &vm)?;
-    Ok(vm)
-}
 
 /// The node's desired and applied generations.
 #[utoipa::path(
@@ -76,13 +27,9 @@ pub(super) async fn signed_vm_over(
 )]
 pub async fn generation(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ApiPath(vm_id): ApiPath<i64>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    signed: SignedNode,
 ) -> Result<axum::Json<Generations>, ApiError> {
-    let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
+    let vm = signed.vm;
     // Generations are at least 0 (a CHECK of the schema).
     let generation = |g: i64| u64::try_from(g).map_err(ApiError::internal);
     let snapshot = crate::snapshots::asked_of(&state.snapshots(), vm.node.id).await?;
@@ -114,15 +61,13 @@ pub async fn generation(
 )]
 pub async fn bundle(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ApiPath(vm_id): ApiPath<i64>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    signed: SignedNode,
 ) -> Result<Response, ApiError> {
+    let SignedNode {
+        vm, peer, headers, ..
+    } = signed;
     let deadline = state.config.bootstrap_deadline;
     let work = async {
-        let vm = signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let source = peer.ip().to_string();
         Ok::<_, ApiError>(issuance::issue_update(&state.issuer(), &vm, nonce, &source).await?)
@@ -154,14 +99,9 @@ pub async fn bundle(
 )]
 pub async fn status(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ApiPath(vm_id): ApiPath<i64>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    signed: SignedNode,
 ) -> Result<StatusCode, ApiError> {
-    let vm = signed_vm(&state, peer, (&method, &uri, &headers, &body), vm_id).await?;
+    let SignedNode { vm, body, .. } = signed;
     let report: StatusReport = decode_json(&body)?;
     issuance::report::record(&state.reporter(), &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)

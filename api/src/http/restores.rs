@@ -3,17 +3,16 @@
 //! the snapshot it restores (`GET /nodes/{vm_id}/snapshots/{sid}/content`), both signed with
 //! its node key ([`crate::snapshots::restore`]).
 
-use std::net::SocketAddr;
-
-use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use exk8s_api_types::{RestoreMemberView, RestoreRequest, RestoreView};
 use exk8s_common::contract::{MAX_REPORT_MESSAGE_CHARS, RestoreAck};
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
+use super::signed_node::SignedNode;
 use crate::app::AppState;
 use crate::field::FieldError;
 use crate::snapshots::restore::{self, Restore, RestoreError};
@@ -118,14 +117,10 @@ pub async fn get_restore(
 )]
 pub async fn acknowledge(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ApiPath((vm_id, id)): ApiPath<(i64, i64)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    ApiPath((_vm_id, id)): ApiPath<(i64, i64)>,
+    signed: SignedNode,
 ) -> Result<StatusCode, ApiError> {
-    let vm = super::nodes::signed_vm(&state, peer, (&method, &uri, &headers, &body), vm_id).await?;
+    let SignedNode { vm, body, .. } = signed;
     let ack: RestoreAck = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid("body", format!("not a restore acknowledgement: {e}")))?;
     if ack.failure.chars().count() > MAX_REPORT_MESSAGE_CHARS {
@@ -155,13 +150,10 @@ pub async fn acknowledge(
 )]
 pub async fn member_content(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ApiPath((vm_id, id)): ApiPath<(i64, i64)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    ApiPath((_vm_id, id)): ApiPath<(i64, i64)>,
+    signed: SignedNode,
 ) -> Result<Response, ApiError> {
-    let vm = super::nodes::signed_vm(&state, peer, (&method, &uri, &headers, b""), vm_id).await?;
+    let vm = signed.vm;
     let stream = restore::member_snapshot(&state.snapshots(), &vm.cluster, vm.node.id, id)
         .await?
         .ok_or(ApiError::NotFound)?;

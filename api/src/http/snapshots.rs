@@ -2,22 +2,18 @@
 //! `GET …/snapshots/{sid}/content` (the snapshot as etcd wrote it, opened), and the member's
 //! upload `PUT /nodes/{vm_id}/snapshots/{sid}` ([`crate::snapshots`]).
 
-use std::net::SocketAddr;
-
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use exk8s_api_types::{SnapshotSchedule, SnapshotView};
 use exk8s_common::contract::{ETCD_REVISION_HEADER, ETCD_VERSION_HEADER, SNAPSHOT_FAILURE_HEADER};
-use exk8s_common::names::Sha256Digest;
-use exk8s_common::node_auth::CONTENT_SHA256_HEADER;
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiJson, ApiPath, Operator};
+use super::signed_node::SignedUpload;
 use crate::app::AppState;
 use crate::db::snapshots::{SnapshotRow, Trigger};
-use crate::issuance::signed::SignedBody;
 use crate::snapshots::{self, SnapshotError, Upload, UploadError};
 
 impl From<SnapshotError> for ApiError {
@@ -242,28 +238,15 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 )]
 pub async fn upload_snapshot(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ApiPath((vm_id, id)): ApiPath<(i64, i64)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    ApiPath((_vm_id, id)): ApiPath<(i64, i64)>,
+    upload: SignedUpload,
 ) -> Result<StatusCode, ApiError> {
-    let declared: Sha256Digest = header_text(&headers, CONTENT_SHA256_HEADER)
-        .and_then(|d| d.parse().ok())
-        .ok_or_else(|| {
-            ApiError::invalid(
-                CONTENT_SHA256_HEADER,
-                format!("{CONTENT_SHA256_HEADER} must be the body's SHA-256 in hex"),
-            )
-        })?;
-    let vm = super::nodes::signed_vm_over(
-        &state,
-        peer,
-        (&method, &uri, &headers, SignedBody::Declared(&declared)),
-        vm_id,
-    )
-    .await?;
+    let SignedUpload {
+        vm,
+        headers,
+        declared,
+        body,
+    } = upload;
     let failure = header_text(&headers, SNAPSHOT_FAILURE_HEADER).map(str::to_owned);
     let revision = match (
         failure.is_some(),
