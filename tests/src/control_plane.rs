@@ -23,7 +23,8 @@ use crate::units::{exec_start, rewrite, unit_environment};
 pub const ETCD_UNIT: &str = "etc/systemd/system/etcd.service";
 pub const MANIFESTS: &str = "etc/kubernetes/manifests";
 /// Where the harness, playing the kubelet, records the inputs each static pod runs: the
-/// agent's `waits::STAND_IN_KUBELET_DIR`, read by its `EXK8S_AGENT_TEST_PERFORM_WAITS` hook.
+/// agent's `waits::STAND_IN_KUBELET_DIR`, read by `waits::manifest_probe` when its
+/// `EXK8S_AGENT_TEST_PERFORM_KUBERNETES` hook has it perform the waits with no kubelet.
 const STAND_IN_KUBELET_DIR: &str = "run/exk8s-test-kubelet";
 /// The static pods of a control-plane node, in the order a kubelet would bring them up.
 pub const STATIC_PODS: [&str; 3] = [
