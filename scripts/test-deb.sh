@@ -73,7 +73,7 @@ dpkg-query -W -f='${Conffiles}\n' exk8s-agent | grep -q '^ /etc/exk8s/agent.toml
   || fail "/etc/exk8s/agent.toml is not a conffile of exk8s-agent"
 
 # Every setting of `serve` is in api.env, commented, so an operator finds each one there.
-for var in $(/usr/bin/exk8s-api serve --help | grep -o 'env: EXK8S_[A-Z_]*' | sed 's/env: //'); do
+for var in $(/usr/bin/exk8s-api serve --help | grep -o 'env: EXK8S_[A-Z0-9_]*' | sed 's/env: //'); do
   grep -q "^# $var=" /etc/exk8s/api.env || fail "api.env does not mention $var"
 done
 
