@@ -34,7 +34,7 @@ pub struct AppState {
     /// What certificate lifetimes are made and judged by (a manual clock in tests).
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Clusters' opened trust, kept between bundle requests.
-    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub issuers: Arc<crate::records::issuers::IssuerCache>,
     /// Clusters' recorded certificates, kept between pages of views and renewal passes.
     pub recorded: Arc<crate::cert_cache::CertificateCache>,
     /// Where foundings run after `POST /clusters` answered.

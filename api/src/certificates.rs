@@ -265,7 +265,7 @@ pub struct Certifier {
     pub db: Db,
     pub clock: Arc<dyn crate::clock::Clock>,
     pub keks: Arc<Keyring>,
-    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub issuers: Arc<crate::records::issuers::IssuerCache>,
     pub cpu: crate::cpu::CpuPool,
     pub metrics: Arc<crate::metrics::Metrics>,
 }

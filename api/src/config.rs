@@ -3,6 +3,12 @@
 
 use std::time::Duration;
 
+/// Default foundings running at once: founding mostly waits on the compute API (its key
+/// generation runs on the CPU pool, one job per core), so a few more than the cores.
+pub const DEFAULT_FOUNDING_WORKERS: usize = 8;
+/// Default foundings accepted at once (running or waiting).
+pub const DEFAULT_FOUNDING_QUEUE: usize = 256;
+
 /// Settings that shape clusters and the service's timing.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -56,7 +62,7 @@ pub struct ApiConfig {
     /// Per-org bounds on clusters, VMs and pools.
     pub quotas: crate::quotas::Quotas,
     /// Where sealed etcd snapshots are kept (`--snapshot-store`).
-    pub snapshot_store: crate::snapshots::Location,
+    pub snapshot_store: crate::snapshot_store::Location,
     /// Event streams open at once, per operator token and per process.
     pub event_streams: crate::feed::StreamLimits,
     /// How often an open event stream checks that its token is still valid.
@@ -88,12 +94,12 @@ impl Default for ApiConfig {
             member_join_timeout: Duration::from_secs(1800),
             cpu_queue_per_core: crate::cpu::CpuPool::QUEUE_PER_SLOT,
             key_pool_max: crate::keypool::DEFAULT_MAX_KEYS,
-            founding_workers: crate::founding::queue::Founders::DEFAULT_WORKERS,
-            founding_queue: crate::founding::queue::Founders::DEFAULT_ADMITTED,
+            founding_workers: DEFAULT_FOUNDING_WORKERS,
+            founding_queue: DEFAULT_FOUNDING_QUEUE,
             drain: Duration::from_secs(5),
             bundle_ttl: Duration::from_secs(900),
             quotas: crate::quotas::Quotas::default(),
-            snapshot_store: crate::snapshots::Location::Local("exk8s-data/snapshots".into()),
+            snapshot_store: crate::snapshot_store::Location::Local("exk8s-data/snapshots".into()),
             event_streams: crate::feed::StreamLimits::default(),
             event_stream_token_recheck: Duration::from_secs(10),
             event_stream_lifetime: Duration::from_secs(3600),

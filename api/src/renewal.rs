@@ -30,7 +30,7 @@ pub struct Renewer {
     pub clock: Arc<dyn crate::clock::Clock>,
     pub renew_at: RenewAt,
     pub keks: Arc<Keyring>,
-    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub issuers: Arc<crate::records::issuers::IssuerCache>,
     pub recorded: Arc<crate::cert_cache::CertificateCache>,
     pub cpu: crate::cpu::CpuPool,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -236,7 +236,7 @@ pub(crate) async fn mint_serving(
         &cluster.cluster_domain,
         &cluster.control_plane_dns_name,
     )?;
-    let addresses = crate::issuance::load::addresses(node).map_err(|_| RenewalError::Corrupt {
+    let addresses = crate::records::load::addresses(node).map_err(|_| RenewalError::Corrupt {
         vm_id: node.vm_id,
         what: "addresses",
     })?;

@@ -21,8 +21,8 @@ use crate::crypto::Keyring;
 use crate::db::phase::ClusterPhase;
 use crate::db::rotations::{Rotation, RotationPhase};
 use crate::db::{self, Db, DbError};
-use crate::issuance::issuers::IssuerCache;
 use crate::pki::{CaRole, CertAuthority, ClusterPki, PkiError, SecretPem};
+use crate::records::issuers::IssuerCache;
 use crate::renewal::{RenewalError, mint_serving, store_serving};
 use crate::trust::{self, cluster_aad};
 

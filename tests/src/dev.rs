@@ -20,6 +20,22 @@ pub struct Stack {
     log: PathBuf,
 }
 
+impl Stack {
+    /// The `exk8s` CLI run as an operator of this stack runs it: its URL and token from the
+    /// environment, `home` as `HOME`, nothing else inherited but `PATH`.
+    pub fn exk8s(&self, home: &Path, args: &[&str]) -> std::process::Output {
+        Command::new(binary("exk8s"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", home)
+            .env("EXK8S_API", &self.base)
+            .env("EXK8S_TOKEN", &self.token)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
 pub fn http() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(60))

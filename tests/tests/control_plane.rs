@@ -19,41 +19,33 @@
 )]
 
 use std::path::Path;
-use std::time::Duration;
 
-use exk8s_tests::cluster::{agent_ok, found, operator_kubeconfig};
+use exk8s_tests::cluster::operator_kubeconfig;
 use exk8s_tests::control_plane::{Node, etcdctl, kubectl, kubectl_until};
 use exk8s_tests::dev::start_dev;
-use exk8s_tests::netns::Lan;
+use exk8s_tests::one_node::{OneNode, READY, boot_one};
 use serde_json::{Value, json};
 
 const KUBECONFIG: &str = "etc/exk8s/kubeconfig";
-const READY: Duration = Duration::from_secs(120);
 
 fn founded_for_real(algorithm: &str) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let stack = start_dev(&dir.join("dev"), "10.217.0.0/24", &dir.join("api.log"), &[]);
-    let founded = found(
-        &stack,
-        dir,
-        &json!({"control_plane_count": 1, "control_plane_image_id": 1,
-                "control_plane_instance_type": "dev.small", "subnet_id": 1,
-                "key_algorithm": algorithm}),
-    );
-    let vm = founded.vms[0];
-    let root = dir.join(format!("vm-{vm}"));
-    agent_ok(&stack, &founded, &root, vm, "run");
-    let ip = founded.ip_of[&vm].clone();
-    let dns_name = founded.created["control_plane_dns_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let lan = Lan::new(&[&ip], 24, &format!("{ip} {dns_name}\n"));
-    let mut node = Node::new(&root, 0);
-    node.start_etcd(&lan);
+    // The apiserver comes up from the rendered flags and files.
+    let OneNode {
+        founded,
+        root,
+        ip,
+        dns_name,
+        lan,
+        mut node,
+        static_pods,
+        super_admin,
+        ..
+    } = boot_one(&stack, dir, &json!({"key_algorithm": algorithm}));
     assert_eq!(
-        node.sync_static_pods(&lan),
+        static_pods,
         [
             "kube-apiserver",
             "kube-controller-manager",
@@ -61,17 +53,10 @@ fn founded_for_real(algorithm: &str) {
         ]
     );
     let kubeconfig = |name: &str| root.join(KUBECONFIG).join(name);
-    let super_admin = kubeconfig("super-admin.kubeconfig");
     let admin = kubeconfig("admin.kubeconfig");
     let until = |node: &mut Node, config: &Path, args: &[&str]| {
         kubectl_until(&lan, &mut [node], 0, config, args, READY)
     };
-
-    // The apiserver comes up from the rendered flags and files.
-    assert_eq!(
-        until(&mut node, &super_admin, &["get", "--raw", "/readyz"]),
-        "ok"
-    );
     assert_eq!(
         until(&mut node, &super_admin, &["get", "--raw", "/livez"]),
         "ok"

@@ -22,17 +22,14 @@
 )]
 
 use std::path::Path;
-use std::time::Duration;
 
 use exk8s_tests::bins::etcd;
 use exk8s_tests::cluster::{agent_inside, agent_ok, found, install_recorded_artifacts};
 use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
 use exk8s_tests::dev::{start_dev, start_postgres_serve};
 use exk8s_tests::netns::Lan;
-use exk8s_tests::procs::binary;
+use exk8s_tests::one_node::{OneNode, READY, boot_one};
 use serde_json::{Value, json};
-
-const READY: Duration = Duration::from_secs(120);
 
 /// `count` ConfigMaps named `<prefix>-<n>`, as one List for `kubectl create -f`.
 fn config_maps(prefix: &str, count: usize) -> String {
@@ -101,35 +98,16 @@ fn restored_in_place(store: Store, sim_cidr: &str) {
             start_postgres_serve(dir, sim_cidr, &["--snapshot-store", &objects])
         }
     };
-    let founded = found(
-        &stack,
-        dir,
-        &json!({"control_plane_count": 1, "control_plane_image_id": 1,
-                "control_plane_instance_type": "dev.small", "subnet_id": 1}),
-    );
-    let vm = founded.vms[0];
-    let root = dir.join(format!("vm-{vm}"));
-    agent_ok(&stack, &founded, &root, vm, "run");
-    install_recorded_artifacts(&root);
-    let ip = founded.ip_of[&vm].clone();
-    let dns_name = founded.created["control_plane_dns_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let lan = Lan::new(&[&ip], 24, &format!("{ip} {dns_name}\n"));
-    let mut node = Node::new(&root, 0);
-    node.start_etcd(&lan);
-    node.sync_static_pods(&lan);
-    let admin = root.join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
-    let ready = kubectl_until(
-        &lan,
-        &mut [&mut node],
-        0,
-        &admin,
-        &["get", "--raw", "/readyz"],
-        READY,
-    );
-    assert_eq!(ready, "ok");
+    let OneNode {
+        founded,
+        vm,
+        root,
+        dns_name,
+        lan,
+        mut node,
+        super_admin: admin,
+        ..
+    } = boot_one(&stack, dir, &json!({}));
 
     // What the snapshot holds: 1,000 ConfigMaps, a Secret, a service account's token.
     let before = dir.join("before.json");
@@ -161,17 +139,7 @@ fn restored_in_place(store: Store, sim_cidr: &str) {
     let token = token.trim().to_owned();
 
     let cluster = founded.cluster;
-    let exk8s = |args: &[&str]| {
-        std::process::Command::new(binary("exk8s"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", dir)
-            .env("EXK8S_API", &stack.base)
-            .env("EXK8S_TOKEN", &stack.token)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let exk8s = |args: &[&str]| stack.exk8s(dir, args);
     let name = cluster.to_string();
     let asked = exk8s(&["-o", "json", "snapshots", "create", &name]);
     assert!(
@@ -375,29 +343,16 @@ fn a_cluster_founded_from_another_clusters_snapshot_serves_its_objects() {
     let stack = start_dev(&dir.join("dev"), "10.227.0.0/24", &dir.join("api.log"), &[]);
     let one = json!({"control_plane_count": 1, "control_plane_image_id": 1,
                      "control_plane_instance_type": "dev.small", "subnet_id": 1});
-    let source = found(&stack, dir, &one);
-    let vm = source.vms[0];
-    let root = dir.join(format!("vm-{vm}"));
-    agent_ok(&stack, &source, &root, vm, "run");
-    let ip = source.ip_of[&vm].clone();
-    let dns_name = source.created["control_plane_dns_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let lan = Lan::new(&[&ip], 24, &format!("{ip} {dns_name}\n"));
-    let mut node = Node::new(&root, 0);
-    node.start_etcd(&lan);
-    node.sync_static_pods(&lan);
-    let admin = root.join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
-    let ready = kubectl_until(
-        &lan,
-        &mut [&mut node],
-        0,
-        &admin,
-        &["get", "--raw", "/readyz"],
-        READY,
-    );
-    assert_eq!(ready, "ok");
+    let OneNode {
+        founded: source,
+        vm,
+        root,
+        dns_name,
+        lan,
+        node,
+        super_admin: admin,
+        ..
+    } = boot_one(&stack, dir, &json!({}));
     // The initial node's RBAC, as its plan applies it: the operator's group bound.
     let rbac = root
         .join("etc/exk8s/manifests/rbac.yaml")

@@ -21,17 +21,15 @@
 )]
 
 use std::path::Path;
-use std::time::Duration;
 
 use base64::Engine as _;
-use exk8s_tests::cluster::{agent_inside, agent_ok, found, install_recorded_artifacts};
-use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
-use exk8s_tests::dev::{start_dev, start_postgres_serve};
-use exk8s_tests::netns::Lan;
-use exk8s_tests::procs::binary;
+use exk8s_tests::cluster::agent_inside;
+use exk8s_tests::control_plane::kubectl;
+use exk8s_tests::dev::{Stack, start_dev, start_postgres_serve};
+
+use exk8s_tests::one_node::{OneNode, READY, boot_one};
 use serde_json::{Value, json};
 
-const READY: Duration = Duration::from_secs(120);
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:default:robot";
 
 /// The API's database.
@@ -63,22 +61,41 @@ fn kid(token: &str) -> String {
     header["kid"].as_str().unwrap().to_owned()
 }
 
-/// A running node and how to reach it.
+/// The running node, and a directory for the test's own files.
 struct Cluster<'a> {
-    lan: &'a Lan,
+    one: OneNode,
     dir: &'a Path,
-    root: &'a Path,
-    dns_name: &'a str,
-    admin: &'a Path,
 }
 
 impl Cluster<'_> {
+    /// `exk8s-agent sync` on the node, then its apiserver ready again.
+    fn sync(&mut self, stack: &Stack) {
+        let one = &mut self.one;
+        let (mut agent, _api) = agent_inside(
+            &one.lan,
+            0,
+            stack,
+            &one.founded,
+            &one.root,
+            one.vm,
+            "sync",
+            READY,
+        );
+        let out = one.node.run_agent(&one.lan, &mut agent);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        one.ready();
+    }
+
     /// A fresh token of the service account, signed by whichever key the apiserver signs with.
     fn token(&self) -> String {
         let (ok, token, err) = kubectl(
-            self.lan,
+            &self.one.lan,
             0,
-            self.admin,
+            &self.one.super_admin,
             &["create", "token", "robot", "--duration=2h"],
         );
         assert!(ok, "{err}");
@@ -92,13 +109,13 @@ impl Cluster<'_> {
             &config,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{}:6443\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
-                self.dns_name,
-                self.root.join("etc/exk8s/pki/ca.pem").display()
+                self.one.dns_name,
+                self.one.root.join("etc/exk8s/pki/ca.pem").display()
             ),
         )
         .unwrap();
         let (ok, out, err) = kubectl(
-            self.lan,
+            &self.one.lan,
             0,
             &config,
             &[
@@ -114,9 +131,9 @@ impl Cluster<'_> {
     /// The key ids the apiserver publishes (`/openid/v1/jwks`).
     fn published(&self) -> Vec<String> {
         let (ok, out, err) = kubectl(
-            self.lan,
+            &self.one.lan,
             0,
-            self.admin,
+            &self.one.super_admin,
             &["get", "--raw", "/openid/v1/jwks"],
         );
         assert!(ok, "{err}");
@@ -131,7 +148,7 @@ impl Cluster<'_> {
 
     /// The public keys in the apiserver's `--service-account-key-file`.
     fn key_file_keys(&self) -> usize {
-        std::fs::read_to_string(self.root.join("etc/exk8s/pki/service-account.pem"))
+        std::fs::read_to_string(self.one.root.join("etc/exk8s/pki/service-account.pem"))
             .unwrap()
             .matches("-----BEGIN PUBLIC KEY-----")
             .count()
@@ -145,63 +162,25 @@ fn rotated(store: Store, sim_cidr: &str) {
         Store::Sqlite => start_dev(&dir.join("dev"), sim_cidr, &dir.join("api.log"), &[]),
         Store::Postgres => start_postgres_serve(dir, sim_cidr, &[]),
     };
-    let founded = found(
-        &stack,
+    let mut cluster = Cluster {
+        one: boot_one(&stack, dir, &json!({})),
         dir,
-        &json!({"control_plane_count": 1, "control_plane_image_id": 1,
-                "control_plane_instance_type": "dev.small", "subnet_id": 1}),
+    };
+    let (ok, _, err) = kubectl(
+        &cluster.one.lan,
+        0,
+        &cluster.one.super_admin,
+        &["create", "serviceaccount", "robot"],
     );
-    let vm = founded.vms[0];
-    let root = dir.join(format!("vm-{vm}"));
-    agent_ok(&stack, &founded, &root, vm, "run");
-    install_recorded_artifacts(&root);
-    let ip = founded.ip_of[&vm].clone();
-    let dns_name = founded.created["control_plane_dns_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let lan = Lan::new(&[&ip], 24, &format!("{ip} {dns_name}\n"));
-    let mut node = Node::new(&root, 0);
-    node.start_etcd(&lan);
-    node.sync_static_pods(&lan);
-    let admin = root.join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
-    let ready = |node: &mut Node| {
-        let ready = kubectl_until(
-            &lan,
-            &mut [node],
-            0,
-            &admin,
-            &["get", "--raw", "/readyz"],
-            READY,
-        );
-        assert_eq!(ready, "ok");
-    };
-    ready(&mut node);
-    let cluster = Cluster {
-        lan: &lan,
-        dir,
-        root: &root,
-        dns_name: &dns_name,
-        admin: &admin,
-    };
-    let (ok, _, err) = kubectl(&lan, 0, &admin, &["create", "serviceaccount", "robot"]);
     assert!(ok, "{err}");
     let before = cluster.token();
     let old_kid = kid(&before);
     assert_eq!(cluster.whoami(&before).as_deref(), Ok(SERVICE_ACCOUNT));
     assert_eq!(cluster.published(), vec![old_kid.clone()]);
 
-    let name = founded.cluster.to_string();
+    let name = cluster.one.founded.cluster.to_string();
     let exk8s = |args: &[&str]| {
-        let out = std::process::Command::new(binary("exk8s"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", dir)
-            .env("EXK8S_API", &stack.base)
-            .env("EXK8S_TOKEN", &stack.token)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = stack.exk8s(dir, args);
         assert!(
             out.status.success(),
             "exk8s {args:?}: {}",
@@ -223,19 +202,8 @@ fn rotated(store: Store, sim_cidr: &str) {
         "0",
     ]);
     assert_eq!(started["phase"], "trust-both", "{started}");
-    let sync = |node: &mut Node| {
-        let (mut agent, _api) = agent_inside(&lan, 0, &stack, &founded, &root, vm, "sync", READY);
-        let out = node.run_agent(&lan, &mut agent);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-
     // trust-both: the apiserver restarted with both public keys; the old key still signs.
-    sync(&mut node);
-    ready(&mut node);
+    cluster.sync(&stack);
     assert_eq!(cluster.key_file_keys(), 2);
     let published = cluster.published();
     assert_eq!(published.len(), 2, "{published:?}");
@@ -252,8 +220,7 @@ fn rotated(store: Store, sim_cidr: &str) {
     }
 
     // sign-new: the new key signs; tokens of both keys authenticate.
-    sync(&mut node);
-    ready(&mut node);
+    cluster.sync(&stack);
     assert_eq!(cluster.key_file_keys(), 2);
     let after = cluster.token();
     assert_eq!(kid(&after), new_kid, "the new key signs");
@@ -263,8 +230,7 @@ fn rotated(store: Store, sim_cidr: &str) {
     assert_eq!(phase().as_deref(), Some("drop-old"));
 
     // drop-old: the new key alone; the token of the old one is refused.
-    sync(&mut node);
-    ready(&mut node);
+    cluster.sync(&stack);
     assert_eq!(cluster.key_file_keys(), 1);
     assert_eq!(cluster.published(), vec![new_kid.clone()]);
     let refused = cluster.whoami(&before).unwrap_err();
@@ -273,5 +239,5 @@ fn rotated(store: Store, sim_cidr: &str) {
     let key = exk8s(&["-o", "json", "sa-key", &name]);
     assert!(key.get("rotation").is_none(), "the rotation ended: {key}");
     assert_eq!(key["age_days"], 0, "{key}");
-    node.assert_running();
+    cluster.one.node.assert_running();
 }

@@ -21,16 +21,14 @@
 use std::time::Duration;
 
 use exk8s_tests::bins::{ETCD_VERSION, etcd};
-use exk8s_tests::cluster::{agent_inside, agent_ok, found};
-use exk8s_tests::control_plane::{Node, kubectl, kubectl_until};
+use exk8s_tests::cluster::agent_inside;
+use exk8s_tests::control_plane::kubectl;
 use exk8s_tests::dev::start_dev_with_env;
-use exk8s_tests::netns::Lan;
-use exk8s_tests::procs::{Proc, binary, wait_until};
+use exk8s_tests::one_node::{OneNode, boot_one};
+use exk8s_tests::procs::{Proc, wait_until};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use std::os::unix::fs::PermissionsExt as _;
-
-const READY: Duration = Duration::from_secs(120);
 
 /// Where the stack keeps its snapshots.
 enum Store {
@@ -108,34 +106,15 @@ fn snapshot_flow(store: Store, sim_cidr: &str) {
         &extra,
         &env,
     );
-    let founded = found(
-        &stack,
-        dir,
-        &json!({"control_plane_count": 1, "control_plane_image_id": 1,
-                "control_plane_instance_type": "dev.small", "subnet_id": 1}),
-    );
-    let vm = founded.vms[0];
-    let root = dir.join(format!("vm-{vm}"));
-    agent_ok(&stack, &founded, &root, vm, "run");
-    let ip = founded.ip_of[&vm].clone();
-    let dns_name = founded.created["control_plane_dns_name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let lan = Lan::new(&[&ip], 24, &format!("{ip} {dns_name}\n"));
-    let mut node = Node::new(&root, 0);
-    node.start_etcd(&lan);
-    node.sync_static_pods(&lan);
-    let super_admin = root.join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
-    let ready = kubectl_until(
-        &lan,
-        &mut [&mut node],
-        0,
-        &super_admin,
-        &["get", "--raw", "/readyz"],
-        READY,
-    );
-    assert_eq!(ready, "ok");
+    let OneNode {
+        founded,
+        vm,
+        root,
+        lan,
+        mut node,
+        super_admin,
+        ..
+    } = boot_one(&stack, dir, &json!({}));
     for args in [
         &[
             "create",
@@ -156,17 +135,7 @@ fn snapshot_flow(store: Store, sim_cidr: &str) {
     }
 
     let cluster = founded.cluster;
-    let exk8s = |args: &[&str]| {
-        std::process::Command::new(binary("exk8s"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", dir)
-            .env("EXK8S_API", &stack.base)
-            .env("EXK8S_TOKEN", &stack.token)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let exk8s = |args: &[&str]| stack.exk8s(dir, args);
     let name = cluster.to_string();
     let shown = exk8s(&["-o", "json", "snapshots", "schedule", &name]);
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();

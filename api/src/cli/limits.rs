@@ -60,11 +60,11 @@ pub(super) struct ChangeArgs {
     #[arg(long, env = "EXK8S_MEMBER_JOIN_TIMEOUT_SECS", default_value_t = 1800)]
     member_join_timeout_secs: u64,
     /// Foundings run at once in the background (each mostly waits on the compute API).
-    #[arg(long, env = "EXK8S_FOUNDING_WORKERS", default_value_t = crate::founding::queue::Founders::DEFAULT_WORKERS)]
+    #[arg(long, env = "EXK8S_FOUNDING_WORKERS", default_value_t = crate::config::DEFAULT_FOUNDING_WORKERS)]
     founding_workers: usize,
     /// Foundings accepted at once, running or waiting for a worker; `POST /clusters` beyond
     /// it answers 503 with Retry-After.
-    #[arg(long, env = "EXK8S_FOUNDING_QUEUE", default_value_t = crate::founding::queue::Founders::DEFAULT_ADMITTED)]
+    #[arg(long, env = "EXK8S_FOUNDING_QUEUE", default_value_t = crate::config::DEFAULT_FOUNDING_QUEUE)]
     founding_queue: usize,
 }
 

@@ -258,8 +258,8 @@ fn build_state(
         metrics: Arc::new(Metrics::default()),
         draining: Arc::new(AtomicBool::new(false)),
         clock: crate::clock::from_env(),
-        issuers: Arc::new(crate::issuance::issuers::IssuerCache::new(
-            crate::issuance::issuers::DEFAULT_CAPACITY,
+        issuers: Arc::new(crate::records::issuers::IssuerCache::new(
+            crate::records::issuers::DEFAULT_CAPACITY,
         )),
         recorded: Arc::new(crate::cert_cache::CertificateCache::new(
             crate::cert_cache::DEFAULT_BOUND_ROWS,

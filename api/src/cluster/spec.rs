@@ -8,9 +8,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::founding::request::{
-    ClusterSpecRequest, DEFAULT_LEAF_LIFETIME_DAYS, LEAF_LIFETIME_DAYS,
-};
+/// Leaf certificates last a year unless the cluster says otherwise.
+pub const DEFAULT_LEAF_LIFETIME_DAYS: i64 = 365;
+/// The leaf lifetimes a cluster may ask for, in days.
+pub const LEAF_LIFETIME_DAYS: std::ops::RangeInclusive<i64> = 1..=3650;
 
 /// The version [`Spec::to_stored`] writes.
 pub const VERSION: u32 = 2;
@@ -105,26 +106,6 @@ struct Versioned<S> {
     version: u32,
     #[serde(flatten)]
     spec: S,
-}
-
-impl From<&ClusterSpecRequest> for Spec {
-    fn from(r: &ClusterSpecRequest) -> Self {
-        Self {
-            placement: Placement {
-                zone_id: r.zone_id,
-                subnet_id: r.subnet_id,
-                security_group_ids: r.security_group_ids.clone(),
-                allocate_public_ipv4: r.allocate_public_ipv4,
-                ssh_pubkey: r.ssh_pubkey.clone(),
-                root_volume_size_gib: r.root_volume_size_gib,
-            },
-            control_plane: ControlPlaneMachine {
-                image_id: r.control_plane_image_id,
-                instance_type: r.control_plane_instance_type.clone(),
-            },
-            leaf_lifetime_days: r.leaf_lifetime_days,
-        }
-    }
 }
 
 impl Spec {

@@ -25,12 +25,6 @@ pub struct Admission {
 }
 
 impl Founders {
-    /// Default foundings running at once: founding mostly waits on the compute API (its key
-    /// generation runs on the CPU pool, one job per core), so a few more than the cores.
-    pub const DEFAULT_WORKERS: usize = 8;
-    /// Default foundings accepted at once (running or waiting).
-    pub const DEFAULT_ADMITTED: usize = 256;
-
     /// A pool running at most `workers` foundings and accepting at most `admitted` (each at
     /// least one; `admitted` at least `workers`).
     pub fn new(workers: usize, admitted: usize) -> Self {

@@ -253,7 +253,7 @@ pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
             memberships(&ctx).await;
             health(&ctx).await;
             crate::snapshots::schedule::pass(&ctx.snapshots).await;
-            crate::snapshots::restore::pending_pass(&ctx.snapshots, &ctx.membership).await;
+            crate::restore::pending_pass(&ctx.snapshots, &ctx.membership).await;
             if let Err(e) = ctx.key_pool.refresh(&ctx.db.pool).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: cannot read the key pool's demand");
             }

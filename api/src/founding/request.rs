@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 pub use exk8s_api_types::{CreateClusterRequest, SuppliedCaRequest, SuppliedCasRequest};
 
+use crate::cluster::spec::{
+    ControlPlaneMachine, DEFAULT_LEAF_LIFETIME_DAYS, LEAF_LIFETIME_DAYS, Placement, Spec,
+};
 use crate::field::FieldError;
 use crate::pki::KeyAlgorithm;
 
@@ -32,11 +35,6 @@ pub struct ClusterSpecRequest {
     #[serde(default = "default_leaf_lifetime_days")]
     pub leaf_lifetime_days: i64,
 }
-
-/// Leaf certificates last a year unless the cluster says otherwise.
-pub const DEFAULT_LEAF_LIFETIME_DAYS: i64 = 365;
-/// The leaf lifetimes a cluster may ask for, in days.
-pub const LEAF_LIFETIME_DAYS: std::ops::RangeInclusive<i64> = 1..=3650;
 
 fn default_leaf_lifetime_days() -> i64 {
     DEFAULT_LEAF_LIFETIME_DAYS
@@ -275,6 +273,26 @@ impl ValidateCluster for CreateClusterRequest {
             key_algorithm: algorithm,
             kubernetes_version: version,
         })
+    }
+}
+
+impl From<&ClusterSpecRequest> for Spec {
+    fn from(r: &ClusterSpecRequest) -> Self {
+        Self {
+            placement: Placement {
+                zone_id: r.zone_id,
+                subnet_id: r.subnet_id,
+                security_group_ids: r.security_group_ids.clone(),
+                allocate_public_ipv4: r.allocate_public_ipv4,
+                ssh_pubkey: r.ssh_pubkey.clone(),
+                root_volume_size_gib: r.root_volume_size_gib,
+            },
+            control_plane: ControlPlaneMachine {
+                image_id: r.control_plane_image_id,
+                instance_type: r.control_plane_instance_type.clone(),
+            },
+            leaf_lifetime_days: r.leaf_lifetime_days,
+        }
     }
 }
 

@@ -145,18 +145,15 @@ async fn restore_source(
             "restore_from.snapshot_id is required",
         )
     })?;
-    let checked =
-        crate::snapshots::restore::check_source(&state.snapshots(), org_id, source, snapshot)
-            .await
-            .map_err(|e| match e {
-                crate::snapshots::restore::RestoreError::NotFound => {
-                    ApiError::from(FieldError::new(
-                        "restore_from",
-                        format!("cluster {source} has no snapshot {snapshot}"),
-                    ))
-                }
-                e => e.into(),
-            })?;
+    let checked = crate::restore::check_source(&state.snapshots(), org_id, source, snapshot)
+        .await
+        .map_err(|e| match e {
+            crate::restore::RestoreError::NotFound => ApiError::from(FieldError::new(
+                "restore_from",
+                format!("cluster {source} has no snapshot {snapshot}"),
+            )),
+            e => e.into(),
+        })?;
     let algorithm: crate::pki::KeyAlgorithm =
         checked.key_algorithm.parse().map_err(ApiError::internal)?;
     if request.key_algorithm.is_some() && spec.key_algorithm != algorithm {

@@ -33,8 +33,7 @@ pub async fn generation(
     // Generations are at least 0 (a CHECK of the schema).
     let generation = |g: i64| u64::try_from(g).map_err(ApiError::internal);
     let snapshot = crate::snapshots::asked_of(&state.snapshots(), vm.node.id).await?;
-    let restore =
-        crate::snapshots::restore::task_for(&state.snapshots(), vm.cluster.id, vm.node.id).await?;
+    let restore = crate::restore::task_for(&state.snapshots(), vm.cluster.id, vm.node.id).await?;
     Ok(axum::Json(Generations {
         desired_generation: generation(vm.node.desired_generation)?,
         applied_generation: generation(vm.node.applied_generation)?,

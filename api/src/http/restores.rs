@@ -1,7 +1,7 @@
 //! In-place restores of a cluster's etcd: `POST|GET /clusters/{id}/restore` for the operator,
 //! and for each member's agent its acknowledgements (`PUT /nodes/{vm_id}/restores/{rid}`) and
 //! the snapshot it restores (`GET /nodes/{vm_id}/snapshots/{sid}/content`), both signed with
-//! its node key ([`crate::snapshots::restore`]).
+//! its node key ([`crate::restore`]).
 
 use axum::body::Body;
 use axum::extract::State;
@@ -15,7 +15,7 @@ use super::extract::{ApiJson, ApiPath, Operator};
 use super::signed_node::SignedNode;
 use crate::app::AppState;
 use crate::field::FieldError;
-use crate::snapshots::restore::{self, Restore, RestoreError};
+use crate::restore::{self, Restore, RestoreError};
 
 impl From<RestoreError> for ApiError {
     fn from(e: RestoreError) -> Self {

@@ -14,8 +14,6 @@
 //! which check failed, the audit row and the log say.
 
 pub mod auth;
-pub mod issuers;
-pub mod load;
 pub mod report;
 pub mod signed;
 mod subject;
@@ -47,7 +45,7 @@ pub struct Issuer {
     pub clock: Arc<dyn crate::clock::Clock>,
     pub config: Arc<ApiConfig>,
     pub keks: Arc<Keyring>,
-    pub issuers: Arc<issuers::IssuerCache>,
+    pub issuers: Arc<crate::records::IssuerCache>,
     pub key_pool: crate::keypool::KeyPool,
     pub cpu: crate::cpu::CpuPool,
     pub signer: Arc<BundleSigner>,
@@ -86,6 +84,15 @@ pub enum IssuanceError {
 
 /// Seconds a bundle request refused for a saturated CPU pool is told to wait.
 const BUSY_RETRY_SECS: u64 = 2;
+
+impl From<crate::records::LoadError> for IssuanceError {
+    fn from(e: crate::records::LoadError) -> Self {
+        match e {
+            crate::records::LoadError::Corrupt { vm_id, what } => Self::Corrupt { vm_id, what },
+            cluster @ crate::records::LoadError::Cluster { .. } => Self::internal(cluster),
+        }
+    }
+}
 
 impl IssuanceError {
     pub(crate) fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {

@@ -121,9 +121,7 @@ pub async fn record(ctx: &Reporter, vm: &Vm, report: &Report<'_>) -> Result<(), 
     }
     // A cluster founded from another's snapshot restores it once its control plane is up.
     if phase.healthy() && vm.node.role == exk8s_common::contract::Role::ControlPlane {
-        if let Err(e) =
-            crate::snapshots::restore::start_pending(&ctx.snapshots, vm.cluster.id).await
-        {
+        if let Err(e) = crate::restore::start_pending(&ctx.snapshots, vm.cluster.id).await {
             tracing::warn!(cluster_id = vm.cluster.id, error = %crate::error_chain(&e), "the restore a cluster was founded for cannot start (the reconciler retries)");
         }
     }

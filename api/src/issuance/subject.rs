@@ -22,7 +22,8 @@ use crate::render::{
 };
 use crate::trust::Trusted;
 
-use super::{IssuanceError, load};
+use super::IssuanceError;
+use crate::records::load;
 
 enum Subject {
     ControlPlane {

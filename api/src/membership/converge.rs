@@ -377,7 +377,7 @@ async fn record_member(
     let name = trust::node_name(cluster.id, trust::CONTROL_PLANE_GROUP, vm.id)
         .map_err(|e| ConvergeError::Stopped(format!("node name: {e}")))?;
     let addresses = machines::addresses(vm, name)?;
-    let opened = crate::issuance::load::cluster(&ctx.keks, &ctx.issuers, cluster)
+    let opened = crate::records::load::cluster(&ctx.keks, &ctx.issuers, cluster)
         .map_err(|e| ConvergeError::Stopped(format!("opening the cluster's PKI: {e}")))?;
     let (pki, network) = (Arc::clone(&opened.pki), opened.spec.network.clone());
     let now = ctx.clock.now();

@@ -40,7 +40,7 @@ pub struct Membership {
     pub clock: Arc<dyn crate::clock::Clock>,
     pub config: Arc<ApiConfig>,
     pub keks: Arc<crate::crypto::Keyring>,
-    pub issuers: Arc<crate::issuance::issuers::IssuerCache>,
+    pub issuers: Arc<crate::records::issuers::IssuerCache>,
     pub cpu: crate::cpu::CpuPool,
     pub key_pool: crate::keypool::KeyPool,
     pub machines: crate::machines::Machines,

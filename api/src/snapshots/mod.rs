@@ -10,9 +10,7 @@
 //! ever holds ciphertext, and an object that does not verify is never recorded as stored.
 
 pub mod cipher;
-pub mod restore;
 pub mod schedule;
-pub mod store;
 mod upload;
 
 use std::sync::Arc;
@@ -26,7 +24,7 @@ use crate::db::snapshots::{NewSnapshot, SnapshotRow, SnapshotState, Trigger};
 use crate::db::{self, Db, DbError};
 use crate::trust::cluster_aad;
 
-pub use store::{Location, Store, StoreError};
+pub use crate::snapshot_store::{Location, Store, StoreError};
 pub use upload::{MAX_SNAPSHOT_BYTES, Upload, UploadError, upload};
 
 /// How long a member has to take and upload a snapshot asked of it: two of its sync timer's

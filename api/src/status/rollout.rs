@@ -5,7 +5,7 @@
 
 use super::{Condition, Status};
 use crate::db::nodes::NodeRow;
-use crate::lifecycle::Hold;
+use crate::rollout::Hold;
 use crate::upgrade::skew::Release;
 use crate::upgrade::state::{ControlPlane, Step};
 

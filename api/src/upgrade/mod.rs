@@ -136,7 +136,7 @@ pub async fn start(
                     snapshot_id = id,
                     "upgrade goes on without its snapshot"
                 );
-            } else if !matches!(wait, crate::lifecycle::gate::SnapshotWait::Taking { .. }) {
+            } else if !matches!(wait, crate::rollout::SnapshotWait::Taking { .. }) {
                 snapshot_id = Some(snapshot::ask(&mut tx, cluster_id, &nodes, now).await?);
             }
             tx.commit().await?;

@@ -13,7 +13,7 @@ use super::state::running;
 use crate::db::nodes::NodeRow;
 use crate::db::snapshots::{NewSnapshot, SnapshotRow, SnapshotState, Trigger};
 use crate::db::{self, DbError, clusters::ClusterRow};
-use crate::lifecycle::gate::{Hold, SnapshotWait};
+use crate::rollout::{Hold, SnapshotWait};
 
 /// Why the upgrade's snapshot `row` (`None`: deleted) is not stored at `now`; `None` when it is.
 pub fn wait_of(row: Option<&SnapshotRow>, now: i64) -> Option<SnapshotWait> {

@@ -191,8 +191,8 @@ async fn spawn_on(
         cpu: exk8s_api::cpu::CpuPool::per_core_with_queue(config.cpu_queue_per_core),
         limits: Arc::new(exk8s_api::app::BootstrapLimits::new(&config)),
         clock,
-        issuers: Arc::new(exk8s_api::issuance::issuers::IssuerCache::new(
-            exk8s_api::issuance::issuers::DEFAULT_CAPACITY,
+        issuers: Arc::new(exk8s_api::records::issuers::IssuerCache::new(
+            exk8s_api::records::issuers::DEFAULT_CAPACITY,
         )),
         recorded: Arc::new(exk8s_api::cert_cache::CertificateCache::new(
             exk8s_api::cert_cache::DEFAULT_BOUND_ROWS,

@@ -7,7 +7,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use exk8s_api::db;
-use exk8s_api::issuance::issuers::IssuerCache;
+use exk8s_api::records::issuers::IssuerCache;
 use serde_json::json;
 
 use crate::app::{Backend, both_backends, json_of, spawn_app};

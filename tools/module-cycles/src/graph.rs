@@ -54,6 +54,59 @@ pub(crate) fn circles(nodes: &[Module], edges: &[(Module, Module)]) -> Vec<Vec<S
     found
 }
 
+/// The edges between two different top-level modules of `circle` (named as [`circles`] names
+/// them), each `(from, to)` named in full, in order.
+pub(crate) fn crossings(circle: &[String], edges: &[(Module, Module)]) -> Vec<(String, String)> {
+    let member = |m: &Module| circle.contains(&name(&top(m)));
+    let mut found: Vec<(String, String)> = edges
+        .iter()
+        .filter(|(from, to)| top(from) != top(to) && member(from) && member(to))
+        .map(|(from, to)| (name(from), name(to)))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The top-level modules by layer, lowest first: a module's layer is one above the highest of
+/// the modules it uses (0 when it uses none). `None` when the modules form a circle.
+pub(crate) fn layers(nodes: &[Module], edges: &[(Module, Module)]) -> Option<Vec<Vec<String>>> {
+    let tops: BTreeSet<Module> = nodes.iter().map(top).collect();
+    let mut uses: BTreeMap<&Module, BTreeSet<Module>> =
+        tops.iter().map(|t| (t, BTreeSet::new())).collect();
+    for (from, to) in edges {
+        let (from, to) = (top(from), top(to));
+        if from != to && !to.is_empty() {
+            uses.entry(tops.get(&from)?).or_default().insert(to);
+        }
+    }
+    let mut layer: BTreeMap<&Module, usize> = BTreeMap::new();
+    // Each round places every module whose uses are all placed; a round that places nothing
+    // means a circle.
+    while layer.len() < uses.len() {
+        let ready: Vec<(&Module, usize)> = uses
+            .iter()
+            .filter(|(m, _)| !layer.contains_key(*m))
+            .filter_map(|(m, used)| {
+                used.iter()
+                    .map(|u| layer.get(u).map(|l| l + 1))
+                    .try_fold(0, |most, l| Some(most.max(l?)))
+                    .map(|l| (*m, l))
+            })
+            .collect();
+        if ready.is_empty() {
+            return None;
+        }
+        layer.extend(ready);
+    }
+    let mut by_layer: Vec<Vec<String>> =
+        vec![Vec::new(); layer.values().max().map_or(0, |l| l + 1)];
+    for (module, l) in layer {
+        by_layer[l].push(name(module));
+    }
+    Some(by_layer)
+}
+
 fn name(module: &Module) -> String {
     if module.is_empty() {
         "(crate root)".into()

@@ -111,7 +111,55 @@ fn the_circles_of_the_made_up_crate_are_found_and_nothing_else() {
         report.module_circles,
         names(&[&["a", "b"], &["c", "e"], &["g", "h"]])
     );
+    // Each module circle names the file dependencies that make it.
+    let pairs = |edges: &[(&str, &str)]| -> Vec<(String, String)> {
+        edges
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert_eq!(report.crossings[2], pairs(&[("g::x", "h"), ("h", "g")]));
+    assert_eq!(report.crossings[1], pairs(&[("c", "e"), ("e", "c")]));
+    assert!(
+        report
+            .to_string()
+            .contains("  modules: g <-> h\n    g::x -> h\n    h -> g\n")
+    );
     assert_eq!(report.circles(), 5);
+    // Circles leave no layering.
+    assert_eq!(report.layers, None);
+}
+
+#[test]
+fn the_layers_of_a_crate_without_circles_are_its_longest_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, text) in [
+        ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\npub mod d;\n"),
+        ("a.rs", "pub fn go() { crate::b::go(); crate::d::go(); }\n"),
+        ("b/mod.rs", "pub mod inner;\npub fn go() { inner::go(); }\n"),
+        (
+            "b/inner.rs",
+            "pub fn go() { crate::c::go(); super::go(); }\n",
+        ),
+        ("c.rs", "pub fn go() {}\n"),
+        ("d.rs", "pub fn go() {}\n"),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let report = crate::check(dir.path()).unwrap();
+    assert_eq!(report.circles(), 0);
+    let layer = |names: &[&str]| names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    // a uses d (layer 0) and b, which uses c through its child: a is above b, not beside it.
+    assert_eq!(
+        report.layers,
+        Some(vec![
+            layer(&["(crate root)", "c", "d"]),
+            layer(&["b"]),
+            layer(&["a"])
+        ])
+    );
 }
 
 #[test]

@@ -30,10 +30,10 @@ mod steps;
 pub use members::{pending_pass, rebuild, start_pending};
 pub use steps::{acknowledge, member_snapshot, task_for};
 
-use super::{SnapshotError, Snapshots};
 use crate::db::restores::{MemberRow, NewRestore, RestoreRow};
 use crate::db::snapshots::SnapshotState;
 use crate::db::{self, DbError};
+use crate::snapshots::{self, SnapshotError, Snapshots};
 
 /// Revisions added per second of a snapshot's age, beyond the one it holds: a generous bound
 /// on the writes a cluster made since (Kubernetes' own busiest clusters stay far below), so the
@@ -134,7 +134,7 @@ pub(super) async fn stored(
     cluster_id: i64,
     snapshot_id: i64,
 ) -> Result<(String, i64, i64), RestoreError> {
-    let snapshot = super::get(ctx, org_id, cluster_id, snapshot_id)
+    let snapshot = snapshots::get(ctx, org_id, cluster_id, snapshot_id)
         .await
         .map_err(|e| match e {
             SnapshotError::NotFound => RestoreError::NotFound,
@@ -298,7 +298,7 @@ async fn check_intact(
     size: i64,
 ) -> Result<(), RestoreError> {
     let damaged = |why: String| RestoreError::Damaged { id, why };
-    let mut stream = super::content(ctx, org_id, cluster_id, id).await?;
+    let mut stream = snapshots::content(ctx, org_id, cluster_id, id).await?;
     let mut hasher = Sha256::new();
     let mut read: u64 = 0;
     while let Some(piece) = stream.next().await {

@@ -3,7 +3,7 @@
 //! (`s3://BUCKET[/PREFIX]`, credentials, region and endpoint from the `AWS_*` environment
 //! variables `object_store` reads: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`). Objects are named `clusters/<id>/snapshots/<id>-<upload>`; what
-//! is written is already sealed ([`super::cipher`]), so the store never sees a snapshot.
+//! is written is already sealed ([`crate::snapshots::cipher`]), so the store never sees a snapshot.
 
 use std::path::PathBuf;
 use std::str::FromStr;

@@ -4,7 +4,7 @@
 //! cluster keeps etcd quorum and the apiserver stays reachable throughout. A node already in
 //! flight may always fetch again (its own retry). Workers are not gated here.
 //!
-//! [`gate`] ([`crate::lifecycle::gate`]) is the one decision: issuance takes it on loaded rows
+//! [`gate`] is the one decision: issuance takes it on loaded rows
 //! (cheap, before any certificate is minted) and again on rows read under the cluster's lock
 //! when the serial is taken (`db::nodes::lock_cluster`, then `db::nodes::hand_update`).
 //! [`start`] bumps every node's desired generation: the operator's "re-issue everything".
@@ -12,7 +12,9 @@
 use crate::db::Db;
 use crate::db::{self, DbError, phase::ClusterPhase};
 
-pub use crate::lifecycle::gate::{Hold, gate};
+pub mod gate;
+
+pub use gate::{Hold, SnapshotWait, gate};
 
 /// A started rollout: every node's new desired generation.
 #[derive(Debug, Clone)]

@@ -1,23 +1,47 @@
 //! The typed loader: a node row and its cluster row become the values rendering takes —
 //! addresses parsed once, sealed keys opened by their [`NodeKeyColumn`], the cluster's network
-//! and versions checked — or an [`IssuanceError`] naming what in the stored record is unusable.
+//! and versions checked — or a [`LoadError`] naming what in the stored record is unusable.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use super::issuers::IssuerCache;
 use crate::crypto::Keyring;
 use crate::db::{self, clusters::ClusterRow, nodes::NodeRow, phase::EtcdMembership};
-use crate::issuance::issuers::IssuerCache;
 use crate::pki::{ClusterNetwork, ClusterPki, NodeAddresses, NodeServingCerts, ServiceCidr};
 use crate::render::{ClusterSpec, ControlPlaneNode, Membership, PodCidr, Versions};
 use crate::trust::{self, NodeKeyColumn};
 
-use super::IssuanceError;
+/// Why a stored record cannot be used: always a defect (or a damaged store), never a caller's
+/// fault.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A node row holds something unusable.
+    #[error("node {vm_id} has an unusable stored {what}")]
+    Corrupt { vm_id: i64, what: &'static str },
+    /// The cluster's stored trust or facts cannot be opened or parsed.
+    #[error("the cluster's stored {what} cannot be used: {source}")]
+    Cluster {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
 
-fn unusable(node: &NodeRow, what: &'static str) -> IssuanceError {
-    IssuanceError::Corrupt {
+fn unusable(node: &NodeRow, what: &'static str) -> LoadError {
+    LoadError::Corrupt {
         vm_id: node.vm_id,
         what,
+    }
+}
+
+/// A [`LoadError::Cluster`] for `what`.
+fn cluster_fact<E: std::error::Error + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl FnOnce(E) -> LoadError {
+    move |e| LoadError::Cluster {
+        what,
+        source: Box::new(e),
     }
 }
 
@@ -26,13 +50,13 @@ fn optional_ip<T: std::str::FromStr>(
     node: &NodeRow,
     what: &'static str,
     text: Option<&str>,
-) -> Result<Option<T>, IssuanceError> {
+) -> Result<Option<T>, LoadError> {
     text.map(str::parse)
         .transpose()
         .map_err(|_| unusable(node, what))
 }
 
-pub fn addresses(node: &NodeRow) -> Result<NodeAddresses, IssuanceError> {
+pub fn addresses(node: &NodeRow) -> Result<NodeAddresses, LoadError> {
     Ok(NodeAddresses {
         name: node.node_name.parse().map_err(|_| unusable(node, "name"))?,
         private_ipv4: node
@@ -45,10 +69,7 @@ pub fn addresses(node: &NodeRow) -> Result<NodeAddresses, IssuanceError> {
 }
 
 /// A control-plane node as rendering sees it; `all` resolves who removes a leaving one.
-pub fn control_plane_node(
-    node: &NodeRow,
-    all: &[NodeRow],
-) -> Result<ControlPlaneNode, IssuanceError> {
+pub fn control_plane_node(node: &NodeRow, all: &[NodeRow]) -> Result<ControlPlaneNode, LoadError> {
     Ok(ControlPlaneNode {
         vm_id: u64::try_from(node.vm_id).map_err(|_| unusable(node, "VM id"))?,
         addresses: addresses(node)?,
@@ -80,29 +101,27 @@ pub fn cluster(
     keks: &Keyring,
     issuers: &IssuerCache,
     cluster: &ClusterRow,
-) -> Result<Cluster, IssuanceError> {
-    let pki = issuers
-        .open(keks, cluster)
-        .map_err(IssuanceError::internal)?;
+) -> Result<Cluster, LoadError> {
+    let pki = issuers.open(keks, cluster).map_err(cluster_fact("PKI"))?;
     let encryption_key =
-        trust::open_encryption_key(keks, cluster).map_err(IssuanceError::internal)?;
+        trust::open_encryption_key(keks, cluster).map_err(cluster_fact("encryption key"))?;
     let network = ClusterNetwork::new(
-        ServiceCidr::parse(&cluster.service_cidr).map_err(IssuanceError::internal)?,
+        ServiceCidr::parse(&cluster.service_cidr).map_err(cluster_fact("service CIDR"))?,
         &cluster.cluster_domain,
         &cluster.control_plane_dns_name,
     )
-    .map_err(IssuanceError::internal)?;
+    .map_err(cluster_fact("network"))?;
     let spec = ClusterSpec {
-        cluster_id: u64::try_from(cluster.id).map_err(IssuanceError::internal)?,
-        org_id: u64::try_from(cluster.org_id).map_err(IssuanceError::internal)?,
-        name: cluster.name.parse().map_err(IssuanceError::internal)?,
+        cluster_id: u64::try_from(cluster.id).map_err(cluster_fact("id"))?,
+        org_id: u64::try_from(cluster.org_id).map_err(cluster_fact("organisation id"))?,
+        name: cluster.name.parse().map_err(cluster_fact("name"))?,
         network,
-        pod_cidr: PodCidr::parse(&cluster.pod_cidr).map_err(IssuanceError::internal)?,
+        pod_cidr: PodCidr::parse(&cluster.pod_cidr).map_err(cluster_fact("pod CIDR"))?,
         versions: Versions::of(
             cluster
                 .kubernetes_version
                 .parse()
-                .map_err(IssuanceError::internal)?,
+                .map_err(cluster_fact("Kubernetes version"))?,
         ),
         encryption_key,
     };
@@ -116,11 +135,11 @@ pub fn serving_certs(
     cluster_id: i64,
     node: &NodeRow,
     stored: Option<db::nodes::ServingRow>,
-) -> Result<NodeServingCerts, IssuanceError> {
+) -> Result<NodeServingCerts, LoadError> {
     let row = stored.ok_or_else(|| unusable(node, "serving certificates"))?;
     let open = |column: NodeKeyColumn, cert: &str, sealed: &str| {
         trust::open_node_cert(keks, cluster_id, node.vm_id, column, cert, sealed)
-            .map_err(IssuanceError::internal)
+            .map_err(cluster_fact("serving certificates"))
     };
     Ok(NodeServingCerts {
         apiserver: open(
