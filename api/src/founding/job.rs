@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::Founder;
+use super::provision::{Target, provision};
 use super::request::ClusterSpecRequest;
-use super::{Failure, Founded, FoundingError, Target, dns, provision, release};
+use super::{Failure, Founded, FoundingError, dns, release};
 use crate::compute::Subnet;
 use crate::db::{self, phase::ClusterPhase};
 use crate::pki::{ClusterNetwork, ClusterPki, ServiceCidr, SuppliedCas};

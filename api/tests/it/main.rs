@@ -49,6 +49,7 @@ mod pools;
 mod remediation;
 mod render;
 mod render_join;
+mod render_plan;
 mod render_validators;
 mod render_worker;
 mod renewal;

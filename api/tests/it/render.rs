@@ -35,11 +35,11 @@ fn fake(name: &str) -> IssuedCert {
 }
 
 /// Renders with fixed, fake credentials so output is stable byte for byte.
-fn golden(ips: &[Ipv4Addr], node_index: usize) -> BundlePayload {
+pub(crate) fn golden(ips: &[Ipv4Addr], node_index: usize) -> BundlePayload {
     golden_as(ips, node_index, &issuance(7))
 }
 
-fn golden_as(ips: &[Ipv4Addr], node_index: usize, issued: &Issuance) -> BundlePayload {
+pub(crate) fn golden_as(ips: &[Ipv4Addr], node_index: usize, issued: &Issuance) -> BundlePayload {
     let spec = cluster_spec(network());
     let nodes = control_plane(ips);
     let serving = NodeServingCerts {
@@ -125,7 +125,7 @@ fn only_the_head_depends_on_the_serial_and_generation() {
     assert_eq!(first.plan, second.plan);
 }
 
-fn ips(n: u8) -> Vec<Ipv4Addr> {
+pub(crate) fn ips(n: u8) -> Vec<Ipv4Addr> {
     (1..=n).map(|i| Ipv4Addr::new(10, 0, 0, 10 + i)).collect()
 }
 
@@ -421,132 +421,6 @@ fn cluster_dns_is_the_coredns_service_ip_inside_the_service_cidr() {
         .find(|d| d["kind"] == "Deployment")
         .unwrap();
     assert_eq!(deployment["spec"]["replicas"], 2);
-}
-
-#[test]
-fn only_the_initial_node_runs_addon_steps() {
-    let cluster = real();
-    for (bundle, node) in cluster.bundles.iter().zip(&cluster.nodes) {
-        let addons = bundle
-            .plan
-            .iter()
-            .filter(|s| {
-                matches!(
-                    s,
-                    PlanStep::KubectlApply { .. }
-                        | PlanStep::HelmInstall { .. }
-                        | PlanStep::WaitRollout { .. }
-                )
-            })
-            .count();
-        let has_helm = bundle.artifacts.iter().any(|a| a.name.as_str() == "helm");
-        if node.is_initial {
-            assert_eq!(
-                addons, 6,
-                "initial node: rbac, cilium, kube-proxy + wait, coredns + wait"
-            );
-            assert!(has_helm);
-        } else {
-            assert_eq!(addons, 0, "node {} must not run addons", node.vm_id);
-            assert!(!has_helm);
-        }
-        assert!(matches!(bundle.plan[0], PlanStep::DaemonReload {}));
-    }
-}
-
-#[test]
-fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
-    let ips = ips(3);
-    let initial = golden(&ips, 0);
-    let update = golden_as(
-        &ips,
-        0,
-        &Issuance {
-            kind: exk8s_common::contract::BundleKind::Update,
-            generation: 2,
-            serial: 8,
-            ..issuance(7)
-        },
-    );
-    assert!(initial.identity.is_initial_control_plane);
-    assert_eq!(
-        update.identity.kind,
-        exk8s_common::contract::BundleKind::Update
-    );
-    assert_eq!(update.identity.generation, 2);
-    assert!(
-        !update.plan.iter().any(|s| matches!(
-            s,
-            PlanStep::KubectlApply { .. }
-                | PlanStep::HelmInstall { .. }
-                | PlanStep::WaitRollout { .. }
-        )),
-        "{:?}",
-        update.plan
-    );
-    assert!(!update.artifacts.iter().any(|a| a.name.as_str() == "helm"));
-    // Same credentials, same files: an update with nothing new changes no file.
-    assert_eq!(initial.files, update.files);
-
-    // One component at a time: etcd healthy, then each control-plane pod's manifest lands
-    // only after the one before it runs its new inputs, then the kubelet.
-    let order: Vec<String> = update
-        .plan
-        .iter()
-        .map(|step| match step {
-            PlanStep::DaemonReload {} => "daemon-reload".to_owned(),
-            PlanStep::EnableStart { unit, .. } => format!("start {unit}"),
-            PlanStep::WaitEtcdHealthy { .. } => "wait etcd".to_owned(),
-            PlanStep::InstallStaticPod { manifest } => format!("install {manifest}"),
-            PlanStep::WaitStaticPod { mirror_pod, .. } => format!("wait {mirror_pod}"),
-            PlanStep::WaitApiserverReady { .. } => "wait readyz".to_owned(),
-            other => panic!("an update runs no {other:?}"),
-        })
-        .collect();
-    let node = &update.identity.node_name;
-    let m = "/etc/kubernetes/manifests";
-    assert_eq!(
-        order,
-        [
-            "daemon-reload".to_owned(),
-            "start containerd.service".to_owned(),
-            "start etcd.service".to_owned(),
-            "wait etcd".to_owned(),
-            format!("install {m}/kube-apiserver.yaml"),
-            format!("wait kube-apiserver-{node}"),
-            format!("install {m}/kube-controller-manager.yaml"),
-            format!("wait kube-controller-manager-{node}"),
-            format!("install {m}/kube-scheduler.yaml"),
-            format!("wait kube-scheduler-{node}"),
-            "start kubelet.service".to_owned(),
-            "wait readyz".to_owned(),
-        ]
-    );
-    // Each wait looks for exactly the digest its manifest's annotation carries.
-    for step in &update.plan {
-        if let PlanStep::WaitStaticPod {
-            manifest,
-            inputs_sha256,
-            ..
-        } = step
-        {
-            let text = String::from_utf8(
-                update
-                    .file(manifest.as_str())
-                    .unwrap()
-                    .content
-                    .as_bytes()
-                    .to_vec(),
-            )
-            .unwrap();
-            let pod: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
-            assert_eq!(
-                pod["metadata"]["annotations"]["exk8s.io/inputs-sha256"].as_str(),
-                Some(inputs_sha256.to_hex().as_str()),
-                "{manifest}"
-            );
-        }
-    }
 }
 
 #[test]
