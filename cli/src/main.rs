@@ -4,6 +4,7 @@
 //! message; the exit status is 1 on any failure, 2 on a usage error.
 
 mod client;
+mod clusters;
 mod commands;
 mod config;
 mod credential;

@@ -27,26 +27,15 @@ pub async fn remove_member(
     ApiPath((cluster_id, vm_id)): ApiPath<(i64, i64)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let key = super::idempotent::key(&headers)?;
     let scope = format!("DELETE /clusters/{cluster_id}/nodes/{vm_id}\n");
-    let request = super::idempotent::Request {
-        scope: &scope,
-        body: b"",
-        locate: None,
-    };
-    super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let scaling =
-            membership::remove(&state.membership(), operator.org_id, cluster_id, vm_id).await?;
-        let view = ScalingView {
-            cluster_id,
-            desired: scaling.desired,
-            voters: scaling.voters,
-        };
-        Ok((
-            StatusCode::ACCEPTED,
-            serde_json::to_vec(&view).map_err(ApiError::internal)?,
-        ))
-    })
+    member_change(
+        &state,
+        operator.org_id,
+        cluster_id,
+        &headers,
+        &scope,
+        |ctx| async move { membership::remove(&ctx, operator.org_id, cluster_id, vm_id).await },
+    )
     .await
 }
 
@@ -65,16 +54,40 @@ pub async fn replace_member(
     ApiPath((cluster_id, vm_id)): ApiPath<(i64, i64)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let key = super::idempotent::key(&headers)?;
     let scope = format!("POST /clusters/{cluster_id}/nodes/{vm_id}/replace\n");
+    member_change(
+        &state,
+        operator.org_id,
+        cluster_id,
+        &headers,
+        &scope,
+        |ctx| async move { membership::replace(&ctx, operator.org_id, cluster_id, vm_id).await },
+    )
+    .await
+}
+
+/// Runs `change` once per `Idempotency-Key` of the operator's org (a retry answers what the
+/// first did) and answers 202 with where `cluster_id`'s membership stands.
+async fn member_change<F, Fut>(
+    state: &AppState,
+    org_id: i64,
+    cluster_id: i64,
+    headers: &HeaderMap,
+    scope: &str,
+    change: F,
+) -> Result<Response, ApiError>
+where
+    F: FnOnce(membership::Membership) -> Fut,
+    Fut: Future<Output = Result<membership::Scaling, membership::MembershipError>>,
+{
+    let key = super::idempotent::key(headers)?;
     let request = super::idempotent::Request {
-        scope: &scope,
+        scope,
         body: b"",
         locate: None,
     };
-    super::idempotent::run(&state, operator.org_id, key, request, || async {
-        let scaling =
-            membership::replace(&state.membership(), operator.org_id, cluster_id, vm_id).await?;
+    super::idempotent::run(state, org_id, key, request, || async {
+        let scaling = change(state.membership()).await?;
         let view = ScalingView {
             cluster_id,
             desired: scaling.desired,

@@ -106,18 +106,22 @@ pub async fn status(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Each node a rollout bumped, `(vm_id, desired_generation)`, as operators read it.
+pub(super) fn rollout_nodes(nodes: Vec<(i64, i64)>) -> Vec<RolloutNode> {
+    nodes
+        .into_iter()
+        .map(|(vm_id, desired_generation)| RolloutNode {
+            vm_id,
+            desired_generation,
+        })
+        .collect()
+}
+
 impl From<rollout::Started> for RolloutStarted {
     fn from(started: rollout::Started) -> Self {
         Self {
             cluster_id: started.cluster_id,
-            nodes: started
-                .nodes
-                .into_iter()
-                .map(|(vm_id, desired_generation)| RolloutNode {
-                    vm_id,
-                    desired_generation,
-                })
-                .collect(),
+            nodes: rollout_nodes(started.nodes),
         }
     }
 }

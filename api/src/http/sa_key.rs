@@ -12,8 +12,7 @@ use super::extract::{ApiJson, ApiPath, Operator};
 use crate::app::AppState;
 use crate::sa_rotation::{self, KeyState, SaRotationError};
 use exk8s_api_types::{
-    RolloutNode, RotateSaKeyRequest, SaKeyRotationStarted, ServiceAccountKeyPolicy,
-    ServiceAccountKeyView,
+    RotateSaKeyRequest, SaKeyRotationStarted, ServiceAccountKeyPolicy, ServiceAccountKeyView,
 };
 
 impl From<SaRotationError> for ApiError {
@@ -68,14 +67,7 @@ pub async fn rotate_sa_key(
             cluster_id: started.cluster_id,
             phase: started.phase.to_string(),
             drop_old_after_seconds: started.drop_old_after,
-            nodes: started
-                .nodes
-                .into_iter()
-                .map(|(vm_id, desired_generation)| RolloutNode {
-                    vm_id,
-                    desired_generation,
-                })
-                .collect(),
+            nodes: super::nodes::rollout_nodes(started.nodes),
         }),
     ))
 }

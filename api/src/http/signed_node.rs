@@ -38,7 +38,6 @@ impl FromRequest<AppState> for SignedNode {
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
         let (mut parts, body) = request.into_parts();
         let (peer, vm_id) = addressed(&mut parts, state).await?;
-        limit_source(state, peer.ip())?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
             .await
             .map_err(|_| ApiError::PayloadTooLarge(MAX_BODY_BYTES))?;
@@ -67,7 +66,6 @@ impl FromRequest<AppState> for SignedUpload {
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
         let (mut parts, body) = request.into_parts();
         let (peer, vm_id) = addressed(&mut parts, state).await?;
-        limit_source(state, peer.ip())?;
         let declared: Sha256Digest = parts
             .headers
             .get(CONTENT_SHA256_HEADER)
@@ -89,7 +87,8 @@ impl FromRequest<AppState> for SignedUpload {
     }
 }
 
-/// The `vm_id` a node route names, and the peer that asks.
+/// The `vm_id` a node route names, and the peer that asks — its source's rate limit charged
+/// first, before anything is read or verified.
 async fn addressed(parts: &mut Parts, state: &AppState) -> Result<(SocketAddr, i64), ApiError> {
     #[derive(serde::Deserialize)]
     struct NodePath {
@@ -101,6 +100,7 @@ async fn addressed(parts: &mut Parts, state: &AppState) -> Result<(SocketAddr, i
         .get::<ConnectInfo<SocketAddr>>()
         .copied()
         .ok_or_else(|| ApiError::Internal("the server runs without the peer's address".into()))?;
+    limit_source(state, peer.ip())?;
     Ok((peer, vm_id))
 }
 

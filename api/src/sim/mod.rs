@@ -8,6 +8,7 @@
 //! [`server::router`] serves the same REST contract as the real service over HTTP, so the
 //! simulator can outlive a killed API process.
 
+mod dns;
 pub mod imds;
 pub mod server;
 mod store;
@@ -22,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::compute::{
     Compute, ComputeError, CreateSecurityGroup, CreateVm, SecurityGroup, Subnet, Vm,
 };
-use crate::dns::Dns;
+
+pub use dns::DnsSim;
 
 /// Fault injection for tests and load experiments.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -456,60 +458,6 @@ impl Simulators {
     pub fn set_faults(&self, faults: Faults) {
         self.dns.set_failing(faults.fail_dns);
         self.compute.set_faults(faults);
-    }
-}
-
-/// The DNS simulator.
-#[derive(Debug, Clone, Default)]
-pub struct DnsSim {
-    records: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
-    fail: Arc<Mutex<bool>>,
-    store: store::Store,
-}
-
-impl DnsSim {
-    /// A DNS simulator whose records live in `path`.
-    pub fn persistent(path: std::path::PathBuf) -> Result<Self, String> {
-        let sim = Self {
-            store: store::Store::at(path),
-            ..Self::default()
-        };
-        if let Some(saved) = sim.store.load()? {
-            *lock(&sim.records) = saved;
-        }
-        Ok(sim)
-    }
-
-    pub fn set_failing(&self, failing: bool) {
-        *lock(&self.fail) = failing;
-    }
-
-    pub fn records(&self) -> BTreeMap<String, Vec<String>> {
-        lock(&self.records).clone()
-    }
-}
-
-#[async_trait::async_trait]
-impl Dns for DnsSim {
-    async fn upsert_a(&self, name: &str, values: &[String]) -> Result<(), ComputeError> {
-        if *lock(&self.fail) {
-            return Err(unavailable("DNS upsert"));
-        }
-        let mut records = lock(&self.records);
-        records.insert(name.to_owned(), values.to_vec());
-        self.store.save(&*records);
-        Ok(())
-    }
-
-    async fn delete_a(&self, name: &str) -> Result<(), ComputeError> {
-        if *lock(&self.fail) {
-            return Err(unavailable("DNS delete"));
-        }
-        let mut records = lock(&self.records);
-        if records.remove(name).is_some() {
-            self.store.save(&*records);
-        }
-        Ok(())
     }
 }
 
