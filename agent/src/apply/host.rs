@@ -69,12 +69,7 @@ impl fmt::Display for HostAction<'_> {
             Self::Stop(unit) => write!(f, "systemctl stop {unit}"),
             Self::RestoreEtcd(restore) => write!(f, "{restore}"),
             Self::InstallPackages(names) => {
-                let names: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
-                write!(
-                    f,
-                    "apt-get install -y --no-install-recommends {}",
-                    names.join(" ")
-                )
+                write!(f, "apt-get {}", apt_install_args(names).join(" "))
             }
             Self::InstallArtifact(a) => {
                 write!(f, "install artifact {} {} -> {}", a.name, a.version, a.dest)
@@ -380,6 +375,37 @@ fn step_error(action: &HostAction<'_>, reason: String) -> AgentError {
     }
 }
 
+/// `apt-get`'s arguments to install `names`. The bundle writes some packages' conffiles
+/// before they are installed (`/etc/containerd/config.toml`): dpkg keeps the file it finds
+/// (`--force-confold`) instead of asking, which would stop a non-interactive install.
+fn apt_install_args<'a>(names: &[&'a PackageName]) -> Vec<&'a str> {
+    let mut args = vec![
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "-o",
+        "Dpkg::Options::=--force-confdef",
+        "-o",
+        "Dpkg::Options::=--force-confold",
+    ];
+    args.extend(names.iter().map(|n| n.as_str()));
+    args
+}
+
+/// The `HOME` helm and kubectl run with: the agent's unit hides home directories
+/// (`ProtectHome=yes`), and helm keeps its cache and registry configuration, kubectl its
+/// discovery cache, under `HOME`. Made on first use, private to root.
+fn tool_home(root: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let home = state_dir(root).join("home");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&home)
+        .map_err(|e| format!("making {}: {e}", home.display()))?;
+    Ok(home)
+}
+
 fn systemctl(args: &[&str]) -> Result<(), String> {
     run(Path::new("systemctl"), args, &[])
 }
@@ -399,10 +425,8 @@ impl Host for SystemHost {
             HostAction::InstallPackages(names) => {
                 let apt = Path::new("apt-get");
                 let env = [("DEBIAN_FRONTEND", Path::new("noninteractive"))];
-                let mut args = vec!["install", "-y", "--no-install-recommends"];
-                args.extend(names.iter().map(|n| n.as_str()));
                 return run(apt, &["update", "-q"], &env)
-                    .and_then(|()| run(apt, &args, &env))
+                    .and_then(|()| run(apt, &apt_install_args(names), &env))
                     .map_err(AgentError::Packages);
             }
             HostAction::InstallArtifact(artifact) => {
@@ -420,7 +444,8 @@ impl Host for SystemHost {
                 args,
                 kubeconfig,
                 timeout,
-            } => retry_command(program, args, kubeconfig, *timeout),
+            } => tool_home(&self.root)
+                .and_then(|home| retry_command(program, args, kubeconfig, &home, *timeout)),
             HostAction::DrainNode(drain) => super::drain::perform(drain),
             HostAction::EtcdJoin(m) => super::membership::join(&self.root, m),
             HostAction::EtcdPromote(m) => super::membership::promote(&self.root, m),
@@ -467,13 +492,18 @@ fn retry_command(
     program: &Path,
     args: &[String],
     kubeconfig: &Path,
+    home: &Path,
     timeout: Duration,
 ) -> Result<(), String> {
     let start = Instant::now();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut last = String::new();
     for (attempt, pause) in [(1, 5u64), (2, 15), (3, 0)] {
-        match run(program, &args, &[("KUBECONFIG", kubeconfig)]) {
+        match run(
+            program,
+            &args,
+            &[("KUBECONFIG", kubeconfig), ("HOME", home)],
+        ) {
             Ok(()) => return Ok(()),
             Err(e) => last = e,
         }

@@ -11,6 +11,7 @@
 mod apply;
 mod artifacts;
 mod helpers;
+mod host;
 mod run;
 mod server;
 mod sync;

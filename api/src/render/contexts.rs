@@ -149,6 +149,22 @@ impl Template for BridgeCni {
     const MEMO: bool = true;
 }
 
+/// The kernel parameters every node sets (`/etc/sysctl.d`).
+#[derive(Serialize)]
+pub(crate) struct KernelParameters {}
+impl Template for KernelParameters {
+    const NAME: &'static str = "kubernetes-sysctl.conf";
+    const MEMO: bool = true;
+}
+
+/// The kernel modules every node loads (`/etc/modules-load.d`).
+#[derive(Serialize)]
+pub(crate) struct KernelModules {}
+impl Template for KernelModules {
+    const NAME: &'static str = "kubernetes-modules.conf";
+    const MEMO: bool = true;
+}
+
 #[derive(Serialize)]
 pub(crate) struct CiliumValues {
     pub api_host: String,

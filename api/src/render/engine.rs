@@ -97,6 +97,8 @@ const TEMPLATES: &[(&str, &str)] = embedded![
     "encryption-config.yaml",
     "audit-policy.yaml",
     "containerd-config.toml",
+    "kubernetes-sysctl.conf",
+    "kubernetes-modules.conf",
     "userdata.yaml",
 ];
 

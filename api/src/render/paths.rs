@@ -53,6 +53,8 @@ pub struct NodePaths {
     pub encryption_config: &'static str,
     pub audit_policy: &'static str,
     pub containerd_config: &'static str,
+    pub sysctl_conf: &'static str,
+    pub modules_conf: &'static str,
     // Node directories and binaries the bundle does not write
     pub static_pod_dir: &'static str,
     pub etcd_data_dir: &'static str,
@@ -117,6 +119,8 @@ pub const PATHS: NodePaths = NodePaths {
     encryption_config: "/etc/exk8s/config/encryption-config.yaml",
     audit_policy: "/etc/exk8s/config/audit-policy.yaml",
     containerd_config: "/etc/containerd/config.toml",
+    sysctl_conf: "/etc/sysctl.d/90-exk8s-kubernetes.conf",
+    modules_conf: "/etc/modules-load.d/exk8s-kubernetes.conf",
     static_pod_dir: "/etc/kubernetes/manifests",
     etcd_data_dir: "/var/lib/etcd",
     audit_log_dir: "/var/log/kubernetes/audit",

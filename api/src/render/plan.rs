@@ -195,6 +195,23 @@ pub(super) fn packages() -> Vec<Package> {
         .collect()
 }
 
+/// The kernel modules and parameters every node needs, loaded and applied by systemd's own
+/// units before containerd starts (again when the bundle changes them). Both are static units
+/// `systemctl enable` leaves as they are; in a container whose kernel is the host's they skip
+/// themselves (their conditions), and the host must provide both.
+fn kernel_steps() -> Result<[PlanStep; 2], RenderError> {
+    Ok([
+        PlanStep::EnableStart {
+            unit: unit("systemd-modules-load.service")?,
+            watch: paths(&[PATHS.modules_conf])?,
+        },
+        PlanStep::EnableStart {
+            unit: unit("systemd-sysctl.service")?,
+            watch: paths(&[PATHS.sysctl_conf])?,
+        },
+    ])
+}
+
 /// containerd, which every node runs: restarted when its configuration changed.
 fn containerd_step() -> Result<PlanStep, RenderError> {
     Ok(PlanStep::EnableStart {
@@ -221,11 +238,10 @@ fn kubelet_step() -> Result<PlanStep, RenderError> {
 
 /// A worker's plan: containerd, then the kubelet, restarted when what they read changed.
 pub(super) fn worker_steps() -> Result<Vec<PlanStep>, RenderError> {
-    Ok(vec![
-        PlanStep::DaemonReload {},
-        containerd_step()?,
-        kubelet_step()?,
-    ])
+    let mut steps = vec![PlanStep::DaemonReload {}];
+    steps.extend(kernel_steps()?);
+    steps.extend([containerd_step()?, kubelet_step()?]);
+    Ok(steps)
 }
 
 /// Where each component other than the apiserver answers `/healthz` on loopback (the ports
@@ -375,7 +391,9 @@ pub(super) fn steps(
         input.node.addresses.private_ipv4
     ))
     .map_err(invalid)?;
-    let mut steps = vec![PlanStep::DaemonReload {}, containerd_step()?];
+    let mut steps = vec![PlanStep::DaemonReload {}];
+    steps.extend(kernel_steps()?);
+    steps.push(containerd_step()?);
     if joining {
         steps.push(PlanStep::EtcdJoin {
             voters: voters.clone(),

@@ -95,6 +95,8 @@ fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
         order,
         [
             "daemon-reload".to_owned(),
+            "start systemd-modules-load.service".to_owned(),
+            "start systemd-sysctl.service".to_owned(),
             "start containerd.service".to_owned(),
             "start etcd.service".to_owned(),
             "wait etcd".to_owned(),

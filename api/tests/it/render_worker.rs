@@ -69,6 +69,8 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         PATHS.kubelet_config,
         PATHS.containerd_config,
         PATHS.cni_template,
+        PATHS.sysctl_conf,
+        PATHS.modules_conf,
     ]
     .into();
     assert_eq!(

@@ -51,6 +51,9 @@ impl AllowList for FileRoots {
         "/var/lib/kubelet",
         "/etc/cni/net.d",
         "/etc/containerd",
+        // The kernel parameters and modules a node needs (kubeadm's preflight checks them).
+        "/etc/sysctl.d",
+        "/etc/modules-load.d",
     ];
 }
 

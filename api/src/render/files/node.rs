@@ -1,7 +1,8 @@
 //! What every node's bundle carries, whatever its role: the cluster CA certificate, the
 //! kubelet's serving certificate, the kubelet's and kube-proxy's kubeconfigs (pointing at the
 //! node's apiserver endpoint), the kubelet's unit and configuration — with the labels and taints
-//! it registers its node with — containerd's configuration and the CNI configuration.
+//! it registers its node with — containerd's configuration, the CNI configuration, and the
+//! kernel modules and parameters a node needs.
 
 use exk8s_common::contract::Role;
 
@@ -103,6 +104,8 @@ pub(in crate::render) fn files(
             cni_template: p.cni_template,
         })?,
     );
+    files.public(p.sysctl_conf, render(&contexts::KernelParameters {})?);
+    files.public(p.modules_conf, render(&contexts::KernelModules {})?);
     // The bridge configuration containerd writes once the kubelet hands it the node's pod CIDR
     // (`Node.spec.podCIDR`, allocated by the controller-manager): until Cilium takes over.
     files.public(p.cni_template, render(&contexts::BridgeCni {})?);
