@@ -26,6 +26,9 @@ ensure_packages kubectl:kubernetes-client
 ensure_packages containerd:containerd runc:runc iptables:iptables nsenter:util-linux \
   /usr/lib/cni/bridge:containernetworking-plugins busybox:busybox-static cc:gcc \
   /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev file:file
+# Machines that boot (tests/src/machine.rs): the node image's root from Debian's packages, booted
+# by systemd-nspawn with systemd as PID 1.
+ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container
 ensure_postgres
 ensure_postgres_server_binaries
 drop_test_databases
@@ -53,6 +56,12 @@ k8s_log=$(mktemp)
     bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
 k8s_build=$!
+
+# The node image's root (Debian 12 with systemd), made by debootstrap once per machine.
+log "the node image's root (in the background; built once per machine)"
+image_log=$(mktemp)
+bash scripts/node-image.sh >"$image_log.out" 2>"$image_log" &
+image_build=$!
 
 # cargo-deny, built once per machine, under SCHED_IDLE beside everything else: only idle cores.
 log "cargo-deny (in the background, SCHED_IDLE; it checks the dependency graph after the tests)"
@@ -96,6 +105,14 @@ EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
 EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
 export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
+if ! wait "$image_build"; then
+  cat "$image_log" >&2
+  echo "building the node image failed (above)" >&2
+  exit 1
+fi
+grep -E '^==> node-image' "$image_log" >&2 || true
+EXK8S_NODE_IMAGE=$(cat "$image_log.out")
+export EXK8S_NODE_IMAGE
 
 # The release builds the packaging checks need, beside the tests under SCHED_IDLE: they take only
 # the cores the tests leave idle (a real control plane waits on its components much of the

@@ -1,0 +1,254 @@
+//! Machines that boot: a copy of the node image (`scripts/node-image.sh`, Debian 12 with systemd)
+//! with exk8s-agent baked in by `packaging/bake-image.sh` exactly as an image builder bakes it,
+//! booted by `systemd-nspawn` with **systemd as PID 1**, on one namespace of a [`Lan`] (its
+//! address, its routes, nothing of the host's network). Each machine has its own hostname and
+//! machine-id; [`Machine::run`] runs a program inside it as `nsenter` sees it (every namespace of
+//! its init); [`Machine::power_off`] shuts it down through systemd.
+//!
+//! What a booted machine here has that a VM would not, in this one place: its kernel is the
+//! host's (cgroups v1 hybrid on these machines; kernel modules and `/proc/sys` are the host's,
+//! so `systemd-modules-load` and `systemd-sysctl` skip themselves by their own conditions), and
+//! nspawn registers nothing with a machine manager (`--register=no --keep-unit`: the host's
+//! PID 1 is not systemd). Needs root, `systemd-nspawn` (Debian's `systemd-container`) and
+//! `nsenter`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::netns::Lan;
+use crate::procs::binary;
+
+/// How long a machine may take from power-on to a finished boot.
+pub const BOOT: Duration = Duration::from_secs(120);
+
+/// The node image's root (`EXK8S_NODE_IMAGE`, which `scripts/test.sh` exports), built by
+/// `scripts/node-image.sh`.
+pub fn node_image() -> PathBuf {
+    let image = std::env::var_os("EXK8S_NODE_IMAGE").map(PathBuf::from);
+    let image = image.unwrap_or_else(|| {
+        panic!("EXK8S_NODE_IMAGE is not set: run `scripts/node-image.sh` (scripts/test.sh does)")
+    });
+    assert!(
+        image.join("sbin/init").exists(),
+        "{} is no node image: run `scripts/node-image.sh`",
+        image.display()
+    );
+    image
+}
+
+/// How a machine's image is baked: `packaging/bake-image.sh`'s arguments.
+pub struct Bake<'a> {
+    /// The directory of trusted bundle-signing keys (`*.pub`).
+    pub keys_dir: &'a Path,
+    /// `/etc/exk8s/agent.toml`, when the image carries one.
+    pub config: Option<&'a Path>,
+}
+
+/// A booted machine.
+pub struct Machine {
+    pub name: String,
+    /// Its root file system, as the machine sees it at `/`.
+    pub root: PathBuf,
+    nspawn: Option<Child>,
+    /// The machine's PID 1 (systemd), as the host numbers it.
+    init: u32,
+    /// Its console.
+    pub console: PathBuf,
+}
+
+impl Machine {
+    /// Copies the node image into `dir/<name>`, bakes the agent into it, gives it `name` as its
+    /// hostname, and boots it in node `i`'s namespace of `lan`. Returns once its PID 1 runs;
+    /// [`Self::wait_booted`] waits for the boot to finish.
+    pub fn boot(dir: &Path, name: &str, lan: &Lan, i: usize, bake: &Bake<'_>) -> Self {
+        let root = dir.join(name);
+        let copied = Command::new("cp")
+            .args(["-a", "--reflink=auto"])
+            .arg(node_image())
+            .arg(&root)
+            .output()
+            .unwrap();
+        assert!(
+            copied.status.success(),
+            "copying the node image: {copied:?}"
+        );
+        let mut baking = Command::new("bash");
+        baking
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/bake-image.sh"))
+            .arg(&root)
+            .arg("--agent")
+            .arg(binary("exk8s-agent"))
+            .arg("--keys-dir")
+            .arg(bake.keys_dir);
+        if let Some(config) = bake.config {
+            baking.arg("--config").arg(config);
+        }
+        let baked = baking.output().unwrap();
+        assert!(baked.status.success(), "bake-image.sh: {baked:?}");
+        std::fs::write(root.join("etc/hostname"), format!("{name}\n")).unwrap();
+        let console = dir.join(format!("{name}.console"));
+        let nspawn = Command::new("systemd-nspawn")
+            .args(["--quiet", "--register=no", "--keep-unit", "--boot"])
+            .arg(format!("--machine={name}"))
+            .arg("--directory")
+            .arg(&root)
+            .arg(format!(
+                "--network-namespace-path=/run/netns/{}",
+                lan.name(i)
+            ))
+            // The machine's own /etc/resolv.conf and clock zone, as on a VM.
+            .args(["--resolv-conf=off", "--timezone=off", "--link-journal=no"])
+            .arg("--console=read-only")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&console).unwrap())
+            .stderr(Stdio::from(
+                std::fs::File::options()
+                    .append(true)
+                    .open(&console)
+                    .unwrap(),
+            ))
+            .spawn()
+            .expect("systemd-nspawn (Debian's systemd-container; scripts/test.sh installs it)");
+        let mut machine = Self {
+            name: name.to_owned(),
+            root,
+            init: 0,
+            nspawn: Some(nspawn),
+            console,
+        };
+        machine.init = machine.find_init();
+        machine
+    }
+
+    /// The PID of the machine's systemd: nspawn's child, once it runs systemd.
+    fn find_init(&mut self) -> u32 {
+        let nspawn = self.nspawn.as_mut().unwrap();
+        let pid = nspawn.id();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = nspawn.try_wait().unwrap() {
+                panic!(
+                    "systemd-nspawn for {} exited with {status} before booting: {}",
+                    self.name,
+                    crate::control_plane::log_tail(&self.console, 40)
+                );
+            }
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            for child in children.split_whitespace() {
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                if comm.trim() == "systemd" {
+                    return child.parse().unwrap();
+                }
+            }
+            assert!(
+                start.elapsed() < BOOT,
+                "{} never ran systemd: {}",
+                self.name,
+                crate::control_plane::log_tail(&self.console, 40)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `program args` inside the machine (every namespace of its PID 1).
+    pub fn run(&self, program: &str, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .arg(format!("--target={}", self.init))
+            .args(["--all", "--"])
+            .arg(program)
+            .args(args)
+            .output()
+            .expect("nsenter (util-linux)")
+    }
+
+    /// [`Self::run`]'s stdout, trimmed; panics when the program fails.
+    pub fn ok(&self, program: &str, args: &[&str]) -> String {
+        let out = self.run(program, args);
+        assert!(
+            out.status.success(),
+            "{}: {program} {}: {}{}",
+            self.name,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Waits until systemd finished booting; the system's state then (`running` when every
+    /// unit is fine, `degraded` when one failed).
+    pub fn wait_booted(&self) -> String {
+        let start = Instant::now();
+        loop {
+            let out = self.run("systemctl", &["is-system-running", "--wait"]);
+            let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if !matches!(state.as_str(), "" | "initializing" | "starting") {
+                return state;
+            }
+            assert!(
+                start.elapsed() < BOOT,
+                "{} never finished booting ({state}): {}",
+                self.name,
+                crate::control_plane::log_tail(&self.console, 40)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The units that failed, each with the end of its journal: what a failed boot says.
+    pub fn failures(&self) -> String {
+        let failed = self.run("systemctl", &["--failed", "--no-legend", "--plain"]);
+        let failed = String::from_utf8_lossy(&failed.stdout).into_owned();
+        let mut report = failed.clone();
+        for unit in failed.lines().filter_map(|l| l.split_whitespace().next()) {
+            let journal = self.run("journalctl", &["--no-pager", "-n", "20", "-u", unit]);
+            report.push_str(&String::from_utf8_lossy(&journal.stdout));
+        }
+        report
+    }
+
+    /// `systemctl show` of `unit`'s `properties`, as `name=value` lines.
+    pub fn show(&self, unit: &str, properties: &[&str]) -> String {
+        let mut args = vec!["show", unit];
+        let asked = format!("--property={}", properties.join(","));
+        args.push(&asked);
+        self.ok("systemctl", &args)
+    }
+
+    /// Shuts the machine down through its systemd (`poweroff`) and waits for nspawn to end.
+    pub fn power_off(mut self) {
+        let nspawn = self.nspawn.take();
+        if let Some(mut nspawn) = nspawn {
+            let _ = self.run("systemctl", &["poweroff", "--no-block"]);
+            let start = Instant::now();
+            while nspawn.try_wait().unwrap().is_none() {
+                assert!(
+                    start.elapsed() < BOOT,
+                    "{} did not power off: {}",
+                    self.name,
+                    crate::control_plane::log_tail(&self.console, 40)
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let status = nspawn.wait().unwrap();
+            assert!(status.success(), "{} powered off with {status}", self.name);
+        }
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        // A test that failed midway: its PID 1 killed ends every process of the machine
+        // (its PID namespace), then nspawn.
+        if let Some(mut nspawn) = self.nspawn.take() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.init.to_string()])
+                .status();
+            let _ = nspawn.kill();
+            let _ = nspawn.wait();
+        }
+    }
+}
