@@ -5,6 +5,12 @@
 //! unit is skipped, not failed; once an image names an API it cannot reach, the failed first
 //! boot waits to be tried again (`Restart=on-failure`), as systemd itself reports it.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
 use std::path::Path;
 
 use exk8s_tests::machine::{Bake, Machine};
