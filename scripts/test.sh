@@ -28,7 +28,8 @@ ensure_packages containerd:containerd runc:runc iptables:iptables nsenter:util-l
   /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev file:file
 # Machines that boot (tests/src/machine.rs): the node image's root from Debian's packages, booted
 # by systemd-nspawn with systemd as PID 1.
-ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container
+ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container \
+  dpkg-scanpackages:dpkg-dev
 ensure_postgres
 ensure_postgres_server_binaries
 drop_test_databases
@@ -57,10 +58,14 @@ k8s_log=$(mktemp)
 } 2>"$k8s_log" &
 k8s_build=$!
 
-# The node image's root (Debian 12 with systemd), made by debootstrap once per machine.
-log "the node image's root (in the background; built once per machine)"
+# The node image's root (Debian 12 with systemd), made by debootstrap, and the local mirror of
+# the Debian packages a node installs on it: once per machine.
+log "the node image's root and its package mirror (in the background; built once per machine)"
 image_log=$(mktemp)
-bash scripts/node-image.sh >"$image_log.out" 2>"$image_log" &
+{
+  bash scripts/node-image.sh >"$image_log.out" &&
+    bash scripts/node-packages.sh "$(cat "$image_log.out")" >"$image_log.packages"
+} 2>"$image_log" &
 image_build=$!
 
 # cargo-deny, built once per machine, under SCHED_IDLE beside everything else: only idle cores.
@@ -110,9 +115,10 @@ if ! wait "$image_build"; then
   echo "building the node image failed (above)" >&2
   exit 1
 fi
-grep -E '^==> node-image' "$image_log" >&2 || true
+grep -E '^==> node-(image|packages)' "$image_log" >&2 || true
 EXK8S_NODE_IMAGE=$(cat "$image_log.out")
-export EXK8S_NODE_IMAGE
+EXK8S_NODE_PACKAGES=$(cat "$image_log.packages")
+export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES
 
 # The release builds the packaging checks need, beside the tests under SCHED_IDLE: they take only
 # the cores the tests leave idle (a real control plane waits on its components much of the

@@ -9,7 +9,9 @@
 //! host's (cgroups v1 hybrid on these machines; kernel modules and `/proc/sys` are the host's,
 //! so `systemd-modules-load` and `systemd-sysctl` skip themselves by their own conditions), and
 //! nspawn registers nothing with a machine manager (`--register=no --keep-unit`: the host's
-//! PID 1 is not systemd). Needs root, `systemd-nspawn` (Debian's `systemd-container`) and
+//! PID 1 is not systemd), so nothing gives each machine a cgroup of its own: [`own_cgroups`]
+//! does, in every hierarchy, before nspawn starts (two machines' systemd in one cgroup tree
+//! failed each other's units with `219/CGROUP`). Needs root, `systemd-nspawn` (Debian's `systemd-container`) and
 //! `nsenter`.
 
 use std::path::{Path, PathBuf};
@@ -37,6 +39,52 @@ pub fn node_image() -> PathBuf {
     image
 }
 
+/// A cgroup of its own for machine `name` in each of this process's hierarchies (cgroups v1
+/// controllers, systemd's named hierarchy and the unified one), below where this process is:
+/// the directories to move its nspawn into.
+fn own_cgroups(name: &str) -> Vec<PathBuf> {
+    let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    mine.lines()
+        .map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (
+                fields.next(),
+                fields.next().unwrap(),
+                fields.next().unwrap(),
+            );
+            let mount = match controllers {
+                "" => "unified".to_owned(),
+                "name=systemd" => "systemd".to_owned(),
+                other => other.to_owned(),
+            };
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(mount)
+                .join(path.trim_start_matches('/'))
+                .join(format!("exk8s-machine-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("making the cgroup {}: {e}", dir.display()));
+            dir
+        })
+        .collect()
+}
+
+/// Removes `dirs` and what the machine's systemd left below them, deepest first.
+fn remove_cgroups(dirs: &[PathBuf]) {
+    fn remove(dir: &Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove(&entry.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    for dir in dirs {
+        remove(dir);
+    }
+}
+
 /// How a machine's image is baked: `packaging/bake-image.sh`'s arguments.
 pub struct Bake<'a> {
     /// The directory of trusted bundle-signing keys (`*.pub`).
@@ -51,6 +99,8 @@ pub struct Machine {
     /// Its root file system, as the machine sees it at `/`.
     pub root: PathBuf,
     nspawn: Option<Child>,
+    /// The cgroups it runs in ([`own_cgroups`]).
+    cgroups: Vec<PathBuf>,
     /// The machine's PID 1 (systemd), as the host numbers it.
     init: u32,
     /// Its console.
@@ -58,10 +108,9 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Copies the node image into `dir/<name>`, bakes the agent into it, gives it `name` as its
-    /// hostname, and boots it in node `i`'s namespace of `lan`. Returns once its PID 1 runs;
-    /// [`Self::wait_booted`] waits for the boot to finish.
-    pub fn boot(dir: &Path, name: &str, lan: &Lan, i: usize, bake: &Bake<'_>) -> Self {
+    /// Copies the node image into `dir/<name>` and bakes the agent into it, with `name` as its
+    /// hostname: the machine's disk, which the caller may change further before [`Self::boot`].
+    pub fn bake(dir: &Path, name: &str, bake: &Bake<'_>) -> PathBuf {
         let root = dir.join(name);
         let copied = Command::new("cp")
             .args(["-a", "--reflink=auto"])
@@ -87,8 +136,31 @@ impl Machine {
         let baked = baking.output().unwrap();
         assert!(baked.status.success(), "bake-image.sh: {baked:?}");
         std::fs::write(root.join("etc/hostname"), format!("{name}\n")).unwrap();
+        root
+    }
+
+    /// Boots the machine whose disk is `root` ([`Self::bake`]) in node `i`'s namespace of
+    /// `lan`, its console in `root`'s sibling `<name>.console`. Returns once its PID 1 runs;
+    /// [`Self::wait_booted`] waits for the boot to finish.
+    pub fn boot(root: &Path, lan: &Lan, i: usize) -> Self {
+        let name = root.file_name().unwrap().to_string_lossy().into_owned();
+        let root = root.to_owned();
+        let dir = root.parent().unwrap();
         let console = dir.join(format!("{name}.console"));
-        let nspawn = Command::new("systemd-nspawn")
+        let cgroups = own_cgroups(&name);
+        let nspawn = Command::new("sh")
+            .arg("-c")
+            .arg(r#"for d in $EXK8S_CGROUPS; do echo $$ > "$d/cgroup.procs"; done; exec "$@""#)
+            .arg("sh")
+            .env(
+                "EXK8S_CGROUPS",
+                cgroups
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+            .arg("systemd-nspawn")
             .args(["--quiet", "--register=no", "--keep-unit", "--boot"])
             .arg(format!("--machine={name}"))
             .arg("--directory")
@@ -111,10 +183,11 @@ impl Machine {
             .spawn()
             .expect("systemd-nspawn (Debian's systemd-container; scripts/test.sh installs it)");
         let mut machine = Self {
-            name: name.to_owned(),
+            name,
             root,
             init: 0,
             nspawn: Some(nspawn),
+            cgroups,
             console,
         };
         machine.init = machine.find_init();
@@ -204,10 +277,18 @@ impl Machine {
         let failed = String::from_utf8_lossy(&failed.stdout).into_owned();
         let mut report = failed.clone();
         for unit in failed.lines().filter_map(|l| l.split_whitespace().next()) {
-            let journal = self.run("journalctl", &["--no-pager", "-n", "20", "-u", unit]);
-            report.push_str(&String::from_utf8_lossy(&journal.stdout));
+            report.push_str(&self.journal(unit, 20));
         }
         report
+    }
+
+    /// The last `lines` lines of `unit`'s journal.
+    pub fn journal(&self, unit: &str, lines: usize) -> String {
+        let out = self.run(
+            "journalctl",
+            &["--no-pager", "-n", &lines.to_string(), "-u", unit],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `systemctl show` of `unit`'s `properties`, as `name=value` lines.
@@ -236,6 +317,7 @@ impl Machine {
             let status = nspawn.wait().unwrap();
             assert!(status.success(), "{} powered off with {status}", self.name);
         }
+        remove_cgroups(&self.cgroups);
     }
 }
 
@@ -250,5 +332,6 @@ impl Drop for Machine {
             let _ = nspawn.kill();
             let _ = nspawn.wait();
         }
+        remove_cgroups(&self.cgroups);
     }
 }

@@ -4,6 +4,11 @@
 //! boot succeeds. The agent's boot unit and sync timer are enabled; without `api_url` the boot
 //! unit is skipped, not failed; once an image names an API it cannot reach, the failed first
 //! boot waits to be tried again (`Restart=on-failure`), as systemd itself reports it.
+//!
+//! And a worker boots for real: the agent's boot unit runs `exk8s-agent run` at `/` against the
+//! dev stack, every host action performed — Debian's packages installed by `apt-get` from a
+//! local mirror (`scripts/node-packages.sh`), the kubelet downloaded as the artifact catalog
+//! pins it, containerd and the kubelet started by systemd — and the API sees it complete.
 
 #![allow(
     clippy::unwrap_used,
@@ -50,7 +55,7 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
             .enumerate()
             .map(|(i, name)| {
                 let (lan, bake) = (&lan, &bake);
-                s.spawn(move || Machine::boot(dir, name, lan, i, bake))
+                s.spawn(move || Machine::boot(&Machine::bake(dir, name, bake), lan, i))
             })
             .collect();
         booting.into_iter().map(|b| b.join().unwrap()).collect()
@@ -128,4 +133,202 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
     for machine in machines {
         machine.power_off();
     }
+}
+
+/// `python3 -m http.server` on the machine's loopback serving `dir`: the local mirror of what
+/// a VM downloads (Debian's packages, the Kubernetes release binaries).
+fn serve(dir: &Path) -> (exk8s_tests::procs::Proc, u16) {
+    let port = exk8s_tests::procs::free_port();
+    let server = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+        ])
+        .arg("--directory")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = exk8s_tests::procs::Proc(server);
+    exk8s_tests::procs::wait_until("the mirror", std::time::Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    (server, port)
+}
+
+/// A worker boots for real: the machine the API asked for runs `exk8s-agent run` from its boot
+/// unit at `/` — its bundle fetched with its instance identity, `apt-get` installing the
+/// prerequisites from a Debian mirror (the packages the node image lacks), the kubelet
+/// downloaded as the artifact catalog pins it, containerd and the kubelet enabled and started
+/// by systemd — and reports every phase to the API. Nothing is recorded; the bundle's
+/// containerd configuration survives Debian's containerd package, whose conffile it is.
+#[test]
+fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
+    use exk8s_tests::bins::{KUBERNETES_VERSION, kubernetes};
+    use exk8s_tests::cluster::{found, operator, trusted_keys as api_keys, view};
+    use serde_json::{Value, json};
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // The mirror: Debian's packages (scripts/node-packages.sh) and the release's kubelet laid
+    // out as dl.k8s.io lays it out.
+    let mirror = dir.join("mirror");
+    let release = mirror.join(format!("kubernetes/{KUBERNETES_VERSION}/bin/linux/amd64"));
+    std::fs::create_dir_all(&release).unwrap();
+    let kubelet = kubernetes("kubelet");
+    std::os::unix::fs::symlink(&kubelet, release.join("kubelet")).unwrap();
+    let packages = std::env::var_os("EXK8S_NODE_PACKAGES").unwrap_or_else(|| {
+        panic!(
+            "EXK8S_NODE_PACKAGES is not set: run `scripts/node-packages.sh` (scripts/test.sh does)"
+        )
+    });
+    std::os::unix::fs::symlink(packages, mirror.join("debian")).unwrap();
+    let (_mirror, mirror_port) = serve(&mirror);
+    let digest = exk8s_common::names::Sha256Digest::of(&std::fs::read(&kubelet).unwrap());
+    let catalog = dir.join("artifacts.toml");
+    std::fs::write(
+        &catalog,
+        format!(
+            "[[artifact]]\nname = \"kubelet\"\nversion = \"{KUBERNETES_VERSION}\"\n\
+             url = \"http://127.0.0.1:{mirror_port}/kubernetes/{KUBERNETES_VERSION}/bin/linux/amd64/kubelet\"\n\
+             sha256 = \"{digest}\"\n"
+        ),
+    )
+    .unwrap();
+
+    let stack = exk8s_tests::dev::start_dev(
+        &dir.join("dev"),
+        "10.239.0.0/24",
+        &dir.join("api.log"),
+        &["--artifact-catalog", catalog.to_str().unwrap()],
+    );
+    let founded = found(
+        &stack,
+        dir,
+        &json!({"control_plane_count": 1, "control_plane_image_id": 1,
+                "control_plane_instance_type": "dev.small", "subnet_id": 1}),
+    );
+    let cluster = founded.cluster;
+    let created: Value = operator(&stack, "POST", &format!("/clusters/{cluster}/node-pools"))
+        .send_json(
+            json!({"name": "blue", "count": 1, "instance_type": "dev.small",
+                          "image_id": 1, "subnet_id": 1}),
+        )
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert!(created["id"].is_i64(), "{created}");
+    let mut worker = None;
+    exk8s_tests::procs::wait_until(
+        "the pool's worker",
+        std::time::Duration::from_secs(60),
+        || {
+            worker = view(&stack, cluster)["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["role"] == "worker")
+                .map(|n| {
+                    (
+                        n["vm_id"].as_i64().unwrap(),
+                        n["private_ipv4"].as_str().unwrap().to_owned(),
+                    )
+                });
+            worker.is_some()
+        },
+    );
+    let (vm, ip) = worker.unwrap();
+
+    // The machine: on the cluster's LAN at the address the compute API gave the VM, the API
+    // and the mirror reached at the loopback addresses its configuration names.
+    let lan = Lan::new(&[&ip], 24, "");
+    let api_port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
+    let _api = lan.forward_loopback(0, api_port);
+    let _mirror_inside = lan.forward_loopback(0, mirror_port);
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "api_url = \"http://127.0.0.1:{api_port}\"\n\
+             imds_url = \"http://127.0.0.1:{api_port}/sim/imds/{vm}\"\ninsecure_http = true\n"
+        ),
+    )
+    .unwrap();
+    let keys = api_keys(&stack, dir);
+    let root = Machine::bake(
+        dir,
+        &format!("worker-{vm}"),
+        &Bake {
+            keys_dir: &keys,
+            config: Some(&config),
+        },
+    );
+    // The image's package source: the mirror, as a VM's is its cloud's (debootstrap wrote
+    // Debian's own into sources.list).
+    std::fs::write(
+        root.join("etc/apt/sources.list"),
+        format!("deb [trusted=yes] http://127.0.0.1:{mirror_port}/debian ./\n"),
+    )
+    .unwrap();
+    let machine = Machine::boot(&root, &lan, 0);
+    machine.wait_booted();
+
+    // The boot unit ran the agent to its end: its bundle applied, every phase reported.
+    exk8s_tests::procs::wait_until(
+        "the agent's first boot",
+        std::time::Duration::from_secs(300),
+        || {
+            let agent = machine.show("exk8s-agent.service", &["ActiveState", "Result"]);
+            assert!(
+                !agent.contains("Result=exit-code"),
+                "the agent failed: {}",
+                machine.journal("exk8s-agent.service", 40)
+            );
+            agent.contains("ActiveState=active")
+        },
+    );
+    let agent = machine.show("exk8s-agent.service", &["Result", "NRestarts"]);
+    assert_eq!(agent, "Result=success\nNRestarts=0", "{agent}");
+    assert!(root.join("var/lib/exk8s/bootstrap.done").is_file());
+    assert!(
+        !root.join("var/lib/exk8s/recorded-actions.log").exists(),
+        "nothing was recorded"
+    );
+    for package in ["containerd", "runc", "conntrack", "socat"] {
+        assert_eq!(
+            machine.ok("dpkg-query", &["-W", "-f=${Status}", package]),
+            "install ok installed",
+            "{package}"
+        );
+    }
+    let containerd = std::fs::read_to_string(root.join("etc/containerd/config.toml")).unwrap();
+    assert!(
+        containerd.contains("/etc/containerd/bridge-cni.conflist.tmpl"),
+        "the bundle's containerd configuration, not the package's: {containerd}"
+    );
+    assert_eq!(
+        machine.ok("systemctl", &["is-active", "containerd.service"]),
+        "active"
+    );
+    assert_eq!(
+        machine.ok("systemctl", &["is-enabled", "kubelet.service"]),
+        "enabled"
+    );
+    let installed =
+        std::fs::read(root.join(format!("opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubelet")))
+            .unwrap();
+    assert_eq!(exk8s_common::names::Sha256Digest::of(&installed), digest);
+    let node = view(&stack, cluster)["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == vm)
+        .cloned()
+        .unwrap();
+    assert_eq!(node["phase"], "complete", "{node}");
+    machine.power_off();
 }
