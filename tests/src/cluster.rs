@@ -290,19 +290,27 @@ impl Booted {
     }
 }
 
+/// Each of `founded`'s control-plane VMs booted by `exk8s-agent run` into
+/// `dir/<prefix>-<vm>`, in VM order; their roots.
+pub fn run_each(stack: &Stack, founded: &Founded, dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    founded
+        .vms
+        .iter()
+        .map(|vm| {
+            let root = dir.join(format!("{prefix}-{vm}"));
+            agent_ok(stack, founded, &root, *vm, "run");
+            root
+        })
+        .collect()
+}
+
 pub fn boot_three(dir: &Path, sim_cidr: &str) -> Booted {
     boot_three_with(dir, sim_cidr, &[])
 }
 
 /// [`boot_three`] with `extra` arguments for `exk8s-api dev`.
 pub fn boot_three_with(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Booted {
-    // Three agents from one address, seconds apart: more than a real node sends.
-    let mut args = vec![
-        "--bootstrap-rate-per-vm",
-        "600",
-        "--bootstrap-rate-per-source",
-        "6000",
-    ];
+    let mut args = crate::dev::MANY_AGENTS.to_vec();
     args.extend_from_slice(extra);
     let stack = crate::dev::start_dev(&dir.join("dev"), sim_cidr, &dir.join("api.log"), &args);
     let founded = found(
@@ -310,15 +318,7 @@ pub fn boot_three_with(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Booted {
         dir,
         &serde_json::json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
     );
-    let roots = founded
-        .vms
-        .iter()
-        .map(|vm| {
-            let root = dir.join(format!("vm-{vm}"));
-            agent_ok(&stack, &founded, &root, *vm, "run");
-            root
-        })
-        .collect();
+    let roots = run_each(&stack, &founded, dir, "vm");
     let endpoints = founded
         .vms
         .iter()

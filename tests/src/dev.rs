@@ -20,6 +20,15 @@ pub struct Stack {
     log: PathBuf,
 }
 
+/// `exk8s-api dev` arguments for a test's many agent runs from one address, seconds apart:
+/// more than a real node sends, so the bootstrap rate limits are raised out of the way.
+pub const MANY_AGENTS: [&str; 4] = [
+    "--bootstrap-rate-per-vm",
+    "600",
+    "--bootstrap-rate-per-source",
+    "6000",
+];
+
 impl Stack {
     /// The `exk8s` CLI run as an operator of this stack runs it: its URL and token from the
     /// environment, `home` as `HOME`, nothing else inherited but `PATH`.

@@ -160,6 +160,24 @@ fn spawn_member(root: &Path, local_port: u16) -> Proc {
     Proc(child)
 }
 
+/// `booted`'s three members started from their rendered units and all healthy, with `key`
+/// written (as `kept`) with the apiserver's etcd client identity: the start of a test that
+/// changes a running etcd cluster and reads its data after.
+pub fn three_with_key(booted: &crate::cluster::Booted, key: &str) -> EtcdCluster {
+    let etcd = EtcdCluster::start(&booted.roots);
+    wait_all_healthy(&booted.roots[0], &booted.endpoints, 3, "at the start");
+    let (client_cert, client_key) = crate::cluster::ETCD_CLIENT;
+    let (ok, out) = etcdctl(
+        &booted.roots[0],
+        &booted.endpoints,
+        client_cert,
+        client_key,
+        &["put", key, "kept"],
+    );
+    assert!(ok, "{out}");
+    etcd
+}
+
 /// etcdctl with TLS files from `root` (paths given as absolute node paths).
 pub fn etcdctl(
     root: &Path,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use exk8s_common::names::Sha256Digest;
 use exk8s_tests::cluster::{agent, found, view};
-use exk8s_tests::dev::{Stack, http, start_dev, start_postgres_serve};
+use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev, start_postgres_serve};
 use exk8s_tests::etcd::{EtcdCluster, etcdctl};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
@@ -433,12 +433,7 @@ fn boot_path_on_the_sqlite_dev_stack() {
         &dir.path().join("dev"),
         "127.0.11.0/24",
         &dir.path().join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-        ],
+        &MANY_AGENTS,
     );
     boot_path(stack, dir.path());
 }

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use exk8s_tests::cluster::{Founded, agent_ok, found, operator};
-use exk8s_tests::dev::{Stack, http, start_dev, start_postgres_serve};
+use exk8s_tests::cluster::{Founded, agent_ok, found, operator, run_each};
+use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev, start_postgres_serve};
 use exk8s_tests::procs::wait_until;
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
@@ -109,15 +109,7 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
         &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
     );
     let cluster = founded.cluster;
-    let cp_roots: Vec<PathBuf> = founded
-        .vms
-        .iter()
-        .map(|vm| {
-            let root = dir.join(format!("cp-{vm}"));
-            agent_ok(&stack, &founded, &root, *vm, "run");
-            root
-        })
-        .collect();
+    let cp_roots = run_each(&stack, &founded, dir, "cp");
 
     let created: Value = operator(&stack, "POST", &format!("/clusters/{cluster}/node-pools"))
         .set("Idempotency-Key", "e2e-pool")
@@ -262,12 +254,7 @@ fn a_pool_lives_and_goes_on_the_sqlite_dev_stack() {
         &dir.path().join("dev"),
         "127.0.17.0/24",
         &dir.path().join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-        ],
+        &MANY_AGENTS,
     );
     pool_lifecycle(stack, dir.path());
 }

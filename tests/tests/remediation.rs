@@ -25,8 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use exk8s_tests::cluster::{ETCD_CLIENT, Founded, agent_ok, found, operator, view};
-use exk8s_tests::dev::{Stack, http, start_dev_with_env, start_postgres_serve_with_env};
+use exk8s_tests::cluster::{ETCD_CLIENT, Founded, agent_ok, found, operator, run_each, view};
+use exk8s_tests::dev::{
+    MANY_AGENTS, Stack, http, start_dev_with_env, start_postgres_serve_with_env,
+};
 use exk8s_tests::etcd::{EtcdCluster, put_keys};
 use exk8s_tests::members::{
     HEALTHCHECK, agent_performing, check_members, control_plane, join_one, sampler, sim_vm_ids,
@@ -123,15 +125,7 @@ fn remediate_a_dead_member(stack: Stack, dir: &Path, clock: &Path, crash: bool) 
         &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
     );
     let cluster = founded.cluster;
-    let roots: Vec<_> = founded
-        .vms
-        .iter()
-        .map(|vm| {
-            let root = dir.join(format!("vm-{vm}"));
-            agent_ok(&stack, &founded, &root, *vm, "run");
-            root
-        })
-        .collect();
+    let roots = run_each(&stack, &founded, dir, "vm");
     let mut etcd = EtcdCluster::start(&roots);
     let all = voter_urls(&stack, cluster);
     etcd.wait_healthy(&all, HEALTHCHECK.0, HEALTHCHECK.1, Duration::from_secs(60));
@@ -246,14 +240,7 @@ fn a_dead_member_is_remediated_on_real_etcd_on_the_sqlite_dev_stack() {
         &dir.path().join("dev"),
         "127.0.27.0/24",
         &dir.path().join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-            "--reconcile-interval-secs",
-            "1",
-        ],
+        &[&MANY_AGENTS[..], &["--reconcile-interval-secs", "1"]].concat(),
         &[(CLOCK_HOOK, &clock_env)],
     );
     remediate_a_dead_member(stack, dir.path(), &clock, true);

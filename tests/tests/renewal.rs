@@ -16,7 +16,7 @@ use std::path::Path;
 use exk8s_tests::cluster::{
     Booted, ETCD_CLIENT, agent_ok, boot_three, keep_etcd_identity, operator, operator_kubeconfig,
 };
-use exk8s_tests::etcd::{EtcdCluster, etcdctl, wait_all_healthy};
+use exk8s_tests::etcd::{etcdctl, three_with_key, wait_all_healthy};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::Value;
 
@@ -29,23 +29,15 @@ fn file(root: &Path, name: &str) -> Vec<u8> {
 #[test]
 fn renewed_certificates_reach_real_etcd_one_member_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
+    let booted = boot_three(dir.path(), "127.0.15.0/24");
+    let mut etcd = three_with_key(&booted, "/renewal");
     let Booted {
         stack,
         founded,
         roots,
         endpoints,
-    } = boot_three(dir.path(), "127.0.15.0/24");
-    let mut etcd = EtcdCluster::start(&roots);
-    wait_all_healthy(&roots[0], &endpoints, 3, "before renewal");
+    } = booted;
     let (client_cert, client_key) = ETCD_CLIENT;
-    let (ok, out) = etcdctl(
-        &roots[0],
-        &endpoints,
-        client_cert,
-        client_key,
-        &["put", "/renewal", "kept"],
-    );
-    assert!(ok, "{out}");
 
     // A client that keeps the OLD healthcheck identity (and the etcd CA, which does not change).
     let old = keep_etcd_identity(&roots[0], &dir.path().join("old-client"));

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use exk8s_tests::cluster::{ETCD_CLIENT, agent_ok, found, operator};
-use exk8s_tests::dev::{Stack, start_dev, start_postgres_serve};
+use exk8s_tests::cluster::{ETCD_CLIENT, agent_ok, found, operator, run_each};
+use exk8s_tests::dev::{MANY_AGENTS, Stack, start_dev, start_postgres_serve};
 use exk8s_tests::etcd::{EtcdCluster, put_keys};
 use exk8s_tests::members::{
     HEALTHCHECK, agent_command, agent_performing, check_members, control_plane, join_one, members,
@@ -33,15 +33,7 @@ fn replace_a_dead_member(stack: Stack, dir: &Path) {
         dir,
         &json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
     );
-    let roots: Vec<_> = founded
-        .vms
-        .iter()
-        .map(|vm| {
-            let root = dir.join(format!("vm-{vm}"));
-            agent_ok(&stack, &founded, &root, *vm, "run");
-            root
-        })
-        .collect();
+    let roots = run_each(&stack, &founded, dir, "vm");
     let mut etcd = EtcdCluster::start(&roots);
     let all = voter_urls(&stack, founded.cluster);
     etcd.wait_healthy(&all, HEALTHCHECK.0, HEALTHCHECK.1, Duration::from_secs(60));
@@ -116,12 +108,7 @@ fn a_dead_member_is_replaced_on_real_etcd_on_the_sqlite_dev_stack() {
         &dir.path().join("dev"),
         "127.0.23.0/24",
         &dir.path().join("api.log"),
-        &[
-            "--bootstrap-rate-per-vm",
-            "600",
-            "--bootstrap-rate-per-source",
-            "6000",
-        ],
+        &MANY_AGENTS,
     );
     replace_a_dead_member(stack, dir.path());
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use exk8s_tests::cluster::{
     Booted, ETCD_CLIENT, agent_ok, boot_three, keep_etcd_identity, operator, view,
 };
-use exk8s_tests::etcd::{EtcdCluster, etcdctl, wait_all_healthy};
+use exk8s_tests::etcd::{etcdctl, three_with_key, wait_all_healthy};
 use serde_json::json;
 
 const PKI: &str = "etc/exk8s/pki";
@@ -33,23 +33,15 @@ fn etcd_files(root: &Path) -> Vec<Vec<u8>> {
 #[test]
 fn the_etcd_ca_rotates_without_a_member_ever_unhealthy() {
     let dir = tempfile::tempdir().unwrap();
+    let booted = boot_three(dir.path(), "127.0.16.0/24");
+    let mut etcd = three_with_key(&booted, "/rotation");
     let Booted {
         stack,
         founded,
         roots,
         endpoints,
-    } = boot_three(dir.path(), "127.0.16.0/24");
-    let mut etcd = EtcdCluster::start(&roots);
-    wait_all_healthy(&roots[0], &endpoints, 3, "before the rotation");
+    } = booted;
     let (client_cert, client_key) = ETCD_CLIENT;
-    let (ok, out) = etcdctl(
-        &roots[0],
-        &endpoints,
-        client_cert,
-        client_key,
-        &["put", "/rotation", "kept"],
-    );
-    assert!(ok, "{out}");
 
     // A client that keeps an identity signed by the OLD etcd CA.
     let old = keep_etcd_identity(&roots[0], &dir.path().join("old-client"));

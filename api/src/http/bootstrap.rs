@@ -93,16 +93,57 @@ pub(super) fn limit_vm(state: &AppState, vm: &issuance::Vm) -> Result<(), ApiErr
         .map_err(rate_limited)
 }
 
+/// What `GET /bootstrap/{vm_id}` answers, and its deprecated alias.
+#[derive(utoipa::IntoResponses)]
+#[allow(
+    dead_code,
+    reason = "the answers as the OpenAPI document describes them; the handler builds its own"
+)]
+enum BundleAnswers {
+    /// DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v2+json payload
+    #[response(status = 200)]
+    Envelope,
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    #[response(status = 410)]
+    Gone(ErrorBody),
+    #[response(status = 429)]
+    TooManyRequests(ErrorBody),
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// What `POST /bootstrap/{vm_id}/status` answers, and its deprecated alias.
+#[derive(utoipa::IntoResponses)]
+#[allow(
+    dead_code,
+    reason = "the answers as the OpenAPI document describes them; the handler builds its own"
+)]
+enum StatusAnswers {
+    /// recorded
+    #[response(status = 204)]
+    Recorded,
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    #[response(status = 429)]
+    TooManyRequests(ErrorBody),
+}
+
 /// The signed bundle for exactly this VM, whatever its role.
 #[utoipa::path(
     get, path = "/bootstrap/{vm_id}",
     params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
-    responses(
-        (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v2+json payload"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
-        (status = 503, body = ErrorBody),
-    ),
+    responses(BundleAnswers),
     security(("imds_token" = [], "bootstrap_token" = [])),
 )]
 pub async fn bundle(
@@ -116,15 +157,7 @@ pub async fn bundle(
     let deadline = state.config.bootstrap_deadline;
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let envelope = tokio::time::timeout(deadline, async {
-        let vm = match issuance::authenticate(&state.db, &headers, vm_id).await? {
-            Ok(vm) => vm,
-            Err(refusal) => {
-                return Err(issuance::refuse(&state.db, vm_id, refusal, &source)
-                    .await
-                    .into());
-            }
-        };
-        limit_vm(&state, &vm)?;
+        let vm = bootstrap_vm(&state, &headers, vm_id, &source).await?;
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let node_key = headers.get(NODE_KEY_HEADER).and_then(|v| v.to_str().ok());
         Ok::<_, ApiError>(issuance::issue(&state.issuer(), &vm, nonce, node_key, &source).await?)
@@ -143,11 +176,31 @@ pub async fn bundle(
     Ok(([(header::CONTENT_TYPE, "application/json")], envelope).into_response())
 }
 
+/// The VM a bootstrap request (IMDS and bootstrap tokens) proves to be, its own rate limit
+/// charged; a refusal is audited with the source address.
+async fn bootstrap_vm(
+    state: &AppState,
+    headers: &HeaderMap,
+    vm_id: i64,
+    source: &str,
+) -> Result<issuance::Vm, ApiError> {
+    let vm = match issuance::authenticate(&state.db, headers, vm_id).await? {
+        Ok(vm) => vm,
+        Err(refusal) => {
+            return Err(issuance::refuse(&state.db, vm_id, refusal, source)
+                .await
+                .into());
+        }
+    };
+    limit_vm(state, &vm)?;
+    Ok(vm)
+}
+
 /// A phase report from the VM's agent.
 #[utoipa::path(
     post, path = "/bootstrap/{vm_id}/status", request_body = StatusReport,
     params(("vm_id" = i64, Path)),
-    responses((status = 204, description = "recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    responses(StatusAnswers),
     security(("imds_token" = [], "bootstrap_token" = [])),
 )]
 pub async fn status(
@@ -159,15 +212,7 @@ pub async fn status(
 ) -> Result<StatusCode, ApiError> {
     limit_source(&state, peer.ip())?;
     let source = peer.ip().to_string();
-    let vm = match issuance::authenticate(&state.db, &headers, vm_id).await? {
-        Ok(vm) => vm,
-        Err(refusal) => {
-            return Err(issuance::refuse(&state.db, vm_id, refusal, &source)
-                .await
-                .into());
-        }
-    };
-    limit_vm(&state, &vm)?;
+    let vm = bootstrap_vm(&state, &headers, vm_id, &source).await?;
     crate::health::heartbeat(&state.db, &vm.node, state.clock.unix()).await?;
     issuance::report::record(&state.reporter(), &vm, &report.as_report()).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -178,12 +223,7 @@ pub async fn status(
 #[utoipa::path(
     get, path = "/bootstrap/control-plane/{vm_id}",
     params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
-    responses(
-        (status = 200, description = "DSSE envelope (application/json) around an application/vnd.exk8s.bundle.v2+json payload"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
-        (status = 503, body = ErrorBody),
-    ),
+    responses(BundleAnswers),
     security(("imds_token" = [], "bootstrap_token" = [])),
 )]
 #[deprecated = "an alias kept for agents baked before `GET /bootstrap/{vm_id}`"]
@@ -201,7 +241,7 @@ pub async fn bundle_alias(
 #[utoipa::path(
     post, path = "/bootstrap/control-plane/{vm_id}/status", request_body = StatusReport,
     params(("vm_id" = i64, Path)),
-    responses((status = 204, description = "recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    responses(StatusAnswers),
     security(("imds_token" = [], "bootstrap_token" = [])),
 )]
 #[deprecated = "an alias kept for agents baked before `POST /bootstrap/{vm_id}/status`"]

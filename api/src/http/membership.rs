@@ -13,12 +13,30 @@ use crate::app::AppState;
 use crate::membership;
 use exk8s_api_types::ScalingView;
 
+/// What removing or replacing a member answers.
+#[derive(utoipa::IntoResponses)]
+#[allow(
+    dead_code,
+    reason = "the answers as the OpenAPI document describes them; the handlers build their own"
+)]
+enum MemberAnswers {
+    #[response(status = 202)]
+    Accepted(ScalingView),
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    #[response(status = 409)]
+    Conflict(ErrorBody),
+    /// the Idempotency-Key was used with another request
+    #[response(status = 422)]
+    KeyReused(ErrorBody),
+}
+
 /// Removes one control-plane member — the oldest other member's agent drains it and removes
 /// it from etcd, then its VM goes. 409 when it is the only member or a majority would not hold.
 #[utoipa::path(
     delete, path = "/clusters/{id}/nodes/{vm_id}",
     params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
-    responses((status = 202, body = ScalingView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody, description = "the Idempotency-Key was used with another request")),
+    responses(MemberAnswers),
     security(("operator_token" = [])),
 )]
 pub async fn remove_member(
@@ -45,7 +63,7 @@ pub async fn remove_member(
 #[utoipa::path(
     post, path = "/clusters/{id}/nodes/{vm_id}/replace",
     params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
-    responses((status = 202, body = ScalingView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody, description = "the Idempotency-Key was used with another request")),
+    responses(MemberAnswers),
     security(("operator_token" = [])),
 )]
 pub async fn replace_member(
