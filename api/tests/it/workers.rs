@@ -106,7 +106,7 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     ] {
         assert!(!paths.contains(forbidden), "a worker got {forbidden}");
     }
-    assert_eq!(paths.len(), 9, "{paths:?}");
+    assert_eq!(paths.len(), 11, "{paths:?}");
     let text = |path: &str| {
         String::from_utf8(bundle.file(path).unwrap().content.as_bytes().to_vec()).unwrap()
     };
