@@ -293,10 +293,31 @@ impl Machine {
 
     /// `systemctl show` of `unit`'s `properties`, as `name=value` lines.
     pub fn show(&self, unit: &str, properties: &[&str]) -> String {
-        let mut args = vec!["show", unit];
+        self.try_show(unit, properties)
+            .unwrap_or_else(|e| panic!("{}: systemctl show {unit}: {e}", self.name))
+    }
+
+    /// Panics with the machine's console when its PID 1 has ended (the machine went down).
+    pub fn assert_up(&self) {
+        assert!(
+            Path::new(&format!("/proc/{}", self.init)).exists(),
+            "{} went down: {}",
+            self.name,
+            crate::control_plane::log_tail(&self.console, 40)
+        );
+    }
+
+    /// [`Self::show`], or why systemctl could not answer: for polls that run while packages
+    /// are installed, whose scripts may re-execute systemd (`daemon-reexec`), which leaves
+    /// its bus away for a moment ("Failed to connect to bus").
+    pub fn try_show(&self, unit: &str, properties: &[&str]) -> Result<String, String> {
         let asked = format!("--property={}", properties.join(","));
-        args.push(&asked);
-        self.ok("systemctl", &args)
+        let out = self.run("systemctl", &["show", unit, &asked]);
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+        }
     }
 
     /// Shuts the machine down through its systemd (`poweroff`) and waits for nspawn to end.

@@ -282,7 +282,12 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
         "the agent's first boot",
         std::time::Duration::from_secs(300),
         || {
-            let agent = machine.show("exk8s-agent.service", &["ActiveState", "Result"]);
+            let Ok(agent) = machine.try_show("exk8s-agent.service", &["ActiveState", "Result"])
+            else {
+                // systemd re-executing itself while a package is set up: asked again.
+                machine.assert_up();
+                return false;
+            };
             assert!(
                 !agent.contains("Result=exit-code"),
                 "the agent failed: {}",
