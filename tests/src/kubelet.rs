@@ -358,6 +358,15 @@ impl Runtime {
         }
         let unit =
             std::fs::read_to_string(self.root.join("etc/systemd/system/kubelet.service")).unwrap();
+        // systemd makes the unit's configuration directories (the kubelet's `--config-dir`)
+        // before it starts the kubelet.
+        for line in unit.lines() {
+            if let Some(dirs) = line.strip_prefix("ConfigurationDirectory=") {
+                for dir in dirs.split_whitespace() {
+                    std::fs::create_dir_all(self.root.join("etc").join(dir)).unwrap();
+                }
+            }
+        }
         let exec = exec_start(&unit);
         let release = exec[0]
             .strip_prefix("/opt/exk8s/kubernetes/")

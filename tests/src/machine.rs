@@ -11,7 +11,10 @@
 //! nspawn registers nothing with a machine manager (`--register=no --keep-unit`: the host's
 //! PID 1 is not systemd), so nothing gives each machine a cgroup of its own: [`own_cgroups`]
 //! does, in every hierarchy, before nspawn starts (two machines' systemd in one cgroup tree
-//! failed each other's units with `219/CGROUP`). Needs root, `systemd-nspawn` (Debian's `systemd-container`) and
+//! failed each other's units with `219/CGROUP`). What the kubelet and runc need of the host
+//! kernel is given at boot (every capability, session keyrings, `/dev/kmsg`, the cgroup v1
+//! controllers writable below the machine's cgroup); what this host lacks that a node has is
+//! changed in the image by [`host_rewrites`], in files of its own. Needs root, `systemd-nspawn` (Debian's `systemd-container`) and
 //! `nsenter`.
 
 use std::path::{Path, PathBuf};
@@ -63,6 +66,13 @@ fn own_cgroups(name: &str) -> Vec<PathBuf> {
                 .join(format!("exk8s-machine-{name}-{}", std::process::id()));
             std::fs::create_dir_all(&dir)
                 .unwrap_or_else(|e| panic!("making the cgroup {}: {e}", dir.display()));
+            if controllers == "cpuset" {
+                // A v1 cpuset takes no process before it has CPUs and memory nodes.
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let parent = std::fs::read_to_string(dir.parent().unwrap().join(file));
+                    std::fs::write(dir.join(file), parent.unwrap().trim()).unwrap();
+                }
+            }
             dir
         })
         .collect()
@@ -82,6 +92,55 @@ fn remove_cgroups(dirs: &[PathBuf]) {
     }
     for dir in dirs {
         remove(dir);
+    }
+}
+
+/// What this host's kernel makes a machine's image need that a VM's would not: each change
+/// made only when the host needs it, each in a file of the image named `exk8s-host-*`, none to
+/// a file the bundle writes (the agent would put it back).
+fn host_rewrites(root: &Path) {
+    let host = crate::kubelet::Machine::read();
+    if !host.cgroup_v2 {
+        // Kubernetes 1.35's kubelet refuses cgroup v1 unless told otherwise; the bundle's
+        // kubelet reads the image's drop-ins (`--config-dir`).
+        let dir = root.join("etc/kubernetes/kubelet.conf.d");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("90-exk8s-host-cgroup-v1.conf"),
+            "# exk8s test machine: this host is cgroup v1 (hybrid); nodes are cgroup v2.\n\
+             apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             failCgroupV1: false\n",
+        )
+        .unwrap();
+    }
+    if !host.sys_resource {
+        // Without CAP_SYS_RESOURCE nobody here may lower an `oom_score_adj` (runc sets the
+        // sandbox's -998): containerd runs from the bundle's configuration plus
+        // `restrict_oom_score_adj`, copied at each start.
+        let script = root.join("usr/local/libexec/exk8s-host-containerd-config");
+        std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+        std::fs::write(
+            &script,
+            r#"#!/bin/sh
+# exk8s test machine: no CAP_SYS_RESOURCE on this host.
+set -e
+sed '/^\[plugins."io.containerd.grpc.v1.cri"\]$/a\  restrict_oom_score_adj = true' \
+  /etc/containerd/config.toml > /run/exk8s-host-containerd.toml
+grep -q restrict_oom_score_adj /run/exk8s-host-containerd.toml
+"#,
+        )
+        .unwrap();
+        let executable =
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+        std::fs::set_permissions(&script, executable).unwrap();
+        let dropin = root.join("etc/systemd/system/containerd.service.d");
+        std::fs::create_dir_all(&dropin).unwrap();
+        std::fs::write(
+            dropin.join("90-exk8s-host.conf"),
+            "[Service]\nExecStartPre=/usr/local/libexec/exk8s-host-containerd-config\n\
+             ExecStart=\nExecStart=/usr/bin/containerd --config /run/exk8s-host-containerd.toml\n",
+        )
+        .unwrap();
     }
 }
 
@@ -136,6 +195,7 @@ impl Machine {
         let baked = baking.output().unwrap();
         assert!(baked.status.success(), "bake-image.sh: {baked:?}");
         std::fs::write(root.join("etc/hostname"), format!("{name}\n")).unwrap();
+        host_rewrites(&root);
         root
     }
 
@@ -161,7 +221,7 @@ impl Machine {
                     .join(" "),
             )
             .arg("systemd-nspawn")
-            .args(["--quiet", "--register=no", "--keep-unit", "--boot"])
+            .args(["--quiet", "--register=no", "--keep-unit"])
             .arg(format!("--machine={name}"))
             .arg("--directory")
             .arg(&root)
@@ -172,6 +232,21 @@ impl Machine {
             // The machine's own /etc/resolv.conf and clock zone, as on a VM.
             .args(["--resolv-conf=off", "--timezone=off", "--link-journal=no"])
             .arg("--console=read-only")
+            // What runc and the kubelet need of a machine, as a VM's kernel gives them: every
+            // capability, session keyrings (runc makes one per container), the kernel's log
+            // (the kubelet's OOM watcher).
+            .args(["--capability=all", "--system-call-filter=@keyring"])
+            .arg("--bind-ro=/dev/kmsg")
+            // systemd as PID 1 once the cgroup v1 controllers, which nspawn mounts read-only,
+            // are writable below the machine's own cgroup (runc makes the pods' cgroups
+            // there); nothing to do on cgroup v2, where nspawn delegates the machine's tree.
+            .args([
+                "/bin/sh",
+                "-c",
+                "for c in /sys/fs/cgroup/*/; do \
+                 ! mountpoint -q \"$c\" || mount -o remount,bind,rw \"$c\"; done; \
+                 exec /sbin/init",
+            ])
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&console).unwrap())
             .stderr(Stdio::from(

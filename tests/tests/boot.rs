@@ -323,6 +323,31 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
         machine.ok("systemctl", &["is-enabled", "kubelet.service"]),
         "enabled"
     );
+    // The kubelet runs under systemd on the machine's cgroups, with the systemd driver, and
+    // asks the cluster's API (which this dev stack only simulates) to register its node.
+    let node_name = view(&stack, cluster)["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == vm)
+        .map(|n| n["name"].as_str().unwrap().to_owned())
+        .unwrap();
+    let registering = format!("\"Attempting to register node\" node=\"{node_name}\"");
+    exk8s_tests::procs::wait_until(
+        "the kubelet registering its node",
+        std::time::Duration::from_secs(60),
+        || {
+            machine
+                .journal("kubelet.service", 200)
+                .contains(&registering)
+        },
+    );
+    let kubelet = machine.show("kubelet.service", &["ActiveState", "NRestarts"]);
+    assert!(
+        kubelet.contains("ActiveState=active") && kubelet.contains("NRestarts=0"),
+        "{kubelet}: {}",
+        machine.journal("kubelet.service", 40)
+    );
     let installed =
         std::fs::read(root.join(format!("opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubelet")))
             .unwrap();

@@ -67,6 +67,9 @@ pub(crate) struct KubeletUnit<'a> {
     pub node_ip: String,
     /// `key=value,…` for `--node-labels`; empty for none.
     pub node_labels: String,
+    /// `--config-dir` below `/etc`, which systemd makes before the kubelet starts
+    /// (`ConfigurationDirectory=`): the kubelet refuses a drop-in directory that is missing.
+    pub configuration_directory: &'a str,
 }
 template!(KubeletUnit => "kubelet.service");
 
@@ -221,6 +224,8 @@ pub(crate) struct Containerd<'a> {
     pub cni_bin_dir: &'a str,
     pub cni_conf_dir: &'a str,
     pub cni_template: &'a str,
+    /// The registry hosts directory (`config_path`).
+    pub registry_config_path: &'a str,
 }
 template!(Containerd => "containerd-config.toml");
 

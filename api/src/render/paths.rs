@@ -61,6 +61,12 @@ pub struct NodePaths {
     pub audit_log_dir: &'static str,
     pub containerd_socket: &'static str,
     pub cni_bin_dir: &'static str,
+    /// The kubelet's drop-in configuration (`--config-dir`): what the machine's image adds
+    /// to the bundle's `KubeletConfiguration`, merged over it in file-name order.
+    pub kubelet_config_dir: &'static str,
+    /// containerd's registry hosts (`config_path`): one `<registry>/hosts.toml` per mirrored
+    /// registry, as air-gapped images bake them.
+    pub containerd_registry_dir: &'static str,
     pub helm_binary: &'static str,
 }
 
@@ -126,6 +132,8 @@ pub const PATHS: NodePaths = NodePaths {
     audit_log_dir: "/var/log/kubernetes/audit",
     containerd_socket: "/run/containerd/containerd.sock",
     cni_bin_dir: "/usr/lib/cni",
+    kubelet_config_dir: "/etc/kubernetes/kubelet.conf.d",
+    containerd_registry_dir: "/etc/containerd/certs.d",
     helm_binary: "/usr/local/bin/helm",
 };
 

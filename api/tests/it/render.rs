@@ -200,6 +200,7 @@ fn node_owned(path: &str) -> bool {
         PATHS.etcd_data_dir,
         PATHS.audit_log_dir,
         PATHS.static_pod_dir,
+        PATHS.kubelet_config_dir,
     ]
     .iter()
     .any(|dir| path == *dir || path.starts_with(&format!("{dir}/")))
@@ -215,7 +216,20 @@ fn absolute_values(args: &[String]) -> Vec<&str> {
 
 #[test]
 fn every_path_a_unit_or_manifest_names_is_in_the_bundle() {
+    // systemd makes the kubelet's drop-in directory from ConfigurationDirectory=, which is
+    // relative to /etc.
+    assert!(PATHS.kubelet_config_dir.starts_with("/etc/"));
     for bundle in &real().bundles {
+        let kubelet = text(bundle, PATHS.kubelet_unit);
+        let made = format!(
+            "ConfigurationDirectory={}",
+            &PATHS.kubelet_config_dir["/etc/".len()..]
+        );
+        assert!(kubelet.lines().any(|l| l == made), "{made} in {kubelet}");
+        assert_eq!(
+            flag(&exec_start(kubelet), "config-dir"),
+            [PATHS.kubelet_config_dir]
+        );
         let exists = |path: &str| bundle.file(path).is_some() || node_owned(path);
         for unit in [PATHS.etcd_unit, PATHS.kubelet_unit] {
             let args = exec_start(text(bundle, unit));

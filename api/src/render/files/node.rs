@@ -74,6 +74,10 @@ pub(in crate::render) fn files(
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(","),
+            configuration_directory: p
+                .kubelet_config_dir
+                .strip_prefix("/etc/")
+                .unwrap_or(p.kubelet_config_dir),
         })?,
     );
     files.public(
@@ -102,6 +106,7 @@ pub(in crate::render) fn files(
             cni_bin_dir: p.cni_bin_dir,
             cni_conf_dir: "/etc/cni/net.d",
             cni_template: p.cni_template,
+            registry_config_path: p.containerd_registry_dir,
         })?,
     );
     files.public(p.sysctl_conf, render(&contexts::KernelParameters {})?);
