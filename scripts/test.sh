@@ -49,22 +49,25 @@ k8s_version=v1.35.3
 k8s_next=v1.36.3
 etcd_version=v3.6.10
 etcd_next=v3.6.14
-log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use and the registry booted machines pull from (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
     bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3"
+    bash scripts/s3-server.sh >"$k8s_log.s3" &&
+    bash scripts/node-registry.sh "$(sed -n 2p "$k8s_log.out")" >"$k8s_log.registry"
 } 2>"$k8s_log" &
 k8s_build=$!
 
-# The node image's root (Debian 12 with systemd), made by debootstrap, and the local mirror of
-# the Debian packages a node installs on it: once per machine.
+# The node image's root (Debian 12 with systemd), made by debootstrap, the local mirror of the
+# Debian packages a node installs on it, and the Go-built tools of its registry and helm (the
+# registry's images follow the Kubernetes binaries above): once per machine.
 log "the node image's root and its package mirror (in the background; built once per machine)"
 image_log=$(mktemp)
 {
   bash scripts/node-image.sh >"$image_log.out" &&
-    bash scripts/node-packages.sh "$(cat "$image_log.out")" >"$image_log.packages"
+    bash scripts/node-packages.sh "$(cat "$image_log.out")" >"$image_log.packages" &&
+    bash scripts/node-registry.sh --tools
 } 2>"$image_log" &
 image_build=$!
 
@@ -103,19 +106,23 @@ if ! wait "$k8s_build"; then
   echo "building Kubernetes, etcd or the S3 server failed (above)" >&2
   exit 1
 fi
-grep -E '^==> (k8s-binaries|s3-server)' "$k8s_log" >&2 || true
+grep -E '^==> (k8s-binaries|s3-server|node-registry)' "$k8s_log" >&2 || true
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
 EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
+EXK8S_NODE_REGISTRY=$(sed -n 1p "$k8s_log.registry")
+EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p "$k8s_log.registry")
+EXK8S_NODE_HELM=$(sed -n 3p "$k8s_log.registry")
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER \
+  EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
 if ! wait "$image_build"; then
   cat "$image_log" >&2
   echo "building the node image failed (above)" >&2
   exit 1
 fi
-grep -E '^==> node-(image|packages)' "$image_log" >&2 || true
+grep -E '^==> node-(image|packages|registry)' "$image_log" >&2 || true
 EXK8S_NODE_IMAGE=$(cat "$image_log.out")
 EXK8S_NODE_PACKAGES=$(cat "$image_log.packages")
 export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES

@@ -19,6 +19,7 @@
 use std::path::Path;
 
 use exk8s_tests::machine::{Bake, Machine};
+use exk8s_tests::mirror::Mirror;
 use exk8s_tests::netns::Lan;
 use exk8s_tests::procs::binary;
 
@@ -135,31 +136,6 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
     }
 }
 
-/// `python3 -m http.server` on the machine's loopback serving `dir`: the local mirror of what
-/// a VM downloads (Debian's packages, the Kubernetes release binaries).
-fn serve(dir: &Path) -> (exk8s_tests::procs::Proc, u16) {
-    let port = exk8s_tests::procs::free_port();
-    let server = std::process::Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            "--bind",
-            "127.0.0.1",
-            &port.to_string(),
-        ])
-        .arg("--directory")
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = exk8s_tests::procs::Proc(server);
-    exk8s_tests::procs::wait_until("the mirror", std::time::Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    (server, port)
-}
-
 /// A worker boots for real: the machine the API asked for runs `exk8s-agent run` from its boot
 /// unit at `/` — its bundle fetched with its instance identity, `apt-get` installing the
 /// prerequisites from a Debian mirror (the packages the node image lacks), the kubelet
@@ -174,31 +150,13 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
 
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    // The mirror: Debian's packages (scripts/node-packages.sh) and the release's kubelet laid
-    // out as dl.k8s.io lays it out.
-    let mirror = dir.join("mirror");
-    let release = mirror.join(format!("kubernetes/{KUBERNETES_VERSION}/bin/linux/amd64"));
-    std::fs::create_dir_all(&release).unwrap();
-    let kubelet = kubernetes("kubelet");
-    std::os::unix::fs::symlink(&kubelet, release.join("kubelet")).unwrap();
-    let packages = std::env::var_os("EXK8S_NODE_PACKAGES").unwrap_or_else(|| {
-        panic!(
-            "EXK8S_NODE_PACKAGES is not set: run `scripts/node-packages.sh` (scripts/test.sh does)"
-        )
-    });
-    std::os::unix::fs::symlink(packages, mirror.join("debian")).unwrap();
-    let (_mirror, mirror_port) = serve(&mirror);
-    let digest = exk8s_common::names::Sha256Digest::of(&std::fs::read(&kubelet).unwrap());
+    // The mirror: Debian's packages and the release's kubelet, pinned by the catalog.
+    let mirror = Mirror::serve(&dir.join("mirror"), false);
+    let mirror_port = mirror.port;
     let catalog = dir.join("artifacts.toml");
-    std::fs::write(
-        &catalog,
-        format!(
-            "[[artifact]]\nname = \"kubelet\"\nversion = \"{KUBERNETES_VERSION}\"\n\
-             url = \"http://127.0.0.1:{mirror_port}/kubernetes/{KUBERNETES_VERSION}/bin/linux/amd64/kubelet\"\n\
-             sha256 = \"{digest}\"\n"
-        ),
-    )
-    .unwrap();
+    mirror.catalog(&catalog);
+    let digest =
+        exk8s_common::names::Sha256Digest::of(&std::fs::read(kubernetes("kubelet")).unwrap());
 
     let stack = exk8s_tests::dev::start_dev(
         &dir.join("dev"),
@@ -269,11 +227,7 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     );
     // The image's package source: the mirror, as a VM's is its cloud's (debootstrap wrote
     // Debian's own into sources.list).
-    std::fs::write(
-        root.join("etc/apt/sources.list"),
-        format!("deb [trusted=yes] http://127.0.0.1:{mirror_port}/debian ./\n"),
-    )
-    .unwrap();
+    std::fs::write(root.join("etc/apt/sources.list"), mirror.apt_source()).unwrap();
     let machine = Machine::boot(&root, &lan, 0);
     machine.wait_booted();
 

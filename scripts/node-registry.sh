@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# scripts/node-registry.sh K8S_BIN_DIR [PAUSE_VERSION]
+# scripts/node-registry.sh --tools
+#
+# Builds, once per machine and release, what a booted machine downloads besides Debian's
+# packages and the Kubernetes and etcd binaries (scripts/k8s-binaries.sh):
+# - the registry it pulls its control plane's images from, as an air-gapped cluster pulls from
+#   its own mirror of registry.k8s.io: a real registry (distribution's `registry`, built from its
+#   Go module) whose storage holds the images a control-plane node's static pods and
+#   containerd's sandbox name — kube-apiserver, kube-controller-manager, kube-scheduler:<release>
+#   from the Go-built binaries in K8S_BIN_DIR, and pause:<PAUSE_VERSION> from
+#   tests/tools/pause.c — each a linux/amd64 image of one layer with the binary in
+#   /usr/local/bin, pushed by `crane` (go-containerregistry, built from its Go module);
+# - helm, at the version the renderer pins (api/src/render/input.rs), from its Go module.
+# Go and these tools are test tools: nothing built here ships.
+#
+# Output, on stdout: the registry's binary, its storage directory and helm, one per line (serve
+# the storage with `registry serve` and a configuration naming it; tests/src/registry.rs does).
+# With --tools, only the tools are built (nothing printed): what needs no Kubernetes binaries,
+# started early. Everything else goes to stderr. Idempotent (a finished build leaves a stamp)
+# and safe when several callers ask at once (flock). Needs go, cc (static libc) and python3.
+set -euo pipefail
+
+bin_dir=${1:?usage: node-registry.sh K8S_BIN_DIR [PAUSE_VERSION] | --tools}
+pause_version=${2:-3.10}
+cache=${EXK8S_K8S_CACHE:-/var/cache/exk8s/k8s}
+registry_version=v3.0.0
+crane_version=v0.22.1
+helm_version=v3.19.2
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+log() { printf '==> node-registry: %s\n' "$*" >&2; }
+die() { printf 'node-registry: %s\n' "$*" >&2; exit 1; }
+
+command -v go >/dev/null || die "go is not installed (the registry and crane build from their Go modules)"
+command -v cc >/dev/null || die "cc is not installed (gcc and libc6-dev build the pause binary)"
+mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
+
+# with_lock DIR FUNCTION: runs FUNCTION once per DIR, under an exclusive lock, unless DIR/.done.
+with_lock() {
+  local dir=$1 fn=$2
+  exec {fd}>"$dir.lock"
+  flock "$fd"
+  if [ -f "$dir/.done" ]; then
+    log "$(basename "$dir"): cached in $dir"
+  else
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    local started=$SECONDS
+    "$fn" "$dir"
+    touch "$dir/.done"
+    log "$(basename "$dir"): made in $((SECONDS - started)) s in $dir"
+  fi
+  flock -u "$fd"
+  exec {fd}>&-
+}
+
+tools=$cache/node-tools-$registry_version-$crane_version-$helm_version
+build_tools() {
+  local dir=$1
+  log "building distribution's registry $registry_version, crane $crane_version and helm $helm_version"
+  local module
+  for module in "github.com/distribution/distribution/v3/cmd/registry@$registry_version" \
+    "github.com/google/go-containerregistry/cmd/crane@$crane_version"; do
+    CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOBIN=$dir/bin go install "$module"
+  done
+  CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOBIN=$dir/bin go install \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+    "helm.sh/helm/v3/cmd/helm@$helm_version"
+  local out
+  out=$("$dir/bin/helm" version --template '{{.Version}}')
+  [ "$out" = "$helm_version" ] || die "helm version says '$out', not $helm_version"
+}
+with_lock "$tools" build_tools
+[ "$bin_dir" != --tools ] || exit 0
+
+[ -x "$bin_dir/kube-apiserver" ] || die "$bin_dir holds no kube-apiserver (run scripts/k8s-binaries.sh)"
+release=$("$bin_dir/kube-apiserver" --version | awk '{print $2}')
+[[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "kube-apiserver --version says '$release'"
+[[ $pause_version =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || die "the pause version must look like 3.10, got '$pause_version'"
+
+# The storage depends on the binaries, the pause source and this script.
+digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$bin_dir"/kube-apiserver \
+  "$bin_dir"/kube-controller-manager "$bin_dir"/kube-scheduler; echo "$pause_version") |
+  sha256sum | cut -c1-12)
+store=$cache/registry-$release-$digest
+fill_store() {
+  local dir=$1 work=$1.work port
+  rm -rf "$work"
+  mkdir -p "$work"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat >"$work/config.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+http:
+  addr: 127.0.0.1:$port
+EOF
+  "$tools/bin/registry" serve "$work/config.yml" >"$work/registry.log" 2>&1 &
+  registry_pid=$!
+  trap 'kill "$registry_pid" 2>/dev/null || true' EXIT
+  local tries=0
+  until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; do
+    tries=$((tries + 1))
+    [ $tries -lt 100 ] || die "the registry never listened: $(tail -n 5 "$work/registry.log")"
+    sleep 0.1
+  done
+  # image NAME:TAG FILE: FILE as /usr/local/bin/<its name>, the image's entrypoint.
+  image() {
+    local ref=127.0.0.1:$port/$1 file=$2 layer
+    layer=$work/layer-$(basename "$2")
+    mkdir -p "$layer/usr/local/bin"
+    cp "$file" "$layer/usr/local/bin/"
+    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layer" -cf "$layer.tar" usr
+    "$tools/bin/crane" append --insecure -f "$layer.tar" -t "$ref" >/dev/null 2>>"$work/crane.log"
+    "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" \
+      --set-platform linux/amd64 --entrypoint "/usr/local/bin/$(basename "$file")" \
+      --env PATH=/usr/local/bin:/usr/bin:/bin >/dev/null 2>>"$work/crane.log"
+    log "  $1"
+  }
+  cc -Os -static -o "$work/pause" "$root/tests/tools/pause.c"
+  image "pause:$pause_version" "$work/pause"
+  local component
+  for component in kube-apiserver kube-controller-manager kube-scheduler; do
+    image "$component:$release" "$bin_dir/$component"
+  done
+  kill "$registry_pid"
+  wait "$registry_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+with_lock "$store" fill_store
+
+echo "$tools/bin/registry"
+echo "$store/data"
+echo "$tools/bin/helm"

@@ -1,0 +1,76 @@
+//! The registry booted machines pull their control plane's images from, as an air-gapped
+//! cluster pulls from its own mirror of `registry.k8s.io`: distribution's `registry`, serving
+//! read-only the storage `scripts/node-registry.sh` filled once per machine (pause and the
+//! control plane's images of the release, built from the Go-built binaries). `scripts/test.sh`
+//! exports where both are (`EXK8S_NODE_REGISTRY`, `EXK8S_NODE_REGISTRY_STORE`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::procs::{Proc, free_port, wait_until};
+
+/// A running registry on the machine's loopback.
+pub struct Registry {
+    pub port: u16,
+    _server: Proc,
+}
+
+fn env_path(name: &str) -> PathBuf {
+    let path = std::env::var_os(name)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!("{name} is not set: run `scripts/node-registry.sh` (scripts/test.sh does)")
+        });
+    assert!(path.exists(), "{name}: {} is missing", path.display());
+    path
+}
+
+impl Registry {
+    /// Serves the node registry's storage on `127.0.0.1:<free port>`, its configuration and
+    /// log in `dir`.
+    pub fn serve(dir: &Path) -> Self {
+        let binary = env_path("EXK8S_NODE_REGISTRY");
+        let store = env_path("EXK8S_NODE_REGISTRY_STORE");
+        let port = free_port();
+        let config = dir.join("registry.yml");
+        // Read-only: a test never changes the cached images.
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    \
+                 rootdirectory: {}\n  maintenance:\n    readonly:\n      enabled: true\n\
+                 http:\n  addr: 127.0.0.1:{port}\n",
+                store.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
+        let server = Command::new(binary)
+            .arg("serve")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let server = Proc(server);
+        wait_until("the node registry", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Self {
+            port,
+            _server: server,
+        }
+    }
+
+    /// containerd's `hosts.toml` that makes this registry, reached at `127.0.0.1:port` from
+    /// inside a machine, the mirror of `registry.k8s.io`.
+    pub fn hosts_toml(&self) -> String {
+        format!(
+            "server = \"https://registry.k8s.io\"\n\n[host.\"http://127.0.0.1:{}\"]\n  \
+             capabilities = [\"pull\", \"resolve\"]\n",
+            self.port
+        )
+    }
+}
