@@ -97,7 +97,17 @@ impl Lan {
     /// Rewrites node `i`'s `/etc/hosts` in place (the same file, so processes already running
     /// there see it too): `localhost`, then `hosts`.
     pub fn set_hosts(&self, i: usize, hosts: &str) {
-        std::fs::write(self.hosts_file(i), format!("127.0.0.1 localhost\n{hosts}")).unwrap();
+        // Overwritten by one write and then cut to length, never truncated first: a resolver
+        // reading it meanwhile must not find it empty (and ask a DNS server there is none of).
+        let content = format!("127.0.0.1 localhost\n{hosts}");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.hosts_file(i))
+            .unwrap();
+        std::io::Write::write_all(&mut file, content.as_bytes()).unwrap();
+        file.set_len(content.len() as u64).unwrap();
     }
 
     /// A TCP listener on `127.0.0.1:port` inside node `i`'s namespace that forwards each
