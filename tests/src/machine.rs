@@ -100,13 +100,26 @@ fn remove_cgroups(dirs: &[PathBuf]) {
 /// a file the bundle writes (the agent would put it back).
 fn host_rewrites(root: &Path) {
     let host = crate::kubelet::Machine::read();
+    let kubelet_dropins = root.join("etc/kubernetes/kubelet.conf.d");
+    std::fs::create_dir_all(&kubelet_dropins).unwrap();
+    // containerd's image filesystem is a directory of the host's disk, which the kubelet's
+    // cAdvisor cannot measure inside a container ("invalid capacity 0 on image filesystem"):
+    // its signals would read as no space left and taint the node with disk pressure, so they
+    // are off (0%). The node's own file system is the host's disk, shared with the build and
+    // every other machine: its free share says nothing about a node's, hence 1 %.
+    std::fs::write(
+        kubelet_dropins.join("90-exk8s-host-disk.conf"),
+        "# exk8s test machine: a directory of the host's disk, shared.\n\
+         apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1%\n  \
+         nodefs.inodesFree: 1%\n  imagefs.available: 0%\n  imagefs.inodesFree: 0%\n",
+    )
+    .unwrap();
     if !host.cgroup_v2 {
         // Kubernetes 1.35's kubelet refuses cgroup v1 unless told otherwise; the bundle's
         // kubelet reads the image's drop-ins (`--config-dir`).
-        let dir = root.join("etc/kubernetes/kubelet.conf.d");
-        std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
-            dir.join("90-exk8s-host-cgroup-v1.conf"),
+            kubelet_dropins.join("90-exk8s-host-cgroup-v1.conf"),
             "# exk8s test machine: this host is cgroup v1 (hybrid); nodes are cgroup v2.\n\
              apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              failCgroupV1: false\n",

@@ -153,5 +153,25 @@ fn a_control_plane_boots_and_runs_its_components_as_containers() {
         let line = format!("{component}-{node_name}=Running");
         assert!(phases.lines().any(|l| l == line), "{line} in {phases}");
     }
+    // No pressure, and none ever (the kubelet's eviction manager has run a few times since
+    // the node registered: the addons step alone retries for 20 s).
+    let pressures = kubectl(&[
+        "get",
+        "nodes",
+        "-o",
+        r#"jsonpath={range .items[*].status.conditions[*]}{.type}={.status}{"\n"}{end}"#,
+    ]);
+    for pressure in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        let line = format!("{pressure}=False");
+        assert!(
+            pressures.lines().any(|l| l == line),
+            "{line} in {pressures}"
+        );
+    }
+    let kubelet = machine.journal("kubelet.service", 5000);
+    assert!(
+        !kubelet.contains("Eviction manager: attempting to reclaim"),
+        "the kubelet found pressure: {kubelet}"
+    );
     machine.power_off();
 }
