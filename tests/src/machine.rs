@@ -430,6 +430,14 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// Pulls the machine's power: every process of it ends at once (its PID 1 killed), the
+    /// containers of its pods too (their PID namespaces are nested in its one).
+    pub fn pull_the_plug(self) {
+        drop(self);
+    }
+}
+
 impl Drop for Machine {
     fn drop(&mut self) {
         // A test that failed midway: its PID 1 killed ends every process of the machine
@@ -441,6 +449,13 @@ impl Drop for Machine {
             let _ = nspawn.kill();
             let _ = nspawn.wait();
         }
-        remove_cgroups(&self.cgroups);
+        // Killed processes leave their cgroups a moment after they are reaped.
+        for _ in 0..100 {
+            remove_cgroups(&self.cgroups);
+            if self.cgroups.iter().all(|d| !d.exists()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }

@@ -173,5 +173,8 @@ fn a_control_plane_boots_and_runs_its_components_as_containers() {
         !kubelet.contains("Eviction manager: attempting to reclaim"),
         "the kubelet found pressure: {kubelet}"
     );
-    machine.power_off();
+    // Not `power_off`: at shutdown two of the pods' scopes wait out systemd's 90 s stop
+    // timeout here (each stops in milliseconds on its own; to be understood with the reboot
+    // scenario), and this test is about the boot.
+    machine.pull_the_plug();
 }
