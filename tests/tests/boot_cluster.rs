@@ -1,12 +1,13 @@
-//! A control plane boots for real: the machine the compute API made for a one-node cluster boots
-//! the node image under systemd, and its agent's boot unit runs `exk8s-agent run` at `/` — etcd
-//! installed from its release tarball and started by systemd, the kubelet starting
-//! kube-apiserver, kube-controller-manager and kube-scheduler as containers from the images the
-//! static pods name, pulled through the image's mirror of registry.k8s.io (a real registry,
-//! `tests/src/registry.rs`), the node registered and Ready, the bootstrap RBAC applied by the
-//! agent's kubectl. The addons step runs as the agent runs it and fails here for the one reason
-//! these machines impose: Cilium's chart lives at quay.io, which nothing here reaches; the
-//! failure is reported to the API and systemd tries the boot again.
+//! A cluster boots for real: the machines the compute API made for a one-node control plane and
+//! a pool of one worker boot the node image at once under systemd, and each agent's boot unit
+//! runs `exk8s-agent run` at `/`. On the control plane etcd is installed from its release
+//! tarball and started by systemd, the kubelet starts kube-apiserver, kube-controller-manager
+//! and kube-scheduler as containers of the images the static pods name, pulled through the
+//! image's mirror of registry.k8s.io (a real registry, `tests/src/registry.rs`), and the agent's
+//! kubectl applies the bootstrap RBAC; the worker's kubelet registers with it; both nodes are
+//! Ready and under no pressure. The addons step runs as the agent runs it and fails here for the
+//! one reason these machines impose: Cilium's chart lives at quay.io, which nothing here
+//! reaches; the failure is reported to the API and systemd tries the boot again.
 
 #![allow(
     clippy::unwrap_used,
@@ -17,15 +18,59 @@
 use std::time::Duration;
 
 use exk8s_tests::bins::KUBERNETES_VERSION;
-use exk8s_tests::cluster::{found, trusted_keys, view};
+use exk8s_tests::cluster::{found, operator, trusted_keys, view};
 use exk8s_tests::machine::{Bake, Machine};
 use exk8s_tests::mirror::Mirror;
 use exk8s_tests::netns::Lan;
 use exk8s_tests::registry::Registry;
 use serde_json::json;
 
+/// What every machine's image carries: the agent configured for the dev stack and its VM, the
+/// package mirror, the registry mirror, and the control plane's name as the cloud's DNS
+/// answers it.
+struct Image<'a> {
+    dir: &'a std::path::Path,
+    keys: &'a std::path::Path,
+    api_port: u16,
+    apt_source: String,
+    registry_hosts: String,
+    hosts: String,
+}
+
+impl Image<'_> {
+    /// VM `vm`'s disk, `dir/<prefix>-<vm>`.
+    fn bake(&self, vm: i64, prefix: &str) -> std::path::PathBuf {
+        let name = format!("{prefix}-{vm}");
+        let config = self.dir.join(format!("{name}.toml"));
+        let api = format!("http://127.0.0.1:{}", self.api_port);
+        std::fs::write(
+            &config,
+            format!(
+                "api_url = \"{api}\"\nimds_url = \"{api}/sim/imds/{vm}\"\ninsecure_http = true\n"
+            ),
+        )
+        .unwrap();
+        let root = Machine::bake(
+            self.dir,
+            &name,
+            &Bake {
+                keys_dir: self.keys,
+                config: Some(&config),
+            },
+        );
+        std::fs::write(root.join("etc/apt/sources.list"), &self.apt_source).unwrap();
+        let hosts_dir = root.join("etc/containerd/certs.d/registry.k8s.io");
+        std::fs::create_dir_all(&hosts_dir).unwrap();
+        std::fs::write(hosts_dir.join("hosts.toml"), &self.registry_hosts).unwrap();
+        let mut hosts = std::fs::read_to_string(root.join("etc/hosts")).unwrap_or_default();
+        hosts += &self.hosts;
+        std::fs::write(root.join("etc/hosts"), hosts).unwrap();
+        root
+    }
+}
+
 #[test]
-fn a_control_plane_boots_and_runs_its_components_as_containers() {
+fn a_control_plane_and_a_worker_boot_and_run_their_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let mirror = Mirror::serve(&dir.join("mirror"), true);
@@ -48,40 +93,62 @@ fn a_control_plane_boots_and_runs_its_components_as_containers() {
     let vm = founded.vms[0];
     let ip = founded.ip_of[&vm].clone();
     let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
-
-    let lan = Lan::new(&[&ip], 24, "");
-    let api_port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
-    let _forwards = [api_port, mirror.port, registry.port].map(|p| lan.forward_loopback(0, p));
-    let config = dir.join("agent.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "api_url = \"http://127.0.0.1:{api_port}\"\n\
-             imds_url = \"http://127.0.0.1:{api_port}/sim/imds/{vm}\"\ninsecure_http = true\n"
-        ),
+    // A pool of one worker, asked for at once: its machine boots beside the control plane's.
+    let pool = operator(
+        &stack,
+        "POST",
+        &format!("/clusters/{}/node-pools", founded.cluster),
     )
-    .unwrap();
-    let keys = trusted_keys(&stack, dir);
-    let root = Machine::bake(
-        dir,
-        &format!("cp-{vm}"),
-        &Bake {
-            keys_dir: &keys,
-            config: Some(&config),
-        },
+    .send_json(
+        json!({"name": "blue", "count": 1, "instance_type": "dev.small",
+                          "image_id": 1, "subnet_id": 1}),
     );
-    // What the image carries for its network: the package mirror, the registry mirror, and
-    // the control plane's name as the cloud's DNS answers it.
-    std::fs::write(root.join("etc/apt/sources.list"), mirror.apt_source()).unwrap();
-    let hosts_dir = root.join("etc/containerd/certs.d/registry.k8s.io");
-    std::fs::create_dir_all(&hosts_dir).unwrap();
-    std::fs::write(hosts_dir.join("hosts.toml"), registry.hosts_toml()).unwrap();
-    let mut hosts = std::fs::read_to_string(root.join("etc/hosts")).unwrap_or_default();
-    hosts += &format!("{ip} {dns_name}\n");
-    std::fs::write(root.join("etc/hosts"), hosts).unwrap();
+    assert!(pool.is_ok(), "{pool:?}");
+    let mut worker = None;
+    exk8s_tests::procs::wait_until("the pool's worker", Duration::from_secs(60), || {
+        worker = view(&stack, founded.cluster)["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["role"] == "worker" && n["private_ipv4"].is_string())
+            .map(|n| {
+                (
+                    n["vm_id"].as_i64().unwrap(),
+                    n["private_ipv4"].as_str().unwrap().to_owned(),
+                )
+            });
+        worker.is_some()
+    });
+    let (worker_vm, worker_ip) = worker.unwrap();
 
-    let machine = Machine::boot(&root, &lan, 0);
+    let lan = Lan::new(&[&ip, &worker_ip], 24, "");
+    let api_port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
+    let _forwards: Vec<_> = [0, 1]
+        .into_iter()
+        .flat_map(|i| [api_port, mirror.port, registry.port].map(|p| lan.forward_loopback(i, p)))
+        .collect();
+    let keys = trusted_keys(&stack, dir);
+    let image = Image {
+        dir,
+        keys: &keys,
+        api_port,
+        apt_source: mirror.apt_source(),
+        registry_hosts: registry.hosts_toml(),
+        hosts: format!("{ip} {dns_name}\n"),
+    };
+    let (root, worker_root) = (image.bake(vm, "cp"), image.bake(worker_vm, "worker"));
+    let (machine, worker) = std::thread::scope(|s| {
+        let lan = &lan;
+        let booting = [&root, &worker_root]
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| s.spawn(move || Machine::boot(r, lan, i)))
+            .collect::<Vec<_>>();
+        let mut booted = booting.into_iter().map(|b| b.join().unwrap());
+        (booted.next().unwrap(), booted.next().unwrap())
+    });
     machine.wait_booted();
+    worker.wait_booted();
     // Everything up to the addons runs; Cilium's chart is at quay.io, which no machine here
     // reaches: the addons phase fails, says why, is reported, and the boot is tried again.
     let failed = "phase addons: failed";
@@ -101,7 +168,13 @@ fn a_control_plane_boots_and_runs_its_components_as_containers() {
     }
     let agent = machine.show("exk8s-agent.service", &["ActiveState"]);
     assert_eq!(agent, "ActiveState=activating", "tried again: {agent}");
-    let node = &view(&stack, founded.cluster)["nodes"][0];
+    let nodes = view(&stack, founded.cluster)["nodes"].clone();
+    let node = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == vm)
+        .unwrap();
     assert_eq!(node["phase"], "addons:failed", "{node}");
     assert!(
         !root.join("var/lib/exk8s/recorded-actions.log").exists(),
@@ -132,9 +205,36 @@ fn a_control_plane_boots_and_runs_its_components_as_containers() {
         all.extend_from_slice(args);
         machine.ok(&kubectl, &all)
     };
-    let ready = r#"{.items[*].status.conditions[?(@.type=="Ready")].status}"#;
-    exk8s_tests::procs::wait_until("the node Ready", Duration::from_secs(120), || {
-        kubectl(&["get", "nodes", "-o", &format!("jsonpath={ready}")]) == "True"
+    // The worker's agent completes once its kubelet registered with the control plane; both
+    // nodes are Ready (the bridge network containerd makes from each node's pod CIDR).
+    exk8s_tests::procs::wait_until("the worker's first boot", Duration::from_secs(300), || {
+        worker.assert_up();
+        view(&stack, founded.cluster)["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["vm_id"] == worker_vm && n["phase"] == "complete")
+    });
+    let agent = worker.show("exk8s-agent.service", &["Result", "NRestarts"]);
+    assert_eq!(agent, "Result=success\nNRestarts=0", "{agent}");
+    let worker_name = view(&stack, founded.cluster)["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == worker_vm)
+        .map(|n| n["name"].as_str().unwrap().to_owned())
+        .unwrap();
+    let ready = r#"{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#;
+    let expected = {
+        let mut both = [
+            format!("{}=True", node["name"].as_str().unwrap()),
+            format!("{worker_name}=True"),
+        ];
+        both.sort();
+        both.join("\n")
+    };
+    exk8s_tests::procs::wait_until("both nodes Ready", Duration::from_secs(120), || {
+        kubectl(&["get", "nodes", "-o", &format!("jsonpath={ready}")]) == expected
     });
     let phases = kubectl(&[
         "get",
@@ -177,4 +277,5 @@ fn a_control_plane_boots_and_runs_its_components_as_containers() {
     // timeout here (each stops in milliseconds on its own; to be understood with the reboot
     // scenario), and this test is about the boot.
     machine.pull_the_plug();
+    worker.pull_the_plug();
 }
