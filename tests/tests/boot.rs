@@ -8,7 +8,8 @@
 //! And a worker boots for real: the agent's boot unit runs `exk8s-agent run` at `/` against the
 //! dev stack, every host action performed — Debian's packages installed by `apt-get` from a
 //! local mirror (`scripts/node-packages.sh`), the kubelet downloaded as the artifact catalog
-//! pins it, containerd and the kubelet started by systemd — and the API sees it complete.
+//! pins it, containerd and the kubelet started by systemd — and the API sees it complete, after
+//! a first boot that failed while the mirror was away and was tried again by systemd.
 
 #![allow(
     clippy::unwrap_used,
@@ -141,7 +142,9 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
 /// prerequisites from a Debian mirror (the packages the node image lacks), the kubelet
 /// downloaded as the artifact catalog pins it, containerd and the kubelet enabled and started
 /// by systemd — and reports every phase to the API. Nothing is recorded; the bundle's
-/// containerd configuration survives Debian's containerd package, whose conffile it is.
+/// containerd configuration survives Debian's containerd package, whose conffile it is. The
+/// mirror is away when the machine first boots: the failed prerequisites are reported, and
+/// systemd's retry completes the node once the mirror is back, with no operator.
 #[test]
 fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     use exk8s_tests::bins::{KUBERNETES_VERSION, kubernetes};
@@ -206,7 +209,6 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     let lan = Lan::new(&[&ip], 24, "");
     let api_port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
     let _api = lan.forward_loopback(0, api_port);
-    let _mirror_inside = lan.forward_loopback(0, mirror_port);
     let config = dir.join("agent.toml");
     std::fs::write(
         &config,
@@ -231,27 +233,46 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     let machine = Machine::boot(&root, &lan, 0);
     machine.wait_booted();
 
-    // The boot unit ran the agent to its end: its bundle applied, every phase reported.
+    // The mirror is away at first (nothing forwards to it yet): the first boot fails in its
+    // prerequisites, reports so, and waits to be tried again.
     exk8s_tests::procs::wait_until(
-        "the agent's first boot",
+        "the first boot's failure reported",
+        std::time::Duration::from_secs(120),
+        || {
+            let node = view(&stack, cluster)["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["vm_id"] == vm)
+                .cloned()
+                .unwrap();
+            node["phase"] == "prereqs:failed"
+        },
+    );
+    let journal = machine.journal("exk8s-agent.service", 100);
+    assert!(journal.contains("phase prereqs: failed"), "{journal}");
+    // The mirror back: systemd's retry (30 s later) boots the node without an operator.
+    let _mirror_inside = lan.forward_loopback(0, mirror_port);
+    exk8s_tests::procs::wait_until(
+        "the agent's retried first boot",
         std::time::Duration::from_secs(300),
         || {
-            let Ok(agent) = machine.try_show("exk8s-agent.service", &["ActiveState", "Result"])
+            let Ok(agent) = machine.try_show("exk8s-agent.service", &["ActiveState", "NRestarts"])
             else {
                 // systemd re-executing itself while a package is set up: asked again.
                 machine.assert_up();
                 return false;
             };
             assert!(
-                !agent.contains("Result=exit-code"),
-                "the agent failed: {}",
+                !agent.contains("NRestarts=2"),
+                "the retry failed too: {}",
                 machine.journal("exk8s-agent.service", 40)
             );
             agent.contains("ActiveState=active")
         },
     );
     let agent = machine.show("exk8s-agent.service", &["Result", "NRestarts"]);
-    assert_eq!(agent, "Result=success\nNRestarts=0", "{agent}");
+    assert_eq!(agent, "Result=success\nNRestarts=1", "{agent}");
     assert!(root.join("var/lib/exk8s/bootstrap.done").is_file());
     assert!(
         !root.join("var/lib/exk8s/recorded-actions.log").exists(),
