@@ -430,14 +430,6 @@ impl Machine {
     }
 }
 
-impl Machine {
-    /// Pulls the machine's power: every process of it ends at once (its PID 1 killed), the
-    /// containers of its pods too (their PID namespaces are nested in its one).
-    pub fn pull_the_plug(self) {
-        drop(self);
-    }
-}
-
 impl Drop for Machine {
     fn drop(&mut self) {
         // A test that failed midway: its PID 1 killed ends every process of the machine
