@@ -8,8 +8,10 @@
 //! kubectl applies the bootstrap RBAC; the joining members and the workers complete; every node
 //! is Ready and under no pressure. The addons step runs as the agent runs it and fails here for the
 //! one reason these machines impose: Cilium's chart lives at quay.io, which nothing here
-//! reaches; the failure is reported to the API and systemd tries the boot again. Powered off,
-//! each machine's kubelet stops its pods before systemd would have to.
+//! reaches; the failure is reported to the API and systemd tries the boot again. In the
+//! three-member cluster the last member reboots while the two others' apiservers answer every
+//! `/readyz` sample, and it comes back by itself. Powered off, each machine's kubelet stops its
+//! pods before systemd would have to.
 
 #![allow(
     clippy::unwrap_used,
@@ -187,7 +189,7 @@ fn boot_and_check(shape: &Shape) {
         .iter()
         .map(|(vm, _, prefix)| image.bake(*vm, prefix))
         .collect();
-    let machines: Vec<Machine> = std::thread::scope(|s| {
+    let mut machines: Vec<Machine> = std::thread::scope(|s| {
         let lan = &lan;
         let booting: Vec<_> = roots
             .iter()
@@ -359,6 +361,10 @@ fn boot_and_check(shape: &Shape) {
             machine.name
         );
     }
+    if shape.control_planes == 3 {
+        reboot_the_last_member(&mut machines, &lan, &vms, &names);
+    }
+
     // Each kubelet holds the machine's shutdown (a logind delay lock) to stop its pods first:
     // powered off, no pod's scope is left for systemd to wait on (without it two of a
     // control-plane node's waited out systemd's 90 s stop timeout).
@@ -389,4 +395,98 @@ fn boot_and_check(shape: &Shape) {
             });
         }
     });
+}
+
+/// `kubectl` on `machine` with its admin kubeconfig.
+fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output {
+    let kubectl = format!("/opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubectl");
+    let mut all = vec!["--kubeconfig", "/etc/exk8s/kubeconfig/admin.kubeconfig"];
+    all.extend_from_slice(args);
+    machine.run(&kubectl, &all)
+}
+
+/// Reboots the last control-plane member (machine 2, a joiner that completed) while the
+/// first machine asks the two others' apiservers for `/readyz` every few hundred
+/// milliseconds: every answer is `ok`. Booted again from its disk, its boot unit finds
+/// `bootstrap.done` and syncs, etcd, containerd and the kubelet come back, and its node is
+/// Ready again.
+fn reboot_the_last_member(
+    machines: &mut Vec<Machine>,
+    lan: &Lan,
+    vms: &[(i64, String, &str)],
+    names: &BTreeMap<i64, String>,
+) {
+    let rebooted = machines.remove(2);
+    let root = rebooted.root.clone();
+    let sampler = &machines[0];
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let again = std::thread::scope(|s| {
+        let sampling = s.spawn(|| {
+            let mut samples = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (_, ip, _) in &vms[..2] {
+                    let server = format!("--server=https://{ip}:6443");
+                    let out = kubectl(
+                        sampler,
+                        &[&server, "--request-timeout=5s", "get", "--raw", "/readyz"],
+                    );
+                    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned()
+                        + String::from_utf8_lossy(&out.stderr).trim();
+                    samples.push((ip.clone(), answer));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            samples
+        });
+        rebooted.power_off();
+        let again = Machine::boot(&root, lan, 2);
+        again.wait_booted();
+        exk8s_tests::procs::wait_until(
+            "the rebooted member's agent",
+            Duration::from_secs(300),
+            || {
+                let Ok(agent) = again.try_show("exk8s-agent.service", &["ActiveState", "Result"])
+                else {
+                    again.assert_up();
+                    return false;
+                };
+                assert!(
+                    !agent.contains("Result=exit-code"),
+                    "the agent failed after the reboot: {}",
+                    again.journal("exk8s-agent.service", 40)
+                );
+                agent.contains("ActiveState=active")
+            },
+        );
+        let name = &names[&vms[2].0];
+        exk8s_tests::procs::wait_until("the rebooted node Ready", Duration::from_secs(120), || {
+            let ready = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
+            let out = kubectl(sampler, &["get", "node", name, "-o", ready]);
+            String::from_utf8_lossy(&out.stdout).trim() == "True"
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let samples = sampling.join().unwrap();
+        let failed: Vec<_> = samples.iter().filter(|(_, a)| a != "ok").collect();
+        assert!(samples.len() >= 10, "{samples:?}");
+        assert!(
+            failed.is_empty(),
+            "{} of {} samples failed: {failed:?}",
+            failed.len(),
+            samples.len()
+        );
+        again
+    });
+    let journal = again.journal("exk8s-agent.service", 200);
+    assert!(
+        journal.contains("bootstrap.done") || journal.contains("sync"),
+        "{journal}"
+    );
+    for unit in ["etcd.service", "containerd.service", "kubelet.service"] {
+        assert_eq!(
+            again.ok("systemctl", &["is-active", unit]),
+            "active",
+            "{unit}"
+        );
+    }
+    machines.insert(2, again);
 }
