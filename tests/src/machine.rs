@@ -379,6 +379,15 @@ impl Machine {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The lines of `unit`'s journal that match `pattern` (journalctl's `--grep`).
+    pub fn journal_grep(&self, unit: &str, pattern: &str) -> String {
+        let out = self.run(
+            "journalctl",
+            &["--no-pager", "--output=cat", "-u", unit, "--grep", pattern],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// `systemctl show` of `unit`'s `properties`, as `name=value` lines.
     pub fn show(&self, unit: &str, properties: &[&str]) -> String {
         self.try_show(unit, properties)

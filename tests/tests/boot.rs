@@ -310,10 +310,10 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     let registering = format!("\"Attempting to register node\" node=\"{node_name}\"");
     exk8s_tests::procs::wait_until(
         "the kubelet registering its node",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(120),
         || {
             machine
-                .journal("kubelet.service", 200)
+                .journal_grep("kubelet.service", "Attempting to register node")
                 .contains(&registering)
         },
     );
