@@ -37,27 +37,12 @@ mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
-# with_lock DIR FUNCTION: runs FUNCTION once per DIR, under an exclusive lock, unless DIR/.done.
-with_lock() {
-  local dir=$1 fn=$2
-  exec {fd}>"$dir.lock"
-  flock "$fd"
-  if [ -f "$dir/.done" ]; then
-    log "$(basename "$dir"): cached in $dir"
-  else
-    rm -rf "$dir"
-    mkdir -p "$dir/src" "$dir/bin"
-    local started=$SECONDS
-    "$fn" "$dir"
-    touch "$dir/.done"
-    log "$(basename "$dir"): built in $((SECONDS - started)) s into $dir/bin"
-  fi
-  flock -u "$fd"
-  exec {fd}>&-
-}
+# shellcheck source=scripts/lib/cache.sh
+source "$(dirname "$0")/lib/cache.sh"
 
 build_kubernetes() {
   local dir=$1 src=$1/src
+  mkdir -p "$src" "$dir/bin"
   log "building Kubernetes $k8s_version (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl)"
   (
     cd "$src"
@@ -99,6 +84,7 @@ build_kubernetes() {
 
 build_etcd() {
   local dir=$1 src=$1/src
+  mkdir -p "$src" "$dir/bin"
   log "building etcd $etcd_version (etcd, etcdctl, etcdutl)"
   (
     cd "$src"

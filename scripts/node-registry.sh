@@ -36,24 +36,8 @@ command -v go >/dev/null || die "go is not installed (the registry and crane bui
 command -v cc >/dev/null || die "cc is not installed (gcc and libc6-dev build the pause binary)"
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
 
-# with_lock DIR FUNCTION: runs FUNCTION once per DIR, under an exclusive lock, unless DIR/.done.
-with_lock() {
-  local dir=$1 fn=$2
-  exec {fd}>"$dir.lock"
-  flock "$fd"
-  if [ -f "$dir/.done" ]; then
-    log "$(basename "$dir"): cached in $dir"
-  else
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    local started=$SECONDS
-    "$fn" "$dir"
-    touch "$dir/.done"
-    log "$(basename "$dir"): made in $((SECONDS - started)) s in $dir"
-  fi
-  flock -u "$fd"
-  exec {fd}>&-
-}
+# shellcheck source=scripts/lib/cache.sh
+source "$(dirname "$0")/lib/cache.sh"
 
 tools=$cache/node-tools-$registry_version-$crane_version-$helm_version
 build_tools() {

@@ -137,6 +137,17 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
     }
 }
 
+/// VM `vm`'s node in `GET /clusters/{cluster}`.
+fn node_of(stack: &exk8s_tests::dev::Stack, cluster: i64, vm: i64) -> serde_json::Value {
+    exk8s_tests::cluster::view(stack, cluster)["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == vm)
+        .cloned()
+        .unwrap_or_else(|| panic!("vm {vm} is no node of cluster {cluster}"))
+}
+
 /// A worker boots for real: the machine the API asked for runs `exk8s-agent run` from its boot
 /// unit at `/` — its bundle fetched with its instance identity, `apt-get` installing the
 /// prerequisites from a Debian mirror (the packages the node image lacks), the kubelet
@@ -238,16 +249,7 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     exk8s_tests::procs::wait_until(
         "the first boot's failure reported",
         std::time::Duration::from_secs(120),
-        || {
-            let node = view(&stack, cluster)["nodes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|n| n["vm_id"] == vm)
-                .cloned()
-                .unwrap();
-            node["phase"] == "prereqs:failed"
-        },
+        || node_of(&stack, cluster, vm)["phase"] == "prereqs:failed",
     );
     let journal = machine.journal("exk8s-agent.service", 100);
     assert!(journal.contains("phase prereqs: failed"), "{journal}");
@@ -300,14 +302,11 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
     );
     // The kubelet runs under systemd on the machine's cgroups, with the systemd driver, and
     // asks the cluster's API (which this dev stack only simulates) to register its node.
-    let node_name = view(&stack, cluster)["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["vm_id"] == vm)
-        .map(|n| n["name"].as_str().unwrap().to_owned())
-        .unwrap();
-    let registering = format!("\"Attempting to register node\" node=\"{node_name}\"");
+    let node_name = node_of(&stack, cluster, vm)["name"].clone();
+    let registering = format!(
+        "\"Attempting to register node\" node=\"{}\"",
+        node_name.as_str().unwrap()
+    );
     exk8s_tests::procs::wait_until(
         "the kubelet registering its node",
         std::time::Duration::from_secs(120),
@@ -327,13 +326,7 @@ fn a_worker_boots_from_its_bundle_with_every_host_action_performed() {
         std::fs::read(root.join(format!("opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubelet")))
             .unwrap();
     assert_eq!(exk8s_common::names::Sha256Digest::of(&installed), digest);
-    let node = view(&stack, cluster)["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["vm_id"] == vm)
-        .cloned()
-        .unwrap();
+    let node = node_of(&stack, cluster, vm);
     assert_eq!(node["phase"], "complete", "{node}");
     machine.power_off();
 }
