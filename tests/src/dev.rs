@@ -72,8 +72,19 @@ pub fn start_dev_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Stack {
+    start_dev_on(free_port(), data, sim_cidr, log, extra, env)
+}
+
+/// [`start_dev_with_env`] on `127.0.0.1:port` (an image baked for the stack names it).
+pub fn start_dev_on(
+    port: u16,
+    data: &Path,
+    sim_cidr: &str,
+    log: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Stack {
     let env = owned(env);
-    let port = free_port();
     let _ = std::fs::remove_file(data.join("operator.token"));
     let listen = format!("127.0.0.1:{port}");
     let mut args: Vec<String> = [
@@ -235,6 +246,18 @@ impl Drop for Stack {
     /// A test that panics with the stack up prints the end of the API's log (its warnings and
     /// what it last did), which goes with the stack's temporary directory otherwise.
     fn drop(&mut self) {
+        if self.args.iter().any(|a| a == "--machines") {
+            // A stack with booted machines powers them off when it stops (SIGTERM): none
+            // outlives the test.
+            let api = std::mem::replace(
+                &mut *self
+                    .api
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Proc(Command::new("true").spawn().unwrap()),
+            );
+            api.terminate(Duration::from_secs(180));
+        }
         if !std::thread::panicking() {
             return;
         }

@@ -27,7 +27,8 @@ pub struct Mirror {
     pub root: PathBuf,
     pub port: u16,
     entries: Vec<Entry>,
-    _server: Proc,
+    /// `python3 -m http.server`, while it serves.
+    server: Option<Proc>,
 }
 
 /// `tar czf dir/<name>` of `files` (source, path inside the archive).
@@ -61,6 +62,14 @@ impl Mirror {
     /// Lays the mirror out in `dir` and serves it. `control_plane`: etcd's tarball, kubectl
     /// and helm too (a worker installs the kubelet only).
     pub fn serve(dir: &Path, control_plane: bool) -> Self {
+        let mut mirror = Self::lay_out(dir, control_plane);
+        mirror.start();
+        mirror
+    }
+
+    /// [`Self::serve`] without serving yet: its port is chosen, nothing answers there until
+    /// [`Self::start`] (a mirror that is away).
+    pub fn lay_out(dir: &Path, control_plane: bool) -> Self {
         let root = dir.to_owned();
         let mut entries: Vec<Entry> = Vec::new();
         let release = format!("release/{KUBERNETES_VERSION}/bin/linux/amd64");
@@ -100,8 +109,17 @@ impl Mirror {
             )
         });
         std::os::unix::fs::symlink(packages, root.join("debian")).unwrap();
+        Self {
+            root,
+            port: free_port(),
+            entries,
+            server: None,
+        }
+    }
 
-        let port = free_port();
+    /// Serves the mirror on its port; returns once it answers.
+    pub fn start(&mut self) {
+        let (root, port) = (&self.root, self.port);
         let server = Command::new("python3")
             .args([
                 "-m",
@@ -111,21 +129,15 @@ impl Mirror {
                 &port.to_string(),
             ])
             .arg("--directory")
-            .arg(&root)
+            .arg(root)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let server = Proc(server);
+        self.server = Some(Proc(server));
         wait_until("the mirror", Duration::from_secs(20), || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
-        Self {
-            root,
-            port,
-            entries,
-            _server: server,
-        }
     }
 
     /// The artifact catalog pinning every download of the mirror, written to `path`.

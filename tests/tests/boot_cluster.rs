@@ -23,58 +23,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use exk8s_tests::bins::KUBERNETES_VERSION;
-use exk8s_tests::cluster::{found, operator, trusted_keys, view};
+use exk8s_tests::bins::{KUBERNETES_VERSION, kubernetes};
+use exk8s_tests::cluster::{found, operator, view};
 use exk8s_tests::dev::Stack;
-use exk8s_tests::machine::{Bake, Machine};
+use exk8s_tests::machine::{Machine, agent_toml, bake_image, dev_args, signing_key};
 use exk8s_tests::mirror::Mirror;
-use exk8s_tests::netns::Lan;
+use exk8s_tests::procs::free_port;
 use exk8s_tests::registry::Registry;
 use serde_json::{Value, json};
-
-/// What every machine's image carries: the agent configured for the dev stack and its VM, the
-/// package mirror, the registry mirror, and the control plane's name as the cloud's DNS
-/// answers it.
-struct Image<'a> {
-    dir: &'a std::path::Path,
-    keys: &'a std::path::Path,
-    api_port: u16,
-    apt_source: String,
-    registry_hosts: String,
-    hosts: String,
-}
-
-impl Image<'_> {
-    /// VM `vm`'s disk, `dir/<prefix>-<vm>`.
-    fn bake(&self, vm: i64, prefix: &str) -> std::path::PathBuf {
-        let name = format!("{prefix}-{vm}");
-        let config = self.dir.join(format!("{name}.toml"));
-        let api = format!("http://127.0.0.1:{}", self.api_port);
-        std::fs::write(
-            &config,
-            format!(
-                "api_url = \"{api}\"\nimds_url = \"{api}/sim/imds/{vm}\"\ninsecure_http = true\n"
-            ),
-        )
-        .unwrap();
-        let root = Machine::bake(
-            self.dir,
-            &name,
-            &Bake {
-                keys_dir: self.keys,
-                config: Some(&config),
-            },
-        );
-        std::fs::write(root.join("etc/apt/sources.list"), &self.apt_source).unwrap();
-        let hosts_dir = root.join("etc/containerd/certs.d/registry.k8s.io");
-        std::fs::create_dir_all(&hosts_dir).unwrap();
-        std::fs::write(hosts_dir.join("hosts.toml"), &self.registry_hosts).unwrap();
-        let mut hosts = std::fs::read_to_string(root.join("etc/hosts")).unwrap_or_default();
-        hosts += &self.hosts;
-        std::fs::write(root.join("etc/hosts"), hosts).unwrap();
-        root
-    }
-}
 
 /// The cluster's shape and where its machines live.
 struct Shape {
@@ -84,6 +40,9 @@ struct Shape {
     key_algorithm: &'static str,
     /// What `openssl x509 -text` names the certificates' key algorithm.
     public_key: &'static str,
+    /// The package and artifact mirror is away when the machines first boot: every node's
+    /// first boot fails in its prerequisites, is reported, and systemd's retry completes it.
+    mirror_away_first: bool,
 }
 
 #[test]
@@ -94,6 +53,7 @@ fn one_control_plane_node_and_a_worker_boot_and_run_their_cluster() {
         workers: 1,
         key_algorithm: "ecdsa-p256",
         public_key: "id-ecPublicKey",
+        mirror_away_first: true,
     });
 }
 
@@ -105,6 +65,7 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
         workers: 2,
         key_algorithm: "rsa-2048",
         public_key: "rsaEncryption",
+        mirror_away_first: false,
     });
 }
 
@@ -116,17 +77,38 @@ fn nodes(stack: &Stack, cluster: i64) -> Vec<Value> {
 fn boot_and_check(shape: &Shape) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mirror = Mirror::serve(&dir.join("mirror"), true);
+    let mut mirror = Mirror::lay_out(&dir.join("mirror"), true);
+    if !shape.mirror_away_first {
+        mirror.start();
+    }
     let catalog = dir.join("artifacts.toml");
     mirror.catalog(&catalog);
     let registry = Registry::serve(dir);
-    let mut args = exk8s_tests::dev::MANY_AGENTS.to_vec();
-    args.extend(["--artifact-catalog", catalog.to_str().unwrap()]);
-    let stack = exk8s_tests::dev::start_dev(
-        &dir.join("dev"),
+    // The image, baked before the stack runs as an image builder bakes it: the agent naming
+    // the stack's API, the package mirror as its apt source, the registry as containerd's
+    // mirror of registry.k8s.io.
+    let (data, port) = (dir.join("dev"), free_port());
+    let keys = signing_key(&data, dir);
+    let image = bake_image(dir, &keys, &agent_toml(port), |root| {
+        std::fs::write(root.join("etc/apt/sources.list"), mirror.apt_source()).unwrap();
+        let hosts = root.join("etc/containerd/certs.d/registry.k8s.io");
+        std::fs::create_dir_all(&hosts).unwrap();
+        std::fs::write(hosts.join("hosts.toml"), registry.hosts_toml()).unwrap();
+    });
+    let mut args: Vec<String> = exk8s_tests::dev::MANY_AGENTS.map(str::to_owned).to_vec();
+    args.extend([
+        "--artifact-catalog".to_owned(),
+        catalog.display().to_string(),
+    ]);
+    args.extend(dev_args(&image, &[mirror.port, registry.port]));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stack = exk8s_tests::dev::start_dev_on(
+        port,
+        &data,
         shape.sim_cidr,
         &dir.join("api.log"),
         &args,
+        &[],
     );
     let founded = found(
         &stack,
@@ -158,48 +140,47 @@ fn boot_and_check(shape: &Shape) {
         workers.len() == shape.workers
     });
 
-    // Every machine on one LAN, control plane first, each reaching the API, the mirror and
-    // the registry at their loopback addresses.
+    // Every VM boots as the compute API made it, control plane first; the cloud's DNS
+    // answers the control plane's name in each.
     let mut vms: Vec<(i64, String, &str)> = founded
         .vms
         .iter()
         .map(|vm| (*vm, founded.ip_of[vm].clone(), "cp"))
         .collect();
     vms.extend(workers.iter().map(|(vm, ip)| (*vm, ip.clone(), "worker")));
-    let addresses: Vec<&str> = vms.iter().map(|(_, ip, _)| ip.as_str()).collect();
-    let lan = Lan::new(&addresses, 24, "");
-    let api_port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
-    let _forwards: Vec<_> = (0..vms.len())
-        .flat_map(|i| [api_port, mirror.port, registry.port].map(|p| lan.forward_loopback(i, p)))
-        .collect();
-    let keys = trusted_keys(&stack, dir);
-    let image = Image {
-        dir,
-        keys: &keys,
-        api_port,
-        apt_source: mirror.apt_source(),
-        registry_hosts: registry.hosts_toml(),
-        hosts: founded
-            .vms
-            .iter()
-            .map(|vm| format!("{} {dns_name}\n", founded.ip_of[vm]))
-            .collect(),
-    };
-    let roots: Vec<_> = vms
+    let mut machines: Vec<Machine> = vms
         .iter()
-        .map(|(vm, _, prefix)| image.bake(*vm, prefix))
+        .map(|(vm, ..)| Machine::of(&stack, *vm))
         .collect();
-    let mut machines: Vec<Machine> = std::thread::scope(|s| {
-        let lan = &lan;
-        let booting: Vec<_> = roots
-            .iter()
-            .enumerate()
-            .map(|(i, root)| s.spawn(move || Machine::boot(root, lan, i)))
-            .collect();
-        booting.into_iter().map(|b| b.join().unwrap()).collect()
-    });
     for machine in &machines {
         machine.wait_booted();
+        let hosts = std::fs::read_to_string(machine.root.join("etc/hosts")).unwrap();
+        for vm in &founded.vms {
+            let line = format!("{} {dns_name}", founded.ip_of[vm]);
+            assert!(
+                hosts.lines().any(|l| l == line),
+                "{}: {line} in {hosts}",
+                machine.name
+            );
+        }
+    }
+    if shape.mirror_away_first {
+        // Nothing answers at the mirror: every first boot fails in its prerequisites and
+        // says so; the mirror back, systemd's retry (30 s later) goes on without an operator.
+        exk8s_tests::procs::wait_until(
+            "every first boot's failure reported",
+            Duration::from_secs(120),
+            || {
+                nodes(&stack, cluster)
+                    .iter()
+                    .all(|n| n["phase"] == "prereqs:failed")
+            },
+        );
+        for machine in &machines {
+            let journal = machine.journal("exk8s-agent.service", 100);
+            assert!(journal.contains("phase prereqs: failed"), "{journal}");
+        }
+        mirror.start();
     }
     let (first, control_plane) = (&machines[0], &machines[..shape.control_planes]);
 
@@ -250,13 +231,16 @@ fn boot_and_check(shape: &Shape) {
         .find(|n| n["vm_id"] == vms[0].0)
         .unwrap();
     assert_eq!(first_node["phase"], "addons:failed", "{first_node}");
+    let retries = usize::from(shape.mirror_away_first);
     for machine in &machines[1..] {
         let agent = machine.show("exk8s-agent.service", &["Result", "NRestarts"]);
         assert_eq!(
-            agent, "Result=success\nNRestarts=0",
+            agent,
+            format!("Result=success\nNRestarts={retries}"),
             "{}: {agent}",
             machine.name
         );
+        assert!(machine.root.join("var/lib/exk8s/bootstrap.done").is_file());
     }
     for machine in &machines {
         assert!(
@@ -267,6 +251,35 @@ fn boot_and_check(shape: &Shape) {
             "{}: nothing was recorded",
             machine.name
         );
+    }
+
+    // A worker's prerequisites are Debian's packages, installed by apt-get from the mirror;
+    // the bundle's containerd configuration survived Debian's containerd package, whose
+    // conffile it is; the kubelet is the one the catalog pins.
+    let kubelet =
+        exk8s_common::names::Sha256Digest::of(&std::fs::read(kubernetes("kubelet")).unwrap());
+    for machine in &machines[shape.control_planes..] {
+        for package in ["containerd", "runc", "conntrack", "socat"] {
+            assert_eq!(
+                machine.ok("dpkg-query", &["-W", "-f=${Status}", package]),
+                "install ok installed",
+                "{}: {package}",
+                machine.name
+            );
+        }
+        let containerd =
+            std::fs::read_to_string(machine.root.join("etc/containerd/config.toml")).unwrap();
+        assert!(
+            containerd.contains("/etc/containerd/certs.d"),
+            "the bundle's containerd configuration, not the package's: {containerd}"
+        );
+        let installed = std::fs::read(
+            machine
+                .root
+                .join(format!("opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubelet")),
+        )
+        .unwrap();
+        assert_eq!(exk8s_common::names::Sha256Digest::of(&installed), kubelet);
     }
 
     // systemd runs etcd, containerd and the kubelet; each kubelet runs its control plane as
@@ -362,7 +375,7 @@ fn boot_and_check(shape: &Shape) {
         );
     }
     if shape.control_planes == 3 {
-        reboot_the_last_member(&mut machines, &lan, &vms, &names);
+        reboot_the_last_member(&stack, &mut machines, &vms, &names);
     }
 
     // Each kubelet holds the machine's shutdown (a logind delay lock) to stop its pods first:
@@ -386,7 +399,7 @@ fn boot_and_check(shape: &Shape) {
         for machine in machines {
             s.spawn(move || {
                 let (console, name) = (machine.console.clone(), machine.name.clone());
-                machine.power_off();
+                machine.stop();
                 let console = std::fs::read_to_string(console).unwrap();
                 assert!(
                     !console.contains(".scope/stop running"),
@@ -411,13 +424,13 @@ fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output {
 /// `bootstrap.done` and syncs, etcd, containerd and the kubelet come back, and its node is
 /// Ready again.
 fn reboot_the_last_member(
+    stack: &Stack,
     machines: &mut Vec<Machine>,
-    lan: &Lan,
     vms: &[(i64, String, &str)],
     names: &BTreeMap<i64, String>,
 ) {
     let rebooted = machines.remove(2);
-    let root = rebooted.root.clone();
+    let vm = rebooted.vm;
     let sampler = &machines[0];
     let stop = std::sync::atomic::AtomicBool::new(false);
     let again = std::thread::scope(|s| {
@@ -438,8 +451,8 @@ fn reboot_the_last_member(
             }
             samples
         });
-        rebooted.power_off();
-        let again = Machine::boot(&root, lan, 2);
+        rebooted.stop();
+        let again = Machine::start(stack, vm);
         again.wait_booted();
         exk8s_tests::procs::wait_until(
             "the rebooted member's agent",

@@ -1,6 +1,7 @@
 //! `exk8s-api dev`: the whole stack on a laptop — SQLite, keys and the simulators' state kept in
 //! a data dir (a restarted stack continues where it stopped), and the simulated compute, DNS and
-//! instance-metadata services in the same process.
+//! instance-metadata services in the same process. With `--machines nspawn` every VM the compute
+//! simulator makes boots for real (`crate::sim::machines`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::crypto::Kek;
 use crate::db::{self, Db};
 use crate::dns::Dns;
 use crate::sim::Simulators;
+use crate::sim::machines::{MachineConfig, NspawnMachines};
 use crate::tokens::{self, Scope};
 
 #[derive(Debug, Args)]
@@ -48,10 +50,75 @@ pub(super) struct DevArgs {
         default_value = "v1.35.3"
     )]
     kubernetes_versions: Vec<String>,
+    /// What a VM is: `sim`, a row only (boot its agent yourself with `exk8s-agent run
+    /// --root`); `nspawn`, a machine booted from --node-image under systemd-nspawn (Linux,
+    /// root).
+    #[arg(long, env = "EXK8S_MACHINES", value_enum, default_value = "sim")]
+    machines: MachinesChoice,
+    /// `--machines nspawn`: the baked node image (a root with systemd and exk8s-agent, its
+    /// agent.toml naming this stack; `scripts/dev-image.sh` makes one).
+    #[arg(long, env = "EXK8S_NODE_IMAGE")]
+    node_image: Option<PathBuf>,
+    /// `--machines nspawn`: more host loopback ports every machine reaches at 127.0.0.1 and
+    /// the same port (a package mirror, a registry); the API's own port always is.
+    #[arg(long, env = "EXK8S_MACHINE_FORWARDS", value_delimiter = ',')]
+    machine_forward: Vec<u16>,
     #[command(flatten)]
     rates: super::limits::NodeRateArgs,
     #[command(flatten)]
     changes: super::limits::ChangeArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MachinesChoice {
+    Sim,
+    Nspawn,
+}
+
+/// The booted machines `--machines nspawn` asks for, checked before anything starts.
+fn machines(args: &DevArgs, sims: &Simulators) -> Result<Option<Arc<NspawnMachines>>, String> {
+    if args.machines == MachinesChoice::Sim {
+        if args.node_image.is_some() || !args.machine_forward.is_empty() {
+            return Err("--node-image and --machine-forward need --machines nspawn".into());
+        }
+        return Ok(None);
+    }
+    let image = args
+        .node_image
+        .clone()
+        .ok_or("--machines nspawn needs --node-image (scripts/dev-image.sh makes one)")?;
+    let listen: std::net::SocketAddr = args
+        .listen
+        .parse()
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    if listen.port() == 0 || !listen.ip().is_loopback() {
+        return Err(format!(
+            "--machines nspawn needs --listen on a loopback address and a fixed port (the \
+             machines reach the API there), not {listen}"
+        ));
+    }
+    let prefix = sims
+        .compute
+        .cidr()
+        .rsplit_once('/')
+        .and_then(|(_, p)| p.parse().ok())
+        .ok_or("the simulator's CIDR has no prefix")?;
+    let mut forwards = vec![listen.port()];
+    forwards.extend(
+        args.machine_forward
+            .iter()
+            .copied()
+            .filter(|p| *p != listen.port()),
+    );
+    let config = MachineConfig {
+        image,
+        dir: args.data_dir.join("machines"),
+        prefix,
+        forwards,
+    };
+    NspawnMachines::new(config, sims.dns.clone())
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// Creates a key file with `make` the first time; later starts reuse it.
@@ -96,7 +163,11 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         None => format!("sqlite://{}/exk8s.db?mode=rwc", dir.display()),
     };
     let db = Db::connect(&url).map_err(|e| crate::error_chain(&e))?;
-    let sims = Simulators::persistent(&args.sim_cidr, dir)?;
+    let mut sims = Simulators::persistent(&args.sim_cidr, dir)?;
+    let machines = machines(&args, &sims)?;
+    if let Some(machines) = &machines {
+        sims.compute = sims.compute.with_machines(Arc::clone(machines));
+    }
     let listener_hint = format!("http://{}", args.listen);
     super::check_versions(&args.kubernetes_versions)?;
     let config = ApiConfig {
@@ -138,6 +209,10 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         .with_routes(sim_routes(db.clone(), &sims));
     let addr = app.local_addr().map_err(|e| e.to_string())?;
     let base = format!("http://{addr}");
+    if let Some(machines) = &machines {
+        machines.serve(crate::sim::imds::router(db.clone(), sims.compute.clone()));
+        sims.compute.boot_machines();
+    }
 
     let token = tokens::generate("exk8s_op").map_err(|e| e.to_string())?;
     let now = db::now();
@@ -160,7 +235,12 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
     let token_file = token_path.display();
     let keys = keys.display();
     let token = token.as_str();
-    println!("exk8s dev stack on {base} (data in {data}; compute, DNS and IMDS are SIMULATED)");
+    let simulated = if machines.is_some() {
+        "compute boots machines (systemd-nspawn); DNS and IMDS are SIMULATED"
+    } else {
+        "compute, DNS and IMDS are SIMULATED"
+    };
+    println!("exk8s dev stack on {base} (data in {data}; {simulated})");
     println!();
     println!(
         "log the CLI in (exk8s: `cargo install --path cli`; org 1's operator token is in {token_file}):"
@@ -168,25 +248,41 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
     println!("  exk8s login --api {base} < {token_file}");
     println!("  # or: export EXK8S_API={base} EXK8S_TOKEN={token}");
     println!();
-    println!("found a 3-node cluster and follow it until its nodes have booted:");
-    println!(
-        "  exk8s clusters create shop --control-plane 3 --image 1 --instance-type dev.small --subnet 1 --wait"
-    );
-    println!();
-    println!(
-        "meanwhile, boot each of its VMs (ids start at 101) into ./vm-<id>, recording host actions:"
-    );
-    println!("  for vm in 101 102 103; do");
-    println!("    cargo run -p exk8s-agent -- --keys-dir {keys} run --root ./vm-$vm \\");
-    println!("      --api-url {base} --imds-url {base}/sim/imds/$vm --insecure-http");
-    println!("  done");
+    if machines.is_some() {
+        println!("found a 1-node cluster; its machine boots and the agent founds it:");
+        println!(
+            "  exk8s clusters create shop --control-plane 1 --image 1 --instance-type dev.small --subnet 1 --wait"
+        );
+        println!();
+        println!("each VM is a machine: {data}/machines/vm-<id> is its disk; a shell in VM 101:");
+        println!(
+            "  nsenter --target \"$(curl -s {base}/sim/compute/sim/machines/101 | jq .init_pid)\" --all bash"
+        );
+    } else {
+        println!("found a 3-node cluster and follow it until its nodes have booted:");
+        println!(
+            "  exk8s clusters create shop --control-plane 3 --image 1 --instance-type dev.small --subnet 1 --wait"
+        );
+        println!();
+        println!(
+            "meanwhile, boot each of its VMs (ids start at 101) into ./vm-<id>, recording host actions:"
+        );
+        println!("  for vm in 101 102 103; do");
+        println!("    cargo run -p exk8s-agent -- --keys-dir {keys} run --root ./vm-$vm \\");
+        println!("      --api-url {base} --imds-url {base}/sim/imds/$vm --insecure-http");
+        println!("  done");
+    }
     println!();
     println!(
         "then: exk8s nodes shop; exk8s certs shop; exk8s kubeconfig shop --merge; exk8s doctor"
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    app.run_until_stopped(stop_signal())
-        .await
-        .map_err(|e| e.to_string())
+    let served = app.run_until_stopped(stop_signal()).await;
+    if let Some(machines) = machines {
+        // Powered off through their systemd, as a cloud's stop does; their disks stay for
+        // the next start, which boots them again.
+        let _ = tokio::task::spawn_blocking(move || machines.power_off_all()).await;
+    }
+    served.map_err(|e| e.to_string())
 }

@@ -10,6 +10,7 @@
 
 mod dns;
 pub mod imds;
+pub mod machines;
 pub mod server;
 mod store;
 
@@ -75,6 +76,8 @@ pub struct ComputeSim {
     network: Ipv4Addr,
     prefix: u8,
     store: store::Store,
+    /// Booted machines behind the VMs (`dev --machines nspawn`); none: VMs are rows only.
+    machines: Option<Arc<machines::NspawnMachines>>,
 }
 
 /// The first host number handed out: .1 to .10 are the cloud's (gateway, DNS, reserved).
@@ -114,7 +117,41 @@ impl ComputeSim {
             network,
             prefix,
             store: store::Store::default(),
+            machines: None,
         })
+    }
+
+    /// The simulator with its VMs booted as machines by `machines`: creates, stops, starts and
+    /// deletes do to the machine what a cloud does ([`Self::boot_machines`] boots the VMs it
+    /// holds already).
+    pub fn with_machines(mut self, machines: Arc<machines::NspawnMachines>) -> Self {
+        self.machines = Some(machines);
+        self
+    }
+
+    /// Boots every running VM's machine (a restarted stack's VMs boot again from their disks).
+    pub fn boot_machines(&self) {
+        let Some(machines) = &self.machines else {
+            return;
+        };
+        for vm in self.vms() {
+            if let (true, Some(address)) = (vm.state == "running", vm.private_ipv4.as_deref()) {
+                machines.power_on(vm.id, &vm.name, address);
+            }
+        }
+    }
+
+    /// The booted machines behind the VMs, when there are.
+    pub fn machines(&self) -> Option<&Arc<machines::NspawnMachines>> {
+        self.machines.as_ref()
+    }
+
+    /// `vm` as the cloud shows it: a booted machine's state is what it is doing.
+    fn shown(&self, mut vm: Vm) -> Vm {
+        if let Some(state) = self.machines.as_ref().and_then(|m| m.state(vm.id)) {
+            vm.state = state.cloud_state().to_owned();
+        }
+        vm
     }
 
     /// A simulator whose VMs and groups live in `path` and survive a restart: ids continue
@@ -142,11 +179,12 @@ impl ComputeSim {
     }
 
     pub fn vms(&self) -> Vec<Vm> {
-        lock(&self.state)
+        let vms: Vec<Vm> = lock(&self.state)
             .vms
             .values()
             .map(|(vm, ..)| vm.clone())
-            .collect()
+            .collect();
+        vms.into_iter().map(|vm| self.shown(vm)).collect()
     }
 
     pub fn security_groups(&self) -> Vec<SecurityGroup> {
@@ -180,6 +218,19 @@ impl ComputeSim {
         .is_some();
         if happened {
             self.saved(&state);
+        }
+        if let (true, Some(machines)) = (happened, &self.machines) {
+            match event {
+                VmEvent::Stop => machines.power_off(id),
+                VmEvent::Start => {
+                    if let Some((vm, ..)) = state.vms.get(&id)
+                        && let Some(address) = vm.private_ipv4.as_deref()
+                    {
+                        machines.power_on(id, &vm.name, address);
+                    }
+                }
+                VmEvent::Destroy => machines.destroy(id),
+            }
         }
         happened
     }
@@ -297,11 +348,14 @@ impl Compute for ComputeSim {
             ),
         );
         self.saved(&state);
-        Ok(Vm {
+        if let Some(machines) = &self.machines {
+            machines.power_on(id, &vm.name, &ip.to_string());
+        }
+        Ok(self.shown(Vm {
             private_ipv4: None,
             public_ipv4: None,
             ..vm
-        })
+        }))
     }
 
     async fn get_vm(&self, id: i64) -> Result<Option<Vm>, ComputeError> {
@@ -312,36 +366,40 @@ impl Compute for ComputeSim {
         };
         if *polls_left > 0 {
             *polls_left -= 1;
-            return Ok(Some(Vm {
+            let hidden = Vm {
                 private_ipv4: None,
                 public_ipv4: None,
                 ..vm.clone()
-            }));
+            };
+            drop(state);
+            return Ok(Some(self.shown(hidden)));
         }
-        Ok(Some(vm.clone()))
+        let vm = vm.clone();
+        drop(state);
+        Ok(Some(self.shown(vm)))
     }
 
     async fn find_vm(&self, client_token: &str) -> Result<Option<Vm>, ComputeError> {
         self.delay().await;
-        let state = lock(&self.state);
-        Ok(state
+        let found = lock(&self.state)
             .vms
             .values()
             .map(|(vm, ..)| vm)
             .find(|vm| vm.client_token.as_deref() == Some(client_token))
-            .cloned())
+            .cloned();
+        Ok(found.map(|vm| self.shown(vm)))
     }
 
     async fn vms_tagged(&self, key: &str, value: &str) -> Result<Vec<Vm>, ComputeError> {
         self.delay().await;
-        let state = lock(&self.state);
-        Ok(state
+        let tagged: Vec<Vm> = lock(&self.state)
             .vms
             .values()
             .map(|(vm, ..)| vm)
             .filter(|vm| vm.tags.get(key).is_some_and(|v| v == value))
             .cloned()
-            .collect())
+            .collect();
+        Ok(tagged.into_iter().map(|vm| self.shown(vm)).collect())
     }
 
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError> {
@@ -349,6 +407,9 @@ impl Compute for ComputeSim {
         let mut state = lock(&self.state);
         if state.vms.remove(&id).is_some() {
             self.saved(&state);
+            if let Some(machines) = &self.machines {
+                machines.destroy(id);
+            }
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The simulators over HTTP, with the REST contracts of `crate::compute` and `crate::dns`, plus
 //! `PUT /sim/faults` to change fault knobs, `POST /sim/vms/{id}/{stop|start|destroy}` to do to
-//! a VM what a failing machine or a careless operator would, and `GET /v1/vms`,
+//! a VM what a failing machine or a careless operator would, `GET /sim/machines/{id}` for the
+//! booted machine behind a VM (`dev --machines nspawn`), and `GET /v1/vms`,
 //! `GET /v1/security-groups` listings for tests that inspect what exists.
 
 use axum::extract::{Path, Query, State};
@@ -63,6 +64,7 @@ pub fn router(sims: Simulators) -> Router {
         .route("/v1/records", get(list_records))
         .route("/sim/faults", put(set_faults).get(get_faults))
         .route("/sim/vms/{id}/{event}", post(befall))
+        .route("/sim/machines/{id}", get(machine))
         .with_state(Sims {
             compute: sims.compute,
             dns: sims.dns,
@@ -193,4 +195,10 @@ async fn set_faults(State(s): State<Sims>, Json(faults): Json<Faults>) -> Respon
 
 async fn get_faults(State(s): State<Sims>) -> Response {
     Json(s.compute.faults()).into_response()
+}
+
+/// The booted machine behind VM `id` (`dev --machines nspawn`): its state, PID 1, disk and
+/// console; 404 when there is none.
+async fn machine(State(sims): State<Sims>, Path(id): Path<i64>) -> Response {
+    found(sims.compute.machines().and_then(|m| m.info(id)))
 }

@@ -1,0 +1,165 @@
+//! The machines' LAN: a bridge in a network namespace of its own and, per machine, a namespace
+//! with `lo` and `eth0` (a veth on the bridge, the machine's address). Nothing is added to the
+//! host's own namespace. A host service reaches the machines through listeners opened inside a
+//! machine's namespace ([`listen_in`]): the socket lives there, the tasks serving it here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::MachineError;
+
+/// Runs `ip` with `args`.
+pub(super) fn ip(args: &[&str]) -> Result<(), MachineError> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| MachineError::Tool {
+            tool: "ip (iproute2)",
+            detail: e.to_string(),
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(MachineError::Command {
+            command: format!("ip {}", args.join(" ")),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// The LAN of one dev stack: namespaces named `exk8s-<tag>-…`.
+#[derive(Debug)]
+pub(super) struct Lan {
+    tag: String,
+    prefix: u8,
+}
+
+impl Lan {
+    /// A bridge for `/prefix` networks in the namespace `exk8s-<tag>-lan`, made afresh (a
+    /// namespace a killed stack left behind is removed first).
+    pub(super) fn new(tag: &str, prefix: u8) -> Result<Self, MachineError> {
+        let lan = Self {
+            tag: tag.to_owned(),
+            prefix,
+        };
+        let switch = lan.switch();
+        let _ = ip(&["netns", "del", &switch]);
+        ip(&["netns", "add", &switch])?;
+        ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &switch, "link", "set", "br0", "up"])?;
+        Ok(lan)
+    }
+
+    fn switch(&self) -> String {
+        format!("exk8s-{}-lan", self.tag)
+    }
+
+    /// VM `vm`'s namespace name (under `/run/netns`).
+    pub(super) fn netns(&self, vm: i64) -> String {
+        format!("exk8s-{}-vm{vm}", self.tag)
+    }
+
+    /// VM `vm`'s namespace, at `address` on the bridge, with `extra` addresses on its `lo`
+    /// (where the cloud's services answer). A namespace of the same name is replaced.
+    pub(super) fn attach(
+        &self,
+        vm: i64,
+        address: &str,
+        extra: &[&str],
+    ) -> Result<(), MachineError> {
+        let (node, switch) = (self.netns(vm), self.switch());
+        self.detach(vm);
+        ip(&["netns", "add", &node])?;
+        // Interface names have at most 15 bytes: the VM id keeps them apart on the bridge.
+        let (inside, outside) = (format!("x{vm}i"), format!("x{vm}o"));
+        ip(&[
+            "link", "add", &inside, "netns", &node, "type", "veth", "peer", "name", &outside,
+            "netns", &switch,
+        ])?;
+        ip(&["-n", &node, "link", "set", "lo", "up"])?;
+        for address in extra {
+            ip(&["-n", &node, "addr", "add", address, "dev", "lo"])?;
+        }
+        ip(&["-n", &node, "link", "set", &inside, "name", "eth0"])?;
+        let cidr = format!("{address}/{}", self.prefix);
+        ip(&["-n", &node, "addr", "add", &cidr, "dev", "eth0"])?;
+        ip(&["-n", &node, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &switch, "link", "set", &outside, "master", "br0"])?;
+        ip(&["-n", &switch, "link", "set", &outside, "up"])?;
+        Ok(())
+    }
+
+    /// Removes VM `vm`'s namespace (its veth goes with it); nothing when there is none.
+    pub(super) fn detach(&self, vm: i64) {
+        let node = self.netns(vm);
+        if PathBuf::from("/run/netns").join(&node).exists() {
+            let _ = ip(&["netns", "del", &node]);
+        }
+    }
+}
+
+impl Lan {
+    /// Removes the bridge's namespace (every machine's namespace first, [`Self::detach`]).
+    pub(super) fn remove(&self) {
+        let switch = self.switch();
+        if PathBuf::from("/run/netns").join(&switch).exists() {
+            let _ = ip(&["netns", "del", &switch]);
+        }
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// A TCP listener on `addr` inside the namespace `netns`, for the caller's runtime. A thread of
+/// its own enters the namespace to bind and ends: every other thread stays in the host's.
+pub(super) fn listen_in(
+    netns: &str,
+    addr: SocketAddr,
+) -> Result<tokio::net::TcpListener, MachineError> {
+    let path = PathBuf::from("/run/netns").join(netns);
+    let listening = std::thread::spawn(move || -> std::io::Result<std::net::TcpListener> {
+        let ns = std::fs::File::open(&path)?;
+        rustix::thread::move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&ns),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )?;
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    });
+    let bound = listening
+        .join()
+        .map_err(|_| MachineError::Io {
+            what: format!("binding {addr} in {netns}"),
+            detail: "the binding thread panicked".into(),
+        })?
+        .map_err(|e| MachineError::Io {
+            what: format!("binding {addr} in {netns}"),
+            detail: e.to_string(),
+        })?;
+    tokio::net::TcpListener::from_std(bound).map_err(|e| MachineError::Io {
+        what: format!("binding {addr} in {netns}"),
+        detail: e.to_string(),
+    })
+}
+
+/// Relays every connection `listener` accepts to `127.0.0.1:port` of the host, until aborted.
+pub(super) async fn relay(listener: tokio::net::TcpListener, port: u16) {
+    loop {
+        let Ok((mut inside, _)) = listener.accept().await else {
+            // Out of descriptors, for instance: try again in a moment, not in a spin.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            if let Ok(mut outside) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+            }
+        });
+    }
+}
