@@ -26,8 +26,10 @@ pause_version=${2:-3.10}
 cache=${EXK8S_K8S_CACHE:-/var/cache/exk8s/k8s}
 registry_version=v3.0.0
 crane_version=v0.22.1
-helm_version=v3.19.2
 root=$(cd "$(dirname "$0")/.." && pwd)
+# helm_version, the release the renderer pins.
+# shellcheck source=scripts/lib/versions.sh
+source "$root/scripts/lib/versions.sh"
 
 log() { printf '==> node-registry: %s\n' "$*" >&2; }
 die() { printf 'node-registry: %s\n' "$*" >&2; exit 1; }

@@ -44,11 +44,9 @@ export EXK8S_PYTHON="$PWD/.venv/bin/python"
 # a cache (scripts/k8s-binaries.sh), in the background from here on — beside the lints and the
 # Rust build, which leave cores idle while one large crate compiles or links: the versions the
 # renderer pins, and the next minor's release the upgrade tests go to, each with its etcd
-# (tests/src/bins.rs names them all).
-k8s_version=v1.35.3
-k8s_next=v1.36.3
-etcd_version=v3.6.10
-etcd_next=v3.6.14
+# (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them).
+# shellcheck source=scripts/lib/versions.sh
+source scripts/lib/versions.sh
 log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use and the registry booted machines pull from (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {

@@ -203,40 +203,79 @@ pub fn run(
         api_url: &net.api_url,
         identity: &identity,
     });
-    let nonce = fetch::new_nonce()?;
-    reporter.report(BootPhase::Fetch, Phase::Started, "");
-    let bytes = fetch::bundle(
-        &api,
-        &net.api_url,
-        &identity,
-        &fetch::Credentials {
-            nonce: &nonce,
-            node_key: &node_key.public(),
-        },
-        Duration::from_secs(net.fetch_timeout_secs),
-    )
-    .inspect_err(|e| reporter.report(BootPhase::Fetch, Phase::Failed, &crate::error::chain(e)))?;
-    reporter.report(BootPhase::Fetch, Phase::Succeeded, "");
-
     let state = State::load(&root_dir)?;
-    let checked = verify(&bytes, &keyring).and_then(|bundle| {
-        let disposition = bundle.check_binding(&Expected {
-            vm_id: identity.vm_id,
-            nonce: Some(&nonce),
-            cluster_id: None,
-            org_id: None,
-            kind: Some(BundleKind::Bootstrap),
-            now: started_at,
-            clock_skew_secs,
-            applied_serial: state.applied_serial,
+    let check = |bytes: &[u8], nonce: &exk8s_common::names::Nonce| {
+        verify(bytes, &keyring).and_then(|bundle| {
+            let disposition = bundle.check_binding(&Expected {
+                vm_id: identity.vm_id,
+                nonce: Some(nonce),
+                cluster_id: None,
+                org_id: None,
+                kind: Some(BundleKind::Bootstrap),
+                now: started_at,
+                clock_skew_secs,
+                applied_serial: state.applied_serial,
+            })?;
+            Ok((bundle, disposition))
+        })
+    };
+    // A failed attempt's bundle, still valid: the same certificates and files again.
+    let resumed = match crate::resume::load(&root_dir)? {
+        Some(kept) => match check(&kept.bytes, &kept.nonce) {
+            Ok((bundle, Disposition::Apply)) => Some(bundle),
+            Ok((_, Disposition::AlreadyApplied)) => {
+                log_info!("the bundle a failed attempt kept is applied already; fetching afresh");
+                crate::resume::forget(&root_dir)?;
+                None
+            }
+            Err(e) => {
+                log_info!(
+                    "the bundle a failed attempt kept no longer serves ({e}); fetching afresh"
+                );
+                crate::resume::forget(&root_dir)?;
+                None
+            }
+        },
+        None => None,
+    };
+    let (bundle, disposition) = if let Some(bundle) = resumed {
+        log_info!(
+            "resuming with the bundle a failed attempt fetched (serial {}, valid until {})",
+            bundle.payload().freshness.serial,
+            bundle.payload().freshness.expires_at
+        );
+        reporter.report(
+            BootPhase::Fetch,
+            Phase::Succeeded,
+            "resumed with the bundle the failed attempt fetched",
+        );
+        (bundle, Disposition::Apply)
+    } else {
+        let nonce = fetch::new_nonce()?;
+        reporter.report(BootPhase::Fetch, Phase::Started, "");
+        let bytes = fetch::bundle(
+            &api,
+            &net.api_url,
+            &identity,
+            &fetch::Credentials {
+                nonce: &nonce,
+                node_key: &node_key.public(),
+            },
+            Duration::from_secs(net.fetch_timeout_secs),
+        )
+        .inspect_err(|e| {
+            reporter.report(BootPhase::Fetch, Phase::Failed, &crate::error::chain(e));
         })?;
-        Ok((bundle, disposition))
-    });
-    let (bundle, disposition) = match checked {
-        Ok(ok) => ok,
-        Err(e) => {
-            reporter.report(BootPhase::Verify, Phase::Failed, &e.to_string());
-            return Err(e.into());
+        reporter.report(BootPhase::Fetch, Phase::Succeeded, "");
+        match check(&bytes, &nonce) {
+            Ok(ok) => {
+                crate::resume::keep(&root_dir, &nonce, &bytes)?;
+                ok
+            }
+            Err(e) => {
+                reporter.report(BootPhase::Verify, Phase::Failed, &e.to_string());
+                return Err(e.into());
+            }
         }
     };
     let reporter = reporter.with_generation(bundle.payload().identity.generation);
@@ -259,10 +298,11 @@ pub fn run(
     apply_verified(
         &bundle,
         root,
-        Options::new(root_dir, BootPhase::Complete),
+        Options::new(root_dir.clone(), BootPhase::Complete),
         Duration::from_secs(net.request_timeout_secs),
         &reporter,
-    )
+    )?;
+    crate::resume::forget(&root_dir)
 }
 
 pub const DEFAULT_SKEW: i64 = DEFAULT_CLOCK_SKEW_SECS;

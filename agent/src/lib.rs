@@ -28,6 +28,7 @@ pub mod machine;
 pub mod node_api;
 pub mod nodekey;
 pub mod report;
+pub mod resume;
 pub mod snapshot;
 pub mod state;
 pub mod statedir;

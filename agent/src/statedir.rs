@@ -167,6 +167,14 @@ impl StateDir {
         Ok(file)
     }
 
+    /// Removes `name`; nothing when it does not exist.
+    pub fn remove(&self, name: &str) -> Result<(), AgentError> {
+        match rustix::fs::unlinkat(&self.fd, name, rustix::fs::AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(self.file_error(name, e.into())),
+        }
+    }
+
     /// Appends one line to `name` (created 0600).
     pub fn append_line(&self, name: &str, line: &str) -> Result<(), AgentError> {
         let mut file = self.open_file(

@@ -1,17 +1,22 @@
-//! A cluster boots for real: the machines the compute API made for a cluster's control plane and
-//! a pool of workers boot the node image at once under systemd, and each agent's boot unit runs
-//! `exk8s-agent run` at `/` — one control-plane node and one worker with ECDSA keys, three and
-//! two with RSA keys. On the control plane etcd is installed from its release
-//! tarball and started by systemd, the kubelet starts kube-apiserver, kube-controller-manager
-//! and kube-scheduler as containers of the images the static pods name, pulled through the
-//! image's mirror of registry.k8s.io (a real registry, `tests/src/registry.rs`), and the agent's
-//! kubectl applies the bootstrap RBAC; the joining members and the workers complete; every node
-//! is Ready and under no pressure. The addons step runs as the agent runs it and fails here for the
-//! one reason these machines impose: Cilium's chart lives at quay.io, which nothing here
-//! reaches; the failure is reported to the API and systemd tries the boot again. In the
-//! three-member cluster the last member reboots while the two others' apiservers answer every
-//! `/readyz` sample, and it comes back by itself. Powered off, each machine's kubelet stops its
-//! pods before systemd would have to.
+//! A cluster boots for real: the dev stack's compute boots every VM it makes for a cluster's
+//! control plane and a pool of workers (`exk8s-api dev --machines nspawn`) from the node image
+//! baked for it, all at once under systemd, and each agent's boot unit runs `exk8s-agent run` at
+//! `/` — one control-plane node and one worker with ECDSA keys, three and two with RSA keys. The
+//! agents find their identity at the cloud's instance-metadata address and the control plane's
+//! name in the cloud's DNS. In the first cluster the package mirror is away when the machines
+//! first boot: every node reports its failed prerequisites and systemd's retry completes it once
+//! the mirror is back, with no operator. Debian's packages come from that mirror through
+//! `apt-get`, the kubelet and etcd as the artifact catalog pins them. On the control plane etcd
+//! is started by systemd, the kubelet starts kube-apiserver, kube-controller-manager and
+//! kube-scheduler as containers of the images the static pods name, pulled through the image's
+//! mirror of registry.k8s.io (a real registry, `tests/src/registry.rs`), and the agent's kubectl
+//! applies the bootstrap RBAC; the joining members and the workers complete; every node is Ready
+//! and under no pressure. The addons step runs as the agent runs it and fails here for the one
+//! reason these machines impose: Cilium's chart lives at quay.io, which nothing here reaches;
+//! the failure is reported to the API and systemd tries the boot again. In the three-member
+//! cluster the last member is stopped and started through the compute API while the two
+//! others' apiservers answer every `/readyz` sample, and it comes back by itself. Stopped, each
+//! machine's kubelet stops its pods before systemd would have to.
 
 #![allow(
     clippy::unwrap_used,
@@ -77,12 +82,11 @@ fn nodes(stack: &Stack, cluster: i64) -> Vec<Value> {
 fn boot_and_check(shape: &Shape) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mut mirror = Mirror::lay_out(&dir.join("mirror"), true);
+    let mut mirror = Mirror::lay_out(&dir.join("mirror"));
     if !shape.mirror_away_first {
         mirror.start();
     }
-    let catalog = dir.join("artifacts.toml");
-    mirror.catalog(&catalog);
+    let catalog = mirror.catalog();
     let registry = Registry::serve(dir);
     // The image, baked before the stack runs as an image builder bakes it: the agent naming
     // the stack's API, the package mirror as its apt source, the registry as containerd's
@@ -352,6 +356,31 @@ fn boot_and_check(shape: &Shape) {
             let line = format!("{component}-{}=Running", names[vm]);
             assert!(phases.lines().any(|l| l == line), "{line} in {phases}");
         }
+    }
+    // The first node's boot is tried again while its addons fail: each attempt resumes with
+    // the bundle the first one fetched, so its files stay as they were and the kubelet never
+    // restarts the control plane (a fresh bundle's new certificates would change them all).
+    exk8s_tests::procs::wait_until("a resumed attempt", Duration::from_secs(120), || {
+        first
+            .journal_grep("exk8s-agent.service", "resuming with the bundle")
+            .contains("resuming with the bundle a failed attempt fetched")
+    });
+    let restarts = kubectl(&[
+        "get",
+        "pods",
+        "--namespace",
+        "kube-system",
+        "--field-selector",
+        &format!("spec.nodeName={}", names[&vms[0].0]),
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
+    ]);
+    assert_eq!(restarts.lines().count(), 3, "{restarts}");
+    for line in restarts.lines() {
+        assert!(
+            line.ends_with("=0"),
+            "restarted by a retried boot: {restarts}"
+        );
     }
     let pressures = kubectl(&[
         "get",

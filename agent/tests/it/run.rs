@@ -308,3 +308,85 @@ fn a_plain_http_api_needs_the_explicit_insecure_flag() {
     assert!(stderr(&out).contains("insecure_http"), "{}", stderr(&out));
     assert!(server.paths().is_empty(), "contacted a plain-HTTP API");
 }
+
+/// A first boot that fails after its fetch is tried again with the bundle it fetched, while that
+/// bundle is valid: no second fetch, the same files (each fetch here serves other contents, as
+/// freshly minted certificates are), the fetch reported as resumed; once the boot completes the
+/// kept bundle is gone. A kept bundle that no longer verifies is forgotten and fetched afresh.
+#[test]
+fn a_retried_first_boot_resumes_with_the_bundle_it_fetched() {
+    let scratch = tempfile::tempdir().unwrap();
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&fetches);
+    let server = Server::start(imds_or(move |r| {
+        match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/bootstrap/101") => {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                bundle_for(r, |p| p.files = files(&format!("fetch-{n}")))
+            }
+            ("POST", "/bootstrap/101/status") => Reply::ok("{}"),
+            _ => Reply::status(404),
+        }
+    }));
+    let root = scratch.path().join("root");
+    let kept = root.join("var/lib/exk8s/first-boot.bundle");
+    let cert = root.join("etc/exk8s/pki/etcd-server.pem");
+    // A directory where the bundle writes a file: the first attempt fails in its files phase.
+    std::fs::create_dir_all(&cert).unwrap();
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_ne!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&kept).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the kept bundle holds keys");
+
+    std::fs::remove_dir(&cert).unwrap();
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "resumed without a fetch");
+    assert_eq!(std::fs::read_to_string(&cert).unwrap(), "cert fetch-1\n");
+    assert!(stderr(&out).contains("resuming with the bundle a failed attempt fetched"));
+    let resumed = server
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.path.ends_with("/status"))
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).unwrap())
+        .any(|r| {
+            r["phase"] == "fetch" && r["message"].as_str().is_some_and(|m| m.contains("resumed"))
+        });
+    assert!(resumed, "the resumed fetch is reported");
+    assert!(root.join("var/lib/exk8s/bootstrap.done").exists());
+    assert!(!kept.exists(), "forgotten once the boot completed");
+
+    // Another machine's attempt kept a bundle that a byte flipped: refused, forgotten, fetched.
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().join("root");
+    let (kept, cert) = (
+        root.join("var/lib/exk8s/first-boot.bundle"),
+        root.join("etc/exk8s/pki/etcd-server.pem"),
+    );
+    std::fs::create_dir_all(&cert).unwrap();
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_ne!(code(&out), 0, "{}", stderr(&out));
+    let mut bytes = std::fs::read(&kept).unwrap();
+    let last = bytes.len() - 10;
+    bytes[last] ^= 0x01;
+    std::fs::write(&kept, bytes).unwrap();
+    std::fs::remove_dir(&cert).unwrap();
+    let before = fetches.load(Ordering::SeqCst);
+    let (out, _) = run(scratch.path(), &server, "request_timeout_secs = 2\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no longer serves"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), before + 1);
+    assert_eq!(
+        std::fs::read_to_string(&cert).unwrap(),
+        format!("cert fetch-{}\n", before + 1)
+    );
+    assert!(!kept.exists());
+}

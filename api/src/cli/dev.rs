@@ -32,9 +32,11 @@ pub(super) struct DevArgs {
     /// Use this database instead of SQLite in the data dir.
     #[arg(long, env = "EXK8S_DATABASE_URL")]
     database_url: Option<String>,
-    /// Addresses the compute SIMULATOR gives VMs (loopback, so rendered units work locally).
-    #[arg(long, env = "EXK8S_SIM_CIDR", default_value = "127.0.10.0/24")]
-    sim_cidr: String,
+    /// Addresses the compute SIMULATOR gives VMs. Default: 127.0.10.0/24 (loopback, so an agent
+    /// run with `--root` works locally); with `--machines nspawn`, 10.240.0.0/24 (the machines'
+    /// LAN, which loopback addresses cannot be).
+    #[arg(long, env = "EXK8S_SIM_CIDR")]
+    sim_cidr: Option<String>,
     /// Pinned downloads of node binaries (TOML; see `serve --help`).
     #[arg(long, env = "EXK8S_ARTIFACT_CATALOG")]
     artifact_catalog: Option<PathBuf>,
@@ -97,12 +99,17 @@ fn machines(args: &DevArgs, sims: &Simulators) -> Result<Option<Arc<NspawnMachin
              machines reach the API there), not {listen}"
         ));
     }
-    let prefix = sims
-        .compute
-        .cidr()
-        .rsplit_once('/')
-        .and_then(|(_, p)| p.parse().ok())
-        .ok_or("the simulator's CIDR has no prefix")?;
+    let cidr = sims.compute.cidr();
+    let network: ipnet::Ipv4Net = cidr
+        .parse()
+        .map_err(|e| format!("--sim-cidr {cidr}: {e}"))?;
+    if network.network().is_loopback() {
+        return Err(format!(
+            "--machines nspawn: --sim-cidr {cidr} is loopback, which a machine's LAN cannot use \
+             (for example 10.240.0.0/24)"
+        ));
+    }
+    let prefix = network.prefix_len();
     let mut forwards = vec![listen.port()];
     forwards.extend(
         args.machine_forward
@@ -163,7 +170,12 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         None => format!("sqlite://{}/exk8s.db?mode=rwc", dir.display()),
     };
     let db = Db::connect(&url).map_err(|e| crate::error_chain(&e))?;
-    let mut sims = Simulators::persistent(&args.sim_cidr, dir)?;
+    let cidr = match (&args.sim_cidr, args.machines) {
+        (Some(cidr), _) => cidr.clone(),
+        (None, MachinesChoice::Sim) => "127.0.10.0/24".to_owned(),
+        (None, MachinesChoice::Nspawn) => "10.240.0.0/24".to_owned(),
+    };
+    let mut sims = Simulators::persistent(&cidr, dir)?;
     let machines = machines(&args, &sims)?;
     if let Some(machines) = &machines {
         sims.compute = sims.compute.with_machines(Arc::clone(machines));

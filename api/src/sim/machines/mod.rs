@@ -273,8 +273,10 @@ impl NspawnMachines {
             let booted = this.boot(id);
             let mut slots = lock(&this.slots);
             let Some(slot) = slots.get_mut(&id) else {
-                // Deleted while it booted: it ends here.
+                // Deleted while it booted: it ends here, and so does what it left.
+                drop(slots);
                 drop(booted);
+                this.remove(id);
                 return;
             };
             match booted {
@@ -311,17 +313,16 @@ impl NspawnMachines {
             self.lan
                 .attach(id, &address, &[&format!("{IMDS_ADDRESS}/32")])?;
             let services = self.services(id)?;
-            if let Some(slot) = lock(&self.slots).get_mut(&id) {
-                slot.services = services;
+            match lock(&self.slots).get_mut(&id) {
+                Some(slot) => slot.services = services,
+                None => services.iter().for_each(AbortHandle::abort),
             }
         }
-        self.write_hosts(&disk, &self.dns.records());
-        nspawn::Booted::boot(
-            &disk,
-            &format!("vm-{id}"),
-            &self.lan.netns(id),
-            &self.console(id),
-        )
+        write_hosts(&disk, &self.dns.records());
+        // Named as its namespace, which no other stack's machine is: two machines' systemd in
+        // one cgroup tree fail each other's units.
+        let name = self.lan.netns(id);
+        nspawn::Booted::boot(&disk, &name, &name, &self.console(id))
     }
 
     /// The listeners of machine `id`'s namespace: every forwarded port and the IMDS.
@@ -367,8 +368,9 @@ impl NspawnMachines {
         };
         let this = Arc::clone(self);
         self.runtime.spawn_blocking(move || {
-            if let Err(e) = booted.power_off() {
-                tracing::warn!(vm = id, error = %e, "machine power-off");
+            match booted.power_off() {
+                Ok(()) => tracing::info!(vm = id, "machine powered off"),
+                Err(e) => tracing::warn!(vm = id, error = %e, "machine power-off"),
             }
             if let Some(slot) = lock(&this.slots).get_mut(&id)
                 && slot.state == MachineState::Stopping
@@ -378,25 +380,34 @@ impl NspawnMachines {
         });
     }
 
-    /// Ends machine `id` at once and removes its disk, console and namespace.
+    /// Ends machine `id` at once and removes its disk, console and namespace (a machine still
+    /// booting is removed by its boot, once that ends).
     pub fn destroy(self: &Arc<Self>, id: i64) {
         let Some(slot) = lock(&self.slots).remove(&id) else {
             return;
         };
+        if slot.state == MachineState::Pending {
+            return;
+        }
         let this = Arc::clone(self);
         self.runtime.spawn_blocking(move || {
             drop(slot);
-            this.lan.detach(id);
-            for path in [this.disk(id), this.disk(id).with_extension("partial")] {
-                if path.exists()
-                    && let Err(e) = std::fs::remove_dir_all(&path)
-                {
-                    tracing::warn!(vm = id, path = %path.display(), error = %e, "removing a disk");
-                }
-            }
-            let _ = std::fs::remove_file(this.console(id));
-            tracing::info!(vm = id, "machine deleted");
+            this.remove(id);
         });
+    }
+
+    /// Removes what machine `id` leaves on the host: its namespace, disk and console.
+    fn remove(&self, id: i64) {
+        self.lan.detach(id);
+        for path in [self.disk(id), self.disk(id).with_extension("partial")] {
+            if path.exists()
+                && let Err(e) = std::fs::remove_dir_all(&path)
+            {
+                tracing::warn!(vm = id, path = %path.display(), error = %e, "removing a disk");
+            }
+        }
+        let _ = std::fs::remove_file(self.console(id));
+        tracing::info!(vm = id, "machine deleted");
     }
 
     /// Powers every machine off (the dev stack stopping), all at once, and removes the LAN;
@@ -436,39 +447,38 @@ impl NspawnMachines {
             }
         }
         for id in running {
-            self.write_hosts(&self.disk(id), &records);
+            write_hosts(&self.disk(id), &records);
         }
     }
+}
 
-    /// Rewrites `disk`'s `/etc/hosts` when the records differ from what it says: the image's
-    /// own lines, then [`DNS_MARKER`] and one line per address of each record. Replaced by a
-    /// rename, so a resolver never reads it half-written.
-    fn write_hosts(&self, disk: &Path, records: &BTreeMap<String, Vec<String>>) {
-        let path = disk.join("etc/hosts");
-        let current = std::fs::read_to_string(&path).unwrap_or_default();
-        let own = current
-            .split_once(DNS_MARKER)
-            .map_or(current.as_str(), |(own, _)| own);
-        let mut wanted = own.to_owned();
-        if !wanted.is_empty() && !wanted.ends_with('\n') {
-            wanted.push('\n');
-        }
-        wanted.push_str(DNS_MARKER);
+/// Rewrites `disk`'s `/etc/hosts` when the records differ from what it says: the image's
+/// own lines, then [`DNS_MARKER`] and one line per address of each record. Replaced by a
+/// rename, so a resolver never reads it half-written.
+fn write_hosts(disk: &Path, records: &BTreeMap<String, Vec<String>>) {
+    let path = disk.join("etc/hosts");
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    let own = current
+        .split_once(DNS_MARKER)
+        .map_or(current.as_str(), |(own, _)| own);
+    let mut wanted = own.to_owned();
+    if !wanted.is_empty() && !wanted.ends_with('\n') {
         wanted.push('\n');
-        for (name, addresses) in records {
-            for address in addresses {
-                wanted.push_str(&format!("{address} {name}\n"));
-            }
+    }
+    wanted.push_str(DNS_MARKER);
+    wanted.push('\n');
+    for (name, addresses) in records {
+        for address in addresses {
+            wanted.push_str(&format!("{address} {name}\n"));
         }
-        if wanted == current {
-            return;
-        }
-        let partial = disk.join("etc/.hosts.exk8s");
-        let written =
-            std::fs::write(&partial, &wanted).and_then(|()| std::fs::rename(&partial, &path));
-        if let Err(e) = written {
-            tracing::warn!(path = %path.display(), error = %e, "writing a machine's DNS records");
-        }
+    }
+    if wanted == current {
+        return;
+    }
+    let partial = disk.join("etc/.hosts.exk8s");
+    let written = std::fs::write(&partial, &wanted).and_then(|()| std::fs::rename(&partial, &path));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "writing a machine's DNS records");
     }
 }
 
@@ -490,3 +500,6 @@ fn imds_of(
         request
     })
 }
+
+#[cfg(test)]
+mod tests;

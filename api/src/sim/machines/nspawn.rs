@@ -49,7 +49,7 @@ fn own_cgroups(name: &str) -> Result<Vec<PathBuf>, MachineError> {
         let dir = Path::new("/sys/fs/cgroup")
             .join(mount)
             .join(path.trim_start_matches('/'))
-            .join(format!("exk8s-machine-{name}"));
+            .join(name);
         let failed = |e: std::io::Error| MachineError::Io {
             what: format!("making the cgroup {}", dir.display()),
             detail: e.to_string(),

@@ -1,0 +1,87 @@
+//! What the machine provider decides without booting anything: the DNS records a machine's
+//! `/etc/hosts` carries, and the image checks. Booting is proven by `tests/tests/boot.rs`.
+
+#![allow(clippy::unwrap_used, reason = "a test: failures should stop it loudly")]
+
+use super::*;
+
+fn records(entries: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    entries
+        .iter()
+        .map(|(name, ips)| {
+            (
+                (*name).to_owned(),
+                ips.iter().map(|s| (*s).to_owned()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_machines_hosts_file_keeps_its_own_lines_and_follows_the_records() {
+    let disk = tempfile::tempdir().unwrap();
+    let hosts = disk.path().join("etc/hosts");
+    std::fs::create_dir_all(hosts.parent().unwrap()).unwrap();
+    std::fs::write(&hosts, "127.0.0.1 localhost\n::1 localhost").unwrap();
+
+    write_hosts(
+        disk.path(),
+        &records(&[("cp.shop.example", &["10.0.0.11", "10.0.0.12"])]),
+    );
+    let written = std::fs::read_to_string(&hosts).unwrap();
+    assert_eq!(
+        written,
+        format!(
+            "127.0.0.1 localhost\n::1 localhost\n{DNS_MARKER}\n\
+             10.0.0.11 cp.shop.example\n10.0.0.12 cp.shop.example\n"
+        )
+    );
+
+    // The same records: the file is not written again (a resolver keeps its cached copy).
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&hosts).unwrap());
+    write_hosts(
+        disk.path(),
+        &records(&[("cp.shop.example", &["10.0.0.11", "10.0.0.12"])]),
+    );
+    let again = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&hosts).unwrap());
+    assert_eq!(inode, again);
+
+    // A member gone and a name deleted: only the record lines change.
+    write_hosts(
+        disk.path(),
+        &records(&[("cp.shop.example", &["10.0.0.12"])]),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&hosts).unwrap(),
+        format!("127.0.0.1 localhost\n::1 localhost\n{DNS_MARKER}\n10.0.0.12 cp.shop.example\n")
+    );
+    write_hosts(disk.path(), &BTreeMap::new());
+    assert_eq!(
+        std::fs::read_to_string(&hosts).unwrap(),
+        format!("127.0.0.1 localhost\n::1 localhost\n{DNS_MARKER}\n")
+    );
+    assert!(!disk.path().join("etc/.hosts.exk8s").exists());
+}
+
+#[test]
+fn an_image_without_the_agent_is_refused_naming_what_it_lacks() {
+    let image = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(image.path().join("sbin")).unwrap();
+    std::fs::write(image.path().join("sbin/init"), "").unwrap();
+    let config = MachineConfig {
+        image: image.path().to_owned(),
+        dir: image.path().join("machines"),
+        prefix: 24,
+        forwards: vec![8080],
+    };
+    let refused = config.check().unwrap_err().to_string();
+    if rustix::process::geteuid().is_root() {
+        assert!(
+            refused.contains("no /usr/bin/exk8s-agent")
+                && refused.contains("packaging/bake-image.sh"),
+            "{refused}"
+        );
+    } else {
+        assert!(refused.contains("needs root"), "{refused}");
+    }
+}
