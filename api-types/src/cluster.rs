@@ -263,6 +263,10 @@ pub struct CreateClusterRequest {
     /// renewed automatically before they expire.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3650))]
     pub leaf_lifetime_days: Option<i64>,
+    /// The pod network the first node installs: `cilium` (default) or `none` (the operator
+    /// brings one; until then each node's pods use containerd's bridge, within the node).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(cilium|none)$"))]
+    pub pod_network: Option<String>,
     /// CAs to found the cluster on instead of new ones (bring your own CA). Each given one is
     /// checked before anything is created: a CA certificate (CA:TRUE, keyCertSign) with an
     /// RSA (2048–8192 bits), P-256 or P-384 key, valid now and for one leaf lifetime more, and

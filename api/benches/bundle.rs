@@ -29,6 +29,7 @@ fn spec() -> ClusterSpec {
         name: "exk8s-7-2a".parse().unwrap(),
         network: ClusterNetwork::new(cidr, "cluster.local", "exk8s-7-2a.k8s.example.com").unwrap(),
         pod_cidr: PodCidr::parse("172.16.0.0/12").unwrap(),
+        pod_network: Default::default(),
         versions: Versions::default(),
         encryption_key: EncryptionKey::from_bytes([7; 32]),
     }

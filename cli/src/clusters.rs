@@ -169,6 +169,7 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
         key_algorithm: args.key_algorithm.clone(),
         kubernetes_version: args.kubernetes_version.clone(),
         leaf_lifetime_days: args.leaf_lifetime_days,
+        pod_network: args.pod_network.clone(),
         certificate_authorities: brings_cas.then_some(cas),
         restore_from: args
             .restore_from

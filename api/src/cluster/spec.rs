@@ -38,6 +38,46 @@ pub struct ControlPlaneMachine {
     pub instance_type: String,
 }
 
+/// The pod network a cluster's first node installs with its addons.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PodNetwork {
+    /// Cilium, from its Helm chart (the default).
+    #[default]
+    Cilium,
+    /// None installed: the operator brings one. Until then each node's pods use containerd's
+    /// bridge on the node's `podCIDR` (no traffic between nodes' pods).
+    None,
+}
+
+impl PodNetwork {
+    /// Every choice, as requests spell them.
+    pub const ALL: [Self; 2] = [Self::Cilium, Self::None];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cilium => "cilium",
+            Self::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for PodNetwork {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|n| n.as_str() == text)
+            .ok_or_else(|| {
+                format!(
+                    "pod_network must be `cilium` or `none`, got `{}`",
+                    text.chars().take(40).collect::<String>()
+                )
+            })
+    }
+}
+
 /// A cluster's stored spec, current version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spec {
@@ -45,6 +85,9 @@ pub struct Spec {
     pub control_plane: ControlPlaneMachine,
     /// Days every leaf certificate lasts.
     pub leaf_lifetime_days: i64,
+    /// Clusters stored before the choice existed run Cilium.
+    #[serde(default)]
+    pub pod_network: PodNetwork,
 }
 
 /// Why a stored spec cannot be used (a defect or a newer API's row, never an operator's input).
@@ -96,6 +139,7 @@ impl From<V1> for Spec {
                 instance_type: v.control_plane_instance_type,
             },
             leaf_lifetime_days: v.leaf_lifetime_days,
+            pod_network: PodNetwork::Cilium,
         }
     }
 }
@@ -191,6 +235,7 @@ mod tests {
                 instance_type: "e2.medium".into(),
             },
             leaf_lifetime_days: 365,
+            pod_network: PodNetwork::Cilium,
         }
     }
 
@@ -209,6 +254,16 @@ mod tests {
         assert!(stored.starts_with(r#"{"version":2,"#), "{stored}");
         assert!(!stored.contains("kubernetes_version") && !stored.contains("name"));
         assert_eq!(Spec::from_stored(&stored).unwrap(), v2_spec());
+        // A version-2 row written before the pod network was a choice runs Cilium.
+        let before = stored.replace(r#","pod_network":"cilium""#, "");
+        assert_ne!(before, stored);
+        assert_eq!(Spec::from_stored(&before).unwrap(), v2_spec());
+        let none = Spec {
+            pod_network: PodNetwork::None,
+            ..v2_spec()
+        };
+        assert!(none.to_stored().contains(r#""pod_network":"none""#));
+        assert_eq!(Spec::from_stored(&none.to_stored()).unwrap(), none);
     }
 
     #[test]

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 pub use exk8s_api_types::{CreateClusterRequest, SuppliedCaRequest, SuppliedCasRequest};
 
 use crate::cluster::spec::{
-    ControlPlaneMachine, DEFAULT_LEAF_LIFETIME_DAYS, LEAF_LIFETIME_DAYS, Placement, Spec,
+    ControlPlaneMachine, DEFAULT_LEAF_LIFETIME_DAYS, LEAF_LIFETIME_DAYS, Placement, PodNetwork,
+    Spec,
 };
 use crate::field::FieldError;
 use crate::pki::KeyAlgorithm;
@@ -34,6 +35,9 @@ pub struct ClusterSpecRequest {
     /// Stored clusters made before the setting existed have the default.
     #[serde(default = "default_leaf_lifetime_days")]
     pub leaf_lifetime_days: i64,
+    /// Stored requests made before the choice existed run Cilium.
+    #[serde(default)]
+    pub pod_network: PodNetwork,
 }
 
 fn default_leaf_lifetime_days() -> i64 {
@@ -258,9 +262,16 @@ impl ValidateCluster for CreateClusterRequest {
                 ),
             ));
         }
+        let pod_network = match self.pod_network.as_deref() {
+            None => PodNetwork::default(),
+            Some(text) => text
+                .parse()
+                .map_err(|e: String| FieldError::new("pod_network", e))?,
+        };
         Ok(ClusterSpecRequest {
             name: self.name,
             leaf_lifetime_days: leaf_days,
+            pod_network,
             control_plane_count: count,
             control_plane_image_id: image,
             control_plane_instance_type: instance_type,
@@ -292,6 +303,7 @@ impl From<&ClusterSpecRequest> for Spec {
                 instance_type: r.control_plane_instance_type.clone(),
             },
             leaf_lifetime_days: r.leaf_lifetime_days,
+            pod_network: r.pod_network,
         }
     }
 }

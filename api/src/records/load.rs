@@ -117,6 +117,9 @@ pub fn cluster(
         name: cluster.name.parse().map_err(cluster_fact("name"))?,
         network,
         pod_cidr: PodCidr::parse(&cluster.pod_cidr).map_err(cluster_fact("pod CIDR"))?,
+        pod_network: crate::cluster::Spec::from_stored(&cluster.spec_json)
+            .map_err(cluster_fact("spec"))?
+            .pod_network,
         versions: Versions::of(
             cluster
                 .kubernetes_version

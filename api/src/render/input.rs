@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
+use crate::cluster::spec::PodNetwork;
 use crate::pki::{BundleCerts, ClusterNetwork, NodeAddresses, NodeServingCerts, ServiceAccountKey};
 
 use super::RenderError;
@@ -151,6 +152,8 @@ pub struct ClusterSpec {
     pub name: K8sName,
     pub network: ClusterNetwork,
     pub pod_cidr: PodCidr,
+    /// The pod network the first node installs.
+    pub pod_network: PodNetwork,
     pub versions: Versions,
     pub encryption_key: EncryptionKey,
 }

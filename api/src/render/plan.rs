@@ -8,6 +8,8 @@ use exk8s_common::names::{ArchiveMember, ArtifactDest, ArtifactName, HttpUrl, Pa
 use exk8s_common::names::{BundlePath, FileMode, K8sName, UnitName, Version};
 use exk8s_common::payload::{Artifact, Package, PlanStep, RolloutKind};
 
+use crate::cluster::spec::PodNetwork;
+
 use super::files::StaticPod;
 use super::paths::PATHS;
 use super::{RenderError, RenderInput};
@@ -73,7 +75,8 @@ fn installs_addons(input: &RenderInput<'_>) -> bool {
 
 pub(super) fn artifacts(input: &RenderInput<'_>) -> Result<Vec<Artifact>, RenderError> {
     let mut names = vec!["etcd", "etcdctl", "etcdutl", "kubelet", "kubectl"];
-    if installs_addons(input) {
+    // helm installs the pod network's chart, and nothing else.
+    if installs_addons(input) && input.cluster.pod_network == PodNetwork::Cilium {
         names.push("helm");
     }
     pinned(&input.cluster.versions, input.artifacts, &names)
@@ -450,13 +453,13 @@ pub(super) fn steps(
     steps.extend(removals(input, &voters, &admin)?);
     if installs_addons(input) {
         let versions = &input.cluster.versions;
-        steps.extend([
-            // The binding that makes the admin group cluster-admin needs system:masters.
-            PlanStep::KubectlApply {
-                kubeconfig: path(p.super_admin_kubeconfig)?,
-                file: path(p.rbac_manifest)?,
-            },
-            PlanStep::HelmInstall {
+        // The binding that makes the admin group cluster-admin needs system:masters.
+        steps.push(PlanStep::KubectlApply {
+            kubeconfig: path(p.super_admin_kubeconfig)?,
+            file: path(p.rbac_manifest)?,
+        });
+        match input.cluster.pod_network {
+            PodNetwork::Cilium => steps.push(PlanStep::HelmInstall {
                 kubeconfig: admin.clone(),
                 release: name("cilium")?,
                 chart: "oci://quay.io/cilium/charts/cilium"
@@ -466,7 +469,11 @@ pub(super) fn steps(
                 namespace: kube_system.clone(),
                 values_file: path(p.cilium_values)?,
                 timeout_secs: ADDON_SECS,
-            },
+            }),
+            // The operator's own network, installed after founding.
+            PodNetwork::None => {}
+        }
+        steps.extend([
             PlanStep::KubectlApply {
                 kubeconfig: admin.clone(),
                 file: path(p.kube_proxy_manifest)?,

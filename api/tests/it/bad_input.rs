@@ -162,6 +162,11 @@ async fn bad_bodies_are_refused_and_create_nothing(backend: Backend) {
             400,
             Some("kubernetes_version"),
         ),
+        (
+            with(json!({"pod_network": "flannel"})),
+            400,
+            Some("pod_network"),
+        ),
         (with(json!({"org_id": 8})), 400, Some("org_id")),
         (with(json!({"project_id": 1})), 400, Some("project_id")),
         (with(json!({"subnet_id": 5000})), 422, Some("subnet_id")),

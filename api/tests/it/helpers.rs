@@ -232,6 +232,7 @@ pub fn cluster_spec(network: ClusterNetwork) -> ClusterSpec {
         name: "exk8s-7-2a".parse().unwrap(),
         network,
         pod_cidr: PodCidr::parse("172.16.0.0/12").unwrap(),
+        pod_network: exk8s_api::cluster::spec::PodNetwork::Cilium,
         versions: Versions::default(),
         encryption_key: EncryptionKey::from_bytes([7; 32]),
     }
@@ -282,8 +283,16 @@ pub fn render_cluster(ips: &[Ipv4Addr], algorithm: KeyAlgorithm) -> RenderedClus
 
 /// Every node of `nodes` rendered (as peers of each other) with real certificates.
 pub fn render_nodes(nodes: Vec<ControlPlaneNode>, algorithm: KeyAlgorithm) -> RenderedCluster {
+    render_nodes_of(&cluster_spec(network()), nodes, algorithm)
+}
+
+/// [`render_nodes`] for the cluster `spec`.
+pub fn render_nodes_of(
+    spec: &ClusterSpec,
+    nodes: Vec<ControlPlaneNode>,
+    algorithm: KeyAlgorithm,
+) -> RenderedCluster {
     let now = OffsetDateTime::now_utc();
-    let spec = cluster_spec(network());
     let pki = ClusterPki::generate(algorithm, now).unwrap();
     let bundles = nodes
         .iter()
@@ -292,7 +301,7 @@ pub fn render_nodes(nodes: Vec<ControlPlaneNode>, algorithm: KeyAlgorithm) -> Re
                 NodeServingCerts::generate(&pki, &node.addresses, &spec.network, now).unwrap();
             let minted = BundleCerts::mint(&pki, &node.addresses, Role::ControlPlane, now).unwrap();
             render_bundle(&RenderInput {
-                cluster: &spec,
+                cluster: spec,
                 node,
                 peers: &nodes,
                 credentials: NodeCredentials {
@@ -312,7 +321,7 @@ pub fn render_nodes(nodes: Vec<ControlPlaneNode>, algorithm: KeyAlgorithm) -> Re
         .collect();
     RenderedCluster {
         pki,
-        spec,
+        spec: spec.clone(),
         nodes,
         bundles,
     }

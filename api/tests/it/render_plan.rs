@@ -40,6 +40,50 @@ fn only_the_initial_node_runs_addon_steps() {
     }
 }
 
+/// A cluster whose operator brings the pod network: the initial node applies the RBAC,
+/// kube-proxy and CoreDNS, and neither downloads helm nor installs Cilium or its values.
+#[test]
+fn a_cluster_without_a_pod_network_installs_no_cilium() {
+    use exk8s_api::cluster::spec::PodNetwork;
+    use exk8s_api::pki::KeyAlgorithm;
+
+    let mut spec = crate::helpers::cluster_spec(crate::helpers::network());
+    spec.pod_network = PodNetwork::None;
+    let cluster = crate::helpers::render_nodes_of(
+        &spec,
+        crate::helpers::control_plane(&ips(1)),
+        KeyAlgorithm::EcdsaP256,
+    );
+    let bundle = &cluster.bundles[0];
+    let steps: Vec<String> = bundle
+        .plan
+        .iter()
+        .filter_map(|s| match s {
+            PlanStep::KubectlApply { file, .. } => Some(format!("apply {}", file.as_str())),
+            PlanStep::HelmInstall { release, .. } => Some(format!("helm {}", release.as_str())),
+            PlanStep::WaitRollout { name, .. } => Some(format!("wait {}", name.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "apply /etc/exk8s/manifests/rbac.yaml",
+            "apply /etc/exk8s/manifests/kube-proxy.yaml",
+            "wait kube-proxy",
+            "apply /etc/exk8s/manifests/coredns.yaml",
+            "wait coredns",
+        ]
+    );
+    assert!(!bundle.artifacts.iter().any(|a| a.name.as_str() == "helm"));
+    assert!(
+        !bundle
+            .files
+            .iter()
+            .any(|f| f.path.as_str().contains("cilium"))
+    );
+}
+
 #[test]
 fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
     let ips = ips(3);

@@ -8,6 +8,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use zeroize::Zeroizing;
 
+use crate::cluster::spec::PodNetwork;
+
 use super::super::contexts::{self, Mount};
 use super::super::engine::InputsSlot;
 use super::super::paths::{NodePaths, PATHS};
@@ -238,12 +240,14 @@ pub(super) fn files(
     files.public(p.audit_policy, render(&contexts::AuditPolicy {})?);
 
     // Addon assets (applied by the initial node only, as the plan says).
-    files.public(
-        p.cilium_values,
-        render(&contexts::CiliumValues {
-            api_host: initial_node.addresses.private_ipv4.to_string(),
-        })?,
-    );
+    if cluster.pod_network == PodNetwork::Cilium {
+        files.public(
+            p.cilium_values,
+            render(&contexts::CiliumValues {
+                api_host: initial_node.addresses.private_ipv4.to_string(),
+            })?,
+        );
+    }
     files.public(
         p.kube_proxy_manifest,
         render(&contexts::KubeProxy {
