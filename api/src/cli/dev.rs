@@ -55,15 +55,16 @@ pub(super) struct DevArgs {
     /// What a VM is: `sim`, a row only (boot its agent yourself with `exk8s-agent run
     /// --root`); `nspawn`, a machine booted from --node-image under systemd-nspawn (Linux,
     /// root).
-    #[arg(long, env = "EXK8S_MACHINES", value_enum, default_value = "sim")]
+    #[arg(long, env = "EXK8S_DEV_MACHINES", value_enum, default_value = "sim")]
     machines: MachinesChoice,
     /// `--machines nspawn`: the baked node image (a root with systemd and exk8s-agent, its
-    /// agent.toml naming this stack; `scripts/dev-image.sh` makes one).
-    #[arg(long, env = "EXK8S_NODE_IMAGE")]
+    /// agent.toml naming this stack; `scripts/dev-cluster.sh` makes one). Its own variable,
+    /// not the tests' `EXK8S_NODE_IMAGE` (an image before baking).
+    #[arg(long, env = "EXK8S_DEV_NODE_IMAGE")]
     node_image: Option<PathBuf>,
     /// `--machines nspawn`: more host loopback ports every machine reaches at 127.0.0.1 and
     /// the same port (a package mirror, a registry); the API's own port always is.
-    #[arg(long, env = "EXK8S_MACHINE_FORWARDS", value_delimiter = ',')]
+    #[arg(long, env = "EXK8S_DEV_MACHINE_FORWARDS", value_delimiter = ',')]
     machine_forward: Vec<u16>,
     #[command(flatten)]
     rates: super::limits::NodeRateArgs,
@@ -88,7 +89,7 @@ fn machines(args: &DevArgs, sims: &Simulators) -> Result<Option<Arc<NspawnMachin
     let image = args
         .node_image
         .clone()
-        .ok_or("--machines nspawn needs --node-image (scripts/dev-image.sh makes one)")?;
+        .ok_or("--machines nspawn needs --node-image (scripts/dev-cluster.sh makes one)")?;
     let listen: std::net::SocketAddr = args
         .listen
         .parse()

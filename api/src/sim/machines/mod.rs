@@ -192,6 +192,7 @@ impl NspawnMachines {
             what: format!("creating {}", config.dir.display()),
             detail: e.to_string(),
         })?;
+        end_leftovers(&config.dir);
         let tag = format!("{:x}", std::process::id());
         let lan = lan::Lan::new(&tag, config.prefix)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
@@ -417,10 +418,11 @@ impl NspawnMachines {
         std::thread::scope(|s| {
             for (id, mut slot) in slots {
                 s.spawn(move || {
-                    if let Some(booted) = slot.booted.take()
-                        && let Err(e) = booted.power_off()
-                    {
-                        tracing::warn!(vm = id, error = %e, "machine power-off");
+                    if let Some(booted) = slot.booted.take() {
+                        match booted.power_off() {
+                            Ok(()) => tracing::info!(vm = id, "machine powered off"),
+                            Err(e) => tracing::warn!(vm = id, error = %e, "machine power-off"),
+                        }
                     }
                     drop(slot);
                     self.lan.detach(id);
@@ -448,6 +450,30 @@ impl NspawnMachines {
         }
         for id in running {
             write_hosts(&self.disk(id), &records);
+        }
+    }
+}
+
+/// Ends every machine a killed stack left running in `dir` (each recorded beside its disk) and
+/// removes the namespaces it left: a restarted stack must not boot a disk that still runs.
+fn end_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for record in entries.flatten().map(|e| e.path()) {
+        if record.extension().is_none_or(|x| x != "pid") {
+            continue;
+        }
+        let disk = record.with_extension("");
+        if let Some(netns) = nspawn::end_leftover(&record, &disk) {
+            let lan = netns
+                .rsplit_once("-vm")
+                .map(|(tag, _)| format!("{tag}-lan"));
+            for namespace in [Some(netns), lan].into_iter().flatten() {
+                if Path::new("/run/netns").join(&namespace).exists() {
+                    let _ = lan::ip(&["netns", "del", &namespace]);
+                }
+            }
         }
     }
 }

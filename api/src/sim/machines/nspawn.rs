@@ -22,6 +22,9 @@ pub(super) struct Booted {
     /// The machine's PID 1 (systemd), as the host numbers it.
     pub(super) init: u32,
     cgroups: Vec<PathBuf>,
+    /// Where its processes and namespace are written down while it runs, for a stack started
+    /// after this one was killed ([`end_leftover`]).
+    record: PathBuf,
     /// [`Self::kill`] ran.
     ended: bool,
 }
@@ -99,6 +102,7 @@ impl Booted {
         netns: &str,
         console: &Path,
     ) -> Result<Self, MachineError> {
+        let record = console.with_extension("pid");
         let cgroups = own_cgroups(name)?;
         let open = || {
             std::fs::OpenOptions::new()
@@ -152,11 +156,16 @@ impl Booted {
             nspawn,
             init: 0,
             cgroups,
+            record,
             ended: false,
         };
         match booted.find_init(name) {
             Ok(init) => {
                 booted.init = init;
+                let written = format!("{} {init}\n{netns}\n", booted.nspawn.id());
+                if let Err(e) = std::fs::write(&booted.record, written) {
+                    tracing::warn!(path = %booted.record.display(), error = %e, "recording a machine");
+                }
                 Ok(booted)
             }
             Err(e) => {
@@ -235,6 +244,7 @@ impl Booted {
         }
         let _ = self.nspawn.kill();
         let _ = self.nspawn.wait();
+        let _ = std::fs::remove_file(&self.record);
         // Killed processes leave their cgroups a moment after they are reaped.
         for _ in 0..100 {
             if remove_cgroups(&self.cgroups) {
@@ -243,6 +253,39 @@ impl Booted {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Ends what a killed stack left running of the machine `record` describes — its PID 1 and its
+/// nspawn, only while they still are what the record says (systemd below a `systemd-nspawn`
+/// of `disk`) — and removes the record. Returns the namespace the machine was in.
+pub(super) fn end_leftover(record: &Path, disk: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(record).ok()?;
+    let _ = std::fs::remove_file(record);
+    let mut lines = text.lines();
+    let mut pids = lines.next()?.split_whitespace().map(str::parse::<i32>);
+    let (Some(Ok(nspawn)), Some(Ok(init))) = (pids.next(), pids.next()) else {
+        return None;
+    };
+    let netns = lines.next()?.to_owned();
+    let cmdline = std::fs::read(format!("/proc/{nspawn}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    let comm = std::fs::read_to_string(format!("/proc/{init}/comm")).unwrap_or_default();
+    let ours = cmdline.contains("systemd-nspawn")
+        && cmdline.contains(disk.to_string_lossy().as_ref())
+        && comm.trim() == "systemd";
+    if ours {
+        tracing::warn!(disk = %disk.display(), "ending a machine a killed stack left running");
+        for pid in [init, nspawn] {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        let start = Instant::now();
+        while Path::new(&format!("/proc/{nspawn}")).exists() && start.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Some(netns)
 }
 
 impl Drop for Booted {
