@@ -42,6 +42,7 @@ EXK8S_NODE_PACKAGES=$(bash scripts/node-packages.sh "$image")
 bins=$(bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version")
 EXK8S_ETCD_BIN=$(sed -n 1p <<<"$bins")
 EXK8S_K8S_BIN=$(sed -n 2p <<<"$bins")
+export EXK8S_NODE_IMAGE=$image EXK8S_NODE_PACKAGES
 registry=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN")
 registry_bin=$(sed -n 1p <<<"$registry")
 registry_store=$(sed -n 2p <<<"$registry")

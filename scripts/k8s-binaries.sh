@@ -111,7 +111,32 @@ build_etcd() {
   done
 }
 
+# kube-proxy, for the addon image a cluster's nodes run (scripts/node-registry.sh), built in a
+# copy of the release's scratch module into a cache of its own (the release's binaries above
+# are cached already on machines that built them before it was asked for).
+build_kube_proxy() {
+  local dir=$1 release=$cache/$k8s_version
+  mkdir -p "$dir/src" "$dir/bin"
+  cp "$release/src/go.mod" "$release/src/go.sum" "$dir/src/"
+  log "building kube-proxy $k8s_version"
+  (
+    cd "$dir/src"
+    local pkg ldflags="-s -w"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
+      ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+      ldflags+=" -X $pkg.gitCommit=0000000000000000000000000000000000000000"
+    done
+    go build -trimpath -ldflags "$ldflags" -o "$dir/bin/kube-proxy" k8s.io/kubernetes/cmd/kube-proxy
+  )
+  local out
+  out=$("$dir/bin/kube-proxy" --version 2>&1)
+  [[ $out == *"Kubernetes $k8s_version"* ]] || die "kube-proxy --version says '$out', not Kubernetes $k8s_version"
+}
+
 with_lock "$cache/etcd-$etcd_version" build_etcd
 with_lock "$cache/$k8s_version" build_kubernetes
+with_lock "$cache/$k8s_version-kube-proxy" build_kube_proxy
 echo "$cache/etcd-$etcd_version/bin"
 echo "$cache/$k8s_version/bin"
+echo "$cache/$k8s_version-kube-proxy/bin/kube-proxy"

@@ -9,15 +9,20 @@
 #   Go module) whose storage holds the images a control-plane node's static pods and
 #   containerd's sandbox name — kube-apiserver, kube-controller-manager, kube-scheduler:<release>
 #   from the Go-built binaries in K8S_BIN_DIR, and pause:<PAUSE_VERSION> from
-#   tests/tools/pause.c — each a linux/amd64 image of one layer with the binary in
-#   /usr/local/bin, pushed by `crane` (go-containerregistry, built from its Go module);
-# - helm, at the version the renderer pins (api/src/render/input.rs), from its Go module.
+#   tests/tools/pause.c, and the addons' coredns/coredns:<pinned> from CoreDNS's Go module —
+#   each a linux/amd64 image of one layer with the binary in /usr/local/bin, pushed by `crane`
+#   (go-containerregistry, built from its Go module) — and kube-proxy:<release> (the binary
+#   scripts/k8s-binaries.sh builds beside K8S_BIN_DIR, with Debian's iptables and conntrack from
+#   the node packages EXK8S_NODE_PACKAGES names and the libraries they load from the node image
+#   EXK8S_NODE_IMAGE names: scripts/node-packages.sh and node-image.sh print them);
+# - helm, at the version the renderer pins (api/src/render/input.rs), and CoreDNS from their Go
+#   modules.
 # Go and these tools are test tools: nothing built here ships.
 #
 # Output, on stdout: the registry's binary, its storage directory and helm, one per line (serve
 # the storage with `registry serve` and a configuration naming it; tests/src/registry.rs does).
-# With --tools, only the tools are built (nothing printed): what needs no Kubernetes binaries,
-# started early. Everything else goes to stderr. Idempotent (a finished build leaves a stamp)
+# With --tools, only the tools are built (nothing printed): what needs neither Kubernetes
+# binaries nor the node image, started early. Everything else goes to stderr. Idempotent (a finished build leaves a stamp)
 # and safe when several callers ask at once (flock). Needs go, cc (static libc) and python3.
 set -euo pipefail
 
@@ -36,6 +41,7 @@ die() { printf 'node-registry: %s\n' "$*" >&2; exit 1; }
 
 command -v go >/dev/null || die "go is not installed (the registry and crane build from their Go modules)"
 command -v cc >/dev/null || die "cc is not installed (gcc and libc6-dev build the pause binary)"
+command -v objdump >/dev/null || die "objdump is not installed (binutils: kube-proxy's image takes the libraries it names)"
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
 
 # shellcheck source=scripts/lib/cache.sh
@@ -58,6 +64,25 @@ build_tools() {
   [ "$out" = "$helm_version" ] || die "helm version says '$out', not $helm_version"
 }
 with_lock "$tools" build_tools
+
+# CoreDNS, at the version the renderer pins, from its Go module (its main package is the root).
+coredns=$cache/coredns-$coredns_version
+build_coredns() {
+  local dir=$1
+  mkdir -p "$dir/src" "$dir/bin"
+  log "building CoreDNS $coredns_version"
+  (
+    cd "$dir/src"
+    export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    go mod init exk8s.test/coredns >/dev/null 2>&1
+    go mod edit -go=1.25 -require="github.com/coredns/coredns@$coredns_version"
+    go build -trimpath -ldflags "-s -w" -o "$dir/bin/coredns" github.com/coredns/coredns
+  )
+  local out
+  out=$("$dir/bin/coredns" -version 2>&1)
+  [[ $out == *"CoreDNS-${coredns_version#v}"* ]] || die "coredns -version says '$out', not $coredns_version"
+}
+with_lock "$coredns" build_coredns
 [ "$bin_dir" != --tools ] || exit 0
 
 [ -x "$bin_dir/kube-apiserver" ] || die "$bin_dir holds no kube-apiserver (run scripts/k8s-binaries.sh)"
@@ -65,9 +90,18 @@ release=$("$bin_dir/kube-apiserver" --version | awk '{print $2}')
 [[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "kube-apiserver --version says '$release'"
 [[ $pause_version =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || die "the pause version must look like 3.10, got '$pause_version'"
 
+kube_proxy=$cache/$release-kube-proxy/bin/kube-proxy
+[ -x "$kube_proxy" ] || die "no $kube_proxy (scripts/k8s-binaries.sh builds it)"
+node_image=${EXK8S_NODE_IMAGE:-}
+node_packages=${EXK8S_NODE_PACKAGES:-}
+[ -x "$node_image/sbin/init" ] || die "EXK8S_NODE_IMAGE must name the node image (scripts/node-image.sh): the kube-proxy image takes its libraries"
+[ -f "$node_packages/Packages" ] || die "EXK8S_NODE_PACKAGES must name the node packages (scripts/node-packages.sh): the kube-proxy image takes iptables from them"
+
 # The storage depends on the binaries, the pause source and this script.
 digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$bin_dir"/kube-apiserver \
-  "$bin_dir"/kube-controller-manager "$bin_dir"/kube-scheduler; echo "$pause_version") |
+  "$bin_dir"/kube-controller-manager "$bin_dir"/kube-scheduler "$coredns/bin/coredns" \
+  "$kube_proxy" "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
+  echo "$pause_version") |
   sha256sum | cut -c1-12)
 store=$cache/registry-$release-$digest
 fill_store() {
@@ -113,9 +147,65 @@ EOF
   for component in kube-apiserver kube-controller-manager kube-scheduler; do
     image "$component:$release" "$bin_dir/$component"
   done
+  image "coredns/coredns:$coredns_version" "$coredns/bin/coredns"
+  kube_proxy_image "$work" "$port"
   kill "$registry_pid"
   wait "$registry_pid" 2>/dev/null || true
   rm -rf "$work"
+}
+
+# kube-proxy's image, as upstream's distroless-iptables one is made: the Go-built kube-proxy,
+# and Debian's iptables (nft) and conntrack with exactly the libraries they load — the packages
+# from the node packages mirror, the libraries they need from the node image.
+kube_proxy_image() {
+  local work=$1 port=$2 layer=$1/kube-proxy-layer deb lib
+  mkdir -p "$layer/usr/local/bin" "$layer/usr/sbin"
+  cp "$kube_proxy" "$layer/usr/local/bin/kube-proxy"
+  for deb in "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb \
+    "$node_packages"/libip6tc2_*.deb "$node_packages"/libnetfilter-conntrack3_*.deb \
+    "$node_packages"/libnfnetlink0_*.deb "$node_packages"/libnftnl11_*.deb; do
+    [ -f "$deb" ] || die "no $deb in the node packages (scripts/node-packages.sh)"
+    dpkg-deb -x "$deb" "$layer"
+  done
+  local tool
+  for tool in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+    ln -sfn xtables-nft-multi "$layer/usr/sbin/$tool"
+  done
+  # Every shared library the binaries need, found in the layer or else the node image.
+  local -a queue=("$layer"/usr/sbin/xtables-nft-multi "$layer"/usr/sbin/conntrack \
+    "$layer"/usr/lib/x86_64-linux-gnu/xtables/*.so)
+  local -A seen=()
+  while [ ${#queue[@]} -gt 0 ]; do
+    local file=${queue[0]}
+    queue=("${queue[@]:1}")
+    for lib in $(objdump -p "$file" 2>/dev/null | awk '$1 == "NEEDED" {print $2}'); do
+      [ -z "${seen[$lib]:-}" ] || continue
+      seen[$lib]=1
+      local found=""
+      for dir in lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu; do
+        if [ -e "$layer/$dir/$lib" ]; then found=$layer/$dir/$lib; break; fi
+        if [ -e "$node_image/$dir/$lib" ]; then
+          mkdir -p "$layer/usr/lib/x86_64-linux-gnu"
+          cp -L "$node_image/$dir/$lib" "$layer/usr/lib/x86_64-linux-gnu/$lib"
+          found=$layer/usr/lib/x86_64-linux-gnu/$lib
+          break
+        fi
+      done
+      [ -n "$found" ] || die "kube-proxy's image: $lib (needed by $(basename "$file")) is in neither the packages nor the node image"
+      queue+=("$found")
+    done
+  done
+  mkdir -p "$layer/lib64" "$layer/lib"
+  cp -L "$node_image/lib64/ld-linux-x86-64.so.2" "$layer/lib64/"
+  ln -sfn usr/lib/x86_64-linux-gnu "$layer/lib/x86_64-linux-gnu" 2>/dev/null || true
+  mkdir -p "$layer/run" "$layer/tmp" "$layer/var/run"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layer" -cf "$layer.tar" .
+  local ref=127.0.0.1:$port/kube-proxy:$release
+  "$tools/bin/crane" append --insecure -f "$layer.tar" -t "$ref" >/dev/null 2>>"$work/crane.log"
+  "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" --set-platform linux/amd64 \
+    --entrypoint /usr/local/bin/kube-proxy \
+    --env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin >/dev/null 2>>"$work/crane.log"
+  log "  kube-proxy:$release (with iptables and conntrack)"
 }
 with_lock "$store" fill_store
 

@@ -47,19 +47,18 @@ export EXK8S_PYTHON="$PWD/.venv/bin/python"
 # (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them).
 # shellcheck source=scripts/lib/versions.sh
 source scripts/lib/versions.sh
-log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use and the registry booted machines pull from (in the background; built once per machine)"
+log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
     bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3" &&
-    bash scripts/node-registry.sh "$(sed -n 2p "$k8s_log.out")" >"$k8s_log.registry"
+    bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
 k8s_build=$!
 
 # The node image's root (Debian 12 with systemd), made by debootstrap, the local mirror of the
-# Debian packages a node installs on it, and the Go-built tools of its registry and helm (the
-# registry's images follow the Kubernetes binaries above): once per machine.
+# Debian packages a node installs on it, and the Go-built tools of its registry, helm and CoreDNS
+# (the registry's images follow once both are done): once per machine.
 log "the node image's root and its package mirror (in the background; built once per machine)"
 image_log=$(mktemp)
 {
@@ -104,17 +103,13 @@ if ! wait "$k8s_build"; then
   echo "building Kubernetes, etcd or the S3 server failed (above)" >&2
   exit 1
 fi
-grep -E '^==> (k8s-binaries|s3-server|node-registry)' "$k8s_log" >&2 || true
+grep -E '^==> (k8s-binaries|s3-server)' "$k8s_log" >&2 || true
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
 EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
-EXK8S_NODE_REGISTRY=$(sed -n 1p "$k8s_log.registry")
-EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p "$k8s_log.registry")
-EXK8S_NODE_HELM=$(sed -n 3p "$k8s_log.registry")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER \
-  EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
 if ! wait "$image_build"; then
   cat "$image_log" >&2
   echo "building the node image failed (above)" >&2
@@ -124,6 +119,21 @@ grep -E '^==> node-(image|packages|registry)' "$image_log" >&2 || true
 EXK8S_NODE_IMAGE=$(cat "$image_log.out")
 EXK8S_NODE_PACKAGES=$(cat "$image_log.packages")
 export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES
+
+# The registry booted machines pull from: the control plane's images from the Kubernetes
+# binaries, kube-proxy's with the node packages' iptables, CoreDNS's (filled once per machine).
+log "the node registry's images"
+registry_log=$(mktemp)
+if ! registry_out=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN" 2>"$registry_log"); then
+  cat "$registry_log" >&2
+  echo "filling the node registry failed (above)" >&2
+  exit 1
+fi
+grep -E '^==> node-registry' "$registry_log" >&2 || true
+EXK8S_NODE_REGISTRY=$(sed -n 1p <<<"$registry_out")
+EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p <<<"$registry_out")
+EXK8S_NODE_HELM=$(sed -n 3p <<<"$registry_out")
+export EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
 
 # The release builds the packaging checks need, beside the tests under SCHED_IDLE: they take only
 # the cores the tests leave idle (a real control plane waits on its components much of the

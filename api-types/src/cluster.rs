@@ -93,6 +93,9 @@ pub struct ClusterView {
     pub kubernetes_version: String,
     pub service_cidr: String,
     pub pod_cidr: String,
+    /// The pod network the first node installed with its addons (`cilium`, or `none`: the
+    /// operator brings one).
+    pub pod_network: String,
     pub nodes: Vec<NodeView>,
     /// The worker pools, counted.
     pub node_pools: Vec<PoolSummary>,

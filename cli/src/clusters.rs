@@ -96,6 +96,7 @@ pub(crate) fn cluster_detail(c: &ClusterView) -> comfy_table::Table {
         ("key_algorithm", Some(c.key_algorithm.clone())),
         ("service_cidr", Some(c.service_cidr.clone())),
         ("pod_cidr", Some(c.pod_cidr.clone())),
+        ("pod_network", Some(c.pod_network.clone())),
         ("error_reason", c.error_reason.clone()),
         ("error_message", c.error_message.clone()),
         ("membership_error", c.membership_error.clone()),

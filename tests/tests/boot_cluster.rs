@@ -10,13 +10,20 @@
 //! is started by systemd, the kubelet starts kube-apiserver, kube-controller-manager and
 //! kube-scheduler as containers of the images the static pods name, pulled through the image's
 //! mirror of registry.k8s.io (a real registry, `tests/src/registry.rs`), and the agent's kubectl
-//! applies the bootstrap RBAC; the joining members and the workers complete; every node is Ready
-//! and under no pressure. The addons step runs as the agent runs it and fails here for the one
-//! reason these machines impose: Cilium's chart lives at quay.io, which nothing here reaches;
-//! the failure is reported to the API and systemd tries the boot again. In the three-member
-//! cluster the last member is stopped and started through the compute API while the two
-//! others' apiservers answer every `/readyz` sample, and it comes back by itself. Stopped, each
-//! machine's kubelet stops its pods before systemd would have to.
+//! applies the bootstrap RBAC; every node is Ready and under no pressure.
+//!
+//! The addons: the three-member cluster brings its own pod network (`pod_network: none`), and
+//! its first node completes — kube-proxy runs on every node and CoreDNS's two replicas on the
+//! nodes' bridges, from the images the registry serves. The first cluster runs the default,
+//! Cilium, whose chart lives at quay.io, which nothing here reaches: its first node's addons
+//! step fails for that one reason, the failure is reported and systemd tries the boot again,
+//! resuming with the bundle it fetched.
+//!
+//! Day 2 on the three-member cluster ([`day2`]): a rollout, every node's sync unit started as its
+//! timer starts it, while the first machine samples every apiserver's `/readyz` — never two
+//! down at once, and each restarted; then the last member is stopped and started through the
+//! compute API while the two others' apiservers answer every sample, and it comes back by
+//! itself. Stopped, each machine's kubelet stops its pods before systemd would have to.
 
 #![allow(
     clippy::unwrap_used,
@@ -37,6 +44,10 @@ use exk8s_tests::procs::free_port;
 use exk8s_tests::registry::Registry;
 use serde_json::{Value, json};
 
+#[path = "boot_cluster/day2.rs"]
+mod day2;
+use day2::{reboot_the_last_member, roll_out};
+
 /// The cluster's shape and where its machines live.
 struct Shape {
     sim_cidr: &'static str,
@@ -48,6 +59,15 @@ struct Shape {
     /// The package and artifact mirror is away when the machines first boot: every node's
     /// first boot fails in its prerequisites, is reported, and systemd's retry completes it.
     mirror_away_first: bool,
+    /// The cluster's `pod_network`: Cilium's chart is out of reach here, so with `cilium` the
+    /// first node's addons fail (and are retried); with `none` they complete.
+    pod_network: &'static str,
+}
+
+impl Shape {
+    fn addons_complete(&self) -> bool {
+        self.pod_network == "none"
+    }
 }
 
 #[test]
@@ -59,6 +79,7 @@ fn one_control_plane_node_and_a_worker_boot_and_run_their_cluster() {
         key_algorithm: "ecdsa-p256",
         public_key: "id-ecPublicKey",
         mirror_away_first: true,
+        pod_network: "cilium",
     });
 }
 
@@ -71,6 +92,7 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
         key_algorithm: "rsa-2048",
         public_key: "rsaEncryption",
         mirror_away_first: false,
+        pod_network: "none",
     });
 }
 
@@ -119,9 +141,11 @@ fn boot_and_check(shape: &Shape) {
         dir,
         &json!({"control_plane_count": shape.control_planes, "control_plane_image_id": 1,
                 "control_plane_instance_type": "dev.small", "subnet_id": 1,
-                "key_algorithm": shape.key_algorithm}),
+                "key_algorithm": shape.key_algorithm,
+                "pod_network": shape.pod_network}),
     );
     let cluster = founded.cluster;
+    assert_eq!(view(&stack, cluster)["pod_network"], shape.pod_network);
     let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
     // The pool, asked for at once: its machines boot beside the control plane's.
     let pool = operator(&stack, "POST", &format!("/clusters/{cluster}/node-pools")).send_json(
@@ -188,39 +212,40 @@ fn boot_and_check(shape: &Shape) {
     }
     let (first, control_plane) = (&machines[0], &machines[..shape.control_planes]);
 
-    // Everything up to the addons runs on the first node; Cilium's chart is at quay.io, which
-    // no machine here reaches: the addons phase fails, says why, is reported, and the boot is
-    // tried again. Every other node completes.
-    let failed = "phase addons: failed";
-    exk8s_tests::procs::wait_until("the first node's addons", Duration::from_secs(400), || {
-        first.assert_up();
-        first.journal("exk8s-agent.service", 400).contains(failed)
-    });
-    let journal = first.journal("exk8s-agent.service", 400);
-    for step in [
-        "phase etcd: succeeded",
-        "phase apiserver: succeeded",
-        "kubectl apply -f /etc/exk8s/manifests/rbac.yaml",
-        "helm upgrade --install cilium oci://quay.io/cilium/charts/cilium",
-        "lookup quay.io",
-    ] {
-        assert!(journal.contains(step), "{step} in {journal}");
+    if !shape.addons_complete() {
+        // Everything up to the addons runs on the first node; Cilium's chart is at quay.io,
+        // which no machine here reaches: the addons phase fails, says why, is reported, and
+        // the boot is tried again. Every other node completes.
+        let failed = "phase addons: failed";
+        exk8s_tests::procs::wait_until("the first node's addons", Duration::from_secs(400), || {
+            first.assert_up();
+            first.journal("exk8s-agent.service", 400).contains(failed)
+        });
+        let journal = first.journal("exk8s-agent.service", 400);
+        for step in [
+            "phase etcd: succeeded",
+            "phase apiserver: succeeded",
+            "kubectl apply -f /etc/exk8s/manifests/rbac.yaml",
+            "helm upgrade --install cilium oci://quay.io/cilium/charts/cilium",
+            "lookup quay.io",
+        ] {
+            assert!(journal.contains(step), "{step} in {journal}");
+        }
+        let agent = first.show("exk8s-agent.service", &["ActiveState"]);
+        assert_eq!(agent, "ActiveState=activating", "tried again: {agent}");
     }
-    let agent = first.show("exk8s-agent.service", &["ActiveState"]);
-    assert_eq!(agent, "ActiveState=activating", "tried again: {agent}");
-    exk8s_tests::procs::wait_until(
-        "every other node's first boot",
-        Duration::from_secs(300),
-        || {
-            machines.iter().for_each(Machine::assert_up);
-            let phases: Vec<Value> = nodes(&stack, cluster)
-                .iter()
-                .filter(|n| n["vm_id"] != vms[0].0)
-                .map(|n| n["phase"].clone())
-                .collect();
-            phases.len() == vms.len() - 1 && phases.iter().all(|p| p == "complete")
-        },
-    );
+    // Every node completes its first boot (the first one too once its addons run).
+    let completing = |n: &&Value| shape.addons_complete() || n["vm_id"] != vms[0].0;
+    exk8s_tests::procs::wait_until("every node's first boot", Duration::from_secs(400), || {
+        machines.iter().for_each(Machine::assert_up);
+        let phases: Vec<Value> = nodes(&stack, cluster)
+            .iter()
+            .filter(completing)
+            .map(|n| n["phase"].clone())
+            .collect();
+        let all = vms.len() - usize::from(!shape.addons_complete());
+        phases.len() == all && phases.iter().all(|p| p == "complete")
+    });
     let names: BTreeMap<i64, String> = nodes(&stack, cluster)
         .iter()
         .map(|n| {
@@ -234,9 +259,14 @@ fn boot_and_check(shape: &Shape) {
         .into_iter()
         .find(|n| n["vm_id"] == vms[0].0)
         .unwrap();
-    assert_eq!(first_node["phase"], "addons:failed", "{first_node}");
+    let (phase, done) = if shape.addons_complete() {
+        ("complete", 0)
+    } else {
+        ("addons:failed", 1)
+    };
+    assert_eq!(first_node["phase"], phase, "{first_node}");
     let retries = usize::from(shape.mirror_away_first);
-    for machine in &machines[1..] {
+    for machine in &machines[done..] {
         let agent = machine.show("exk8s-agent.service", &["Result", "NRestarts"]);
         assert_eq!(
             agent,
@@ -357,30 +387,46 @@ fn boot_and_check(shape: &Shape) {
             assert!(phases.lines().any(|l| l == line), "{line} in {phases}");
         }
     }
-    // The first node's boot is tried again while its addons fail: each attempt resumes with
-    // the bundle the first one fetched, so its files stay as they were and the kubelet never
-    // restarts the control plane (a fresh bundle's new certificates would change them all).
-    exk8s_tests::procs::wait_until("a resumed attempt", Duration::from_secs(120), || {
-        first
-            .journal_grep("exk8s-agent.service", "resuming with the bundle")
-            .contains("resuming with the bundle a failed attempt fetched")
-    });
-    let restarts = kubectl(&[
-        "get",
-        "pods",
-        "--namespace",
-        "kube-system",
-        "--field-selector",
-        &format!("spec.nodeName={}", names[&vms[0].0]),
-        "-o",
-        r#"jsonpath={range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
-    ]);
-    assert_eq!(restarts.lines().count(), 3, "{restarts}");
-    for line in restarts.lines() {
-        assert!(
-            line.ends_with("=0"),
-            "restarted by a retried boot: {restarts}"
-        );
+    if shape.addons_complete() {
+        // The addons run: kube-proxy on every node, CoreDNS's two replicas, each from the
+        // image the registry serves.
+        let running = kubectl(&[
+            "get",
+            "pods",
+            "--namespace",
+            "kube-system",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.labels.k8s-app}={.status.phase}{"\n"}{end}"#,
+        ]);
+        let count = |line: &str| running.lines().filter(|l| *l == line).count();
+        assert_eq!(count("kube-proxy=Running"), vms.len(), "{running}");
+        assert_eq!(count("kube-dns=Running"), 2, "{running}");
+    } else {
+        // The first node's boot is tried again while its addons fail: each attempt resumes with
+        // the bundle the first one fetched, so its files stay as they were and the kubelet never
+        // restarts the control plane (a fresh bundle's new certificates would change them all).
+        exk8s_tests::procs::wait_until("a resumed attempt", Duration::from_secs(120), || {
+            first
+                .journal_grep("exk8s-agent.service", "resuming with the bundle")
+                .contains("resuming with the bundle a failed attempt fetched")
+        });
+        let restarts = kubectl(&[
+            "get",
+            "pods",
+            "--namespace",
+            "kube-system",
+            "--field-selector",
+            &format!("spec.nodeName={}", names[&vms[0].0]),
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
+        ]);
+        assert_eq!(restarts.lines().count(), 3, "{restarts}");
+        for line in restarts.lines() {
+            assert!(
+                line.ends_with("=0"),
+                "restarted by a retried boot: {restarts}"
+            );
+        }
     }
     let pressures = kubectl(&[
         "get",
@@ -404,6 +450,11 @@ fn boot_and_check(shape: &Shape) {
         );
     }
     if shape.control_planes == 3 {
+        let cp: Vec<(String, String)> = vms[..3]
+            .iter()
+            .map(|(vm, ip, _)| (ip.clone(), names[vm].clone()))
+            .collect();
+        roll_out(&stack, cluster, &machines, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
     }
 
@@ -437,98 +488,4 @@ fn boot_and_check(shape: &Shape) {
             });
         }
     });
-}
-
-/// `kubectl` on `machine` with its admin kubeconfig.
-fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output {
-    let kubectl = format!("/opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubectl");
-    let mut all = vec!["--kubeconfig", "/etc/exk8s/kubeconfig/admin.kubeconfig"];
-    all.extend_from_slice(args);
-    machine.run(&kubectl, &all)
-}
-
-/// Reboots the last control-plane member (machine 2, a joiner that completed) while the
-/// first machine asks the two others' apiservers for `/readyz` every few hundred
-/// milliseconds: every answer is `ok`. Booted again from its disk, its boot unit finds
-/// `bootstrap.done` and syncs, etcd, containerd and the kubelet come back, and its node is
-/// Ready again.
-fn reboot_the_last_member(
-    stack: &Stack,
-    machines: &mut Vec<Machine>,
-    vms: &[(i64, String, &str)],
-    names: &BTreeMap<i64, String>,
-) {
-    let rebooted = machines.remove(2);
-    let vm = rebooted.vm;
-    let sampler = &machines[0];
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let again = std::thread::scope(|s| {
-        let sampling = s.spawn(|| {
-            let mut samples = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                for (_, ip, _) in &vms[..2] {
-                    let server = format!("--server=https://{ip}:6443");
-                    let out = kubectl(
-                        sampler,
-                        &[&server, "--request-timeout=5s", "get", "--raw", "/readyz"],
-                    );
-                    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned()
-                        + String::from_utf8_lossy(&out.stderr).trim();
-                    samples.push((ip.clone(), answer));
-                }
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            samples
-        });
-        rebooted.stop();
-        let again = Machine::start(stack, vm);
-        again.wait_booted();
-        exk8s_tests::procs::wait_until(
-            "the rebooted member's agent",
-            Duration::from_secs(300),
-            || {
-                let Ok(agent) = again.try_show("exk8s-agent.service", &["ActiveState", "Result"])
-                else {
-                    again.assert_up();
-                    return false;
-                };
-                assert!(
-                    !agent.contains("Result=exit-code"),
-                    "the agent failed after the reboot: {}",
-                    again.journal("exk8s-agent.service", 40)
-                );
-                agent.contains("ActiveState=active")
-            },
-        );
-        let name = &names[&vms[2].0];
-        exk8s_tests::procs::wait_until("the rebooted node Ready", Duration::from_secs(120), || {
-            let ready = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
-            let out = kubectl(sampler, &["get", "node", name, "-o", ready]);
-            String::from_utf8_lossy(&out.stdout).trim() == "True"
-        });
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let samples = sampling.join().unwrap();
-        let failed: Vec<_> = samples.iter().filter(|(_, a)| a != "ok").collect();
-        assert!(samples.len() >= 10, "{samples:?}");
-        assert!(
-            failed.is_empty(),
-            "{} of {} samples failed: {failed:?}",
-            failed.len(),
-            samples.len()
-        );
-        again
-    });
-    let journal = again.journal("exk8s-agent.service", 200);
-    assert!(
-        journal.contains("bootstrap.done") || journal.contains("sync"),
-        "{journal}"
-    );
-    for unit in ["etcd.service", "containerd.service", "kubelet.service"] {
-        assert_eq!(
-            again.ok("systemctl", &["is-active", unit]),
-            "active",
-            "{unit}"
-        );
-    }
-    machines.insert(2, again);
 }

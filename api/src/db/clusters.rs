@@ -389,9 +389,9 @@ pub async fn get_by_id<'c>(
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
-/// [`COLUMNS`] without the trust and the spec (read as NULL and empty): what a view shows, a
-/// fifth of the bytes of a full row. Rows read with it cannot open their cluster's trust.
-const VIEW_COLUMNS: &str = "id, org_id, name, phase, '' AS spec_json, key_algorithm, \
+/// [`COLUMNS`] without the trust (read as NULL): what a view shows, a fifth of the bytes of a
+/// full row. Rows read with it cannot open their cluster's trust.
+const VIEW_COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, \
     kubernetes_version, service_cidr, pod_cidr, cluster_domain, control_plane_dns_name, \
     CAST(NULL AS TEXT) AS ca_cert, CAST(NULL AS TEXT) AS ca_key_sealed, \
     CAST(NULL AS TEXT) AS etcd_ca_cert, CAST(NULL AS TEXT) AS etcd_ca_key_sealed, \

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use exk8s_api::sim::Faults;
 use exk8s_api::tokens::Scope;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::app::{
     Backend, TestApp, both_backends, json_of, operator_token, spawn_app, spawn_with, test_config,
@@ -72,6 +72,7 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
     let view = json_of(app.get(&format!("/clusters/{id}")).send().await.unwrap()).await;
     assert_eq!(view["phase"], "founded");
     assert_eq!(view["ready"], false);
+    assert_eq!(view["pod_network"], "cilium", "the default");
     assert_eq!(
         view["api_endpoints"],
         json!([format!("https://exk8s-7-{id:x}.k8s.internal:6443")])
@@ -90,7 +91,10 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
 
     let existing = groups[0].id;
     let response = app
-        .found(1, json!({"security_group_ids": [existing]}))
+        .found(
+            1,
+            json!({"security_group_ids": [existing], "pod_network": "none"}),
+        )
         .await;
     assert_eq!(response.status(), 201);
     assert_eq!(
@@ -99,7 +103,13 @@ async fn founds_one_and_three_node_clusters(backend: Backend) {
         "a group was created although one was given"
     );
     let list = json_of(app.get("/clusters").send().await.unwrap()).await;
-    assert_eq!(list.as_array().unwrap().len(), 2);
+    let networks: Vec<&Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["pod_network"])
+        .collect();
+    assert_eq!(networks, [&json!("cilium"), &json!("none")]);
 }
 
 async fn failure_at_every_step_leaves_nothing_behind(backend: Backend) {

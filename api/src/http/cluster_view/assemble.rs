@@ -196,6 +196,10 @@ pub(super) fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64
         kubernetes_version: row.kubernetes_version,
         service_cidr: row.service_cidr,
         pod_cidr: row.pod_cidr,
+        // A spec this API cannot read stops the cluster's every issuance, which says why.
+        pod_network: crate::cluster::Spec::from_stored(&row.spec_json)
+            .map_or("unknown", |spec| spec.pod_network.as_str())
+            .to_owned(),
         conditions: [
             available,
             etcd_healthy,

@@ -112,6 +112,12 @@ fn host_rewrites(root: &Path, host: &Host) -> Result<(), MachineError> {
              failCgroupV1: false\n",
         )?;
     }
+    // A machine runs the host's kernel and cannot load modules into it; the image (a root
+    // made by debootstrap, no kernel package) has no /lib/modules, which a node's kube-proxy
+    // mounts (a hostPath of type Directory): an empty one, as a VM whose kernel has its
+    // modules built in has.
+    std::fs::create_dir_all(root.join("lib/modules"))
+        .map_err(io(format!("creating {}/lib/modules", root.display())))?;
     if !host.sys_resource {
         // Without CAP_SYS_RESOURCE nobody here may lower an `oom_score_adj` (runc sets the
         // sandbox's -998): containerd runs from the bundle's configuration plus

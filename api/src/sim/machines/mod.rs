@@ -12,6 +12,7 @@
 mod disk;
 mod lan;
 mod nspawn;
+mod sysctl;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -163,6 +164,8 @@ struct Slot {
     /// The tasks serving the machine's namespace (forwards, IMDS).
     services: Vec<AbortHandle>,
     error: Option<String>,
+    /// The network settings last set in its namespace ([`sysctl`]).
+    sysctls: Vec<String>,
 }
 
 impl Drop for Slot {
@@ -262,6 +265,7 @@ impl NspawnMachines {
                 booted: None,
                 services: Vec::new(),
                 error: None,
+                sysctls: Vec::new(),
             });
             if !matches!(slot.state, MachineState::Stopped | MachineState::Failed) {
                 return;
@@ -433,7 +437,8 @@ impl NspawnMachines {
     }
 
     /// One round of looking after the machines: one that went down by itself is `stopped`,
-    /// and each running one's `/etc/hosts` says what the DNS simulator says.
+    /// each running one's `/etc/hosts` says what the DNS simulator says, and its namespace has
+    /// the network settings its `/etc/sysctl.d` asks for.
     fn look_after(&self) {
         let records = self.dns.records();
         let mut running = Vec::new();
@@ -449,7 +454,28 @@ impl NspawnMachines {
             }
         }
         for id in running {
-            write_hosts(&self.disk(id), &records);
+            let disk = self.disk(id);
+            write_hosts(&disk, &records);
+            self.set_sysctls(id, sysctl::wanted(&disk));
+        }
+    }
+
+    /// Sets `wanted` in machine `id`'s namespace unless that is what was set last.
+    fn set_sysctls(&self, id: i64, wanted: Vec<String>) {
+        let changed = lock(&self.slots)
+            .get(&id)
+            .is_some_and(|slot| slot.sysctls != wanted);
+        if !changed || wanted.is_empty() {
+            return;
+        }
+        let netns = self.lan.netns(id);
+        match sysctl::apply(&netns, &wanted) {
+            Ok(()) => tracing::info!(vm = id, settings = ?wanted, "machine's network settings"),
+            Err(e) => tracing::warn!(vm = id, error = %e, "machine's network settings"),
+        }
+        // Not tried again until the files change: the warning says what failed.
+        if let Some(slot) = lock(&self.slots).get_mut(&id) {
+            slot.sysctls = wanted;
         }
     }
 }
