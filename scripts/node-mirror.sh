@@ -5,6 +5,8 @@
 # DIR/debian           Debian's packages (EXK8S_NODE_PACKAGES, scripts/node-packages.sh)
 # DIR/release/<k8s>/bin/linux/amd64/{kubelet,kubectl}   as dl.k8s.io (EXK8S_K8S_BIN)
 # DIR/etcd-io/etcd/releases/download/<etcd>/etcd-<etcd>-linux-amd64.tar.gz   as GitHub (EXK8S_ETCD_BIN)
+#                      and, when EXK8S_K8S_NEXT_BIN and EXK8S_ETCD_NEXT_BIN are set, the next
+#                      release's too (what an upgrade downloads)
 # DIR/helm-<helm>-linux-amd64.tar.gz   as get.helm.sh (EXK8S_NODE_HELM, scripts/node-registry.sh)
 # DIR/artifacts.toml   the catalog for `exk8s-api dev --artifact-catalog`, every URL at
 #                      http://127.0.0.1:PORT/ (where each machine reaches the mirror)
@@ -43,12 +45,15 @@ entry() {
   catalog+=("[[artifact]]" "name = \"$1\"" "version = \"$2\"" "url = \"http://127.0.0.1:$port/$3\"" "sha256 = \"$sum\"" "")
 }
 
-release=release/$k8s_version/bin/linux/amd64
-mkdir -p "$dir/$release"
-for name in kubelet kubectl; do
-  ln -sfn "$EXK8S_K8S_BIN/$name" "$dir/$release/$name"
-  entry "$name" "$k8s_version" "$release/$name"
-done
+# kubernetes VERSION BIN_DIR: kubelet and kubectl as dl.k8s.io lays them out.
+kubernetes() {
+  local release=release/$1/bin/linux/amd64 name
+  mkdir -p "$dir/$release"
+  for name in kubelet kubectl; do
+    ln -sfn "$2/$name" "$dir/$release/$name"
+    entry "$name" "$1" "$release/$name"
+  done
+}
 
 # tarball PATH TOP SOURCE...: DIR/PATH holding TOP/<basename of each SOURCE>.
 tarball() {
@@ -61,9 +66,20 @@ tarball() {
   mv "$dir/$path.partial" "$dir/$path"
   rm -rf "$staging"
 }
-etcd_path=etcd-io/etcd/releases/download/$etcd_version/etcd-$etcd_version-linux-amd64.tar.gz
-tarball "$etcd_path" "etcd-$etcd_version-linux-amd64" "$EXK8S_ETCD_BIN"/{etcd,etcdctl,etcdutl}
-entry etcd "$etcd_version" "$etcd_path"
+# etcd VERSION BIN_DIR: its release tarball as GitHub lays it out.
+etcd() {
+  local path=etcd-io/etcd/releases/download/$1/etcd-$1-linux-amd64.tar.gz
+  tarball "$path" "etcd-$1-linux-amd64" "$2"/{etcd,etcdctl,etcdutl}
+  entry etcd "$1" "$path"
+}
+kubernetes "$k8s_version" "$EXK8S_K8S_BIN"
+etcd "$etcd_version" "$EXK8S_ETCD_BIN"
+if [ -n "${EXK8S_K8S_NEXT_BIN:-}${EXK8S_ETCD_NEXT_BIN:-}" ]; then
+  need EXK8S_K8S_NEXT_BIN "the next release's Kubernetes binaries (scripts/k8s-binaries.sh $k8s_next $etcd_next)"
+  need EXK8S_ETCD_NEXT_BIN "the next release's etcd binaries (scripts/k8s-binaries.sh $k8s_next $etcd_next)"
+  kubernetes "$k8s_next" "$EXK8S_K8S_NEXT_BIN"
+  etcd "$etcd_next" "$EXK8S_ETCD_NEXT_BIN"
+fi
 helm_path=helm-$helm_version-linux-amd64.tar.gz
 tarball "$helm_path" linux-amd64 "$EXK8S_NODE_HELM"
 entry helm "$helm_version" "$helm_path"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/node-registry.sh K8S_BIN_DIR [PAUSE_VERSION]
+# scripts/node-registry.sh K8S_BIN_DIR [K8S_BIN_DIR…]
 # scripts/node-registry.sh --tools
 #
 # Builds, once per machine and release, what a booted machine downloads besides Debian's
@@ -8,7 +8,8 @@
 #   its own mirror of registry.k8s.io: a real registry (distribution's `registry`, built from its
 #   Go module) whose storage holds the images a control-plane node's static pods and
 #   containerd's sandbox name — kube-apiserver, kube-controller-manager, kube-scheduler:<release>
-#   from the Go-built binaries in K8S_BIN_DIR, and pause:<PAUSE_VERSION> from
+#   from the Go-built binaries in each K8S_BIN_DIR (one per release: an upgrade pulls both), and
+#   pause:<pause_version> from
 #   tests/tools/pause.c, and the addons' coredns/coredns:<pinned> from CoreDNS's Go module —
 #   each a linux/amd64 image of one layer with the binary in /usr/local/bin, pushed by `crane`
 #   (go-containerregistry, built from its Go module) — and kube-proxy:<release> (the binary
@@ -26,8 +27,7 @@
 # and safe when several callers ask at once (flock). Needs go, cc (static libc) and python3.
 set -euo pipefail
 
-bin_dir=${1:?usage: node-registry.sh K8S_BIN_DIR [PAUSE_VERSION] | --tools}
-pause_version=${2:-3.10}
+[ $# -ge 1 ] || { echo "usage: node-registry.sh K8S_BIN_DIR [K8S_BIN_DIR…] | --tools" >&2; exit 2; }
 cache=${EXK8S_K8S_CACHE:-/var/cache/exk8s/k8s}
 registry_version=v3.0.0
 crane_version=v0.22.1
@@ -83,27 +83,36 @@ build_coredns() {
   [[ $out == *"CoreDNS-${coredns_version#v}"* ]] || die "coredns -version says '$out', not $coredns_version"
 }
 with_lock "$coredns" build_coredns
-[ "$bin_dir" != --tools ] || exit 0
+[ "$1" != --tools ] || exit 0
 
-[ -x "$bin_dir/kube-apiserver" ] || die "$bin_dir holds no kube-apiserver (run scripts/k8s-binaries.sh)"
-release=$("$bin_dir/kube-apiserver" --version | awk '{print $2}')
-[[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "kube-apiserver --version says '$release'"
-[[ $pause_version =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || die "the pause version must look like 3.10, got '$pause_version'"
-
-kube_proxy=$cache/$release-kube-proxy/bin/kube-proxy
-[ -x "$kube_proxy" ] || die "no $kube_proxy (scripts/k8s-binaries.sh builds it)"
+# Each release's binaries: its control plane's, and its kube-proxy beside them.
+releases=()
+declare -A bins=()
+for bin_dir in "$@"; do
+  [ -x "$bin_dir/kube-apiserver" ] || die "$bin_dir holds no kube-apiserver (run scripts/k8s-binaries.sh)"
+  release=$("$bin_dir/kube-apiserver" --version | awk '{print $2}')
+  [[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "kube-apiserver --version says '$release'"
+  [ -z "${bins[$release]:-}" ] || die "$release is named twice"
+  [ -x "$cache/$release-kube-proxy/bin/kube-proxy" ] ||
+    die "no $cache/$release-kube-proxy/bin/kube-proxy (scripts/k8s-binaries.sh builds it)"
+  releases+=("$release")
+  bins[$release]=$bin_dir
+done
 node_image=${EXK8S_NODE_IMAGE:-}
 node_packages=${EXK8S_NODE_PACKAGES:-}
 [ -x "$node_image/sbin/init" ] || die "EXK8S_NODE_IMAGE must name the node image (scripts/node-image.sh): the kube-proxy image takes its libraries"
 [ -f "$node_packages/Packages" ] || die "EXK8S_NODE_PACKAGES must name the node packages (scripts/node-packages.sh): the kube-proxy image takes iptables from them"
 
-# The storage depends on the binaries, the pause source and this script.
-digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$bin_dir"/kube-apiserver \
-  "$bin_dir"/kube-controller-manager "$bin_dir"/kube-scheduler "$coredns/bin/coredns" \
-  "$kube_proxy" "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
+# The storage depends on the binaries, the pause source, the packages and this script.
+digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$coredns/bin/coredns" \
+  "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
+  for release in "${releases[@]}"; do
+    sha256sum "${bins[$release]}"/kube-{apiserver,controller-manager,scheduler} \
+      "$cache/$release-kube-proxy/bin/kube-proxy"
+  done
   echo "$pause_version") |
   sha256sum | cut -c1-12)
-store=$cache/registry-$release-$digest
+store=$cache/registry-$(IFS=-; echo "${releases[*]}")-$digest
 fill_store() {
   local dir=$1 work=$1.work port
   rm -rf "$work"
@@ -143,12 +152,14 @@ EOF
   }
   cc -Os -static -o "$work/pause" "$root/tests/tools/pause.c"
   image "pause:$pause_version" "$work/pause"
-  local component
-  for component in kube-apiserver kube-controller-manager kube-scheduler; do
-    image "$component:$release" "$bin_dir/$component"
+  local component release
+  for release in "${releases[@]}"; do
+    for component in kube-apiserver kube-controller-manager kube-scheduler; do
+      image "$component:$release" "${bins[$release]}/$component"
+    done
+    kube_proxy_image "$work" "$port" "$release"
   done
   image "coredns/coredns:$coredns_version" "$coredns/bin/coredns"
-  kube_proxy_image "$work" "$port"
   kill "$registry_pid"
   wait "$registry_pid" 2>/dev/null || true
   rm -rf "$work"
@@ -158,9 +169,9 @@ EOF
 # and Debian's iptables (nft) and conntrack with exactly the libraries they load — the packages
 # from the node packages mirror, the libraries they need from the node image.
 kube_proxy_image() {
-  local work=$1 port=$2 layer=$1/kube-proxy-layer deb lib
+  local work=$1 port=$2 release=$3 layer=$1/kube-proxy-$3 deb lib
   mkdir -p "$layer/usr/local/bin" "$layer/usr/sbin"
-  cp "$kube_proxy" "$layer/usr/local/bin/kube-proxy"
+  cp "$cache/$release-kube-proxy/bin/kube-proxy" "$layer/usr/local/bin/kube-proxy"
   for deb in "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb \
     "$node_packages"/libip6tc2_*.deb "$node_packages"/libnetfilter-conntrack3_*.deb \
     "$node_packages"/libnfnetlink0_*.deb "$node_packages"/libnftnl11_*.deb; do

@@ -138,6 +138,9 @@ pub struct Machine {
     pub root: PathBuf,
     /// Its console.
     pub console: PathBuf,
+    /// Its network namespace (under `/run/netns`): the host's tools run there as on the
+    /// machine's LAN ([`Self::on_lan`]).
+    pub netns: String,
     /// The machine's PID 1 (systemd), as the host numbers it.
     init: u32,
     base: String,
@@ -157,6 +160,7 @@ impl Machine {
                             name: info["hostname"].as_str().unwrap().to_owned(),
                             root: PathBuf::from(info["disk"].as_str().unwrap()),
                             init: u32::try_from(info["init_pid"].as_u64().unwrap()).unwrap(),
+                            netns: info["netns"].as_str().unwrap().to_owned(),
                             console,
                             base: stack.base.clone(),
                         };
@@ -172,6 +176,16 @@ impl Machine {
             assert!(start.elapsed() < BOOT, "VM {vm}'s machine never ran");
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The host's `program` in the machine's network namespace only: a light client on its
+    /// LAN (the host's curl costs a fraction of the machine's kubectl).
+    pub fn on_lan(&self, program: &str) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .args(["--", program]);
+        command
     }
 
     /// `program args` inside the machine (every namespace of its PID 1).

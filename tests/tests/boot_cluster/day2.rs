@@ -13,7 +13,8 @@ use exk8s_tests::machine::Machine;
 
 use super::nodes;
 
-/// `kubectl` on `machine` with its admin kubeconfig.
+/// `kubectl` on `machine` with its admin kubeconfig (the kubectl of the release the node was
+/// founded at, which stays beside a newer one).
 pub(crate) fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output {
     let kubectl = format!("/opt/exk8s/kubernetes/{KUBERNETES_VERSION}/kubectl");
     let mut all = vec!["--kubeconfig", "/etc/exk8s/kubeconfig/admin.kubeconfig"];
@@ -21,17 +22,25 @@ pub(crate) fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output 
     machine.run(&kubectl, &all)
 }
 
-/// One round of `/readyz` asked of each apiserver in `ips` from `sampler`: what each answered.
+/// One round of `/readyz` asked of each apiserver in `ips` from `sampler`'s LAN (anonymous, as
+/// a load balancer's health check asks): what each answered.
 fn readyz_round(sampler: &Machine, ips: &[String]) -> Vec<(String, String)> {
     ips.iter()
         .map(|ip| {
-            let server = format!("--server=https://{ip}:6443");
-            let out = kubectl(
-                sampler,
-                &[&server, "--request-timeout=5s", "get", "--raw", "/readyz"],
-            );
-            let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned()
-                + String::from_utf8_lossy(&out.stderr).trim();
+            let out = sampler
+                .on_lan("curl")
+                .args(["-sSk", "--max-time", "5"])
+                .arg(format!("https://{ip}:6443/readyz"))
+                .output()
+                .unwrap();
+            // `ok`, or what failed: the checks a 500 names (`[-]…`), or curl's error.
+            let said = String::from_utf8_lossy(&out.stdout);
+            let failed: Vec<&str> = said.lines().filter(|l| l.starts_with("[-]")).collect();
+            let answer = if failed.is_empty() {
+                said.trim().to_owned() + String::from_utf8_lossy(&out.stderr).trim()
+            } else {
+                failed.join("; ")
+            };
             (ip.clone(), answer)
         })
         .collect()
@@ -99,49 +108,14 @@ pub(crate) fn roll_out(stack: &Stack, cluster: i64, machines: &[Machine], cp: &[
     assert!(before.values().all(|s| !s.is_empty()), "{before:?}");
     let started = operator(stack, "POST", &format!("/clusters/{cluster}/rollout")).call();
     assert!(started.is_ok(), "{started:?}");
-    let synced = AtomicBool::new(false);
     let ((), rounds) = sampling(sampler, &ips, || {
-        std::thread::scope(|s| {
-            for machine in machines {
-                let synced = &synced;
-                s.spawn(move || {
-                    while !synced.load(Ordering::Relaxed) {
-                        machine.assert_up();
-                        let _ = machine.run("systemctl", &["start", "exk8s-agent-sync.service"]);
-                        // A "wait" answer ends the unit at once: a few seconds apart, as
-                        // systemd's start limit (5 in 10 s) allows.
-                        std::thread::sleep(Duration::from_secs(3));
-                    }
-                });
-            }
-            exk8s_tests::procs::wait_until(
-                "every node at its new generation",
-                Duration::from_secs(600),
-                || {
-                    nodes(stack, cluster)
-                        .iter()
-                        .all(|n| n["up_to_date"] == true)
-                },
-            );
-            synced.store(true, Ordering::Relaxed);
+        syncing(machines, || {
+            nodes(stack, cluster)
+                .iter()
+                .all(|n| n["up_to_date"] == true)
         });
     });
-    let short: Vec<_> = rounds
-        .iter()
-        .filter(|round| round.iter().filter(|(_, a)| a == "ok").count() < 2)
-        .collect();
-    assert!(rounds.len() >= 10, "{rounds:?}");
-    assert!(
-        short.is_empty(),
-        "{} of {} rounds found fewer than two apiservers ready: {short:?}",
-        short.len(),
-        rounds.len()
-    );
-    let down = rounds.iter().flatten().filter(|(_, a)| a != "ok").count();
-    eprintln!(
-        "rollout: {} rounds of /readyz, {down} answers not ok (never two in one round)",
-        rounds.len()
-    );
+    assert_two_ready("rollout", &rounds);
     for machine in machines {
         let sync = machine.show("exk8s-agent-sync.service", &["Result"]);
         assert_eq!(sync, "Result=success", "{}", machine.name);
@@ -152,6 +126,48 @@ pub(crate) fn roll_out(stack: &Stack, cluster: i64, machines: &[Machine], cp: &[
             .iter()
             .all(|(name, started)| !after[name].is_empty() && after[name] != *started)
     });
+}
+
+/// Starts every machine's sync unit (what its timer runs) over and over, all at once, until
+/// `done` says the change is over.
+fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
+    let synced = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for machine in machines {
+            let synced = &synced;
+            s.spawn(move || {
+                while !synced.load(Ordering::Relaxed) {
+                    machine.assert_up();
+                    let _ = machine.run("systemctl", &["start", "exk8s-agent-sync.service"]);
+                    // A "wait" answer ends the unit at once: a few seconds apart, as systemd's
+                    // start limit (5 in 10 s) allows.
+                    std::thread::sleep(Duration::from_secs(3));
+                }
+            });
+        }
+        exk8s_tests::procs::wait_until("the change", Duration::from_secs(900), &done);
+        synced.store(true, Ordering::Relaxed);
+    });
+}
+
+/// In every round of samples at least two of the three apiservers answered `ok`.
+fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
+    let short: Vec<_> = rounds
+        .iter()
+        .filter(|round| round.iter().filter(|(_, a)| a == "ok").count() < 2)
+        .collect();
+    assert!(rounds.len() >= 10, "{change}: {rounds:?}");
+    assert!(
+        short.is_empty(),
+        "{change}: {} of {} rounds found fewer than two apiservers ready: {short:?}",
+        short.len(),
+        rounds.len()
+    );
+    let down = rounds.iter().flatten().filter(|(_, a)| a != "ok").count();
+    eprintln!(
+        "{change}: {} rounds of /readyz, {down} answers not ok (never two in one round)",
+        rounds.len()
+    );
 }
 
 /// Reboots the last control-plane member (machine 2, a joiner that completed) while the
