@@ -75,13 +75,15 @@ TOML
 bash packaging/bake-image.sh "$data/image.partial" --agent "$agent" \
   --keys-dir "$data/image-keys" --config "$data/image-agent.toml"
 echo "deb [trusted=yes] http://127.0.0.1:$mirror_port/debian ./" >"$data/image.partial/etc/apt/sources.list"
-mkdir -p "$data/image.partial/etc/containerd/certs.d/registry.k8s.io"
-cat >"$data/image.partial/etc/containerd/certs.d/registry.k8s.io/hosts.toml" <<TOML
-server = "https://registry.k8s.io"
+for upstream in registry.k8s.io ghcr.io; do
+  mkdir -p "$data/image.partial/etc/containerd/certs.d/$upstream"
+  cat >"$data/image.partial/etc/containerd/certs.d/$upstream/hosts.toml" <<TOML
+server = "https://$upstream"
 
 [host."http://127.0.0.1:$registry_port"]
   capabilities = ["pull", "resolve"]
 TOML
+done
 mv "$data/image.partial" "$data/image"
 
 cat >"$data/registry.yml" <<YAML

@@ -52,6 +52,10 @@ else
     tail -n 30 "$dir/debootstrap.log" >&2
     die "debootstrap failed (its log: $dir/debootstrap.log)"
   fi
+  # The loopback names every cloud image's /etc/hosts carries (debootstrap writes none):
+  # containerd's port-forward dials `localhost` inside a pod's namespace.
+  printf '%s\n' '127.0.0.1 localhost' '::1 localhost ip6-localhost ip6-loopback' \
+    'ff02::1 ip6-allnodes' 'ff02::2 ip6-allrouters' >"$dir/root/etc/hosts"
   # An image carries no machine identity: each machine gets its own at first boot.
   : >"$dir/root/etc/machine-id"
   rm -f "$dir/root/var/lib/dbus/machine-id"

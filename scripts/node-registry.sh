@@ -10,14 +10,16 @@
 #   containerd's sandbox name — kube-apiserver, kube-controller-manager, kube-scheduler:<release>
 #   from the Go-built binaries in each K8S_BIN_DIR (one per release: an upgrade pulls both), and
 #   pause:<pause_version> from
-#   tests/tools/pause.c, and the addons' coredns/coredns:<pinned> from CoreDNS's Go module —
+#   tests/tools/pause.c, and the addons' coredns/coredns:<pinned> from CoreDNS's Go module and
+#   flannel-io/flannel:<pinned> (ghcr.io's name) from flannel's, with iptables as below, and
+#   the workloads' e2e-test-images/agnhost:<its VERSION> from the first release's module —
 #   each a linux/amd64 image of one layer with the binary in /usr/local/bin, pushed by `crane`
 #   (go-containerregistry, built from its Go module) — and kube-proxy:<release> (the binary
 #   scripts/k8s-binaries.sh builds beside K8S_BIN_DIR, with Debian's iptables and conntrack from
 #   the node packages EXK8S_NODE_PACKAGES names and the libraries they load from the node image
 #   EXK8S_NODE_IMAGE names: scripts/node-packages.sh and node-image.sh print them);
-# - helm, at the version the renderer pins (api/src/render/input.rs), and CoreDNS from their Go
-#   modules.
+# - helm, at the version the renderer pins (api/src/render/input.rs), CoreDNS and flanneld from
+#   their Go modules.
 # Go and these tools are test tools: nothing built here ships.
 #
 # Output, on stdout: the registry's binary, its storage directory and helm, one per line (serve
@@ -83,6 +85,30 @@ build_coredns() {
   [[ $out == *"CoreDNS-${coredns_version#v}"* ]] || die "coredns -version says '$out', not $coredns_version"
 }
 with_lock "$coredns" build_coredns
+
+# flanneld, at the version the renderer pins, from its Go module (its main package is the root).
+# Its Tencent backend names a release of Tencent's SDK the proxy does not serve; a newer patch
+# of the same minor builds. The UDP backend is cgo: linked statically, as upstream does.
+flannel=$cache/flannel-$flannel_version
+build_flannel() {
+  local dir=$1
+  mkdir -p "$dir/src" "$dir/bin"
+  log "building flannel $flannel_version"
+  (
+    cd "$dir/src"
+    export CGO_ENABLED=1 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    go mod init exk8s.test/flannel >/dev/null 2>&1
+    go mod edit -go=1.25 -require="github.com/flannel-io/flannel@$flannel_version" \
+      -require=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/common@v1.3.211
+    go build -trimpath -tags netgo,osusergo \
+      -ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
+      -o "$dir/bin/flanneld" github.com/flannel-io/flannel
+  )
+  local out
+  out=$("$dir/bin/flanneld" --version 2>&1)
+  [ "$out" = "$flannel_version" ] || die "flanneld --version says '$out', not $flannel_version"
+}
+with_lock "$flannel" build_flannel
 [ "$1" != --tools ] || exit 0
 
 # Each release's binaries: its control plane's, and its kube-proxy beside them.
@@ -98,13 +124,35 @@ for bin_dir in "$@"; do
   releases+=("$release")
   bins[$release]=$bin_dir
 done
+# agnhost, the workloads' image (Kubernetes' e2e test image: an HTTP server answering its
+# hostname, a client that resolves and connects), from the first release's scratch module.
+agnhost_src=$(dirname "${bins[${releases[0]}]}")/src
+[ -f "$agnhost_src/go.mod" ] || die "no $agnhost_src/go.mod (scripts/k8s-binaries.sh leaves it)"
+agnhost=$cache/${releases[0]}-agnhost
+build_agnhost() {
+  local dir=$1
+  mkdir -p "$dir/src" "$dir/bin"
+  cp "$agnhost_src/go.mod" "$agnhost_src/go.sum" "$dir/src/"
+  log "building agnhost from Kubernetes ${releases[0]}"
+  (
+    cd "$dir/src"
+    export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    go build -trimpath -ldflags "-s -w" -o "$dir/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
+    cp "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION" "$dir/VERSION"
+  )
+  "$dir/bin/agnhost" --help >/dev/null || die "agnhost does not run"
+}
+with_lock "$agnhost" build_agnhost
+agnhost_version=$(tr -d '[:space:]' <"$agnhost/VERSION")
+
 node_image=${EXK8S_NODE_IMAGE:-}
 node_packages=${EXK8S_NODE_PACKAGES:-}
 [ -x "$node_image/sbin/init" ] || die "EXK8S_NODE_IMAGE must name the node image (scripts/node-image.sh): the kube-proxy image takes its libraries"
 [ -f "$node_packages/Packages" ] || die "EXK8S_NODE_PACKAGES must name the node packages (scripts/node-packages.sh): the kube-proxy image takes iptables from them"
 
 # The storage depends on the binaries, the pause source, the packages and this script.
-digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$coredns/bin/coredns" \
+digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$flannel/bin/flanneld" \
+  "$agnhost/bin/agnhost" \
   "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
   for release in "${releases[@]}"; do
     sha256sum "${bins[$release]}"/kube-{apiserver,controller-manager,scheduler} \
@@ -157,21 +205,25 @@ EOF
     for component in kube-apiserver kube-controller-manager kube-scheduler; do
       image "$component:$release" "${bins[$release]}/$component"
     done
-    kube_proxy_image "$work" "$port" "$release"
+    iptables_image "$work" "$port" "kube-proxy:$release" "$cache/$release-kube-proxy/bin/kube-proxy"
   done
   image "coredns/coredns:$coredns_version" "$coredns/bin/coredns"
+  iptables_image "$work" "$port" "flannel-io/flannel:$flannel_version" "$flannel/bin/flanneld"
+  image "e2e-test-images/agnhost:$agnhost_version" "$agnhost/bin/agnhost"
   kill "$registry_pid"
   wait "$registry_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 
-# kube-proxy's image, as upstream's distroless-iptables one is made: the Go-built kube-proxy,
-# and Debian's iptables (nft) and conntrack with exactly the libraries they load — the packages
-# from the node packages mirror, the libraries they need from the node image.
-kube_proxy_image() {
-  local work=$1 port=$2 release=$3 layer=$1/kube-proxy-$3 deb lib
+# iptables_image WORK PORT NAME:TAG BINARY: an image as upstream's distroless-iptables ones
+# (kube-proxy's, flannel's) are made: the Go-built BINARY, its entrypoint, and Debian's iptables
+# (nft) and conntrack with exactly the libraries they load — the packages from the node
+# packages mirror, the libraries they need from the node image.
+iptables_image() {
+  local work=$1 port=$2 ref=127.0.0.1:$2/$3 binary=$4 deb lib
+  local layer=$work/iptables-${3//[:\/]/-}
   mkdir -p "$layer/usr/local/bin" "$layer/usr/sbin"
-  cp "$cache/$release-kube-proxy/bin/kube-proxy" "$layer/usr/local/bin/kube-proxy"
+  cp "$binary" "$layer/usr/local/bin/"
   for deb in "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb \
     "$node_packages"/libip6tc2_*.deb "$node_packages"/libnetfilter-conntrack3_*.deb \
     "$node_packages"/libnfnetlink0_*.deb "$node_packages"/libnftnl11_*.deb; do
@@ -202,7 +254,7 @@ kube_proxy_image() {
           break
         fi
       done
-      [ -n "$found" ] || die "kube-proxy's image: $lib (needed by $(basename "$file")) is in neither the packages nor the node image"
+      [ -n "$found" ] || die "$3's image: $lib (needed by $(basename "$file")) is in neither the packages nor the node image"
       queue+=("$found")
     done
   done
@@ -211,12 +263,11 @@ kube_proxy_image() {
   ln -sfn usr/lib/x86_64-linux-gnu "$layer/lib/x86_64-linux-gnu" 2>/dev/null || true
   mkdir -p "$layer/run" "$layer/tmp" "$layer/var/run"
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layer" -cf "$layer.tar" .
-  local ref=127.0.0.1:$port/kube-proxy:$release
   "$tools/bin/crane" append --insecure -f "$layer.tar" -t "$ref" >/dev/null 2>>"$work/crane.log"
   "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" --set-platform linux/amd64 \
-    --entrypoint /usr/local/bin/kube-proxy \
+    --entrypoint "/usr/local/bin/$(basename "$binary")" \
     --env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin >/dev/null 2>>"$work/crane.log"
-  log "  kube-proxy:$release (with iptables and conntrack)"
+  log "  $3 (with iptables and conntrack)"
 }
 with_lock "$store" fill_store
 

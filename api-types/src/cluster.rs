@@ -266,9 +266,10 @@ pub struct CreateClusterRequest {
     /// renewed automatically before they expire.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3650))]
     pub leaf_lifetime_days: Option<i64>,
-    /// The pod network the first node installs: `cilium` (default) or `none` (the operator
-    /// brings one; until then each node's pods use containerd's bridge, within the node).
-    #[cfg_attr(feature = "openapi", schema(pattern = "^(cilium|none)$"))]
+    /// The pod network the first node installs: `cilium` (default), `flannel` (VXLAN between
+    /// nodes) or `none` (the operator brings one; until then each node's pods use containerd's
+    /// bridge, within the node).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(cilium|flannel|none)$"))]
     pub pod_network: Option<String>,
     /// CAs to found the cluster on instead of new ones (bring your own CA). Each given one is
     /// checked before anything is created: a CA certificate (CA:TRUE, keyCertSign) with an
@@ -412,6 +413,8 @@ pub struct KubernetesVersionView {
     pub coredns: String,
     pub pause: String,
     pub cilium_chart: String,
+    /// Flannel's release, for clusters whose pod network is flannel.
+    pub flannel: String,
     pub helm: String,
     /// Where each binary a node installs comes from.
     pub downloads: Vec<DownloadView>,

@@ -261,8 +261,8 @@ pub(crate) struct CreateArgs {
     /// Days every leaf certificate lasts (default 365); renewed automatically.
     #[arg(long = "leaf-lifetime-days")]
     pub(crate) leaf_lifetime_days: Option<i64>,
-    /// The pod network the first node installs: cilium (default), or none (bring your own;
-    /// until then pods use each node's own bridge).
+    /// The pod network the first node installs: cilium (default), flannel (VXLAN between
+    /// nodes), or none (bring your own; until then pods use each node's own bridge).
     #[arg(long = "pod-network")]
     pub(crate) pod_network: Option<String>,
     /// Found it from another cluster's stored snapshot (disaster recovery): its CAs and keys

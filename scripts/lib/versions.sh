@@ -6,6 +6,7 @@ k8s_version=v1.35.3
 etcd_version=v3.6.10
 helm_version=v3.19.2
 coredns_version=v1.12.1
+flannel_version=v0.28.4
 # The sandbox image containerd runs (pause).
 pause_version=3.10
 # The next minor's release, which the upgrade tests go to.

@@ -1,7 +1,7 @@
-//! The registry booted machines pull their control plane's images from, as an air-gapped
-//! cluster pulls from its own mirror of `registry.k8s.io`: distribution's `registry`, serving
-//! read-only the storage `scripts/node-registry.sh` filled once per machine (pause and the
-//! control plane's images of the release, built from the Go-built binaries). `scripts/test.sh`
+//! The registry booted machines pull their images from, as an air-gapped cluster pulls from its
+//! own mirror of `registry.k8s.io` and `ghcr.io`: distribution's `registry`, serving read-only
+//! the storage `scripts/node-registry.sh` filled once per machine (pause, the control plane's
+//! and the addons' images, built from their Go modules). `scripts/test.sh`
 //! exports where both are (`EXK8S_NODE_REGISTRY`, `EXK8S_NODE_REGISTRY_STORE`).
 
 use std::path::{Path, PathBuf};
@@ -64,11 +64,15 @@ impl Registry {
         }
     }
 
+    /// The registries whose images this one serves under the same names: the control plane's
+    /// and CoreDNS's (`registry.k8s.io`), flannel's (`ghcr.io`), the workloads' test images.
+    pub const MIRRORED: [&str; 2] = ["registry.k8s.io", "ghcr.io"];
+
     /// containerd's `hosts.toml` that makes this registry, reached at `127.0.0.1:port` from
-    /// inside a machine, the mirror of `registry.k8s.io`.
-    pub fn hosts_toml(&self) -> String {
+    /// inside a machine, the mirror of `upstream` (one of [`Self::MIRRORED`]).
+    pub fn hosts_toml(&self, upstream: &str) -> String {
         format!(
-            "server = \"https://registry.k8s.io\"\n\n[host.\"http://127.0.0.1:{}\"]\n  \
+            "server = \"https://{upstream}\"\n\n[host.\"http://127.0.0.1:{}\"]\n  \
              capabilities = [\"pull\", \"resolve\"]\n",
             self.port
         )

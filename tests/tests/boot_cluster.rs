@@ -12,9 +12,10 @@
 //! mirror of registry.k8s.io (a real registry, `tests/src/registry.rs`), and the agent's kubectl
 //! applies the bootstrap RBAC; every node is Ready and under no pressure.
 //!
-//! The addons: the three-member cluster brings its own pod network (`pod_network: none`), and
-//! its first node completes — kube-proxy runs on every node and CoreDNS's two replicas on the
-//! nodes' bridges, from the images the registry serves. The first cluster runs the default,
+//! The addons: the three-member cluster runs flannel (`pod_network: flannel`), and its first
+//! node completes — flannel and kube-proxy run on every node and CoreDNS's two replicas, from
+//! the images the registry serves; workloads then reach each other across nodes through DNS
+//! and Services ([`workloads`]). The first cluster runs the default,
 //! Cilium, whose chart lives at quay.io, which nothing here reaches: its first node's addons
 //! step fails for that one reason, the failure is reported and systemd tries the boot again,
 //! resuming with the bundle it fetched.
@@ -46,6 +47,8 @@ use serde_json::{Value, json};
 
 #[path = "boot_cluster/day2.rs"]
 mod day2;
+#[path = "boot_cluster/workloads.rs"]
+mod workloads;
 use day2::{reboot_the_last_member, roll_out};
 
 /// The cluster's shape and where its machines live.
@@ -60,13 +63,14 @@ struct Shape {
     /// first boot fails in its prerequisites, is reported, and systemd's retry completes it.
     mirror_away_first: bool,
     /// The cluster's `pod_network`: Cilium's chart is out of reach here, so with `cilium` the
-    /// first node's addons fail (and are retried); with `none` they complete.
+    /// first node's addons fail (and are retried); with `flannel` they complete and pods
+    /// reach each other across nodes.
     pod_network: &'static str,
 }
 
 impl Shape {
     fn addons_complete(&self) -> bool {
-        self.pod_network == "none"
+        self.pod_network != "cilium"
     }
 }
 
@@ -92,7 +96,7 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
         key_algorithm: "rsa-2048",
         public_key: "rsaEncryption",
         mirror_away_first: false,
-        pod_network: "none",
+        pod_network: "flannel",
     });
 }
 
@@ -112,14 +116,16 @@ fn boot_and_check(shape: &Shape) {
     let registry = Registry::serve(dir);
     // The image, baked before the stack runs as an image builder bakes it: the agent naming
     // the stack's API, the package mirror as its apt source, the registry as containerd's
-    // mirror of registry.k8s.io.
+    // mirror of registry.k8s.io and ghcr.io.
     let (data, port) = (dir.join("dev"), free_port());
     let keys = signing_key(&data, dir);
     let image = bake_image(dir, &keys, &agent_toml(port), |root| {
         std::fs::write(root.join("etc/apt/sources.list"), mirror.apt_source()).unwrap();
-        let hosts = root.join("etc/containerd/certs.d/registry.k8s.io");
-        std::fs::create_dir_all(&hosts).unwrap();
-        std::fs::write(hosts.join("hosts.toml"), registry.hosts_toml()).unwrap();
+        for upstream in Registry::MIRRORED {
+            let hosts = root.join("etc/containerd/certs.d").join(upstream);
+            std::fs::create_dir_all(&hosts).unwrap();
+            std::fs::write(hosts.join("hosts.toml"), registry.hosts_toml(upstream)).unwrap();
+        }
     });
     let mut args: Vec<String> = exk8s_tests::dev::MANY_AGENTS.map(str::to_owned).to_vec();
     args.extend([
@@ -401,6 +407,15 @@ fn boot_and_check(shape: &Shape) {
         let count = |line: &str| running.lines().filter(|l| *l == line).count();
         assert_eq!(count("kube-proxy=Running"), vms.len(), "{running}");
         assert_eq!(count("kube-dns=Running"), 2, "{running}");
+        if shape.pod_network == "flannel" {
+            assert_eq!(count("flannel=Running"), vms.len(), "{running}");
+            let workers: Vec<(String, String, &Machine)> = vms[shape.control_planes..]
+                .iter()
+                .zip(&machines[shape.control_planes..])
+                .map(|((vm, ip, _), machine)| (names[vm].clone(), ip.clone(), machine))
+                .collect();
+            workloads::run_workloads(first, &workers);
+        }
     } else {
         // The first node's boot is tried again while its addons fail: each attempt resumes with
         // the bundle the first one fetched, so its files stay as they were and the kubelet never

@@ -45,6 +45,10 @@ pub enum PodNetwork {
     /// Cilium, from its Helm chart (the default).
     #[default]
     Cilium,
+    /// Flannel (VXLAN between nodes), from the manifest exk8s renders: each node's pods keep
+    /// containerd's bridge on the node's `podCIDR`; flanneld routes the other nodes' ranges
+    /// over VXLAN and masquerades traffic leaving the pod network.
+    Flannel,
     /// None installed: the operator brings one. Until then each node's pods use containerd's
     /// bridge on the node's `podCIDR` (no traffic between nodes' pods).
     None,
@@ -52,11 +56,12 @@ pub enum PodNetwork {
 
 impl PodNetwork {
     /// Every choice, as requests spell them.
-    pub const ALL: [Self; 2] = [Self::Cilium, Self::None];
+    pub const ALL: [Self; 3] = [Self::Cilium, Self::Flannel, Self::None];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Cilium => "cilium",
+            Self::Flannel => "flannel",
             Self::None => "none",
         }
     }
@@ -71,7 +76,7 @@ impl std::str::FromStr for PodNetwork {
             .find(|n| n.as_str() == text)
             .ok_or_else(|| {
                 format!(
-                    "pod_network must be `cilium` or `none`, got `{}`",
+                    "pod_network must be `cilium`, `flannel` or `none`, got `{}`",
                     text.chars().take(40).collect::<String>()
                 )
             })
@@ -258,12 +263,22 @@ mod tests {
         let before = stored.replace(r#","pod_network":"cilium""#, "");
         assert_ne!(before, stored);
         assert_eq!(Spec::from_stored(&before).unwrap(), v2_spec());
-        let none = Spec {
-            pod_network: PodNetwork::None,
-            ..v2_spec()
-        };
-        assert!(none.to_stored().contains(r#""pod_network":"none""#));
-        assert_eq!(Spec::from_stored(&none.to_stored()).unwrap(), none);
+        for network in [PodNetwork::Flannel, PodNetwork::None] {
+            let chosen = Spec {
+                pod_network: network,
+                ..v2_spec()
+            };
+            let stored = chosen.to_stored();
+            let field = format!(r#""pod_network":"{}""#, network.as_str());
+            assert!(stored.contains(&field), "{stored}");
+            assert_eq!(Spec::from_stored(&stored).unwrap(), chosen);
+            assert_eq!(network.as_str().parse::<PodNetwork>(), Ok(network));
+        }
+        let refused = "calico".parse::<PodNetwork>().unwrap_err();
+        assert_eq!(
+            refused,
+            "pod_network must be `cilium`, `flannel` or `none`, got `calico`"
+        );
     }
 
     #[test]

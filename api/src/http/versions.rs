@@ -19,6 +19,7 @@ fn view(o: Offered) -> KubernetesVersionView {
         coredns: v.coredns.to_string(),
         pause: v.pause.to_string(),
         cilium_chart: v.cilium_chart.to_string(),
+        flannel: v.flannel.to_string(),
         helm: v.helm.to_string(),
         downloads: o
             .downloads

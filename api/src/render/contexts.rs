@@ -146,7 +146,13 @@ template!(Scheduler => "kube-scheduler.yaml");
 /// containerd's template for the bridge configuration (Go `text/template`, filled by containerd
 /// with the node's pod CIDRs).
 #[derive(Serialize)]
-pub(crate) struct BridgeCni {}
+pub(crate) struct BridgeCni {
+    /// Whether the bridge masquerades what its pods send off the node's range (not when a
+    /// pod network routes between nodes and masquerades at the pod network's edge).
+    pub masquerade: bool,
+    /// The pods' MTU, when a tunnel between nodes needs room (else the link's).
+    pub mtu: Option<u32>,
+}
 impl Template for BridgeCni {
     const NAME: &'static str = "bridge-cni.conflist.tmpl";
     const MEMO: bool = true;
@@ -192,6 +198,19 @@ pub(crate) struct CoreDns<'a> {
     pub dns_service_ip: String,
 }
 template!(CoreDns => "coredns.yaml");
+
+#[derive(Serialize)]
+pub(crate) struct Flannel {
+    pub image: String,
+    /// flanneld's `net-conf.json`.
+    pub net_conf: String,
+    /// The control plane's endpoint host, port 6443.
+    pub api_host: String,
+}
+impl Template for Flannel {
+    const NAME: &'static str = "flannel.yaml";
+    const MEMO: bool = true;
+}
 
 #[derive(Serialize)]
 pub(crate) struct Rbac<'a> {

@@ -93,6 +93,7 @@ const TEMPLATES: &[(&str, &str)] = embedded![
     "cilium-values.yaml",
     "kube-proxy.yaml",
     "coredns.yaml",
+    "flannel.yaml",
     "rbac.yaml",
     "encryption-config.yaml",
     "audit-policy.yaml",

@@ -23,6 +23,8 @@ pub struct Versions {
     pub helm: Version,
     pub cilium_chart: Version,
     pub coredns: Version,
+    /// Flannel's image, for clusters whose pod network is flannel.
+    pub flannel: Version,
     pub pause: Version,
 }
 
@@ -35,6 +37,7 @@ impl Default for Versions {
             helm: v("v3.19.2"),
             cilium_chart: v("1.19.2"),
             coredns: v("v1.12.1"),
+            flannel: v("v0.28.4"),
             pause: v("3.10"),
         }
     }

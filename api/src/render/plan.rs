@@ -470,6 +470,19 @@ pub(super) fn steps(
                 values_file: path(p.cilium_values)?,
                 timeout_secs: ADDON_SECS,
             }),
+            PodNetwork::Flannel => steps.extend([
+                PlanStep::KubectlApply {
+                    kubeconfig: admin.clone(),
+                    file: path(p.flannel_manifest)?,
+                },
+                PlanStep::WaitRollout {
+                    kubeconfig: admin.clone(),
+                    kind: RolloutKind::DaemonSet,
+                    name: name("kube-flannel")?,
+                    namespace: kube_system.clone(),
+                    timeout_secs: ADDON_SECS,
+                },
+            ]),
             // The operator's own network, installed after founding.
             PodNetwork::None => {}
         }

@@ -163,7 +163,7 @@ async fn bad_bodies_are_refused_and_create_nothing(backend: Backend) {
             Some("kubernetes_version"),
         ),
         (
-            with(json!({"pod_network": "flannel"})),
+            with(json!({"pod_network": "calico"})),
             400,
             Some("pod_network"),
         ),

@@ -42,19 +42,20 @@ fn only_the_initial_node_runs_addon_steps() {
 
 /// A cluster whose operator brings the pod network: the initial node applies the RBAC,
 /// kube-proxy and CoreDNS, and neither downloads helm nor installs Cilium or its values.
-#[test]
-fn a_cluster_without_a_pod_network_installs_no_cilium() {
-    use exk8s_api::cluster::spec::PodNetwork;
+/// The initial node's bundle for a one-node cluster with `network`, and its addon steps.
+pub(crate) fn addon_steps(
+    network: exk8s_api::cluster::spec::PodNetwork,
+) -> (exk8s_common::payload::BundlePayload, Vec<String>) {
     use exk8s_api::pki::KeyAlgorithm;
 
     let mut spec = crate::helpers::cluster_spec(crate::helpers::network());
-    spec.pod_network = PodNetwork::None;
-    let cluster = crate::helpers::render_nodes_of(
+    spec.pod_network = network;
+    let mut cluster = crate::helpers::render_nodes_of(
         &spec,
         crate::helpers::control_plane(&ips(1)),
         KeyAlgorithm::EcdsaP256,
     );
-    let bundle = &cluster.bundles[0];
+    let bundle = cluster.bundles.remove(0);
     let steps: Vec<String> = bundle
         .plan
         .iter()
@@ -65,6 +66,30 @@ fn a_cluster_without_a_pod_network_installs_no_cilium() {
             _ => None,
         })
         .collect();
+    (bundle, steps)
+}
+
+/// The bridge configuration's `ipMasq` and `mtu`, once containerd's own template marks are
+/// taken out (what is left is JSON).
+fn bridge(bundle: &exk8s_common::payload::BundlePayload) -> (bool, Option<u64>) {
+    let text = crate::helpers::text(bundle, "/etc/containerd/bridge-cni.conflist.tmpl");
+    let json: String = text
+        .split_once("*/ -}}")
+        .unwrap()
+        .1
+        .replace(
+            r#"[{{range $i, $range := .PodCIDRRanges}}{{if $i}}, {{end}}[{ "subnet": "{{$range}}" }]{{end}}]"#,
+            "[]",
+        );
+    let conf: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let plugin = &conf["plugins"][0];
+    assert_eq!(plugin["type"], "bridge");
+    (plugin["ipMasq"].as_bool().unwrap(), plugin["mtu"].as_u64())
+}
+
+#[test]
+fn a_cluster_without_a_pod_network_installs_no_cilium() {
+    let (bundle, steps) = addon_steps(exk8s_api::cluster::spec::PodNetwork::None);
     assert_eq!(
         steps,
         [
@@ -76,12 +101,65 @@ fn a_cluster_without_a_pod_network_installs_no_cilium() {
         ]
     );
     assert!(!bundle.artifacts.iter().any(|a| a.name.as_str() == "helm"));
-    assert!(
-        !bundle
-            .files
-            .iter()
-            .any(|f| f.path.as_str().contains("cilium"))
+    assert!(!bundle.files.iter().any(|f| {
+        let path = f.path.as_str();
+        path.contains("cilium") || path.contains("flannel")
+    }));
+    // Pods leaving the node are masqueraded by the bridge, at the link's MTU.
+    assert_eq!(bridge(&bundle), (true, None));
+}
+
+#[test]
+fn a_flannel_cluster_applies_flannel_before_kube_proxy_and_its_bridge_leaves_room_for_vxlan() {
+    let (bundle, steps) = addon_steps(exk8s_api::cluster::spec::PodNetwork::Flannel);
+    assert_eq!(
+        steps,
+        [
+            "apply /etc/exk8s/manifests/rbac.yaml",
+            "apply /etc/exk8s/manifests/flannel.yaml",
+            "wait kube-flannel",
+            "apply /etc/exk8s/manifests/kube-proxy.yaml",
+            "wait kube-proxy",
+            "apply /etc/exk8s/manifests/coredns.yaml",
+            "wait coredns",
+        ]
     );
+    assert!(!bundle.artifacts.iter().any(|a| a.name.as_str() == "helm"));
+    let docs: Vec<yaml_serde::Value> = yaml_serde::Deserializer::from_str(crate::helpers::text(
+        &bundle,
+        "/etc/exk8s/manifests/flannel.yaml",
+    ))
+    .map(|d| serde::Deserialize::deserialize(d).unwrap())
+    .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet"
+        ]
+    );
+    let net_conf: serde_json::Value =
+        serde_json::from_str(docs[3]["data"]["net-conf.json"].as_str().unwrap()).unwrap();
+    let spec = crate::helpers::cluster_spec(crate::helpers::network());
+    assert_eq!(net_conf["Network"], spec.pod_cidr.to_string());
+    assert_eq!(net_conf["Backend"]["Type"], "vxlan");
+    let pod = &docs[4]["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/flannel-io/flannel:v0.28.4");
+    let env = container["env"].as_sequence().unwrap();
+    let host = env
+        .iter()
+        .find(|e| e["name"] == "KUBERNETES_SERVICE_HOST")
+        .unwrap();
+    assert_eq!(host["value"], "exk8s-7-2a.k8s.example.com");
+    // Least privilege: the capabilities flanneld needs, not a privileged container.
+    assert_eq!(container["securityContext"]["privileged"], false);
+    // flanneld masquerades; the bridge does not, and its pods leave VXLAN's 50 bytes.
+    assert_eq!(bridge(&bundle), (false, Some(1450)));
 }
 
 #[test]

@@ -89,6 +89,12 @@ fn kubernetes_validate_strict_accepts_every_manifest_for_1_35() {
         std::fs::write(&name, text(bundle, path)).unwrap();
         files.push(name);
     }
+    // Flannel's, from a cluster that chose it.
+    let (flannel, _) =
+        crate::render_plan::addon_steps(exk8s_api::cluster::spec::PodNetwork::Flannel);
+    let name = dir.path().join("flannel.yaml");
+    std::fs::write(&name, text(&flannel, PATHS.flannel_manifest)).unwrap();
+    files.push(name);
     let out = Command::new(tool("kubernetes-validate", "EXK8S_KUBERNETES_VALIDATE"))
         .args(["--strict", "-k", "1.35.0"])
         .args(&files)
@@ -102,7 +108,7 @@ fn kubernetes_validate_strict_accepts_every_manifest_for_1_35() {
     assert!(out.status.success(), "{said}");
     assert!(!said.contains("WARN") && !said.contains("ERROR"), "{said}");
     // Every resource was validated: the tool prints one line per resource it checked.
-    assert_eq!(said.matches(" passed for resource ").count(), 12, "{said}");
+    assert_eq!(said.matches(" passed for resource ").count(), 17, "{said}");
 }
 
 #[test]

@@ -240,13 +240,22 @@ pub(super) fn files(
     files.public(p.audit_policy, render(&contexts::AuditPolicy {})?);
 
     // Addon assets (applied by the initial node only, as the plan says).
-    if cluster.pod_network == PodNetwork::Cilium {
-        files.public(
+    match cluster.pod_network {
+        PodNetwork::Cilium => files.public(
             p.cilium_values,
             render(&contexts::CiliumValues {
                 api_host: initial_node.addresses.private_ipv4.to_string(),
             })?,
-        );
+        ),
+        PodNetwork::Flannel => files.public(
+            p.flannel_manifest,
+            render(&contexts::Flannel {
+                image: format!("ghcr.io/flannel-io/flannel:{}", versions.flannel),
+                net_conf: flannel_net_conf(&cluster.pod_cidr.to_string()),
+                api_host: network.control_plane_dns_name.to_string(),
+            })?,
+        ),
+        PodNetwork::None => {}
     }
     files.public(
         p.kube_proxy_manifest,
@@ -341,4 +350,14 @@ pub(super) fn files(
     files.private(p.scheduler_manifest, manifest);
 
     Ok(static_pods)
+}
+
+/// flanneld's `net-conf.json`: the cluster's pod CIDR (each node's range is its
+/// `Node.spec.podCIDR`, taken by `--kube-subnet-mgr`), VXLAN between nodes.
+fn flannel_net_conf(pod_cidr: &str) -> String {
+    serde_json::json!({
+        "Network": pod_cidr,
+        "Backend": { "Type": "vxlan" },
+    })
+    .to_string()
 }

@@ -9,8 +9,13 @@ use exk8s_common::contract::Role;
 use super::super::paths::PATHS;
 use super::super::{ClusterSpec, RenderError, contexts, render};
 use super::{FileSet, Trust};
+use crate::cluster::spec::PodNetwork;
 use crate::labels::{NodeLabel, Taint};
 use crate::pki::{ClientIdentity, NodeAddresses, NodeCerts};
+
+/// The pods' MTU with flannel: a 1500-byte link less VXLAN's 50 bytes of headers (flannel's own
+/// choice on such a link). A cloud with a smaller link MTU fragments the tunnel's packets.
+const FLANNEL_POD_MTU: u32 = 1450;
 
 /// What a node's own files are made from.
 pub(in crate::render) struct NodeSide<'a> {
@@ -112,7 +117,15 @@ pub(in crate::render) fn files(
     files.public(p.sysctl_conf, render(&contexts::KernelParameters {})?);
     files.public(p.modules_conf, render(&contexts::KernelModules {})?);
     // The bridge configuration containerd writes once the kubelet hands it the node's pod CIDR
-    // (`Node.spec.podCIDR`, allocated by the controller-manager): until Cilium takes over.
-    files.public(p.cni_template, render(&contexts::BridgeCni {})?);
+    // (`Node.spec.podCIDR`, allocated by the controller-manager): until Cilium takes over, or
+    // for good with flannel, which routes between the nodes' bridges.
+    let flannel = cluster.pod_network == PodNetwork::Flannel;
+    files.public(
+        p.cni_template,
+        render(&contexts::BridgeCni {
+            masquerade: !flannel,
+            mtu: flannel.then_some(FLANNEL_POD_MTU),
+        })?,
+    );
     Ok(())
 }
