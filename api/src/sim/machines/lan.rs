@@ -9,23 +9,32 @@ use std::process::Command;
 
 use super::MachineError;
 
-/// Runs `ip` with `args`.
-pub(super) fn ip(args: &[&str]) -> Result<(), MachineError> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| MachineError::Tool {
-            tool: "ip (iproute2)",
-            detail: e.to_string(),
-        })?;
+/// Runs `command` (the program `tool` names): an error names `what` was asked and what the
+/// program said.
+pub(super) fn run(
+    tool: &'static str,
+    command: &mut Command,
+    what: impl FnOnce() -> String,
+) -> Result<(), MachineError> {
+    let out = command.output().map_err(|e| MachineError::Tool {
+        tool,
+        detail: e.to_string(),
+    })?;
     if out.status.success() {
         Ok(())
     } else {
         Err(MachineError::Command {
-            command: format!("ip {}", args.join(" ")),
+            command: what(),
             detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         })
     }
+}
+
+/// Runs `ip` with `args`.
+pub(super) fn ip(args: &[&str]) -> Result<(), MachineError> {
+    run("ip (iproute2)", Command::new("ip").args(args), || {
+        format!("ip {}", args.join(" "))
+    })
 }
 
 /// The LAN of one dev stack: namespaces named `exk8s-<tag>-…`.

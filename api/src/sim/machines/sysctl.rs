@@ -55,23 +55,14 @@ fn setting(line: &str) -> Option<(String, String)> {
 
 /// Sets `settings` in the namespace `netns` (under `/run/netns`).
 pub(super) fn apply(netns: &str, settings: &[String]) -> Result<(), MachineError> {
-    let out = Command::new("nsenter")
+    let mut command = Command::new("nsenter");
+    command
         .arg(format!("--net=/run/netns/{netns}"))
         .args(["--", "sysctl", "-w"])
-        .args(settings)
-        .output()
-        .map_err(|e| MachineError::Tool {
-            tool: "nsenter",
-            detail: e.to_string(),
-        })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(MachineError::Command {
-            command: format!("sysctl -w {} in {netns}", settings.join(" ")),
-            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
-    }
+        .args(settings);
+    super::lan::run("nsenter", &mut command, || {
+        format!("sysctl -w {} in {netns}", settings.join(" "))
+    })
 }
 
 #[cfg(test)]
