@@ -12,7 +12,8 @@
 #   pause:<pause_version> from
 #   tests/tools/pause.c, and the addons' coredns/coredns:<pinned> from CoreDNS's Go module and
 #   flannel-io/flannel:<pinned> (ghcr.io's name) from flannel's, with iptables as below, and
-#   the workloads' e2e-test-images/agnhost:<its VERSION> from the first release's module —
+#   the workloads' and the end-to-end suite's e2e-test-images/agnhost:<its VERSION> (from
+#   scripts/e2e-binaries.sh), e2e-test-images/busybox and pause under the suite's tags —
 #   each a linux/amd64 image of one layer with the binary in /usr/local/bin, pushed by `crane`
 #   (go-containerregistry, built from its Go module) — and kube-proxy:<release> (the binary
 #   scripts/k8s-binaries.sh builds beside K8S_BIN_DIR, with Debian's iptables and conntrack from
@@ -43,6 +44,7 @@ die() { printf 'node-registry: %s\n' "$*" >&2; exit 1; }
 
 command -v go >/dev/null || die "go is not installed (the registry and crane build from their Go modules)"
 command -v cc >/dev/null || die "cc is not installed (gcc and libc6-dev build the pause binary)"
+command -v file >/dev/null || die "file is not installed (busybox's image takes a static busybox)"
 command -v objdump >/dev/null || die "objdump is not installed (binutils: kube-proxy's image takes the libraries it names)"
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
 
@@ -96,11 +98,10 @@ build_flannel() {
   log "building flannel $flannel_version"
   (
     cd "$dir/src"
-    export CGO_ENABLED=1 GOFLAGS=-mod=mod GOTOOLCHAIN=local
     go mod init exk8s.test/flannel >/dev/null 2>&1
     go mod edit -go=1.25 -require="github.com/flannel-io/flannel@$flannel_version" \
       -require=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/common@v1.3.211
-    go build -trimpath -tags netgo,osusergo \
+    CGO_ENABLED=1 GOFLAGS=-mod=mod GOTOOLCHAIN=local go build -trimpath -tags netgo,osusergo \
       -ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
       -o "$dir/bin/flanneld" github.com/flannel-io/flannel
   )
@@ -124,26 +125,16 @@ for bin_dir in "$@"; do
   releases+=("$release")
   bins[$release]=$bin_dir
 done
-# agnhost, the workloads' image (Kubernetes' e2e test image: an HTTP server answering its
-# hostname, a client that resolves and connects), from the first release's scratch module.
-agnhost_src=$(dirname "${bins[${releases[0]}]}")/src
-[ -f "$agnhost_src/go.mod" ] || die "no $agnhost_src/go.mod (scripts/k8s-binaries.sh leaves it)"
-agnhost=$cache/${releases[0]}-agnhost
-build_agnhost() {
-  local dir=$1
-  mkdir -p "$dir/src" "$dir/bin"
-  cp "$agnhost_src/go.mod" "$agnhost_src/go.sum" "$dir/src/"
-  log "building agnhost from Kubernetes ${releases[0]}"
-  (
-    cd "$dir/src"
-    export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
-    go build -trimpath -ldflags "-s -w" -o "$dir/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
-    cp "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION" "$dir/VERSION"
-  )
-  "$dir/bin/agnhost" --help >/dev/null || die "agnhost does not run"
-}
-with_lock "$agnhost" build_agnhost
-agnhost_version=$(tr -d '[:space:]' <"$agnhost/VERSION")
+# agnhost, the workloads' and the conformance tests' image, from the first release
+# (scripts/e2e-binaries.sh builds it); busybox, theirs too, is Debian's static one (busybox-static).
+agnhost=$cache/${releases[0]}-e2e
+[ -x "$agnhost/bin/agnhost" ] || die "no $agnhost/bin/agnhost (scripts/e2e-binaries.sh ${releases[0]} builds it)"
+agnhost_version=$(cat "$agnhost/agnhost-version")
+busybox=$(command -v busybox) || die "busybox is not installed (busybox-static: the busybox test image)"
+file -L "$busybox" | grep -q 'statically linked' || die "$busybox is not static (install busybox-static)"
+curl=$(command -v curl) || die "curl is not installed (the agnhost image carries it)"
+dash=$(command -v dash) || die "dash is not installed (the agnhost image's shell)"
+netcat=$(command -v nc.openbsd) || die "nc.openbsd is not installed (netcat-openbsd: the agnhost image carries it)"
 
 node_image=${EXK8S_NODE_IMAGE:-}
 node_packages=${EXK8S_NODE_PACKAGES:-}
@@ -152,7 +143,7 @@ node_packages=${EXK8S_NODE_PACKAGES:-}
 
 # The storage depends on the binaries, the pause source, the packages and this script.
 digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$flannel/bin/flanneld" \
-  "$agnhost/bin/agnhost" \
+  "$agnhost/bin/agnhost" "$busybox" "$curl" "$netcat" "$dash" \
   "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
   for release in "${releases[@]}"; do
     sha256sum "${bins[$release]}"/kube-{apiserver,controller-manager,scheduler} \
@@ -209,7 +200,12 @@ EOF
   done
   image "coredns/coredns:$coredns_version" "$coredns/bin/coredns"
   iptables_image "$work" "$port" "flannel-io/flannel:$flannel_version" "$flannel/bin/flanneld"
-  image "e2e-test-images/agnhost:$agnhost_version" "$agnhost/bin/agnhost"
+  busybox_image "$work" "$port"
+  agnhost_image "$work" "$port"
+  # The pause tag the end-to-end suite names (its own pods' sandbox-less containers).
+  "$tools/bin/crane" copy --insecure "127.0.0.1:$port/pause:$pause_version" \
+    "127.0.0.1:$port/pause:$pause_e2e_version" >/dev/null 2>>"$work/crane.log"
+  log "  pause:$pause_e2e_version"
   kill "$registry_pid"
   wait "$registry_pid" 2>/dev/null || true
   rm -rf "$work"
@@ -268,6 +264,56 @@ iptables_image() {
     --entrypoint "/usr/local/bin/$(basename "$binary")" \
     --env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin >/dev/null 2>>"$work/crane.log"
   log "  $3 (with iptables and conntrack)"
+}
+# busybox_layer DIR: Debian's static busybox in DIR/bin, with a link per applet.
+busybox_layer() {
+  local layer=$1 applet
+  mkdir -p "$layer/bin" "$layer/etc" "$layer/tmp"
+  cp "$busybox" "$layer/bin/busybox"
+  for applet in $("$busybox" --list); do
+    [ "$applet" = busybox ] || ln -sfn busybox "$layer/bin/$applet"
+  done
+}
+
+# agnhost_image WORK PORT: e2e-test-images/agnhost:<its VERSION>, laid out as upstream's:
+# /agnhost the entrypoint (`pause` by default), a shell and the tools the suite runs in it
+# (`sh -c 'curl …'`, `nc -v -t …`): busybox's applets, and Debian's dash as `sh`, curl and
+# OpenBSD's netcat (busybox's nc lacks the options the suite passes) with exactly the libraries
+# they load (this machine's, found by ldd).
+agnhost_image() {
+  local work=$1 ref=127.0.0.1:$2/e2e-test-images/agnhost:$agnhost_version layer=$1/agnhost lib
+  busybox_layer "$layer"
+  mkdir -p "$layer/usr/local/bin" "$layer/usr/bin" "$layer/lib/x86_64-linux-gnu" "$layer/lib64"
+  cp "$agnhost/bin/agnhost" "$layer/agnhost"
+  ln -sfn /agnhost "$layer/usr/local/bin/agnhost"
+  cp "$curl" "$layer/usr/bin/curl"
+  cp "$netcat" "$layer/usr/bin/nc"
+  # A shell that finds commands on PATH: Debian's busybox sh runs its own applets first (a
+  # standalone shell), so its `nc` would win over netcat.
+  rm -f "$layer/bin/nc" "$layer/bin/sh"
+  cp "$dash" "$layer/bin/sh"
+  for lib in $(ldd "$curl" "$netcat" "$dash" | awk '$3 ~ /^\// {print $3}' | sort -u); do
+    cp -L "$lib" "$layer/lib/x86_64-linux-gnu/"
+  done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$layer/lib64/"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layer" -cf "$layer.tar" .
+  "$tools/bin/crane" append --insecure -f "$layer.tar" -t "$ref" >/dev/null 2>>"$work/crane.log"
+  "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" --set-platform linux/amd64 \
+    --entrypoint /agnhost --cmd pause --env PATH=/usr/local/bin:/usr/bin:/bin \
+    >/dev/null 2>>"$work/crane.log"
+  log "  e2e-test-images/agnhost:$agnhost_version (with busybox, dash, curl and netcat)"
+}
+
+# busybox_image WORK PORT: e2e-test-images/busybox:<the suite's tag>, Debian's static busybox
+# with a link per applet in /bin, as upstream's image (no entrypoint; `sh` by default).
+busybox_image() {
+  local work=$1 ref=127.0.0.1:$2/e2e-test-images/busybox:$busybox_e2e_version layer=$1/busybox
+  busybox_layer "$layer"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layer" -cf "$layer.tar" .
+  "$tools/bin/crane" append --insecure -f "$layer.tar" -t "$ref" >/dev/null 2>>"$work/crane.log"
+  "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" --set-platform linux/amd64 \
+    --cmd sh --env PATH=/bin >/dev/null 2>>"$work/crane.log"
+  log "  e2e-test-images/busybox:$busybox_e2e_version (Debian's busybox-static)"
 }
 with_lock "$store" fill_store
 

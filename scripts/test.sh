@@ -25,7 +25,7 @@ ensure_packages kubectl:kubernetes-client
 # toolchain for the sandbox image's pause.
 ensure_packages containerd:containerd runc:runc iptables:iptables nsenter:util-linux \
   /usr/lib/cni/bridge:containernetworking-plugins busybox:busybox-static cc:gcc \
-  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev file:file
+  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev file:file curl:curl nc.openbsd:netcat-openbsd
 # Machines that boot (tests/src/machine.rs): the node image's root from Debian's packages, booted
 # by systemd-nspawn with systemd as PID 1.
 ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container \
@@ -47,10 +47,11 @@ export EXK8S_PYTHON="$PWD/.venv/bin/python"
 # (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them).
 # shellcheck source=scripts/lib/versions.sh
 source scripts/lib/versions.sh
-log "Kubernetes $k8s_version and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+log "Kubernetes $k8s_version (with its end-to-end suite) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
+    bash scripts/e2e-binaries.sh "$k8s_version" >"$k8s_log.e2e" &&
     bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
     bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
@@ -103,13 +104,14 @@ if ! wait "$k8s_build"; then
   echo "building Kubernetes, etcd or the S3 server failed (above)" >&2
   exit 1
 fi
-grep -E '^==> (k8s-binaries|s3-server)' "$k8s_log" >&2 || true
+grep -E '^==> (k8s-binaries|e2e-binaries|s3-server)' "$k8s_log" >&2 || true
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
 EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
+EXK8S_E2E_TEST=$(sed -n 3p "$k8s_log.e2e")
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER EXK8S_E2E_TEST
 if ! wait "$image_build"; then
   cat "$image_log" >&2
   echo "building the node image failed (above)" >&2

@@ -15,7 +15,8 @@
 //! The addons: the three-member cluster runs flannel (`pod_network: flannel`), and its first
 //! node completes — flannel and kube-proxy run on every node and CoreDNS's two replicas, from
 //! the images the registry serves; workloads then reach each other across nodes through DNS
-//! and Services ([`workloads`]). The first cluster runs the default,
+//! and Services ([`workloads`]), and a bounded selection of Kubernetes' conformance tests
+//! passes ([`conformance`]). The first cluster runs the default,
 //! Cilium, whose chart lives at quay.io, which nothing here reaches: its first node's addons
 //! step fails for that one reason, the failure is reported and systemd tries the boot again,
 //! resuming with the bundle it fetched.
@@ -45,6 +46,8 @@ use exk8s_tests::procs::free_port;
 use exk8s_tests::registry::Registry;
 use serde_json::{Value, json};
 
+#[path = "boot_cluster/conformance.rs"]
+mod conformance;
 #[path = "boot_cluster/day2.rs"]
 mod day2;
 #[path = "boot_cluster/workloads.rs"]
@@ -415,6 +418,7 @@ fn boot_and_check(shape: &Shape) {
                 .map(|((vm, ip, _), machine)| (names[vm].clone(), ip.clone(), machine))
                 .collect();
             workloads::run_workloads(first, &workers);
+            conformance::run_conformance(first, dir);
         }
     } else {
         // The first node's boot is tried again while its addons fail: each attempt resumes with

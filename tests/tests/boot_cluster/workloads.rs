@@ -316,10 +316,17 @@ pub(crate) fn run_workloads(first: &Machine, workers: &[(String, String, &Machin
                 .iter()
                 .all(|(n, _)| !echo_names.contains(&n.as_str()))
     });
-    let name = dial(first, "echo", 80).unwrap();
-    assert!(
-        rolled.iter().any(|(n, _)| *n == name),
-        "{name} in {rolled:?}"
+    // kube-proxy follows the new endpoints within its sync period.
+    let mut answer = Err(String::new());
+    exk8s_tests::procs::wait_until(
+        "the Service answering from the new pods",
+        Duration::from_secs(30),
+        || {
+            answer = dial(first, "echo", 80);
+            answer
+                .as_ref()
+                .is_ok_and(|name| rolled.iter().any(|(n, _)| n == name))
+        },
     );
     ok(first, &["delete", "-f", file, "--wait=false"]);
 }
