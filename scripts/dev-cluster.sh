@@ -35,11 +35,17 @@ fi
 [ "$(id -u)" = 0 ] || { echo "dev-cluster.sh needs root: network namespaces, cgroups and systemd-nspawn" >&2; exit 2; }
 mirror_port=$((port + 1)) registry_port=$((port + 2))
 ensure_packages systemd-nspawn:systemd-container nsenter:util-linux ip:iproute2 python3:python3
+# What the registry's images are made with (scripts/node-registry.sh): a C compiler and static
+# libc (pause, flanneld), objdump, and the test images' busybox, curl and netcat.
+ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev objdump:binutils file:file \
+  busybox:busybox-static curl:curl nc.openbsd:netcat-openbsd
 
 log "the node image, its Debian packages, Kubernetes $k8s_version and etcd $etcd_version, the registry (once per machine)"
 image=$(bash scripts/node-image.sh)
 EXK8S_NODE_PACKAGES=$(bash scripts/node-packages.sh "$image")
 bins=$(bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version")
+# agnhost, the workloads' test image the registry serves (with the end-to-end suite).
+bash scripts/e2e-binaries.sh "$k8s_version" >/dev/null
 EXK8S_ETCD_BIN=$(sed -n 1p <<<"$bins")
 EXK8S_K8S_BIN=$(sed -n 2p <<<"$bins")
 export EXK8S_NODE_IMAGE=$image EXK8S_NODE_PACKAGES
