@@ -123,10 +123,10 @@ EXK8S_NODE_PACKAGES=$(cat "$image_log.packages")
 export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES
 
 # The registry booted machines pull from: the control plane's images from the Kubernetes
-# binaries, kube-proxy's with the node packages' iptables, CoreDNS's (filled once per machine).
+# binaries of both releases (an upgrade pulls the next), kube-proxy's with the node packages' iptables, CoreDNS's (filled once per machine).
 log "the node registry's images"
 registry_log=$(mktemp)
-if ! registry_out=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN" 2>"$registry_log"); then
+if ! registry_out=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN" "$EXK8S_K8S_NEXT_BIN" 2>"$registry_log"); then
   cat "$registry_log" >&2
   echo "filling the node registry failed (above)" >&2
   exit 1

@@ -10,7 +10,13 @@
 //! is started by systemd, the kubelet starts kube-apiserver, kube-controller-manager and
 //! kube-scheduler as containers of the images the static pods name, pulled through the image's
 //! mirror of registry.k8s.io (a real registry, `tests/src/registry.rs`), and the agent's kubectl
-//! applies the bootstrap RBAC; every node is Ready and under no pressure.
+//! applies the bootstrap RBAC; every node is Ready and under no pressure. What the control plane
+//! is — the operator's and the kubelets' identities and what they may do, service-account
+//! tokens, Secrets encrypted at rest, the audit log, the aggregation layer, leader leases, one
+//! etcd cluster of voters — is checked on both ([`control_plane`]), and so is what each node is:
+//! its address, its block of the pod CIDR, its taints and its pool's labels, the kubelet's
+//! serving certificate, a pod placed on a worker by label (and toleration) with its address
+//! from that block, `kubectl logs` and `exec` ([`nodes`]).
 //!
 //! The addons: the three-member cluster runs flannel (`pod_network: flannel`), and its first
 //! node completes — flannel and kube-proxy run on every node and CoreDNS's two replicas, from
@@ -25,7 +31,10 @@
 //! timer starts it, while the first machine samples every apiserver's `/readyz` — never two
 //! down at once, and each restarted; then the last member is stopped and started through the
 //! compute API while the two others' apiservers answer every sample, and it comes back by
-//! itself. Stopped, each machine's kubelet stops its pods before systemd would have to.
+//! itself; then a minor Kubernetes upgrade (etcd, the kubelet and the static pods of the next
+//! release from the mirror and the registry, one member at a time, sampled the same way; the
+//! pool replaced by workers booted at the new release). Stopped, each machine's kubelet stops
+//! its pods before systemd would have to.
 
 #![allow(
     clippy::unwrap_used,
@@ -37,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use exk8s_tests::bins::{KUBERNETES_VERSION, kubernetes};
+use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION, kubernetes};
 use exk8s_tests::cluster::{found, operator, view};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::{Machine, agent_toml, bake_image, dev_args, signing_key};
@@ -48,11 +57,15 @@ use serde_json::{Value, json};
 
 #[path = "boot_cluster/conformance.rs"]
 mod conformance;
+#[path = "boot_cluster/control_plane.rs"]
+mod control_plane;
 #[path = "boot_cluster/day2.rs"]
 mod day2;
+#[path = "boot_cluster/nodes.rs"]
+mod nodes;
 #[path = "boot_cluster/workloads.rs"]
 mod workloads;
-use day2::{reboot_the_last_member, roll_out};
+use day2::{reboot_the_last_member, roll_out, upgrade};
 
 /// The cluster's shape and where its machines live.
 struct Shape {
@@ -69,6 +82,9 @@ struct Shape {
     /// first node's addons fail (and are retried); with `flannel` they complete and pods
     /// reach each other across nodes.
     pod_network: &'static str,
+    /// The pool's workers are tainted (`dedicated=batch:NoSchedule`): the addons and the
+    /// workloads of a cluster whose pods must run on them do without.
+    tainted_pool: bool,
 }
 
 impl Shape {
@@ -87,6 +103,7 @@ fn one_control_plane_node_and_a_worker_boot_and_run_their_cluster() {
         public_key: "id-ecPublicKey",
         mirror_away_first: true,
         pod_network: "cilium",
+        tainted_pool: true,
     });
 }
 
@@ -100,6 +117,7 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
         public_key: "rsaEncryption",
         mirror_away_first: false,
         pod_network: "flannel",
+        tainted_pool: false,
     });
 }
 
@@ -134,6 +152,9 @@ fn boot_and_check(shape: &Shape) {
     args.extend([
         "--artifact-catalog".to_owned(),
         catalog.display().to_string(),
+        // The next release too: the mirror and the registry hold it for the upgrade.
+        "--kubernetes-versions".to_owned(),
+        format!("{KUBERNETES_VERSION},{NEXT_KUBERNETES_VERSION}"),
     ]);
     args.extend(dev_args(&image, &[mirror.port, registry.port]));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -157,9 +178,18 @@ fn boot_and_check(shape: &Shape) {
     assert_eq!(view(&stack, cluster)["pod_network"], shape.pod_network);
     let dns_name = founded.created["control_plane_dns_name"].as_str().unwrap();
     // The pool, asked for at once: its machines boot beside the control plane's.
+    let pool_asked = nodes::Pool {
+        labels: json!({"example.com/tier": "batch"}),
+        taints: if shape.tainted_pool {
+            json!([{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        },
+    };
     let pool = operator(&stack, "POST", &format!("/clusters/{cluster}/node-pools")).send_json(
         json!({"name": "blue", "count": shape.workers, "instance_type": "dev.small",
-               "image_id": 1, "subnet_id": 1}),
+               "image_id": 1, "subnet_id": 1, "labels": pool_asked.labels,
+               "taints": pool_asked.taints, "max_surge": shape.workers}),
     );
     assert!(pool.is_ok(), "{pool:?}");
     let mut workers = Vec::new();
@@ -264,16 +294,34 @@ fn boot_and_check(shape: &Shape) {
             )
         })
         .collect();
-    let first_node = nodes(&stack, cluster)
-        .into_iter()
-        .find(|n| n["vm_id"] == vms[0].0)
-        .unwrap();
+    let first_node = || {
+        nodes(&stack, cluster)
+            .into_iter()
+            .find(|n| n["vm_id"] == vms[0].0)
+            .unwrap()
+    };
     let (phase, done) = if shape.addons_complete() {
         ("complete", 0)
     } else {
         ("addons:failed", 1)
     };
-    assert_eq!(first_node["phase"], phase, "{first_node}");
+    if shape.addons_complete() {
+        assert_eq!(first_node()["phase"], phase, "{}", first_node());
+    } else {
+        // Each retry reports its addons phase started, then failed again.
+        exk8s_tests::procs::wait_until(
+            "the first node's addons failed",
+            Duration::from_secs(90),
+            || {
+                let node = first_node();
+                assert!(
+                    node["phase"].as_str().unwrap().starts_with("addons:"),
+                    "{node}"
+                );
+                node["phase"] == phase
+            },
+        );
+    }
     let retries = usize::from(shape.mirror_away_first);
     for machine in &machines[done..] {
         let agent = machine.show("exk8s-agent.service", &["Result", "NRestarts"]);
@@ -396,6 +444,23 @@ fn boot_and_check(shape: &Shape) {
             assert!(phases.lines().any(|l| l == line), "{line} in {phases}");
         }
     }
+    let members: Vec<(&Machine, &str)> = control_plane
+        .iter()
+        .zip(&vms)
+        .map(|(machine, (_, ip, _))| (machine, ip.as_str()))
+        .collect();
+    let member_names: Vec<&str> = vms[..shape.control_planes]
+        .iter()
+        .map(|(vm, ..)| names[vm].as_str())
+        .collect();
+    control_plane::check_control_plane(&stack, cluster, dns_name, &members, &member_names);
+    let all: Vec<nodes::Node<'_>> = machines
+        .iter()
+        .zip(&vms)
+        .map(|(machine, (vm, ip, _))| (machine, names[vm].as_str(), ip.as_str()))
+        .collect();
+    let (cp_nodes, worker_nodes) = all.split_at(shape.control_planes);
+    nodes::check_nodes(cp_nodes, worker_nodes, &pool_asked);
     if shape.addons_complete() {
         // The addons run: kube-proxy on every node, CoreDNS's two replicas, each from the
         // image the registry serves.
@@ -475,6 +540,7 @@ fn boot_and_check(shape: &Shape) {
             .collect();
         roll_out(&stack, cluster, &machines, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
+        upgrade(&stack, cluster, &mut machines, &cp);
     }
 
     // Each kubelet holds the machine's shutdown (a logind delay lock) to stop its pods first:

@@ -4,7 +4,7 @@
 //! newest drained by the oldest control-plane node's agent on its sync (recorded in its root)
 //! before their VMs go — then deleted. VMs made and released match the simulator's, each
 //! worker carries the bridge template containerd fills with its Node's pod range (from the
-//! controller-manager; `kubelet.rs` runs it), and a worker's kubeconfigs complete mTLS with
+//! controller-manager; `boot_cluster.rs` boots it), and a worker's kubeconfigs complete mTLS with
 //! a control-plane node's apiserver certificate under the control plane's shared name.
 
 #![allow(

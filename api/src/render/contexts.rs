@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::engine::{InputsSlot, Template};
+use super::engine::{InputsSlot, PodUidSlot, Template};
 use super::paths::NodePaths;
 
 /// A template whose output carries no secret (one that does is written out, `MEMO = false`).
@@ -110,6 +110,8 @@ pub(crate) struct Apiserver<'a> {
     pub image: String,
     /// Where the SHA-256 over the contents of every mounted file goes.
     pub inputs_sha256: InputsSlot,
+    /// Where the pod's UID goes.
+    pub pod_uid: PodUidSlot,
     pub node_ip: String,
     pub etcd_servers: &'a str,
     pub service_cidr: String,
@@ -124,6 +126,8 @@ pub(crate) struct ControllerManager<'a> {
     pub image: String,
     /// Where the SHA-256 over the contents of every mounted file goes.
     pub inputs_sha256: InputsSlot,
+    /// Where the pod's UID goes.
+    pub pod_uid: PodUidSlot,
     pub cluster_name: &'a str,
     pub pod_cidr: String,
     /// `--node-cidr-mask-size`: the block each node gets ([`crate::render::PodCidr::node_prefix`]).
@@ -139,6 +143,8 @@ pub(crate) struct Scheduler<'a> {
     pub image: String,
     /// Where the SHA-256 over the contents of every mounted file goes.
     pub inputs_sha256: InputsSlot,
+    /// Where the pod's UID goes.
+    pub pod_uid: PodUidSlot,
     pub mounts: &'a [Mount],
 }
 template!(Scheduler => "kube-scheduler.yaml");

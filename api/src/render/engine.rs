@@ -176,28 +176,59 @@ impl Serialize for InputsSlot {
     }
 }
 
-/// Renders a static pod's `ctx` and puts `inputs_sha256` (hex) where its [`InputsSlot`] is,
-/// which must be exactly once.
+/// What a static pod's context carries where its manifest names the pod's UID
+/// (`metadata.uid`), filled last from everything else in the manifest ([`pod_uid`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PodUidSlot;
+
+const POD_UID_SLOT: &str = "@exk8s-pod-uid@";
+
+impl Serialize for PodUidSlot {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(POD_UID_SLOT)
+    }
+}
+
+/// Renders a static pod's `ctx`, puts `inputs_sha256` (hex) where its [`InputsSlot`] is and
+/// then the pod's UID where its [`PodUidSlot`] is, each of which must be there exactly once.
 pub(crate) fn render_static_pod<T: Template>(
     ctx: &T,
     inputs_sha256: &str,
 ) -> Result<String, Error> {
-    fill_slot(T::NAME, &render(ctx)?, inputs_sha256)
+    let manifest = fill_slot(T::NAME, &render(ctx)?, INPUTS_SLOT, inputs_sha256)?;
+    let uid = pod_uid(&manifest);
+    fill_slot(T::NAME, &manifest, POD_UID_SLOT, &uid)
 }
 
-/// `rendered` (of template `name`) with `inputs_sha256` in its one [`InputsSlot`].
-fn fill_slot(name: &str, rendered: &str, inputs_sha256: &str) -> Result<String, Error> {
-    let mut places = rendered.match_indices(INPUTS_SLOT).map(|(at, _)| at);
+/// A static pod's UID, named by its manifest rather than left to the kubelet: a UUID (version
+/// 8) from the SHA-256 of the manifest, whose text names its inputs' digest, so the same
+/// manifest keeps its UID and any change makes a new one. Left to itself the kubelet derives
+/// the UID from a hash of its own Go structure of the pod, which a new Kubernetes release
+/// changes: an upgraded kubelet would replace every static pod at its restart — after the
+/// agent's wait, while the next node is already being changed.
+fn pod_uid(manifest: &str) -> String {
+    let digest = Sha256::digest(manifest.as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}
+
+/// `rendered` (of template `name`) with `value` in its one `slot`.
+fn fill_slot(name: &str, rendered: &str, slot: &str, value: &str) -> Result<String, Error> {
+    let mut places = rendered.match_indices(slot).map(|(at, _)| at);
     let (Some(at), None) = (places.next(), places.next()) else {
         return Err(Error::new(
             ErrorKind::InvalidOperation,
-            format!("{name} must name its inputs' digest exactly once"),
+            format!("{name} must have exactly one {slot}"),
         ));
     };
-    let rest = &rendered[at + INPUTS_SLOT.len()..];
-    let mut filled = String::with_capacity(at + inputs_sha256.len() + rest.len());
+    let rest = &rendered[at + slot.len()..];
+    let mut filled = String::with_capacity(at + value.len() + rest.len());
     filled.push_str(&rendered[..at]);
-    filled.push_str(inputs_sha256);
+    filled.push_str(value);
     filled.push_str(rest);
     Ok(filled)
 }
@@ -275,17 +306,50 @@ mod tests {
     fn a_static_pods_digest_fills_its_one_slot() {
         let once = format!("a: \"{INPUTS_SLOT}\"\nb: c\n");
         assert_eq!(
-            fill_slot("pod", &once, "ab12").unwrap(),
+            fill_slot("pod", &once, INPUTS_SLOT, "ab12").unwrap(),
             "a: \"ab12\"\nb: c\n"
         );
         for bad in [format!("{INPUTS_SLOT} {INPUTS_SLOT}"), "a: b".to_owned()] {
-            let err = fill_slot("pod", &bad, "ab12").unwrap_err();
-            assert!(err.to_string().contains("exactly once"), "{err}");
+            let err = fill_slot("pod", &bad, INPUTS_SLOT, "ab12").unwrap_err();
+            assert!(err.to_string().contains("exactly one"), "{err}");
         }
         assert_eq!(
             serde_json::to_string(&InputsSlot).unwrap(),
             format!("\"{INPUTS_SLOT}\"")
         );
+    }
+
+    /// A static pod's UID is a UUID the same manifest always gets, and any change to the
+    /// manifest (its inputs' digest among it) gives another.
+    #[test]
+    fn a_static_pods_uid_follows_its_manifest() {
+        use crate::render::contexts::Scheduler;
+        use crate::render::paths::PATHS;
+        let ctx = |image: &str| Scheduler {
+            paths: &PATHS,
+            image: image.to_owned(),
+            inputs_sha256: InputsSlot,
+            pod_uid: PodUidSlot,
+            mounts: &[],
+        };
+        let uid_of = |manifest: &str| {
+            let pod: yaml_serde::Value = yaml_serde::from_str(manifest).unwrap();
+            let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+            assert_eq!(uuid::Uuid::parse_str(&uid).unwrap().get_version_num(), 8);
+            uid
+        };
+        let first =
+            render_static_pod(&ctx("registry.k8s.io/kube-scheduler:v1.35.3"), "aa").unwrap();
+        let again =
+            render_static_pod(&ctx("registry.k8s.io/kube-scheduler:v1.35.3"), "aa").unwrap();
+        assert_eq!(uid_of(&first), uid_of(&again));
+        assert!(!first.contains(POD_UID_SLOT) && !first.contains(INPUTS_SLOT));
+        let new_inputs =
+            render_static_pod(&ctx("registry.k8s.io/kube-scheduler:v1.35.3"), "bb").unwrap();
+        let new_image =
+            render_static_pod(&ctx("registry.k8s.io/kube-scheduler:v1.36.3"), "aa").unwrap();
+        assert_ne!(uid_of(&first), uid_of(&new_inputs));
+        assert_ne!(uid_of(&first), uid_of(&new_image));
     }
 
     #[test]

@@ -120,8 +120,8 @@ fn every_config_file_parses_in_its_format() {
             if path.ends_with(".yaml") || path.ends_with(".kubeconfig") {
                 assert!(!yaml_docs(body).is_empty(), "{path} is empty YAML");
             } else if path.ends_with(".conflist.tmpl") {
-                // containerd fills the ranges in (Go text/template; tests/tests/kubelet.rs
-                // runs it for real): with one range it is the bridge configuration, as JSON.
+                // containerd fills the ranges in (Go text/template; tests/tests/boot_cluster/nodes.rs
+                // sees it on booted machines): with one range it is the bridge configuration, as JSON.
                 let ranges = r#"[{{range $i, $range := .PodCIDRRanges}}{{if $i}}, {{end}}[{ "subnet": "{{$range}}" }]{{end}}]"#;
                 assert!(body.contains(ranges), "{path}: {body}");
                 let json = body.split_once("-}}").map_or(body, |(_, rest)| rest);

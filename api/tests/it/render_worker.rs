@@ -116,7 +116,7 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
     // No static pods on a worker: no directory for the kubelet to look for each second.
     assert!(config.get("staticPodPath").is_none(), "{config:?}");
     // Its pod range is the one Kubernetes gives its Node: containerd writes the bridge
-    // configuration from the template with it (tests/tests/kubelet.rs runs this for real).
+    // configuration from the template with it (tests/tests/boot_cluster/nodes.rs checks this on booted machines).
     let containerd = text(&bundle, PATHS.containerd_config);
     assert!(
         containerd.contains(&format!("conf_template = \"{}\"", PATHS.cni_template)),

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use exk8s_tests::bins::KUBERNETES_VERSION;
-use exk8s_tests::cluster::operator;
+use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
+use exk8s_tests::cluster::{operator, view};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::Machine;
+use serde_json::{Value, json};
 
 use super::nodes;
 
@@ -168,6 +169,109 @@ fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
         "{change}: {} rounds of /readyz, {down} answers not ok (never two in one round)",
         rounds.len()
     );
+}
+
+/// A minor upgrade on booted machines (`PATCH /clusters/{id}`, without the preflight snapshot,
+/// which the harnessed upgrade test proves): the control-plane members' sync units started
+/// over and over while the first machine samples every apiserver's `/readyz` (never two down
+/// in one round); each member takes the release's etcd, kubelet and static pods from the
+/// mirror and the registry. The pool follows on its own: a new worker per old one (all at
+/// once: the pool's `max_surge` is its size), booted from the image at the new release, the old
+/// ones drained by the first member's agent and their VMs deleted. At the end every apiserver and every kubelet runs the new release and every node
+/// is Ready. `machines` then holds the new workers in the old ones' place.
+pub(crate) fn upgrade(
+    stack: &Stack,
+    cluster: i64,
+    machines: &mut Vec<Machine>,
+    cp: &[(String, String)],
+) {
+    let ips: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
+    let old_workers: Vec<i64> = machines[cp.len()..].iter().map(|m| m.vm).collect();
+    let count = machines.len();
+    let patched = operator(stack, "PATCH", &format!("/clusters/{cluster}"))
+        .send_json(json!({"kubernetes_version": NEXT_KUBERNETES_VERSION, "snapshot_first": false}));
+    let patched: Value = patched.unwrap().into_json().unwrap();
+    assert_eq!(patched["upgrade"], "upgrading", "{patched}");
+    let upgraded = || {
+        let all = nodes(stack, cluster);
+        view(stack, cluster)["version"] == NEXT_KUBERNETES_VERSION
+            && all.len() == count
+            && all.iter().all(|n| {
+                n["up_to_date"] == true
+                    && n["kubernetes_version"] == NEXT_KUBERNETES_VERSION
+                    && !old_workers.contains(&n["vm_id"].as_i64().unwrap())
+            })
+    };
+    let ((), rounds) = sampling(&machines[0], &ips, || {
+        syncing(&machines[..cp.len()], upgraded);
+    });
+    assert_two_ready("upgrade", &rounds);
+
+    // The new workers' machines, in the old ones' place.
+    machines.truncate(cp.len());
+    for node in nodes(stack, cluster)
+        .iter()
+        .filter(|n| n["role"] == "worker")
+    {
+        let machine = Machine::of(stack, node["vm_id"].as_i64().unwrap());
+        machine.wait_booted();
+        machines.push(machine);
+    }
+    let sampler = &machines[0];
+    for (ip, name) in cp {
+        let server = format!("--server=https://{ip}:6443");
+        let out = kubectl(sampler, &[&server, "get", "--raw", "/version"]);
+        let version: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(version["gitVersion"], NEXT_KUBERNETES_VERSION, "{name}");
+    }
+    let kubelets = r#"jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion}/{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#;
+    let ready = format!("{NEXT_KUBERNETES_VERSION}/True");
+    exk8s_tests::procs::wait_until(
+        "every node Ready at the new release",
+        Duration::from_secs(120),
+        || {
+            let out = kubectl(sampler, &["get", "nodes", "-o", kubelets]);
+            let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+            listed.lines().count() == count && listed.lines().all(|l| l == ready)
+        },
+    );
+    for (machine, (_, name)) in machines.iter().zip(cp) {
+        for unit in ["etcd.service", "containerd.service", "kubelet.service"] {
+            let active = machine.ok("systemctl", &["is-active", unit]);
+            assert_eq!(active, "active", "{}: {unit}", machine.name);
+        }
+        // The kubelet runs each static pod under the UID its manifest names (the new kubelet
+        // would otherwise have made its own and replaced the pods once more).
+        for component in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            let manifest = machine
+                .root
+                .join(format!("etc/kubernetes/manifests/{component}.yaml"));
+            let manifest: yaml_serde::Value =
+                yaml_serde::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+            let hash = r"jsonpath={.metadata.annotations.kubernetes\.io/config\.hash}";
+            let pod = format!("{component}-{name}");
+            let out = kubectl(
+                sampler,
+                &["get", "pod", "--namespace", "kube-system", &pod, "-o", hash],
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                manifest["metadata"]["uid"].as_str().unwrap(),
+                "{pod}"
+            );
+        }
+        let images = machine.ok("ctr", &["--namespace", "k8s.io", "containers", "list"]);
+        let image = format!("registry.k8s.io/kube-apiserver:{NEXT_KUBERNETES_VERSION}");
+        assert!(
+            images.contains(&image),
+            "{}: {image} in {images}",
+            machine.name
+        );
+    }
 }
 
 /// Reboots the last control-plane member (machine 2, a joiner that completed) while the

@@ -11,7 +11,7 @@ use zeroize::Zeroizing;
 use crate::cluster::spec::PodNetwork;
 
 use super::super::contexts::{self, Mount};
-use super::super::engine::InputsSlot;
+use super::super::engine::{InputsSlot, PodUidSlot};
 use super::super::paths::{NodePaths, PATHS};
 use super::super::{Membership, RenderError, RenderInput, render, render_static_pod};
 use super::{FileSet, LOCAL_API, StaticPod, Trust};
@@ -302,6 +302,7 @@ pub(super) fn files(
             paths: p,
             image: image("kube-apiserver"),
             inputs_sha256: InputsSlot,
+            pod_uid: PodUidSlot,
             node_ip: node_ip.clone(),
             etcd_servers: &etcd_servers,
             service_cidr: network.service_cidr.to_string(),
@@ -326,6 +327,7 @@ pub(super) fn files(
             paths: p,
             image: image("kube-controller-manager"),
             inputs_sha256: InputsSlot,
+            pod_uid: PodUidSlot,
             cluster_name,
             pod_cidr: cluster.pod_cidr.to_string(),
             node_cidr_mask: cluster.pod_cidr.node_prefix(),
@@ -343,6 +345,7 @@ pub(super) fn files(
             paths: p,
             image: image("kube-scheduler"),
             inputs_sha256: InputsSlot,
+            pod_uid: PodUidSlot,
             mounts: &mounts,
         },
         &inputs,
