@@ -5,7 +5,7 @@
 //! restarted, joining or leaving) and which nodes are in service; [`check`] then allows a node to
 //! fail only while it is the one changing (while its change overlapped its probes: one sample may
 //! span the end of one node's restart and the start of the next), so never two at once, and the
-//! name only while some node changes (the name lists every node with no health check; see the README).
+//! name only while some node changes (the name lists every node with no health check; see docs/development.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

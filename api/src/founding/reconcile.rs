@@ -202,7 +202,7 @@ pub const IDEMPOTENCY_RETENTION_SECS: i64 = 86_400;
 /// Forgets what no one can use any more, at the reconciler's clock: clusters' changes and node
 /// reports past their retention, expired instance-metadata tokens, signed requests' nonces that
 /// no accepted timestamp could carry, and idempotency keys past a day. Each table stays bounded
-/// by its retention however long the fleet runs (README, "What the database keeps").
+/// by its retention however long the fleet runs (docs/running-the-api.md, "What the database keeps").
 pub async fn prune(ctx: &Reconciler) {
     let now = ctx.clock.unix();
     let pool = &ctx.db.pool;
