@@ -97,7 +97,7 @@ cargo build --workspace --locked --bins --tests --examples
 # Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
 log "no dependency circle between files or modules (tools/module-cycles)"
 target/debug/module-cycles api/src agent/src cli/src common/src api-types/src tests/src loadgen/src \
-  fuzz/src tools/module-cycles/src
+  fuzz/src tools/module-cycles/src tools/cli-reference/src
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2

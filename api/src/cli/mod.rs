@@ -358,3 +358,18 @@ mod tests {
         }
     }
 }
+
+/// The command-line reference page is what this definition renders.
+#[cfg(test)]
+mod reference {
+    #[test]
+    fn the_reference_page_is_current() {
+        use clap::CommandFactory as _;
+        let checked = exk8s_cli_reference::check(
+            super::Cli::command(),
+            env!("CARGO_MANIFEST_DIR"),
+            "docs/reference/exk8s-api.md",
+        );
+        assert_eq!(checked, Ok(()));
+    }
+}
