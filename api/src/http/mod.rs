@@ -20,6 +20,8 @@ pub mod paging;
 pub mod patch;
 pub mod pools;
 mod prefer;
+#[cfg(test)]
+mod reference;
 pub mod restores;
 pub mod sa_key;
 pub mod server;
