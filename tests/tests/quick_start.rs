@@ -1,0 +1,155 @@
+//! The README's quick start on the simulated stack works as written: its code block is read
+//! from README.md with a CommonMark parser and run, shell by shell as the block's comments
+//! say — the dev stack in the first, the founding with `--wait` in the second, and, once the
+//! second printed "founded", the agent of VM 101 in the third — with this workspace's built
+//! binaries standing in for `target/release/` (`cargo build --release` builds the same
+//! programs) and one substitution: the dev stack listens on a free port instead of 8080
+//! (`EXK8S_LISTEN`, and the same port in the commands' URLs), so the test never collides with
+//! anything on the machine. The third shell must succeed and show what a real node would have
+//! done; the second must return once the node is ready.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use exk8s_tests::procs::{binary, free_port, wait_until};
+use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+
+/// The README's fenced code blocks, in order.
+fn code_blocks(markdown: &str) -> Vec<String> {
+    let (mut blocks, mut current) = (Vec::new(), None::<String>);
+    for event in Parser::new(markdown) {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_))) => current = Some(String::new()),
+            Event::Text(text) => {
+                if let Some(block) = current.as_mut() {
+                    block.push_str(&text);
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// The block's shells: split where a comment line starts `# in a`.
+fn shells(block: &str) -> Vec<String> {
+    let mut shells = vec![String::new()];
+    for line in block.lines() {
+        if line.starts_with("# in a ") {
+            shells.push(String::new());
+        }
+        let shell = shells.last_mut().unwrap();
+        shell.push_str(line);
+        shell.push('\n');
+    }
+    shells
+}
+
+/// A shell and everything it started (its own process group), stopped when dropped.
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// `script` in bash (exiting at the first failure) in `dir`, its output to `log`.
+fn bash(dir: &Path, port: u16, script: &str, log: &Path) -> Command {
+    // One open file for both streams: they share its offset, as a terminal would show them.
+    let output = std::fs::File::create(log).unwrap();
+    let mut command = Command::new("bash");
+    command
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("EXK8S_LISTEN", format!("127.0.0.1:{port}"))
+        .env_remove("EXK8S_API")
+        .env_remove("EXK8S_TOKEN")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(output.try_clone().unwrap())
+        .stderr(output);
+    command
+}
+
+#[test]
+fn the_readmes_simulated_quick_start_works_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let block = code_blocks(&readme)
+        .into_iter()
+        .find(|b| b.contains("exk8s-api dev") && !b.contains("dev-cluster.sh"))
+        .expect("the simulated stack's quick start");
+    let port = free_port();
+    let block = block.replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+    let shells = shells(&block);
+    assert_eq!(shells.len(), 3, "three shells: {shells:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // `target/release/` here holds the workspace's built programs.
+    let release = dir.join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    for program in ["exk8s-api", "exk8s", "exk8s-agent"] {
+        std::os::unix::fs::symlink(binary(program), release.join(program)).unwrap();
+    }
+
+    let _stack = Group(
+        bash(dir, port, &shells[0], &dir.join("shell-1.log"))
+            .spawn()
+            .unwrap(),
+    );
+    let operator_token = dir.join("exk8s-dev/operator.token");
+    wait_until("the dev stack", Duration::from_secs(60), || {
+        operator_token.is_file() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+
+    let second_log = dir.join("shell-2.log");
+    let mut second = Group(bash(dir, port, &shells[1], &second_log).spawn().unwrap());
+    wait_until(
+        "the second shell's \"founded\"",
+        Duration::from_secs(60),
+        || {
+            assert!(
+                second.0.try_wait().unwrap().is_none(),
+                "the second shell ended early: {}",
+                std::fs::read_to_string(&second_log).unwrap()
+            );
+            std::fs::read_to_string(&second_log)
+                .unwrap()
+                .contains("founded")
+        },
+    );
+
+    let third_log = dir.join("shell-3.log");
+    let third = bash(dir, port, &shells[2], &third_log).status().unwrap();
+    let third_out = std::fs::read_to_string(&third_log).unwrap();
+    assert!(third.success(), "the third shell failed: {third_out}");
+    assert!(
+        third_out.contains("phase complete: succeeded") && third_out.contains("apt-get install"),
+        "{third_out}"
+    );
+
+    wait_until(
+        "the second shell's return",
+        Duration::from_secs(120),
+        || second.0.try_wait().unwrap().is_some(),
+    );
+    let second_out = std::fs::read_to_string(&second_log).unwrap();
+    assert!(second.0.wait().unwrap().success(), "{second_out}");
+    assert!(second_out.contains("logged in"), "{second_out}");
+}
