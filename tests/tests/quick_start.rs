@@ -59,10 +59,20 @@ struct Group(std::process::Child);
 
 impl Drop for Group {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", "--", &format!("-{}", self.0.id())])
-            .status();
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
         let _ = self.0.wait();
+        // The dev stack drains for a few seconds after SIGTERM: gone before the test ends.
+        for _ in 0..150 {
+            let alive = Command::new("kill")
+                .args(["-0", "--", &group])
+                .stderr(Stdio::null())
+                .status();
+            if !alive.is_ok_and(|s| s.success()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
