@@ -262,3 +262,96 @@ pub fn render_key_pool(out: &mut String, stats: crate::keypool::PoolStats) {
         );
     }
 }
+
+/// The metrics' reference page, generated from the exposition itself: every family's name,
+/// type, labels and help, as `/metrics` serves them.
+#[cfg(test)]
+mod reference {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// `(type, help, label names)` of each family in a Prometheus text exposition, in order.
+    fn families(text: &str) -> Vec<(String, String, String, Vec<String>)> {
+        let mut families: Vec<(String, String, String, Vec<String>)> = Vec::new();
+        let mut index = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap();
+                index.insert(name.to_owned(), families.len());
+                families.push((name.to_owned(), String::new(), help.to_owned(), Vec::new()));
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                families[index[name]].1 = kind.to_owned();
+            } else if let Some((series, _)) = line.split_once('{') {
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| series.strip_suffix(s).filter(|b| index.contains_key(*b)))
+                    .unwrap_or(series);
+                let labels = &mut families[index[base]].3;
+                let inside = line[series.len() + 1..].split('}').next().unwrap();
+                for pair in inside.split(',') {
+                    let label = pair.split('=').next().unwrap().to_owned();
+                    if label != "le" && !labels.contains(&label) {
+                        labels.push(label);
+                    }
+                }
+            }
+        }
+        families
+    }
+
+    fn page() -> String {
+        let metrics = Metrics::default();
+        metrics.observe("GET", "/clusters", 200, 0.01);
+        metrics.set_soonest_expiry(
+            1,
+            SoonestExpiry {
+                nodes: Some(1),
+                operator: Some(1),
+            },
+        );
+        let mut text = metrics.render();
+        render_key_pool(&mut text, crate::keypool::PoolStats::default());
+        let mut page = String::from(
+            "# Metrics reference\n\n\
+             What `exk8s-api` serves at `/metrics` (Prometheus text format), generated from the \
+             exposition itself (`cargo test -p exk8s-api --lib metrics` checks it is current; \
+             `EXK8S_BLESS=1` rewrites it). Every label's values are bounded by the API: a \
+             request's route is the template the router matched, never the raw path. Alert \
+             rules that use them: [Monitoring](../monitoring.md).\n\n\
+             | metric | type | labels | meaning |\n|---|---|---|---|\n",
+        );
+        for (name, kind, help, labels) in families(&text) {
+            let labels = labels
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            page.push_str(&format!("| `{name}` | {kind} | {labels} | {help} |\n"));
+        }
+        page
+    }
+
+    #[test]
+    fn the_metrics_reference_is_current() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/metrics.md");
+        let page = page();
+        assert!(
+            page.contains(
+                "| `exk8s_http_requests_total` | counter | `method`, `route`, `status` |"
+            ),
+            "{page}"
+        );
+        if std::env::var_os("EXK8S_BLESS").is_some_and(|v| v == "1") {
+            std::fs::write(&path, &page).unwrap();
+        }
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            kept == page,
+            "docs/reference/metrics.md is not what /metrics serves; run \
+             `EXK8S_BLESS=1 cargo test -p exk8s-api --lib metrics` and commit it"
+        );
+    }
+}
