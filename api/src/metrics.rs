@@ -335,8 +335,6 @@ mod reference {
 
     #[test]
     fn the_metrics_reference_is_current() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/metrics.md");
         let page = page();
         assert!(
             page.contains(
@@ -344,14 +342,11 @@ mod reference {
             ),
             "{page}"
         );
-        if std::env::var_os("EXK8S_BLESS").is_some_and(|v| v == "1") {
-            std::fs::write(&path, &page).unwrap();
-        }
-        let kept = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            kept == page,
-            "docs/reference/metrics.md is not what /metrics serves; run \
-             `EXK8S_BLESS=1 cargo test -p exk8s-api --lib metrics` and commit it"
+        let kept = exk8s_cli_reference::keep(
+            env!("CARGO_MANIFEST_DIR"),
+            "docs/reference/metrics.md",
+            &page,
         );
+        assert_eq!(kept, Ok(()));
     }
 }

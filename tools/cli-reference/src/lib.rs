@@ -4,7 +4,7 @@
 //! flags, value, help, default, choices and environment variable. [`check`] compares the page
 //! a crate keeps under `docs/reference/` with what its definition renders now: a test in each
 //! binary's crate calls it, so a flag changed without its page fails the suite
-//! (`EXK8S_BLESS=1` writes the page instead).
+//! (`EXK8S_BLESS=1` writes the page instead); [`keep`] does the same for any generated page.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -29,8 +29,14 @@ pub fn markdown(command: Command) -> String {
 /// Fails, saying how to mend it, when `page` (relative to the workspace's root, which is
 /// `manifest_dir`'s parent) is not what `command` renders; writes it when `EXK8S_BLESS=1`.
 pub fn check(command: Command, manifest_dir: &str, page: &str) -> Result<(), String> {
+    keep(manifest_dir, page, &markdown(command))
+}
+
+/// Fails, saying how to mend it, when the kept `page` (relative to the workspace's root, which
+/// is `manifest_dir`'s parent) is not `rendered`; writes it when `EXK8S_BLESS=1`. For any
+/// generated page: the CLI's, the HTTP API's, the metrics'.
+pub fn keep(manifest_dir: &str, page: &str, rendered: &str) -> Result<(), String> {
     let path = Path::new(manifest_dir).join("..").join(page);
-    let rendered = markdown(command);
     if std::env::var_os("EXK8S_BLESS").is_some_and(|v| v == "1") {
         return std::fs::write(&path, rendered).map_err(|e| format!("{page}: {e}"));
     }
@@ -46,7 +52,7 @@ pub fn check(command: Command, manifest_dir: &str, page: &str) -> Result<(), Str
         .position(|(a, b)| a != b)
         .unwrap_or_else(|| kept.lines().count().min(rendered.lines().count()));
     Err(format!(
-        "{page} is not what the command line defines (first difference at line {}); \
+        "{page} is not what the code generates now (first difference at line {}); \
          run `EXK8S_BLESS=1 cargo test` for this crate and commit the page",
         first + 1
     ))
