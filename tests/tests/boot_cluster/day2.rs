@@ -1,6 +1,6 @@
 //! Day 2 on a booted three-member cluster: a rollout, each node's sync unit started as its
-//! timer starts it, and a reboot — each while the first machine samples every other
-//! apiserver's `/readyz`.
+//! timer starts it, a reboot, and a minor Kubernetes upgrade — each while the first machine
+//! samples every other apiserver's `/readyz`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -177,8 +177,10 @@ fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
 /// in one round); each member takes the release's etcd, kubelet and static pods from the
 /// mirror and the registry. The pool follows on its own: a new worker per old one (all at
 /// once: the pool's `max_surge` is its size), booted from the image at the new release, the old
-/// ones drained by the first member's agent and their VMs deleted. At the end every apiserver and every kubelet runs the new release and every node
-/// is Ready. `machines` then holds the new workers in the old ones' place.
+/// ones drained by the first member's agent and their VMs deleted. At the end every apiserver
+/// and every kubelet runs the new release, every node is Ready, and the kubelets run the static
+/// pods under the UIDs their manifests name. `machines` then holds the new workers in the old
+/// ones' place.
 pub(crate) fn upgrade(
     stack: &Stack,
     cluster: i64,
