@@ -19,13 +19,12 @@ ensure_packages shellcheck:shellcheck systemd-analyze:systemd python3:python3 \
 ensure_packages psql:postgresql-client
 # kubectl (client-go) reads the kubeconfigs the CLI merges.
 ensure_packages kubectl:kubernetes-client
-# A node's runtime for the real kubelet (tests/src/kubelet.rs): containerd and runc, the CNI
-# plugins the rendered conflist names (bridge's ipMasq and the firewall plugin run iptables),
-# nsenter/unshare, and what the test images are built from: busybox-static and a static C
-# toolchain for the sandbox image's pause.
-ensure_packages containerd:containerd runc:runc iptables:iptables nsenter:util-linux \
-  /usr/lib/cni/bridge:containernetworking-plugins busybox:busybox-static cc:gcc \
-  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev file:file curl:curl nc.openbsd:netcat-openbsd
+# What the node registry's images are built from (scripts/node-registry.sh): busybox-static, a
+# static C toolchain for the sandbox image's pause, and the tools the conformance suite's agnhost
+# runs; nsenter to enter a booted machine, iptables to show a booted node's rules when a
+# workload check fails.
+ensure_packages busybox:busybox-static cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev \
+  file:file curl:curl nc.openbsd:netcat-openbsd nsenter:util-linux iptables:iptables
 # Machines that boot (tests/src/machine.rs): the node image's root from Debian's packages, booted
 # by systemd-nspawn with systemd as PID 1.
 ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container \

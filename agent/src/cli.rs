@@ -1,11 +1,14 @@
 //! The command line: flags override `EXK8S_*` environment variables, which override
 //! `/etc/exk8s/agent.toml`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::balancer::{self, DEFAULT_LISTEN, Endpoint, Options};
 use crate::commands::{self, DEFAULT_SKEW, LocalCheck};
 use crate::config::{ConfigFile, DEFAULT_CONFIG_PATH, DEFAULT_KEYS_DIR, NetConfig};
 use crate::error::{AgentError, chain, exit};
@@ -19,7 +22,8 @@ Exit codes:
   4  bundle refused: signature, key id, payload type, content, identity, nonce,
      freshness or rollback
   5  applying failed: writing files, packages or artifacts
-  6  a plan step failed: systemd, a wait for etcd or the apiserver, an addon";
+  6  a plan step failed: systemd, a wait for etcd or the apiserver, an addon;
+     or the apiserver balancer could not listen or accept";
 
 /// exk8s-agent: fetch, verify and apply this machine's signed bootstrap bundle.
 #[derive(Debug, Parser)]
@@ -51,6 +55,31 @@ enum Command {
     Verify(VerifyArgs),
     /// Install only the bundle's artifacts (and packages on a live system): for image baking.
     Prereqs(PrereqsArgs),
+    /// The node-local apiserver load balancer (exk8s-apiserver-balancer.service runs it):
+    /// passes each connection on loopback, untouched, to an apiserver whose /readyz answers
+    /// ok, until SIGTERM.
+    Balance(BalanceArgs),
+}
+
+#[derive(Debug, Args)]
+struct BalanceArgs {
+    /// The apiservers: the control plane's DNS name, resolved again every round, and port.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_endpoint)]
+    apiserver: Endpoint,
+    /// The cluster CA certificates the apiservers' certificates are checked against (read
+    /// again every round: two during a CA rotation).
+    #[arg(long, value_name = "PEM")]
+    ca_file: PathBuf,
+    /// Where to listen when systemd passes no socket (exk8s-apiserver-balancer.socket does).
+    #[arg(long, value_name = "ADDRESS:PORT", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Milliseconds between two rounds of /readyz checks.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    interval_ms: u64,
+}
+
+fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
+    text.parse()
 }
 
 #[derive(Debug, Clone, Args)]
@@ -183,6 +212,15 @@ fn dispatch(cli: Cli) -> Result<String, AgentError> {
         }
         Command::Prereqs(args) => {
             commands::prereqs(&args.bundle, &keys, args.root.as_deref())?;
+            Ok(String::new())
+        }
+        Command::Balance(args) => {
+            balancer::run(&Options {
+                apiserver: args.apiserver,
+                ca_file: args.ca_file,
+                listen: args.listen,
+                interval: Duration::from_millis(args.interval_ms),
+            })?;
             Ok(String::new())
         }
     }

@@ -70,6 +70,8 @@ pub enum AgentError {
     },
     #[error("plan step {step}: {reason}")]
     Step { step: String, reason: String },
+    #[error("the apiserver balancer")]
+    Balancer(#[from] crate::balancer::BalancerError),
 }
 
 impl AgentError {
@@ -83,7 +85,7 @@ impl AgentError {
             | Self::Artifact { .. }
             | Self::Packages(_)
             | Self::State { .. } => exit::APPLY,
-            Self::Step { .. } => exit::STEP,
+            Self::Step { .. } | Self::Balancer(_) => exit::STEP,
         }
     }
 }

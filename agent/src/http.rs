@@ -55,6 +55,18 @@ pub fn api_tls(pinned_root_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>, Agen
     Ok(Arc::new(config))
 }
 
+/// Server-authenticated TLS with a private CA (`what` names it in errors) and no client
+/// certificate: the balancer's anonymous `/readyz`.
+pub fn private_ca_tls(ca_pem: &[u8], what: &str) -> Result<Arc<ClientConfig>, AgentError> {
+    let roots = roots_from_pem(ca_pem, what)?;
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error("TLS", e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// Mutual TLS with a private CA (etcd health, apiserver readiness).
 pub fn mutual_tls(
     ca_pem: &[u8],

@@ -9,9 +9,11 @@
 //! * [`report`] — phase reports back to the API, best effort;
 //! * [`state`] — the applied serial and file digests, saved only after success;
 //! * [`nodekey`], [`node_api`], [`sync`] — day 2: the node's own key, its signed requests,
-//!   and `sync`, which applies each newer generation the API has for this node.
+//!   and `sync`, which applies each newer generation the API has for this node;
+//! * [`balancer`] — `balance`, the node-local apiserver load balancer every node runs.
 
 pub mod apply;
+pub mod balancer;
 pub mod cli;
 pub mod clock;
 pub mod commands;

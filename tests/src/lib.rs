@@ -1,8 +1,13 @@
-//! `exk8s-tests` holds what tests need across crates: sampling a changing control plane's availability ([`availability`]), the dev stack as a child process
-//! ([`dev`]), a cluster founded on it and booted by the real agent ([`cluster`]), one such node running a live apiserver ([`one_node`]), starting real etcd members from rendered node roots ([`etcd`]) and changing their membership through the API ([`members`]), a node's real kubelet and containerd ([`kubelet`]), machines that boot the node image under systemd ([`machine`]), finding and running the workspace's binaries ([`procs`]), a real control plane changed one node at a time ([`rolling`]), and a TLS
-//! endpoint serving a rendered certificate ([`tls`]), and a private PostgreSQL server tests may stop
-//! ([`postgres`]), a small real filesystem to fill ([`tmpfs`]), the registry booted machines pull from ([`registry`]), and a worker pool's real nodes
-//! ([`workers`]). The end-to-end test lives in `tests/`.
+//! `exk8s-tests` holds what tests need across crates: sampling a changing control plane's
+//! availability ([`availability`]), the dev stack as a child process ([`dev`]), a cluster founded
+//! on it and booted by the real agent ([`cluster`]), one such node running a live apiserver
+//! ([`one_node`]), starting real etcd members from rendered node roots ([`etcd`]) and changing
+//! their membership through the API ([`members`]), machines that boot the node image under
+//! systemd ([`machine`]), finding and running the workspace's binaries ([`procs`]), a real control
+//! plane changed one node at a time ([`rolling`]), a TLS endpoint serving a rendered certificate
+//! ([`tls`]), a private PostgreSQL server tests may stop ([`postgres`]), a small real filesystem to
+//! fill ([`tmpfs`]), the registry booted machines pull from ([`registry`]), and a worker pool as
+//! the API shows it ([`workers`]). The end-to-end test lives in `tests/`.
 
 #![allow(
     clippy::unwrap_used,
@@ -16,7 +21,6 @@ pub mod cluster;
 pub mod control_plane;
 pub mod dev;
 pub mod etcd;
-pub mod kubelet;
 pub mod machine;
 pub mod members;
 pub mod mirror;

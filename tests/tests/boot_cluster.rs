@@ -27,13 +27,15 @@
 //! step fails for that one reason, the failure is reported and systemd tries the boot again,
 //! resuming with the bundle it fetched.
 //!
-//! Day 2 on the three-member cluster ([`day2`]): a rollout, every node's sync unit started as its
-//! timer starts it, while the first machine samples every apiserver's `/readyz` — never two
-//! down at once, and each restarted; then the last member is stopped and started through the
+//! Day 2 on the three-member cluster ([`day2`]): a forced renewal of every certificate, every
+//! node's sync unit started as its timer starts it, while the first machine samples every
+//! apiserver's `/readyz` — never two down at once, each restarted, and every apiserver and
+//! kubelet serving its new certificate; then the last member is stopped and started through the
 //! compute API while the two others' apiservers answer every sample, and it comes back by
-//! itself; then a minor Kubernetes upgrade (etcd, the kubelet and the static pods of the next
-//! release from the mirror and the registry, one member at a time, sampled the same way; the
-//! pool replaced by workers booted at the new release). Stopped, each machine's kubelet stops
+//! itself; then a minor Kubernetes upgrade (its preflight etcd snapshot stored, then etcd, the
+//! kubelet and the static pods of the next release from the mirror and the registry, one
+//! member at a time, sampled the same way; the pool replaced by workers booted at the new
+//! release). Stopped, each machine's kubelet stops
 //! its pods before systemd would have to.
 
 #![allow(
@@ -65,7 +67,7 @@ mod day2;
 mod nodes;
 #[path = "boot_cluster/workloads.rs"]
 mod workloads;
-use day2::{reboot_the_last_member, roll_out, upgrade};
+use day2::{reboot_the_last_member, renew, upgrade};
 
 /// The cluster's shape and where its machines live.
 struct Shape {
@@ -538,7 +540,8 @@ fn boot_and_check(shape: &Shape) {
             .iter()
             .map(|(vm, ip, _)| (ip.clone(), names[vm].clone()))
             .collect();
-        roll_out(&stack, cluster, &machines, &cp);
+        let addresses: Vec<String> = vms.iter().map(|(_, ip, _)| ip.clone()).collect();
+        renew(&stack, cluster, &machines, &addresses, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
         upgrade(&stack, cluster, &mut machines, &cp);
     }

@@ -1,14 +1,13 @@
-//! A Kubernetes minor upgrade with a real control plane and a real worker pool: three nodes
-//! (etcd 3.6, and kube-apiserver, kube-controller-manager and kube-scheduler of Kubernetes'
-//! [`KUBERNETES_VERSION`], each node in its own network namespace) and a pool of two workers
-//! (each booted from its bundle, its real kubelet and containerd in a namespace of its own,
-//! a Deployment on them) are upgraded to [`NEXT_KUBERNETES_VERSION`] through
-//! `PATCH /clusters/{id}`. Each node syncs in turn (the API hands the new release to one member
-//! at a time); the harness runs each static pod at the release its manifest's image names, as a
-//! kubelet would, so the control plane really is mixed mid-way: new apiservers beside old ones
-//! on one etcd. Every apiserver's `/readyz` and the operator's `GET /api` are sampled every
-//! 200 ms throughout, the pool's replacement included: no failure except on the node being
-//! restarted.
+//! A Kubernetes minor upgrade's failure paths with a real control plane: three nodes (etcd 3.6,
+//! and kube-apiserver, kube-controller-manager and kube-scheduler of Kubernetes'
+//! [`KUBERNETES_VERSION`], each node in its own network namespace) are upgraded to
+//! [`NEXT_KUBERNETES_VERSION`] through `PATCH /clusters/{id}`. Each node syncs in turn (the API
+//! hands the new release to one member at a time); the harness runs each static pod at the
+//! release its manifest's image names, as a kubelet would, so the control plane really is mixed
+//! mid-way: new apiservers beside old ones on one etcd. Every apiserver's `/readyz` and the
+//! operator's `GET /api` are sampled every 200 ms throughout: no failure except on the node
+//! being restarted. (The upgrade's happy path, workers included — new ones booted at the
+//! release, the old ones drained — runs on booted machines: `boot_cluster`'s `day2::upgrade`.)
 //!
 //! Each upgrade starts with an etcd snapshot: the first member's agent takes it from its real
 //! etcd and uploads it in the sync that then takes the new release, never before it is stored.
@@ -20,12 +19,9 @@
 //! build the upgrade starts again; mid-way the operator rolls back (`PATCH` to the release the
 //! others run: the upgraded member goes back to it), then upgrades again, to the end — the API
 //! killed with SIGKILL and restarted after the first member. Each member's etcd moves to the
-//! release's etcd (v3.6.10 → v3.6.14) with it, before its apiserver. Then the pool follows, one
-//! worker at a time: a new worker registers Ready at the new release, the first member's agent
-//! drains the oldest old one for real (`kubectl drain` of the new release) and deletes its Node,
-//! and its VM is released. At the end every apiserver reports the new release, the cluster's
-//! `version` is it, the Nodes are the two new workers, the Deployment runs on one of them, and a
-//! ConfigMap written before the upgrade is read after it.
+//! release's etcd (v3.6.10 → v3.6.14) with it, before its apiserver. At the end every apiserver
+//! reports the new release, the cluster's `version` is it, and a ConfigMap written before the
+//! upgrade is read after it.
 
 #![allow(
     clippy::unwrap_used,
@@ -40,13 +36,9 @@ use std::time::Duration;
 use exk8s_tests::bins::{
     ETCD_VERSION, KUBERNETES_VERSION, NEXT_ETCD_VERSION, NEXT_KUBERNETES_VERSION, kubernetes_at,
 };
-use exk8s_tests::cluster::{Booted, boot_three_with, install_recorded_artifacts, operator, view};
+use exk8s_tests::cluster::{boot_three_with, operator, view};
 use exk8s_tests::control_plane::{etcdctl, kubectl};
-use exk8s_tests::kubelet::BUSYBOX;
-use exk8s_tests::netns::Lan;
-use exk8s_tests::procs::wait_until;
 use exk8s_tests::rolling::{Rolling, operator_kubeconfig};
-use exk8s_tests::workers::{READY, Workers};
 use serde_json::{Value, json};
 
 /// The client namespace's index in the LAN (after the three nodes).
@@ -136,7 +128,6 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
     operator_kubeconfig(&booted.stack, founded.cluster, &config);
     let shared = Shared::new(ips.iter().cloned().enumerate().collect(), config.clone());
     let mut cluster = Rolling::start(&booted, &lan, &shared);
-    let mut workers = pool_of_two(&booted, dir, &lan);
     for i in 0..3 {
         assert_eq!(apiserver_release(&cluster, i), KUBERNETES_VERSION);
         assert_eq!(
@@ -169,7 +160,6 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
             .into_json()
             .unwrap()
     };
-    let mut new_workers = Vec::new();
     let samples = availability::sample_during(&lan, CLIENT, dns_name, &shared, || {
         // A broken build: the first member fails to run it, goes back, and the upgrade stops.
         shared.step("upgrade to a broken apiserver");
@@ -291,25 +281,6 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
                 booted.stack.kill_and_restart();
             }
         }
-
-        // Then the pool, which follows the control plane, one worker at a time (max_surge 1):
-        // a new worker at the new release, Ready; the oldest old one drained for real by the
-        // first member's agent (`kubectl drain` of the new release through its own apiserver,
-        // which restarts from its re-minted files meanwhile), its Node deleted, its VM released.
-        shared.step("the pool's workers replaced");
-        let news = workers.replace_each(NEXT_KUBERNETES_VERSION, |old| {
-            shared.step(&format!("drain {old}"));
-            install_recorded_artifacts(&booted.roots[0]);
-            let drained = cluster.sync_waiting(0, DRAIN_CAP);
-            let log = String::from_utf8_lossy(&drained.stderr);
-            assert!(drained.status.success(), "the drain: {log}");
-            assert!(
-                log.contains(&format!("node {old} drained and deleted")),
-                "{log}"
-            );
-            shared.step("the pool's workers replaced");
-        });
-        new_workers = news.into_iter().map(|(_, name)| name).collect();
     });
     eprintln!("{}", availability::check(&samples, 20, 10));
 
@@ -345,122 +316,9 @@ fn a_minor_upgrade_keeps_every_other_apiserver_ready() {
             NEXT_ETCD_VERSION
         );
     }
-    // Every Node is a new worker, registered at the new release (boot checks it); the pool
-    // says so; the workload moved to them.
-    let mut nodes: Vec<String> = workers
-        .kubectl_once(&["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"])
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    nodes.sort();
-    new_workers.sort();
-    assert_eq!(nodes, new_workers, "the old workers' Nodes are gone");
-    let pool = workers.view();
-    assert_eq!(pool["kubernetes_version"], NEXT_KUBERNETES_VERSION);
-    for worker in pool["nodes"].as_array().unwrap() {
-        assert_eq!(
-            worker["kubernetes_version"], NEXT_KUBERNETES_VERSION,
-            "{pool}"
-        );
-    }
-    wait_until("the workload on a new worker", READY, || {
-        let on = workers.kubectl_once(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "--field-selector=status.phase=Running",
-            "-o",
-            "jsonpath={.items[*].spec.nodeName}",
-        ]);
-        new_workers.contains(&on)
-    });
-    workers.assert_running();
     for node in &mut cluster.nodes {
         node.assert_running();
     }
-}
-
-/// A pool of two workers at the old release, each booted from its bundle and running its real
-/// kubelet on the LAN, and a Deployment on it; kubectl runs in node 2 as its super-admin (the
-/// first member drains, and restarts).
-fn pool_of_two<'a>(booted: &'a Booted, dir: &Path, lan: &'a Lan) -> Workers<'a> {
-    let super_admin = booted.roots[2].join("etc/exk8s/kubeconfig/super-admin.kubeconfig");
-    // The cluster's RBAC (the drainer's and the apiserver's kubelet client's rights), which
-    // the first member's agent applies.
-    let rbac = booted.roots[0].join("etc/exk8s/manifests/rbac.yaml");
-    let (ok, _, err) = kubectl(
-        lan,
-        2,
-        &super_admin,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=exk8s",
-            "-f",
-            &rbac.display().to_string(),
-        ],
-    );
-    assert!(ok, "{err}");
-    let cluster = booted.founded.cluster;
-    let created: Value = operator(
-        &booted.stack,
-        "POST",
-        &format!("/clusters/{cluster}/node-pools"),
-    )
-    .send_json(
-        json!({"name": "blue", "count": 2, "instance_type": "dev.small",
-            "image_id": 1, "subnet_id": 1, "labels": {"node.kubernetes.io/pool": "blue"}}),
-    )
-    .unwrap()
-    .into_json()
-    .unwrap();
-    let mut workers = Workers {
-        stack: &booted.stack,
-        founded: &booted.founded,
-        pool: created["id"].as_i64().unwrap(),
-        dir: dir.to_owned(),
-        lan,
-        hosts: booted.hosts(),
-        kubectl: (2, super_admin),
-        running: std::collections::BTreeMap::new(),
-    };
-    for _ in 0..2 {
-        let known: Vec<i64> = workers.running.keys().copied().collect();
-        let vm = workers.wait_new(&known);
-        workers.boot(vm, KUBERNETES_VERSION);
-    }
-    let web = dir.join("web.json");
-    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
-                "nodeSelector": {"node.kubernetes.io/pool": "blue"},
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "web", "image": BUSYBOX, "imagePullPolicy": "Never",
-                    "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}}});
-    std::fs::write(&web, deployment.to_string()).unwrap();
-    let (ok, _, err) = kubectl(
-        lan,
-        2,
-        &workers.kubectl.1,
-        &["apply", "-f", &web.display().to_string()],
-    );
-    assert!(ok, "{err}");
-    wait_until("the workload on an old worker", READY, || {
-        !workers
-            .kubectl_once(&[
-                "get",
-                "pods",
-                "-l",
-                "app=web",
-                "--field-selector=status.phase=Running",
-                "-o",
-                "jsonpath={.items[*].spec.nodeName}",
-            ])
-            .is_empty()
-    });
-    workers
 }
 
 /// Node `i`'s agent, in its namespace with its real etcd, takes the upgrade's snapshot

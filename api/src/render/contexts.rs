@@ -172,6 +172,24 @@ impl Template for KernelParameters {
     const MEMO: bool = true;
 }
 
+/// The socket of the node-local apiserver balancer (`exk8s-agent balance`).
+#[derive(Serialize)]
+pub(crate) struct BalancerSocket<'a> {
+    /// `127.0.0.1:7445`.
+    pub listen: &'a str,
+}
+template!(BalancerSocket => "exk8s-apiserver-balancer.socket");
+
+/// The node-local apiserver balancer's unit.
+#[derive(Serialize)]
+pub(crate) struct BalancerUnit<'a> {
+    pub paths: &'a NodePaths,
+    /// The control plane's DNS name and the apiservers' port.
+    pub apiserver: String,
+    pub listen: &'a str,
+}
+template!(BalancerUnit => "exk8s-apiserver-balancer.service");
+
 /// The kernel modules every node loads (`/etc/modules-load.d`).
 #[derive(Serialize)]
 pub(crate) struct KernelModules {}
@@ -210,8 +228,9 @@ pub(crate) struct Flannel {
     pub image: String,
     /// flanneld's `net-conf.json`.
     pub net_conf: String,
-    /// The control plane's endpoint host, port 6443.
+    /// Where flanneld reaches the apiservers: every node's balancer (`127.0.0.1`, `7445`).
     pub api_host: String,
+    pub api_port: String,
 }
 impl Template for Flannel {
     const NAME: &'static str = "flannel.yaml";

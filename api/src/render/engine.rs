@@ -100,6 +100,8 @@ const TEMPLATES: &[(&str, &str)] = embedded![
     "containerd-config.toml",
     "kubernetes-sysctl.conf",
     "kubernetes-modules.conf",
+    "exk8s-apiserver-balancer.socket",
+    "exk8s-apiserver-balancer.service",
     "userdata.yaml",
 ];
 

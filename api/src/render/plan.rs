@@ -223,6 +223,22 @@ fn containerd_step() -> Result<PlanStep, RenderError> {
     })
 }
 
+/// The node-local apiserver balancer, which every node runs before its kubelet: its socket
+/// first (systemd holds it while the service restarts), then the service, each restarted only
+/// when its own unit changed (the balancer reads the cluster CA again every round).
+fn balancer_steps() -> Result<[PlanStep; 2], RenderError> {
+    Ok([
+        PlanStep::EnableStart {
+            unit: unit("exk8s-apiserver-balancer.socket")?,
+            watch: paths(&[PATHS.balancer_socket])?,
+        },
+        PlanStep::EnableStart {
+            unit: unit("exk8s-apiserver-balancer.service")?,
+            watch: paths(&[PATHS.balancer_unit])?,
+        },
+    ])
+}
+
 /// The kubelet, which every node runs: restarted when a file it reads changed.
 fn kubelet_step() -> Result<PlanStep, RenderError> {
     let p = &PATHS;
@@ -239,11 +255,14 @@ fn kubelet_step() -> Result<PlanStep, RenderError> {
     })
 }
 
-/// A worker's plan: containerd, then the kubelet, restarted when what they read changed.
+/// A worker's plan: containerd, the balancer, then the kubelet, restarted when what they read
+/// changed.
 pub(super) fn worker_steps() -> Result<Vec<PlanStep>, RenderError> {
     let mut steps = vec![PlanStep::DaemonReload {}];
     steps.extend(kernel_steps()?);
-    steps.extend([containerd_step()?, kubelet_step()?]);
+    steps.push(containerd_step()?);
+    steps.extend(balancer_steps()?);
+    steps.push(kubelet_step()?);
     Ok(steps)
 }
 
@@ -303,26 +322,37 @@ fn bring_up(
     Ok(steps)
 }
 
-/// An update restarts one component at a time while the kubelet runs: each manifest lands
-/// after the one before it runs its new inputs (apiserver, controller-manager, scheduler),
-/// and the kubelet itself restarts last.
+/// An update restarts the apiserver first and waits for it to run its new inputs; then the
+/// controller-manager and the scheduler together (each is leader-elected, with a replica on
+/// every other member, so this member restarting both leaves the cluster both), waited for
+/// side by side; the kubelet itself restarts last.
 fn roll_components(
     input: &RenderInput<'_>,
     static_pods: &[StaticPod],
     admin: &BundlePath,
 ) -> Result<Vec<PlanStep>, RenderError> {
-    let mut steps = Vec::new();
-    for pod in static_pods {
-        steps.push(PlanStep::InstallStaticPod {
-            manifest: path(pod.manifest)?,
-        });
-        steps.push(PlanStep::WaitStaticPod {
+    let (apiservers, others): (Vec<&StaticPod>, Vec<&StaticPod>) = static_pods
+        .iter()
+        .partition(|pod| pod.name == "kube-apiserver");
+    let wait = |pod: &StaticPod| {
+        Ok::<_, RenderError>(PlanStep::WaitStaticPod {
             kubeconfig: admin.clone(),
             manifest: path(pod.manifest)?,
             mirror_pod: name(&format!("{}-{}", pod.name, input.node.addresses.name))?,
             inputs_sha256: pod.inputs_sha256,
             timeout_secs: WAIT_APISERVER_SECS,
-        });
+        })
+    };
+    let mut steps = Vec::new();
+    for group in [apiservers, others] {
+        for pod in &group {
+            steps.push(PlanStep::InstallStaticPod {
+                manifest: path(pod.manifest)?,
+            });
+        }
+        for pod in &group {
+            steps.push(wait(pod)?);
+        }
     }
     steps.extend([
         kubelet_step()?,
@@ -373,7 +403,7 @@ fn removals(
 
 /// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files
 /// changed) and wait for it first. A bootstrap bundle then brings the other components up in
-/// order ([`bring_up`]); an update rolls them one at a time ([`roll_components`]).
+/// order ([`bring_up`]); an update rolls them, the apiserver first ([`roll_components`]).
 pub(super) fn steps(
     input: &RenderInput<'_>,
     static_pods: &[StaticPod],
@@ -397,6 +427,7 @@ pub(super) fn steps(
     let mut steps = vec![PlanStep::DaemonReload {}];
     steps.extend(kernel_steps()?);
     steps.push(containerd_step()?);
+    steps.extend(balancer_steps()?);
     if joining {
         steps.push(PlanStep::EtcdJoin {
             voters: voters.clone(),

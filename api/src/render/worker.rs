@@ -9,7 +9,7 @@
 
 use exk8s_common::payload::{BundlePayload, Freshness, Identity, Role};
 
-use super::files::FileSet;
+use super::files::{BALANCED_API, FileSet};
 use super::files::node::{self, NodeSide};
 use super::{ArtifactCatalog, ClusterSpec, Issuance, RenderError, plan};
 use crate::labels::{NodeLabel, Taint};
@@ -40,7 +40,6 @@ pub struct WorkerInput<'a> {
 pub fn render_worker_bundle(input: &WorkerInput<'_>) -> Result<BundlePayload, RenderError> {
     let cluster = input.cluster;
     let issuance = input.issuance;
-    let server = format!("https://{}:6443", cluster.network.control_plane_dns_name);
     let mut files = FileSet::default();
     node::files(
         &NodeSide {
@@ -48,7 +47,8 @@ pub fn render_worker_bundle(input: &WorkerInput<'_>) -> Result<BundlePayload, Re
             addresses: &input.node.addresses,
             cluster_ca_pem: input.cluster_ca_pem,
             certs: input.minted,
-            server: &server,
+            // Through the node's balancer: never an apiserver that is down or stopping.
+            server: BALANCED_API,
             role: Role::Worker,
             labels: &input.node.labels,
             taints: &input.node.taints,

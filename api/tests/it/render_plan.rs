@@ -151,11 +151,10 @@ fn a_flannel_cluster_applies_flannel_before_kube_proxy_and_its_bridge_leaves_roo
     let container = &pod["containers"][0];
     assert_eq!(container["image"], "ghcr.io/flannel-io/flannel:v0.28.4");
     let env = container["env"].as_sequence().unwrap();
-    let host = env
-        .iter()
-        .find(|e| e["name"] == "KUBERNETES_SERVICE_HOST")
-        .unwrap();
-    assert_eq!(host["value"], "exk8s-7-2a.k8s.example.com");
+    // Through the node's balancer: flanneld never meets a stopping apiserver.
+    let var = |name: &str| env.iter().find(|e| e["name"] == name).unwrap()["value"].clone();
+    assert_eq!(var("KUBERNETES_SERVICE_HOST"), "127.0.0.1");
+    assert_eq!(var("KUBERNETES_SERVICE_PORT"), "7445");
     // Least privilege: the capabilities flanneld needs, not a privileged container.
     assert_eq!(container["securityContext"]["privileged"], false);
     // flanneld masquerades; the bridge does not, and its pods leave VXLAN's 50 bytes.
@@ -196,8 +195,9 @@ fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
     // Same credentials, same files: an update with nothing new changes no file.
     assert_eq!(initial.files, update.files);
 
-    // One component at a time: etcd healthy, then each control-plane pod's manifest lands
-    // only after the one before it runs its new inputs, then the kubelet.
+    // etcd healthy, then the apiserver's manifest, waited for until it runs its new inputs,
+    // then the controller-manager's and the scheduler's together (each leader-elected, with a
+    // replica on every other member), then the kubelet.
     let order: Vec<String> = update
         .plan
         .iter()
@@ -220,13 +220,15 @@ fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
             "start systemd-modules-load.service".to_owned(),
             "start systemd-sysctl.service".to_owned(),
             "start containerd.service".to_owned(),
+            "start exk8s-apiserver-balancer.socket".to_owned(),
+            "start exk8s-apiserver-balancer.service".to_owned(),
             "start etcd.service".to_owned(),
             "wait etcd".to_owned(),
             format!("install {m}/kube-apiserver.yaml"),
             format!("wait kube-apiserver-{node}"),
             format!("install {m}/kube-controller-manager.yaml"),
-            format!("wait kube-controller-manager-{node}"),
             format!("install {m}/kube-scheduler.yaml"),
+            format!("wait kube-controller-manager-{node}"),
             format!("wait kube-scheduler-{node}"),
             "start kubelet.service".to_owned(),
             "wait readyz".to_owned(),

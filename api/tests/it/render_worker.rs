@@ -71,6 +71,8 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         PATHS.cni_template,
         PATHS.sysctl_conf,
         PATHS.modules_conf,
+        PATHS.balancer_socket,
+        PATHS.balancer_unit,
     ]
     .into();
     assert_eq!(
@@ -87,15 +89,45 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         "no wait, static pod or addon step: {:?}",
         bundle.plan
     );
-    // The kubelet and kube-proxy reach the control plane by its shared name.
+    // The kubelet and kube-proxy reach the control plane through the node's balancer, which
+    // finds the apiservers by the control plane's shared name.
     for path in [PATHS.kubelet_kubeconfig, PATHS.kube_proxy_kubeconfig] {
         let doc = &yaml_docs(text(&bundle, path))[0];
         assert_eq!(
             doc["clusters"][0]["cluster"]["server"].as_str(),
-            Some("https://exk8s-7-2a.k8s.example.com:6443"),
+            Some("https://127.0.0.1:7445"),
             "{path}"
         );
     }
+    let balancer = text(&bundle, PATHS.balancer_unit);
+    assert!(
+        balancer.contains("--apiserver=exk8s-7-2a.k8s.example.com:6443")
+            && balancer.contains(&format!("--ca-file={}", PATHS.ca_cert))
+            && balancer.contains("--listen=127.0.0.1:7445"),
+        "{balancer}"
+    );
+    let socket = text(&bundle, PATHS.balancer_socket);
+    assert!(socket.contains("ListenStream=127.0.0.1:7445"), "{socket}");
+    let started: Vec<String> = bundle
+        .plan
+        .iter()
+        .filter_map(|s| match s {
+            PlanStep::EnableStart { unit, .. } => Some(unit.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [
+            "systemd-modules-load.service",
+            "systemd-sysctl.service",
+            "containerd.service",
+            "exk8s-apiserver-balancer.socket",
+            "exk8s-apiserver-balancer.service",
+            "kubelet.service"
+        ],
+        "the balancer before the kubelet"
+    );
     // Registration: the node's name pinned, its pool's labels and taints.
     let unit = text(&bundle, PATHS.kubelet_unit);
     assert!(
@@ -208,7 +240,7 @@ fn the_worker_kubelet_identity_checks_out_with_openssl() {
 }
 
 #[test]
-fn systemd_analyze_verify_accepts_the_worker_kubelet_unit() {
+fn systemd_analyze_verify_accepts_the_worker_units() {
     let (_, bundle) = worker();
     let root = tempfile::tempdir().unwrap();
     write_root(&bundle, root.path());
@@ -225,10 +257,12 @@ fn systemd_analyze_verify_accepts_the_worker_kubelet_unit() {
     for artifact in &bundle.artifacts {
         crate::render_validators::write_root_executable(root.path(), artifact.dest.as_str());
     }
+    // The balancer is the agent the image carries.
+    crate::render_validators::write_root_executable(root.path(), "/usr/bin/exk8s-agent");
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg(format!("--root={}", root.path().display()))
-        .arg(PATHS.kubelet_unit)
+        .args([PATHS.kubelet_unit, PATHS.balancer_socket, PATHS.balancer_unit])
         .output()
         .expect("systemd-analyze must be installed");
     let said = format!(

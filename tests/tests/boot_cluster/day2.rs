@@ -1,12 +1,12 @@
-//! Day 2 on a booted three-member cluster: a rollout, each node's sync unit started as its
-//! timer starts it, a reboot, and a minor Kubernetes upgrade — each while the first machine
+//! Day 2 on a booted three-member cluster: a forced renewal of every certificate, each node's
+//! sync unit started as its timer starts it, a reboot, and a minor Kubernetes upgrade — each while the first machine
 //! samples every other apiserver's `/readyz`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
+use exk8s_tests::bins::{ETCD_VERSION, KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
 use exk8s_tests::cluster::{operator, view};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::Machine;
@@ -23,10 +23,16 @@ pub(crate) fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output 
     machine.run(&kubectl, &all)
 }
 
+/// The key of the balancer's answer in a round.
+const BALANCER: &str = "balancer";
+
 /// One round of `/readyz` asked of each apiserver in `ips` from `sampler`'s LAN (anonymous, as
-/// a load balancer's health check asks): what each answered.
+/// a load balancer's health check asks), then `GET /version` through the sampler's own
+/// node-local balancer (`127.0.0.1:7445`, as its components reach the control plane): what
+/// each answered (`ok` when the balancer's answer is a version).
 fn readyz_round(sampler: &Machine, ips: &[String]) -> Vec<(String, String)> {
-    ips.iter()
+    let mut round: Vec<(String, String)> = ips
+        .iter()
         .map(|ip| {
             let out = sampler
                 .on_lan("curl")
@@ -44,7 +50,37 @@ fn readyz_round(sampler: &Machine, ips: &[String]) -> Vec<(String, String)> {
             };
             (ip.clone(), answer)
         })
-        .collect()
+        .collect();
+    let out = sampler
+        .on_lan("curl")
+        .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}"])
+        .arg("https://127.0.0.1:7445/version")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let answer = if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
+        "ok".to_owned()
+    } else {
+        format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
+    };
+    round.push((BALANCER.to_owned(), answer));
+    round
+}
+
+/// Every request through the node-local balancer was answered.
+fn assert_balancer_answered(change: &str, rounds: &[Vec<(String, String)>]) {
+    let failed: Vec<&String> = rounds
+        .iter()
+        .flatten()
+        .filter(|(at, a)| at == BALANCER && a != "ok")
+        .map(|(_, a)| a)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{change}: {} of {} requests through the balancer failed: {failed:?}",
+        failed.len(),
+        rounds.len()
+    );
 }
 
 /// Samples rounds of [`readyz_round`] every few hundred milliseconds while `change` runs.
@@ -94,12 +130,40 @@ fn apiserver_starts(sampler: &Machine, names: &[&String]) -> BTreeMap<String, St
         .collect()
 }
 
-/// A rollout on booted machines: asked of the API, then every node's sync unit started (what
-/// its timer runs) over and over, all at once, until every node has applied its new
-/// generation. The API hands one control-plane node at a time its bundle while the others are
-/// healthy: in every round of samples the first machine took meanwhile, at least two of the
-/// three apiservers answered `ok`, and every apiserver was restarted (its new certificates).
-pub(crate) fn roll_out(stack: &Stack, cluster: i64, machines: &[Machine], cp: &[(String, String)]) {
+/// The certificate `ip:port` serves to `sampler`'s LAN (its PEM, whitespace dropped).
+fn served(sampler: &Machine, ip: &str, port: u16) -> String {
+    let shown = sampler
+        .on_lan("openssl")
+        .args(["s_client", "-connect", &format!("{ip}:{port}")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    nodes::first_pem(&String::from_utf8_lossy(&shown.stdout))
+}
+
+/// What every node serves: each apiserver's certificate (the members at `cp`) and each
+/// kubelet's (every machine, at `ips`).
+fn serving(sampler: &Machine, ips: &[String], cp: &[(String, String)]) -> Vec<String> {
+    let mut certs: Vec<String> = cp.iter().map(|(ip, _)| served(sampler, ip, 6443)).collect();
+    certs.extend(ips.iter().map(|ip| served(sampler, ip, 10250)));
+    certs
+}
+
+/// A forced renewal on booted machines (`POST …/certificates/renew`): every node's sync unit
+/// started (what its timer runs) over and over, all at once, until every node has applied its
+/// new generation. The API hands one control-plane node at a time its bundle while the others
+/// are healthy: in every round of samples the first machine took meanwhile, at least two of
+/// the three apiservers answered `ok` and every request through its node-local balancer was
+/// answered, its balancer's own restart included; every apiserver was restarted, and every
+/// apiserver and kubelet serves a new certificate — the one its bundle now carries. `addresses` are the
+/// machines' own, in their order.
+pub(crate) fn renew(
+    stack: &Stack,
+    cluster: i64,
+    machines: &[Machine],
+    addresses: &[String],
+    cp: &[(String, String)],
+) {
     let (sampler, ips) = (
         &machines[0],
         cp.iter().map(|(ip, _)| ip.clone()).collect::<Vec<_>>(),
@@ -107,16 +171,33 @@ pub(crate) fn roll_out(stack: &Stack, cluster: i64, machines: &[Machine], cp: &[
     let names: Vec<&String> = cp.iter().map(|(_, name)| name).collect();
     let before = apiserver_starts(sampler, &names);
     assert!(before.values().all(|s| !s.is_empty()), "{before:?}");
-    let started = operator(stack, "POST", &format!("/clusters/{cluster}/rollout")).call();
+    let certs_before = serving(sampler, addresses, cp);
+    let started = operator(
+        stack,
+        "POST",
+        &format!("/clusters/{cluster}/certificates/renew"),
+    )
+    .call();
     assert!(started.is_ok(), "{started:?}");
     let ((), rounds) = sampling(sampler, &ips, || {
+        // The sampler's balancer restarted first: its socket stays, so nothing is refused.
+        std::thread::sleep(Duration::from_secs(2));
+        sampler.ok("systemctl", &["restart", "exk8s-apiserver-balancer.service"]);
         syncing(machines, || {
             nodes(stack, cluster)
                 .iter()
                 .all(|n| n["up_to_date"] == true)
         });
     });
-    assert_two_ready("rollout", &rounds);
+    assert_two_ready("renewal", &rounds);
+    let balancer = sampler.journal("exk8s-apiserver-balancer.service", 400);
+    assert!(
+        balancer
+            .matches("listening on 127.0.0.1:7445 (systemd's socket)")
+            .count()
+            >= 2,
+        "restarted on systemd's socket: {balancer}"
+    );
     for machine in machines {
         let sync = machine.show("exk8s-agent-sync.service", &["Result"]);
         assert_eq!(sync, "Result=success", "{}", machine.name);
@@ -127,6 +208,20 @@ pub(crate) fn roll_out(stack: &Stack, cluster: i64, machines: &[Machine], cp: &[
             .iter()
             .all(|(name, started)| !after[name].is_empty() && after[name] != *started)
     });
+    let certs_after = serving(sampler, addresses, cp);
+    for (i, (old, new)) in certs_before.iter().zip(&certs_after).enumerate() {
+        assert_ne!(old, new, "endpoint {i} serves the certificate it served before");
+    }
+    for (i, machine) in machines.iter().enumerate() {
+        let pem = |file: &str| {
+            nodes::first_pem(&std::fs::read_to_string(machine.root.join(file)).unwrap())
+        };
+        let kubelet = &certs_after[cp.len() + i];
+        assert_eq!(*kubelet, pem("etc/exk8s/pki/kubelet.pem"), "{}", machine.name);
+        if i < cp.len() {
+            assert_eq!(certs_after[i], pem("etc/exk8s/pki/apiserver.pem"), "{}", machine.name);
+        }
+    }
 }
 
 /// Starts every machine's sync unit (what its timer runs) over and over, all at once, until
@@ -151,12 +246,20 @@ fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
     });
 }
 
-/// In every round of samples at least two of the three apiservers answered `ok`.
+/// In every round of samples at least two of the three apiservers answered `ok`, and every
+/// request through the node-local balancer was answered.
 fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
     let short: Vec<_> = rounds
         .iter()
-        .filter(|round| round.iter().filter(|(_, a)| a == "ok").count() < 2)
+        .filter(|round| {
+            round
+                .iter()
+                .filter(|(at, a)| at != BALANCER && a == "ok")
+                .count()
+                < 2
+        })
         .collect();
+    assert_balancer_answered(change, rounds);
     assert!(rounds.len() >= 10, "{change}: {rounds:?}");
     assert!(
         short.is_empty(),
@@ -171,8 +274,8 @@ fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
     );
 }
 
-/// A minor upgrade on booted machines (`PATCH /clusters/{id}`, without the preflight snapshot,
-/// which the harnessed upgrade test proves): the control-plane members' sync units started
+/// A minor upgrade on booted machines (`PATCH /clusters/{id}`; its preflight snapshot taken by a
+/// member's agent from its etcd and stored): the control-plane members' sync units started
 /// over and over while the first machine samples every apiserver's `/readyz` (never two down
 /// in one round); each member takes the release's etcd, kubelet and static pods from the
 /// mirror and the registry. The pool follows on its own: a new worker per old one (all at
@@ -191,9 +294,10 @@ pub(crate) fn upgrade(
     let old_workers: Vec<i64> = machines[cp.len()..].iter().map(|m| m.vm).collect();
     let count = machines.len();
     let patched = operator(stack, "PATCH", &format!("/clusters/{cluster}"))
-        .send_json(json!({"kubernetes_version": NEXT_KUBERNETES_VERSION, "snapshot_first": false}));
+        .send_json(json!({"kubernetes_version": NEXT_KUBERNETES_VERSION}));
     let patched: Value = patched.unwrap().into_json().unwrap();
     assert_eq!(patched["upgrade"], "upgrading", "{patched}");
+    let snapshot = patched["snapshot_id"].as_i64().expect("a snapshot first");
     let upgraded = || {
         let all = nodes(stack, cluster);
         view(stack, cluster)["version"] == NEXT_KUBERNETES_VERSION
@@ -208,6 +312,22 @@ pub(crate) fn upgrade(
         syncing(&machines[..cp.len()], upgraded);
     });
     assert_two_ready("upgrade", &rounds);
+    // The preflight snapshot: taken by a member's agent from its etcd, at the old release's
+    // etcd (the API hands no member the new release before it is stored).
+    let stored: Value = operator(
+        stack,
+        "GET",
+        &format!("/clusters/{cluster}/snapshots/{snapshot}"),
+    )
+    .call()
+    .unwrap()
+    .into_json()
+    .unwrap();
+    assert_eq!(
+        (&stored["state"], &stored["trigger"], &stored["etcd_version"]),
+        (&json!("stored"), &json!("upgrade"), &json!(ETCD_VERSION.trim_start_matches('v'))),
+        "{stored}"
+    );
 
     // The new workers' machines, in the old ones' place.
     machines.truncate(cp.len());

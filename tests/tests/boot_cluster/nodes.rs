@@ -29,7 +29,7 @@ fn get(machine: &Machine, args: &[&str]) -> String {
 }
 
 /// The first PEM block of `text`, whitespace removed.
-fn first_pem(text: &str) -> String {
+pub(crate) fn first_pem(text: &str) -> String {
     let begin = text
         .find("-----BEGIN CERTIFICATE-----")
         .expect("a certificate");

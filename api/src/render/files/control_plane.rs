@@ -252,7 +252,8 @@ pub(super) fn files(
             render(&contexts::Flannel {
                 image: format!("ghcr.io/flannel-io/flannel:{}", versions.flannel),
                 net_conf: flannel_net_conf(&cluster.pod_cidr.to_string()),
-                api_host: network.control_plane_dns_name.to_string(),
+                api_host: super::BALANCER_HOST.to_owned(),
+                api_port: super::BALANCER_PORT.to_string(),
             })?,
         ),
         PodNetwork::None => {}

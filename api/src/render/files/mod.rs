@@ -19,8 +19,15 @@ use crate::pki::kubeconfig::{self, KubeconfigSpec};
 use crate::pki::{ClientIdentity, IssuedCert};
 use exk8s_common::contract::Role;
 
-/// The server every node-local component talks to.
+/// The server a control-plane node's own components talk to: its own apiserver.
 const LOCAL_API: &str = "https://127.0.0.1:6443";
+/// Where every node's balancer listens (`exk8s-agent balance`).
+pub(in crate::render) const BALANCER_HOST: &str = "127.0.0.1";
+pub(in crate::render) const BALANCER_PORT: u16 = 7445;
+pub(in crate::render) const BALANCER_LISTEN: &str = "127.0.0.1:7445";
+/// The server a worker's kubelet and kube-proxy talk to: the node's balancer (every apiserver
+/// certificate names 127.0.0.1).
+pub(in crate::render) const BALANCED_API: &str = "https://127.0.0.1:7445";
 
 /// Files being assembled: path → (mode, content). `private` files are 0600 (keys,
 /// kubeconfigs, static pod manifests as kubeadm writes them); contents are wiped when dropped.

@@ -1,8 +1,9 @@
 //! What every node's bundle carries, whatever its role: the cluster CA certificate, the
 //! kubelet's serving certificate, the kubelet's and kube-proxy's kubeconfigs (pointing at the
 //! node's apiserver endpoint), the kubelet's unit and configuration — with the labels and taints
-//! it registers its node with — containerd's configuration, the CNI configuration, and the
-//! kernel modules and parameters a node needs.
+//! it registers its node with — the node-local apiserver balancer's socket and unit,
+//! containerd's configuration, the CNI configuration, and the kernel modules and parameters a
+//! node needs.
 
 use exk8s_common::contract::Role;
 
@@ -112,6 +113,20 @@ pub(in crate::render) fn files(
             cni_conf_dir: "/etc/cni/net.d",
             cni_template: p.cni_template,
             registry_config_path: p.containerd_registry_dir,
+        })?,
+    );
+    files.public(
+        p.balancer_socket,
+        render(&contexts::BalancerSocket {
+            listen: super::BALANCER_LISTEN,
+        })?,
+    );
+    files.public(
+        p.balancer_unit,
+        render(&contexts::BalancerUnit {
+            paths: p,
+            apiserver: format!("{}:6443", network.control_plane_dns_name),
+            listen: super::BALANCER_LISTEN,
         })?,
     );
     files.public(p.sysctl_conf, render(&contexts::KernelParameters {})?);
