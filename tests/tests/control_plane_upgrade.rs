@@ -53,9 +53,6 @@ const WAIT_CAP: Duration = Duration::from_secs(25);
 /// new apiserver on two shared cores may take tens of seconds more — a 25 s cap failed CI.
 const SYNC_CAP: Duration = Duration::from_secs(120);
 
-/// How long the drainer's agent waits for its restarted components and for a drain.
-const DRAIN_CAP: Duration = Duration::from_secs(120);
-
 /// A kube-apiserver of `release` that runs but never gets ready: it trusts the cluster CA
 /// instead of etcd's, so no etcd server verifies. Written under `dir`.
 fn broken_apiserver(dir: &Path, root: &Path, release: &str) -> PathBuf {
