@@ -29,7 +29,9 @@
 //!
 //! Day 2 on the three-member cluster ([`day2`]): a forced renewal of every certificate, every
 //! node's sync unit started as its timer starts it, while the first machine samples every
-//! apiserver's `/readyz` — never two down at once, each restarted, and every apiserver and
+//! apiserver's `/readyz` and sends a request through its node-local balancer and through the
+//! HAProxy `docs/apiserver-endpoint.md` shows ([`haproxy`]) — never two apiservers down at
+//! once, no request through either failed, each apiserver restarted, and every apiserver and
 //! kubelet serving its new certificate; then the last member is stopped and started through the
 //! compute API while the two others' apiservers answer every sample, and it comes back by
 //! itself; then a minor Kubernetes upgrade (its preflight etcd snapshot stored, then etcd, the
@@ -63,6 +65,8 @@ mod conformance;
 mod control_plane;
 #[path = "boot_cluster/day2.rs"]
 mod day2;
+#[path = "boot_cluster/haproxy.rs"]
+mod haproxy;
 #[path = "boot_cluster/nodes.rs"]
 mod nodes;
 #[path = "boot_cluster/workloads.rs"]
@@ -541,9 +545,12 @@ fn boot_and_check(shape: &Shape) {
             .map(|(vm, ip, _)| (ip.clone(), names[vm].clone()))
             .collect();
         let addresses: Vec<String> = vms.iter().map(|(_, ip, _)| ip.clone()).collect();
+        let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
+        let outside = haproxy::Haproxy::start(&machines[0], &members, dir);
         renew(&stack, cluster, &machines, &addresses, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
         upgrade(&stack, cluster, &mut machines, &cp);
+        drop(outside);
     }
 
     // Each kubelet holds the machine's shutdown (a logind delay lock) to stop its pods first:

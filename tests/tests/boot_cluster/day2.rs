@@ -23,13 +23,17 @@ pub(crate) fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output 
     machine.run(&kubectl, &all)
 }
 
-/// The key of the balancer's answer in a round.
-const BALANCER: &str = "balancer";
+/// Where the sampler sends a request as a client would, each answer keyed by its name in a
+/// round: its own node-local balancer (as the node's components reach the control plane), and
+/// the HAProxy of `docs/apiserver-endpoint.md` in front of the members ([`super::haproxy`]).
+const THROUGH: [(&str, &str); 2] = [
+    ("balancer", "https://127.0.0.1:7445/version"),
+    ("haproxy", "https://127.0.0.1:8443/version"),
+];
 
 /// One round of `/readyz` asked of each apiserver in `ips` from `sampler`'s LAN (anonymous, as
-/// a load balancer's health check asks), then `GET /version` through the sampler's own
-/// node-local balancer (`127.0.0.1:7445`, as its components reach the control plane): what
-/// each answered (`ok` when the balancer's answer is a version).
+/// a load balancer's health check asks), then `GET /version` through each of [`THROUGH`]:
+/// what each answered (`ok` for a version).
 fn readyz_round(sampler: &Machine, ips: &[String]) -> Vec<(String, String)> {
     let mut round: Vec<(String, String)> = ips
         .iter()
@@ -51,33 +55,39 @@ fn readyz_round(sampler: &Machine, ips: &[String]) -> Vec<(String, String)> {
             (ip.clone(), answer)
         })
         .collect();
-    let out = sampler
-        .on_lan("curl")
-        .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}"])
-        .arg("https://127.0.0.1:7445/version")
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    let answer = if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
-        "ok".to_owned()
-    } else {
-        format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
-    };
-    round.push((BALANCER.to_owned(), answer));
+    for (name, url) in THROUGH {
+        let out = sampler
+            .on_lan("curl")
+            .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", url])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        let answer = if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
+            "ok".to_owned()
+        } else {
+            format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
+        };
+        round.push((name.to_owned(), answer));
+    }
     round
 }
 
-/// Every request through the node-local balancer was answered.
-fn assert_balancer_answered(change: &str, rounds: &[Vec<(String, String)>]) {
-    let failed: Vec<&String> = rounds
+/// Whether a round's entry is a request through a balancer rather than an apiserver's own
+/// `/readyz`.
+fn through(at: &str) -> bool {
+    THROUGH.iter().any(|(name, _)| *name == at)
+}
+
+/// Every request through the node-local balancer and through HAProxy was answered.
+fn assert_balancers_answered(change: &str, rounds: &[Vec<(String, String)>]) {
+    let failed: Vec<&(String, String)> = rounds
         .iter()
         .flatten()
-        .filter(|(at, a)| at == BALANCER && a != "ok")
-        .map(|(_, a)| a)
+        .filter(|(at, a)| through(at) && a != "ok")
         .collect();
     assert!(
         failed.is_empty(),
-        "{change}: {} of {} requests through the balancer failed: {failed:?}",
+        "{change}: {} requests through a balancer failed in {} rounds: {failed:?}",
         failed.len(),
         rounds.len()
     );
@@ -247,19 +257,19 @@ fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
 }
 
 /// In every round of samples at least two of the three apiservers answered `ok`, and every
-/// request through the node-local balancer was answered.
+/// request through the node-local balancer and HAProxy was answered.
 fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
     let short: Vec<_> = rounds
         .iter()
         .filter(|round| {
             round
                 .iter()
-                .filter(|(at, a)| at != BALANCER && a == "ok")
+                .filter(|(at, a)| !through(at) && a == "ok")
                 .count()
                 < 2
         })
         .collect();
-    assert_balancer_answered(change, rounds);
+    assert_balancers_answered(change, rounds);
     assert!(rounds.len() >= 10, "{change}: {rounds:?}");
     assert!(
         short.is_empty(),
