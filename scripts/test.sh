@@ -81,18 +81,18 @@ git ls-files '*.sh' .ci/run | xargs shellcheck --severity=style --external-sourc
 log "cargo fmt --check"
 cargo fmt --all --check
 
-log "cargo clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-
-
-
-# One build of everything `cargo test` runs, binaries included (the end-to-end tests run them).
-# Asking for the test targets resolves features with the dev-dependencies, as `cargo test`
-# does, so the binaries and libraries built here are the ones the tests use; a plain
-# `cargo build` resolved them without and `cargo test` compiled sqlx and the API a second time.
-
-log "cargo build (binaries, tests and examples, as cargo test resolves them)"
-cargo build --workspace --locked --bins --tests --examples
+# One compile both lints and builds: the workspace's crates go through clippy-driver (what
+# `cargo clippy` runs, as the workspace wrapper: rustc plus clippy's lints, which then compiles
+# on), with warnings as errors — the same lints as `cargo clippy --all-targets -- -D warnings`,
+# and no second, check-only compile of every dependency. `cargo test` below runs under the
+# same wrapper, so it finds everything built. Every target is built (benches in the dev
+# profile): the end-to-end tests run the binaries; asking for the test targets resolves
+# features with the dev-dependencies, as `cargo test` does.
+clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
+  { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
+linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
+log "cargo build with clippy's lints (warnings are errors): every target, as cargo test resolves them"
+"${linted[@]}" cargo build --workspace --locked --all-targets
 
 # Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
 log "no dependency circle between files or modules (tools/module-cycles)"
@@ -150,7 +150,7 @@ log "cargo test (whole workspace)"
 # control-plane tests print every agent's log) and the other binaries' results, where a log cut to
 # its head and tail loses it; on failure every panic is printed again, last.
 test_log=$(mktemp)
-if ! cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"; then
+if ! "${linted[@]}" cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"; then
   log "cargo test failed; the panics, again:"
   grep -E -A 14 '^thread .* panicked at ' "$test_log" | cut -c1-2000 >&2 || true
   grep -E '^---- |^error: .* target' "$test_log" >&2 || true
