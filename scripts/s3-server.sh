@@ -23,7 +23,9 @@ exec 9>"$root.lock"
 flock 9
 if [ ! -x "$binary" ]; then
   log "building s3s-fs $version from crates.io (once per machine)"
-  cargo install s3s-fs --version "$version" --features binary --locked --root "$root" \
+  # A debug build: the tests store a few small snapshots, and a fresh machine builds it in a
+  # fraction of the release build's time.
+  cargo install s3s-fs --version "$version" --features binary --locked --debug --root "$root" \
     --quiet >&2
 fi
 "$binary" --version >&2

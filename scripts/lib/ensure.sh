@@ -130,7 +130,8 @@ ensure_cargo_deb() {
   ensure_packages dpkg-shlibdeps:dpkg-dev
   if ! have cargo-deb; then
     log "installing cargo-deb"
-    cargo install --locked cargo-deb --version 3.8.0
+    # Debug builds: a test tool's speed does not matter, a fresh machine's build time does.
+    cargo install --locked --debug cargo-deb --version 3.8.0
   fi
 }
 
@@ -138,6 +139,6 @@ ensure_cargo_deb() {
 ensure_cargo_deny() {
   if ! have cargo-deny || [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny 0.20.2" ]; then
     log "installing cargo-deny 0.20.2"
-    cargo install --locked cargo-deny --version 0.20.2
+    cargo install --locked --debug cargo-deny --version 0.20.2
   fi
 }
