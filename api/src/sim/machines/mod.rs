@@ -196,6 +196,9 @@ impl NspawnMachines {
             detail: e.to_string(),
         })?;
         end_leftovers(&config.dir);
+        for change in sysctl::set_kubelet_kernel(Path::new("/proc/sys"))? {
+            tracing::warn!(%change, "set a host kernel parameter the machines' kubelets need");
+        }
         let tag = format!("{:x}", std::process::id());
         let lan = lan::Lan::new(&tag, config.prefix)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {

@@ -4,7 +4,8 @@
 //! parameters belong to the machine's own network namespace — on a VM, to its own kernel — so
 //! the provider sets them there from the host, as systemd-sysctl would have, whenever the
 //! machine's files change. Every other parameter is the host kernel's and stays as it is; a
-//! pattern (`net.ipv4.conf.*.rp_filter`) is left to the machine.
+//! pattern (`net.ipv4.conf.*.rp_filter`) is left to the machine — but for the few the kubelet
+//! itself sets when it starts ([`set_kubelet_kernel`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -53,6 +54,40 @@ fn setting(line: &str) -> Option<(String, String)> {
     (per_namespace && !value.is_empty()).then(|| (key, value.to_owned()))
 }
 
+/// What the kubelet sets of its kernel when it starts (`setupKernelTunables`,
+/// `pkg/kubelet/cm/container_manager_linux.go`), under `/proc/sys`. On a VM the kernel is the
+/// node's own; a machine here shares the host's and cannot write it (nspawn's `/proc/sys` is
+/// read-only), and a kubelet that cannot set one that differs does not start ("Failed to start
+/// ContainerManager"). So the provider sets them on the host before it boots a machine, as
+/// kind's privileged node containers have their kubelets do.
+pub(super) const KUBELET_KERNEL: [(&str, &str); 6] = [
+    ("vm/overcommit_memory", "1"),
+    ("vm/panic_on_oom", "0"),
+    ("kernel/panic", "10"),
+    ("kernel/panic_on_oops", "1"),
+    ("kernel/keys/root_maxkeys", "1000000"),
+    ("kernel/keys/root_maxbytes", "25000000"),
+];
+
+/// Sets each of [`KUBELET_KERNEL`] under `proc_sys` that differs; what it changed, each
+/// `key: old -> new`.
+pub(super) fn set_kubelet_kernel(proc_sys: &Path) -> Result<Vec<String>, MachineError> {
+    let mut changed = Vec::new();
+    for (key, wanted) in KUBELET_KERNEL {
+        let path = proc_sys.join(key);
+        let io = |e: std::io::Error| MachineError::Io {
+            what: format!("the kubelet's kernel parameter {}", path.display()),
+            detail: e.to_string(),
+        };
+        let now = std::fs::read_to_string(&path).map_err(io)?;
+        if now.trim() != wanted {
+            std::fs::write(&path, format!("{wanted}\n")).map_err(io)?;
+            changed.push(format!("{}: {} -> {wanted}", key.replace('/', "."), now.trim()));
+        }
+    }
+    Ok(changed)
+}
+
 /// Sets `settings` in the namespace `netns` (under `/run/netns`).
 pub(super) fn apply(netns: &str, settings: &[String]) -> Result<(), MachineError> {
     let mut command = Command::new("nsenter");
@@ -68,6 +103,24 @@ pub(super) fn apply(netns: &str, settings: &[String]) -> Result<(), MachineError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kubelets_kernel_parameters_are_set_where_they_differ() {
+        let dir = tempfile::tempdir().unwrap();
+        for (key, wanted) in KUBELET_KERNEL {
+            let path = dir.path().join(key);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let value = if key == "kernel/panic" { "1\n" } else { wanted };
+            std::fs::write(path, value).unwrap();
+        }
+        let changed = set_kubelet_kernel(dir.path()).unwrap();
+        assert_eq!(changed, ["kernel.panic: 1 -> 10"]);
+        let panic = std::fs::read_to_string(dir.path().join("kernel/panic")).unwrap();
+        assert_eq!(panic, "10\n");
+        assert!(set_kubelet_kernel(dir.path()).unwrap().is_empty());
+        let missing = set_kubelet_kernel(&dir.path().join("nowhere")).unwrap_err();
+        assert!(missing.to_string().contains("vm/overcommit_memory"), "{missing}");
+    }
 
     #[test]
     fn only_a_files_own_net_settings_are_the_namespaces() {
