@@ -153,7 +153,7 @@ log "cargo test (whole workspace; the booted clusters beside the rest)"
 # control-plane tests print every agent's log) and the other binaries' results, where a log cut
 # to its head and tail loses it; on failure every panic is printed again, last.
 boot_log=$(mktemp)
-"${linted[@]}" cargo test --locked -p exk8s-tests --test boot_cluster >"$boot_log" 2>&1 &
+"${linted[@]}" cargo test --workspace --locked --test boot_cluster >"$boot_log" 2>&1 &
 boot_tests=$!
 test_log=$(mktemp)
 failed=0

@@ -140,15 +140,25 @@ fn apiserver_starts(sampler: &Machine, names: &[&String]) -> BTreeMap<String, St
         .collect()
 }
 
-/// The certificate `ip:port` serves to `sampler`'s LAN (its PEM, whitespace dropped).
+/// The certificate `ip:port` serves to `sampler`'s LAN (its PEM, whitespace dropped), asked
+/// until it answers (a kubelet the sync restarted last may still be starting).
 fn served(sampler: &Machine, ip: &str, port: u16) -> String {
-    let shown = sampler
-        .on_lan("openssl")
-        .args(["s_client", "-connect", &format!("{ip}:{port}")])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    nodes::first_pem(&String::from_utf8_lossy(&shown.stdout))
+    let mut pem = String::new();
+    let what = format!("the certificate {ip}:{port} serves");
+    exk8s_tests::procs::wait_until(&what, Duration::from_secs(60), || {
+        let shown = sampler
+            .on_lan("openssl")
+            .args(["s_client", "-connect", &format!("{ip}:{port}")])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&shown.stdout);
+        if text.contains("-----BEGIN CERTIFICATE-----") {
+            pem = nodes::first_pem(&text);
+        }
+        !pem.is_empty()
+    });
+    pem
 }
 
 /// What every node serves: each apiserver's certificate (the members at `cp`) and each
