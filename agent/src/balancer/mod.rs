@@ -92,9 +92,8 @@ impl Endpoint {
     /// Every address the name resolves to now (the system's resolver: `/etc/hosts`, then
     /// DNS), each once, in order.
     pub fn resolve(&self) -> std::io::Result<Vec<SocketAddr>> {
-        let mut addrs: Vec<SocketAddr> = (self.host.as_str(), self.port)
-            .to_socket_addrs()?
-            .collect();
+        let mut addrs: Vec<SocketAddr> =
+            (self.host.as_str(), self.port).to_socket_addrs()?.collect();
         addrs.sort();
         addrs.dedup();
         Ok(addrs)
@@ -144,10 +143,7 @@ where
 
     /// The apiservers now: resolved again, or the last answer while resolving fails.
     fn apiservers(&self) -> Vec<SocketAddr> {
-        let mut last = self
-            .resolved
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut last = self.resolved.lock().unwrap_or_else(PoisonError::into_inner);
         let why = match (self.resolve)() {
             Ok(addrs) if !addrs.is_empty() => {
                 if self.resolving_fails.swap(false, Ordering::Relaxed) {

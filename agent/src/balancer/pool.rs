@@ -239,10 +239,16 @@ mod tests {
     #[test]
     fn a_failed_connect_counts_until_the_next_round() {
         let pool = Pool::default();
-        pool.update(vec![(addr(1), Readiness::Ready), (addr(2), Readiness::Ready)]);
+        pool.update(vec![
+            (addr(1), Readiness::Ready),
+            (addr(2), Readiness::Ready),
+        ]);
         pool.failed(addr(1), "connect: refused".to_owned());
         assert_eq!(pool.candidates(), [addr(2)]);
-        let changes = pool.update(vec![(addr(1), Readiness::Ready), (addr(2), Readiness::Ready)]);
+        let changes = pool.update(vec![
+            (addr(1), Readiness::Ready),
+            (addr(2), Readiness::Ready),
+        ]);
         assert_eq!(changes, ["apiserver 10.0.0.1:6443 ready"]);
         assert_eq!(pool.candidates().len(), 2);
     }
@@ -250,7 +256,10 @@ mod tests {
     #[test]
     fn an_unlisted_apiserver_takes_no_new_connection_and_is_forgotten_when_idle() {
         let pool = Arc::new(Pool::default());
-        pool.update(vec![(addr(1), Readiness::Ready), (addr(2), Readiness::Ready)]);
+        pool.update(vec![
+            (addr(1), Readiness::Ready),
+            (addr(2), Readiness::Ready),
+        ]);
         let open = pool.open(addr(2));
         let changes = pool.update(vec![(addr(1), Readiness::Ready)]);
         assert_eq!(
@@ -266,7 +275,10 @@ mod tests {
         let known: Vec<SocketAddr> = pool.backends().iter().map(|b| b.addr).collect();
         assert_eq!(known, [addr(1)]);
         // Listed again, it starts afresh.
-        let changes = pool.update(vec![(addr(1), Readiness::Ready), (addr(2), Readiness::Ready)]);
+        let changes = pool.update(vec![
+            (addr(1), Readiness::Ready),
+            (addr(2), Readiness::Ready),
+        ]);
         assert_eq!(
             changes,
             [

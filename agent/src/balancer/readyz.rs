@@ -37,8 +37,8 @@ fn ask(addr: SocketAddr, tls: &Arc<ClientConfig>, timeout: Duration) -> Result<u
         set(&tcp, Some(timeout)).map_err(|e| format!("socket: {e}"))?;
     }
     let name = ServerName::IpAddress(addr.ip().into());
-    let conn = rustls::ClientConnection::new(Arc::clone(tls), name)
-        .map_err(|e| format!("TLS: {e}"))?;
+    let conn =
+        rustls::ClientConnection::new(Arc::clone(tls), name).map_err(|e| format!("TLS: {e}"))?;
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     let request = format!(
         "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: exk8s-apiserver-balancer\r\n\
@@ -50,7 +50,9 @@ fn ask(addr: SocketAddr, tls: &Arc<ClientConfig>, timeout: Duration) -> Result<u
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0_u8; 1024];
     loop {
-        let read = stream.read(&mut chunk).map_err(|e| format!("reading: {e}"))?;
+        let read = stream
+            .read(&mut chunk)
+            .map_err(|e| format!("reading: {e}"))?;
         if read == 0 {
             return Err("the connection closed before an answer".to_owned());
         }

@@ -246,7 +246,11 @@ fn an_endpoint_is_a_host_and_a_port() {
     let v6: Endpoint = "[::1]:6443".parse().unwrap();
     assert_eq!(v6.host, "::1");
     assert_eq!(
-        "127.0.0.1:6443".parse::<Endpoint>().unwrap().resolve().unwrap(),
+        "127.0.0.1:6443"
+            .parse::<Endpoint>()
+            .unwrap()
+            .resolve()
+            .unwrap(),
         [SocketAddr::from((Ipv4Addr::LOCALHOST, 6443))]
     );
     for (bad, says) in [

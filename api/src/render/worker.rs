@@ -9,8 +9,8 @@
 
 use exk8s_common::payload::{BundlePayload, Freshness, Identity, Role};
 
-use super::files::{BALANCED_API, FileSet};
 use super::files::node::{self, NodeSide};
+use super::files::{BALANCED_API, FileSet};
 use super::{ArtifactCatalog, ClusterSpec, Issuance, RenderError, plan};
 use crate::labels::{NodeLabel, Taint};
 use crate::pki::{NodeAddresses, NodeCerts};

@@ -262,7 +262,11 @@ fn systemd_analyze_verify_accepts_the_worker_units() {
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg(format!("--root={}", root.path().display()))
-        .args([PATHS.kubelet_unit, PATHS.balancer_socket, PATHS.balancer_unit])
+        .args([
+            PATHS.kubelet_unit,
+            PATHS.balancer_socket,
+            PATHS.balancer_unit,
+        ])
         .output()
         .expect("systemd-analyze must be installed");
     let said = format!(

@@ -202,7 +202,10 @@ pub(crate) fn renew(
     let ((), rounds) = sampling(sampler, &ips, || {
         // The sampler's balancer restarted first: its socket stays, so nothing is refused.
         std::thread::sleep(Duration::from_secs(2));
-        sampler.ok("systemctl", &["restart", "exk8s-apiserver-balancer.service"]);
+        sampler.ok(
+            "systemctl",
+            &["restart", "exk8s-apiserver-balancer.service"],
+        );
         syncing(machines, || {
             nodes(stack, cluster)
                 .iter()
@@ -230,16 +233,29 @@ pub(crate) fn renew(
     });
     let certs_after = serving(sampler, addresses, cp);
     for (i, (old, new)) in certs_before.iter().zip(&certs_after).enumerate() {
-        assert_ne!(old, new, "endpoint {i} serves the certificate it served before");
+        assert_ne!(
+            old, new,
+            "endpoint {i} serves the certificate it served before"
+        );
     }
     for (i, machine) in machines.iter().enumerate() {
         let pem = |file: &str| {
             nodes::first_pem(&std::fs::read_to_string(machine.root.join(file)).unwrap())
         };
         let kubelet = &certs_after[cp.len() + i];
-        assert_eq!(*kubelet, pem("etc/exk8s/pki/kubelet.pem"), "{}", machine.name);
+        assert_eq!(
+            *kubelet,
+            pem("etc/exk8s/pki/kubelet.pem"),
+            "{}",
+            machine.name
+        );
         if i < cp.len() {
-            assert_eq!(certs_after[i], pem("etc/exk8s/pki/apiserver.pem"), "{}", machine.name);
+            assert_eq!(
+                certs_after[i],
+                pem("etc/exk8s/pki/apiserver.pem"),
+                "{}",
+                machine.name
+            );
         }
     }
 }
@@ -344,8 +360,16 @@ pub(crate) fn upgrade(
     .into_json()
     .unwrap();
     assert_eq!(
-        (&stored["state"], &stored["trigger"], &stored["etcd_version"]),
-        (&json!("stored"), &json!("upgrade"), &json!(ETCD_VERSION.trim_start_matches('v'))),
+        (
+            &stored["state"],
+            &stored["trigger"],
+            &stored["etcd_version"]
+        ),
+        (
+            &json!("stored"),
+            &json!("upgrade"),
+            &json!(ETCD_VERSION.trim_start_matches('v'))
+        ),
         "{stored}"
     );
 

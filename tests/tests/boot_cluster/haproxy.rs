@@ -42,7 +42,10 @@ impl Haproxy {
             .lines()
             .filter(|l| l.trim_start().starts_with("server member-"))
             .count();
-        assert_eq!(examples, 3, "the page shows one server line per member: {block}");
+        assert_eq!(
+            examples, 3,
+            "the page shows one server line per member: {block}"
+        );
         let ca = on.root.join("etc/exk8s/pki/ca.pem");
         let mut config = String::new();
         let mut servers_written = false;

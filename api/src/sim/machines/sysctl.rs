@@ -82,7 +82,11 @@ pub(super) fn set_kubelet_kernel(proc_sys: &Path) -> Result<Vec<String>, Machine
         let now = std::fs::read_to_string(&path).map_err(io)?;
         if now.trim() != wanted {
             std::fs::write(&path, format!("{wanted}\n")).map_err(io)?;
-            changed.push(format!("{}: {} -> {wanted}", key.replace('/', "."), now.trim()));
+            changed.push(format!(
+                "{}: {} -> {wanted}",
+                key.replace('/', "."),
+                now.trim()
+            ));
         }
     }
     Ok(changed)
@@ -119,7 +123,10 @@ mod tests {
         assert_eq!(panic, "10\n");
         assert!(set_kubelet_kernel(dir.path()).unwrap().is_empty());
         let missing = set_kubelet_kernel(&dir.path().join("nowhere")).unwrap_err();
-        assert!(missing.to_string().contains("vm/overcommit_memory"), "{missing}");
+        assert!(
+            missing.to_string().contains("vm/overcommit_memory"),
+            "{missing}"
+        );
     }
 
     #[test]
