@@ -220,6 +220,10 @@ fn dispatch(cli: Cli) -> Result<String, AgentError> {
                 ca_file: args.ca_file,
                 listen: args.listen,
                 interval: Duration::from_millis(args.interval_ms),
+            })
+            .map_err(|e| AgentError::Step {
+                step: "balance".to_owned(),
+                reason: chain(&e),
             })?;
             Ok(String::new())
         }

@@ -70,8 +70,6 @@ pub enum AgentError {
     },
     #[error("plan step {step}: {reason}")]
     Step { step: String, reason: String },
-    #[error("the apiserver balancer")]
-    Balancer(#[from] crate::balancer::BalancerError),
 }
 
 impl AgentError {
@@ -85,7 +83,7 @@ impl AgentError {
             | Self::Artifact { .. }
             | Self::Packages(_)
             | Self::State { .. } => exit::APPLY,
-            Self::Step { .. } | Self::Balancer(_) => exit::STEP,
+            Self::Step { .. } => exit::STEP,
         }
     }
 }

@@ -106,7 +106,8 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     ] {
         assert!(!paths.contains(forbidden), "a worker got {forbidden}");
     }
-    assert_eq!(paths.len(), 11, "{paths:?}");
+    // The worker files of `render_worker`, the balancer's socket and unit among them.
+    assert_eq!(paths.len(), 13, "{paths:?}");
     let text = |path: &str| {
         String::from_utf8(bundle.file(path).unwrap().content.as_bytes().to_vec()).unwrap()
     };
@@ -126,11 +127,14 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     // No pod range of the API's: containerd fills the template with the Node's.
     let template = text("/etc/containerd/bridge-cni.conflist.tmpl");
     assert!(template.contains(".PodCIDRRanges"), "{template}");
+    // Through the node's balancer, which finds the members by the control plane's name.
     let kubeconfig = text("/etc/exk8s/kubeconfig/kubelet.kubeconfig");
     assert!(
-        kubeconfig.contains(":6443") && !kubeconfig.contains("127.0.0.1"),
+        kubeconfig.contains("https://127.0.0.1:7445"),
         "{kubeconfig}"
     );
+    let balancer = text("/etc/systemd/system/exk8s-apiserver-balancer.service");
+    assert!(balancer.contains(":6443"), "{balancer}");
 
     // The inventory records the worker's three certificates, no serving one of the control plane.
     let inventory = json_of(
