@@ -140,8 +140,9 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
     let three = pool(&stack, cluster, id).unwrap();
     assert_eq!(three["ready_replicas"], 3, "every worker's agent completed");
 
-    // A worker's kubelet and kube-proxy reach the control plane by its shared name: mTLS
-    // against the apiserver certificate a control-plane node serves, under that name.
+    // A worker's kubelet and kube-proxy reach the control plane through the node's balancer
+    // (`127.0.0.1:7445`), which finds the members by the control plane's shared name: mTLS
+    // against the apiserver certificate a control-plane node serves, which names 127.0.0.1.
     let pki = cp_roots[0].join("etc/exk8s/pki");
     let read = |p: &str| std::fs::read(pki.join(p)).unwrap();
     let port = tls::serve(
@@ -150,10 +151,16 @@ fn pool_lifecycle(stack: Stack, dir: &Path) {
         &read("ca.pem"),
     );
     let worker_root = dir.join(format!("worker-{}", three["nodes"][0]["vm_id"]));
-    let endpoint = format!(
-        "https://{}:6443",
+    let balancer = std::fs::read_to_string(
+        worker_root.join("etc/systemd/system/exk8s-apiserver-balancer.service"),
+    )
+    .unwrap();
+    let members = format!(
+        "--apiserver={}:6443",
         founded.created["control_plane_dns_name"].as_str().unwrap()
     );
+    assert!(balancer.contains(&members), "{balancer}");
+    let endpoint = "https://127.0.0.1:7445";
     for kubeconfig in ["kubelet.kubeconfig", "kube-proxy.kubeconfig"] {
         let text =
             std::fs::read_to_string(worker_root.join("etc/exk8s/kubeconfig").join(kubeconfig))
