@@ -128,10 +128,18 @@ fn the_readmes_simulated_quick_start_works_as_written() {
         operator_token.is_file() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
 
+    // What the README says to wait for before the third shell: the quoted words after
+    // `once the second printed` (a bare "founded" would match "it is being founded", printed
+    // before the VM exists).
+    let quoted = block
+        .split_once("once the second printed \"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(words, _)| words.to_owned())
+        .expect("the README names what the second shell prints before the third starts");
     let second_log = dir.join("shell-2.log");
     let mut second = Group(bash(dir, port, &shells[1], &second_log).spawn().unwrap());
     wait_until(
-        "the second shell's \"founded\"",
+        &format!("the second shell's {quoted:?}"),
         Duration::from_secs(60),
         || {
             assert!(
@@ -141,7 +149,7 @@ fn the_readmes_simulated_quick_start_works_as_written() {
             );
             std::fs::read_to_string(&second_log)
                 .unwrap()
-                .contains("founded")
+                .contains(&quoted)
         },
     );
 
