@@ -138,8 +138,12 @@ fn abandoned_join(stack: &Stack, founded: &Founded, dir: &Path, first_url: &str)
             .any(|n| n["vm_id"] == vm && n["etcd_membership"] == "leaving");
     }
     agent_performing(stack, founded, &first_root, founded.vms[0], "sync");
+    // Its VM goes first, then its row (api/src/membership/converge.rs): both, in that order.
     wait_for("the abandoned VM released", || {
         !sim_vm_ids(stack).contains(&vm)
+    });
+    wait_for("the abandoned node's row gone", || {
+        control_plane(stack, founded.cluster).len() == 3
     });
     stuck.kill().unwrap();
     stuck.wait().unwrap();
