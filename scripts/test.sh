@@ -145,31 +145,17 @@ release_log=$(mktemp)
 chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
 release_builds=$!
 
-log "cargo test (whole workspace; the booted clusters beside the rest)"
-# The booted clusters (tests/tests/boot_cluster.rs, about 15 minutes) spend most of it waiting on
-# their machines, so their test binary runs beside the rest of the suite, whose run skips their
-# two tests by name (they run here, and this run's result counts like the other's). Both logs
-# are kept in files too: a failing test's panic sits between its captured output (the real
-# control-plane tests print every agent's log) and the other binaries' results, where a log cut
-# to its head and tail loses it; on failure every panic is printed again, last.
-boot_log=$(mktemp)
-"${linted[@]}" cargo test --workspace --locked --test boot_cluster >"$boot_log" 2>&1 &
-boot_tests=$!
+log "cargo test (whole workspace)"
+# Kept in a file too: a failing test's panic sits between its captured output (the real
+# control-plane tests print every agent's log) and the other binaries' results, where a log cut to
+# its head and tail loses it; on failure every panic is printed again, last.
 test_log=$(mktemp)
-failed=0
-"${linted[@]}" cargo test --workspace --locked --no-fail-fast -- --skip boot_and_run_their_cluster \
-  2>&1 | tee "$test_log" || failed=1
-log "the booted clusters' tests (tests/tests/boot_cluster.rs)"
-wait "$boot_tests" || failed=1
-cat "$boot_log"
-if [ "$failed" -ne 0 ]; then
+if ! "${linted[@]}" cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"; then
   log "cargo test failed; the panics, again:"
-  grep -h -E -A 14 '^thread .* panicked at ' "$test_log" "$boot_log" | cut -c1-2000 >&2 || true
-  grep -h -E '^---- |^error: .* target' "$test_log" "$boot_log" >&2 || true
+  grep -E -A 14 '^thread .* panicked at ' "$test_log" | cut -c1-2000 >&2 || true
+  grep -E '^---- |^error: .* target' "$test_log" >&2 || true
   exit 1
 fi
-# The booted clusters ran, both of them, in their own run.
-grep -q '^test result: ok. 2 passed' "$boot_log" || { echo "the booted clusters' tests did not both run" >&2; exit 1; }
 
 log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
 EXK8S_API_BIN=target/debug/exk8s-api bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
