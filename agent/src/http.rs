@@ -41,24 +41,22 @@ pub fn roots_from_pem(pem: &[u8], what: &str) -> Result<rustls::RootCertStore, A
 
 /// TLS for the API: the pinned root when given, otherwise the public web PKI.
 pub fn api_tls(pinned_root_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>, AgentError> {
-    let roots = match pinned_root_pem {
-        Some(pem) => roots_from_pem(pem, "api_ca_file")?,
-        None => rustls::RootCertStore {
+    match pinned_root_pem {
+        Some(pem) => private_ca_tls(pem, "api_ca_file"),
+        None => server_auth(rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        },
-    };
-    let config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error("TLS", e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+        }),
+    }
 }
 
 /// Server-authenticated TLS with a private CA (`what` names it in errors) and no client
-/// certificate: the balancer's anonymous `/readyz`.
+/// certificate: the pinned API root, the balancer's anonymous `/readyz`.
 pub fn private_ca_tls(ca_pem: &[u8], what: &str) -> Result<Arc<ClientConfig>, AgentError> {
-    let roots = roots_from_pem(ca_pem, what)?;
+    server_auth(roots_from_pem(ca_pem, what)?)
+}
+
+/// TLS that checks the server against `roots` and presents no client certificate.
+fn server_auth(roots: rustls::RootCertStore) -> Result<Arc<ClientConfig>, AgentError> {
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| tls_error("TLS", e))?
