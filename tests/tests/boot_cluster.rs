@@ -39,6 +39,11 @@
 //! member at a time, sampled the same way; the pool replaced by workers booted at the new
 //! release). Stopped, each machine's kubelet stops
 //! its pods before systemd would have to.
+//!
+//! A third cluster, one booted member with no pod network ([`one_node`]), takes a snapshot into
+//! a bucket of a real S3 server, an in-place restore of it after its etcd's data is destroyed,
+//! the rotation of its service-account key ([`sa_key`]), and gives its snapshot to a new
+//! cluster founded from it ([`from_snapshot`]).
 
 #![allow(
     clippy::unwrap_used,
@@ -50,13 +55,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use exk8s_tests::bins::{KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION, kubernetes};
+use exk8s_tests::bins::{KUBERNETES_VERSION, kubernetes};
 use exk8s_tests::cluster::{found, operator, view};
-use exk8s_tests::dev::Stack;
-use exk8s_tests::machine::{Machine, agent_toml, bake_image, dev_args, signing_key};
-use exk8s_tests::mirror::Mirror;
-use exk8s_tests::procs::free_port;
-use exk8s_tests::registry::Registry;
+use exk8s_tests::machine::Machine;
+use exk8s_tests::site::{Site, nodes};
 use serde_json::{Value, json};
 
 #[path = "boot_cluster/conformance.rs"]
@@ -65,10 +67,16 @@ mod conformance;
 mod control_plane;
 #[path = "boot_cluster/day2.rs"]
 mod day2;
+#[path = "boot_cluster/from_snapshot.rs"]
+mod from_snapshot;
 #[path = "boot_cluster/haproxy.rs"]
 mod haproxy;
 #[path = "boot_cluster/nodes.rs"]
 mod nodes;
+#[path = "boot_cluster/one_node.rs"]
+mod one_node;
+#[path = "boot_cluster/sa_key.rs"]
+mod sa_key;
 #[path = "boot_cluster/workloads.rs"]
 mod workloads;
 use day2::{reboot_the_last_member, renew, upgrade};
@@ -127,51 +135,18 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
     });
 }
 
-/// The `nodes` of `GET /clusters/{id}`.
-fn nodes(stack: &Stack, cluster: i64) -> Vec<Value> {
-    view(stack, cluster)["nodes"].as_array().unwrap().clone()
+/// Named to start after the two above (tests start in name order, two at a time here): the
+/// three-member cluster, the longest, starts at once.
+#[test]
+fn tokens_snapshots_and_a_restore_on_one_booted_node() {
+    one_node::run();
 }
 
 fn boot_and_check(shape: &Shape) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mut mirror = Mirror::lay_out(&dir.join("mirror"));
-    if !shape.mirror_away_first {
-        mirror.start();
-    }
-    let catalog = mirror.catalog();
-    let registry = Registry::serve(dir);
-    // The image, baked before the stack runs as an image builder bakes it: the agent naming
-    // the stack's API, the package mirror as its apt source, the registry as containerd's
-    // mirror of registry.k8s.io and ghcr.io.
-    let (data, port) = (dir.join("dev"), free_port());
-    let keys = signing_key(&data, dir);
-    let image = bake_image(dir, &keys, &agent_toml(port), |root| {
-        std::fs::write(root.join("etc/apt/sources.list"), mirror.apt_source()).unwrap();
-        for upstream in Registry::MIRRORED {
-            let hosts = root.join("etc/containerd/certs.d").join(upstream);
-            std::fs::create_dir_all(&hosts).unwrap();
-            std::fs::write(hosts.join("hosts.toml"), registry.hosts_toml(upstream)).unwrap();
-        }
-    });
-    let mut args: Vec<String> = exk8s_tests::dev::MANY_AGENTS.map(str::to_owned).to_vec();
-    args.extend([
-        "--artifact-catalog".to_owned(),
-        catalog.display().to_string(),
-        // The next release too: the mirror and the registry hold it for the upgrade.
-        "--kubernetes-versions".to_owned(),
-        format!("{KUBERNETES_VERSION},{NEXT_KUBERNETES_VERSION}"),
-    ]);
-    args.extend(dev_args(&image, &[mirror.port, registry.port]));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let stack = exk8s_tests::dev::start_dev_on(
-        port,
-        &data,
-        shape.sim_cidr,
-        &dir.join("api.log"),
-        &args,
-        &[],
-    );
+    let mut site = Site::prepare(dir, shape.mirror_away_first);
+    let stack = site.start_stack(dir, shape.sim_cidr, &[], &[]);
     let founded = found(
         &stack,
         dir,
@@ -253,7 +228,7 @@ fn boot_and_check(shape: &Shape) {
             let journal = machine.journal("exk8s-agent.service", 100);
             assert!(journal.contains("phase prereqs: failed"), "{journal}");
         }
-        mirror.start();
+        site.mirror.start();
     }
     let (first, control_plane) = (&machines[0], &machines[..shape.control_planes]);
 

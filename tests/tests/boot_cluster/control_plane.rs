@@ -21,7 +21,11 @@ const SCRATCH: &str = "var/tmp/exk8s-checks";
 
 /// `kubectl` on `machine` with `kubeconfig` (a path inside the machine): its output when it
 /// succeeded, or its error.
-fn kubectl_with(machine: &Machine, kubeconfig: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn kubectl_with(
+    machine: &Machine,
+    kubeconfig: &str,
+    args: &[&str],
+) -> Result<String, String> {
     let mut all = vec!["--kubeconfig", kubeconfig];
     all.extend_from_slice(args);
     let out = machine.run(
@@ -39,14 +43,14 @@ fn kubectl_with(machine: &Machine, kubeconfig: &str, args: &[&str]) -> Result<St
 }
 
 /// The admin kubeconfig's `kubectl` on `machine`, which must succeed.
-fn admin(machine: &Machine, args: &[&str]) -> String {
+pub(crate) fn admin(machine: &Machine, args: &[&str]) -> String {
     let out = kubectl(machine, args);
     assert!(out.status.success(), "kubectl {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// Writes `text` into `machine`'s scratch directory as `name`; its path inside the machine.
-fn hand(machine: &Machine, name: &str, text: &str) -> String {
+pub(crate) fn hand(machine: &Machine, name: &str, text: &str) -> String {
     let dir = machine.root.join(SCRATCH);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(name), text).unwrap();
@@ -55,7 +59,7 @@ fn hand(machine: &Machine, name: &str, text: &str) -> String {
 
 /// The host's etcdctl on `machine`'s LAN against its own etcd, as the apiserver's etcd
 /// client.
-fn etcdctl(machine: &Machine, ip: &str, args: &[&str]) -> Output {
+pub(crate) fn etcdctl(machine: &Machine, ip: &str, args: &[&str]) -> Output {
     let pki = |name: &str| {
         machine
             .root
