@@ -34,11 +34,7 @@ const THROUGH: [(&str, &str); 2] = [
 /// One round of `/readyz` asked of each apiserver in `ips` from `sampler`'s LAN (anonymous, as
 /// a load balancer's health check asks), then `GET /version` through each of [`THROUGH`]:
 /// what each answered (`ok` for a version).
-fn readyz_round(
-    sampler: &Machine,
-    ips: &[String],
-    worker: Option<&Machine>,
-) -> Vec<(String, String)> {
+fn readyz_round(sampler: &Machine, ips: &[String], others: &[Machine]) -> Vec<(String, String)> {
     let mut round: Vec<(String, String)> = ips
         .iter()
         .map(|ip| {
@@ -59,9 +55,14 @@ fn readyz_round(
             (ip.clone(), answer)
         })
         .collect();
-    let asked = THROUGH.iter().map(|(name, url)| (*name, *url, sampler));
-    let worker = worker.map(|w| (WORKER_BALANCER, THROUGH[0].1, w));
-    for (name, url, from) in asked.chain(worker) {
+    let asked = THROUGH
+        .iter()
+        .map(|(name, url)| ((*name).to_owned(), *url, sampler));
+    let others = others
+        .iter()
+        .filter(|m| m.vm != sampler.vm)
+        .map(|m| (format!("{OTHER_BALANCER}{}", m.name), THROUGH[0].1, m));
+    for (name, url, from) in asked.chain(others) {
         let out = from
             .on_lan("curl")
             .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", url])
@@ -73,19 +74,19 @@ fn readyz_round(
         } else {
             format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
         };
-        round.push((name.to_owned(), answer));
+        round.push((name, answer));
     }
     round
 }
 
-/// A round's entry for `GET /version` through a worker's own node-local balancer, as its
-/// kubelet reaches the control plane.
-const WORKER_BALANCER: &str = "worker's balancer";
+/// How a round's entry for `GET /version` through another node's own balancer (as its kubelet
+/// reaches the control plane) starts; the node's name follows.
+const OTHER_BALANCER: &str = "the balancer of ";
 
 /// Whether a round's entry is a request through a balancer rather than an apiserver's own
 /// `/readyz`.
 fn through(at: &str) -> bool {
-    at == WORKER_BALANCER || THROUGH.iter().any(|(name, _)| *name == at)
+    at.starts_with(OTHER_BALANCER) || THROUGH.iter().any(|(name, _)| *name == at)
 }
 
 /// Every request through the node-local balancer and through HAProxy was answered.
@@ -104,11 +105,11 @@ fn assert_balancers_answered(change: &str, rounds: &[Vec<(String, String)>]) {
 }
 
 /// Samples rounds of [`readyz_round`] every few hundred milliseconds while `change` runs
-/// (through `worker`'s balancer too, when one is given).
+/// (through the balancer of each of `others` too).
 fn sampling<T: Send>(
     sampler: &Machine,
     ips: &[String],
-    worker: Option<&Machine>,
+    others: &[Machine],
     change: impl FnOnce() -> T + Send,
 ) -> (T, Vec<Vec<(String, String)>>) {
     let stop = AtomicBool::new(false);
@@ -116,7 +117,7 @@ fn sampling<T: Send>(
         let samples = s.spawn(|| {
             let mut rounds = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                rounds.push(readyz_round(sampler, ips, worker));
+                rounds.push(readyz_round(sampler, ips, others));
                 std::thread::sleep(Duration::from_millis(300));
             }
             rounds
@@ -185,8 +186,8 @@ fn serving(sampler: &Machine, ips: &[String], cp: &[(String, String)]) -> Vec<St
 /// started (what its timer runs) over and over, all at once, until every node has applied its
 /// new generation. The API hands one control-plane node at a time its bundle while the others
 /// are healthy: in every round of samples the first machine took meanwhile, at least two of
-/// the three apiservers answered `ok` and every request through its node-local balancer and a
-/// worker's was answered, its balancer's own restart included; every apiserver was restarted, and every
+/// the three apiservers answered `ok` and every request through its node-local balancer, every
+/// other node's and HAProxy was answered, its balancer's own restart included; every apiserver was restarted, and every
 /// apiserver and kubelet serves a new certificate — the one its bundle now carries. `addresses` are the
 /// machines' own, in their order.
 pub(crate) fn renew(
@@ -211,7 +212,7 @@ pub(crate) fn renew(
     )
     .call();
     assert!(started.is_ok(), "{started:?}");
-    let ((), rounds) = sampling(sampler, &ips, machines.last(), || {
+    let ((), rounds) = sampling(sampler, &ips, machines, || {
         // The sampler's balancer restarted first: its socket stays, so nothing is refused.
         std::thread::sleep(Duration::from_secs(2));
         sampler.ok(
@@ -356,7 +357,7 @@ pub(crate) fn upgrade(
                     && !old_workers.contains(&n["vm_id"].as_i64().unwrap())
             })
     };
-    let ((), rounds) = sampling(&machines[0], &ips, None, || {
+    let ((), rounds) = sampling(&machines[0], &ips, &machines[..cp.len()], || {
         syncing(&machines[..cp.len()], upgraded);
     });
     assert_two_ready("upgrade", &rounds);
@@ -454,8 +455,8 @@ pub(crate) fn upgrade(
 
 /// Reboots the last control-plane member (machine 2, a joiner that completed) while the
 /// first machine asks the two others' apiservers for `/readyz` every few hundred
-/// milliseconds, and a worker sends `GET /version` through its node-local balancer: every
-/// answer is `ok`. Booted again from its disk, its boot unit finds
+/// milliseconds, and every other node sends `GET /version` through its node-local balancer:
+/// every answer is `ok`. Booted again from its disk, its boot unit finds
 /// `bootstrap.done` and syncs, etcd, containerd and the kubelet come back, and its node is
 /// Ready again.
 pub(crate) fn reboot_the_last_member(
@@ -468,7 +469,7 @@ pub(crate) fn reboot_the_last_member(
     let vm = rebooted.vm;
     let others: Vec<String> = vms[..2].iter().map(|(_, ip, _)| ip.clone()).collect();
     let sampler = &machines[0];
-    let (again, rounds) = sampling(sampler, &others, machines.last(), || {
+    let (again, rounds) = sampling(sampler, &others, machines, || {
         rebooted.stop();
         let again = Machine::start(stack, vm);
         again.wait_booted();

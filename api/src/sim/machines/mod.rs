@@ -199,6 +199,9 @@ impl NspawnMachines {
         for change in sysctl::set_kubelet_kernel(Path::new("/proc/sys"))? {
             tracing::warn!(%change, "set a host kernel parameter the machines' kubelets need");
         }
+        for change in sysctl::raise_host_limits(Path::new("/proc/sys"))? {
+            tracing::warn!(%change, "raised a host limit the machines share");
+        }
         let tag = format!("{:x}", std::process::id());
         let lan = lan::Lan::new(&tag, config.prefix)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {

@@ -92,6 +92,39 @@ pub(super) fn set_kubelet_kernel(proc_sys: &Path) -> Result<Vec<String>, Machine
     Ok(changed)
 }
 
+/// Host limits every machine's systemd, journald, containerd and kubelet draw on together:
+/// inotify instances and watches are counted per user across the host's kernel, and the
+/// machines' processes all run as the host's root. At Debian's default (128 instances) a
+/// third cluster's machines fail to boot ("Failed to create control group inotify object: Too
+/// many open files", systemd exiting as PID 1) — kind's known issue, with the same remedy.
+pub(super) const HOST_MINIMUMS: [(&str, u64); 2] = [
+    ("fs/inotify/max_user_instances", 8192),
+    ("fs/inotify/max_user_watches", 524_288),
+];
+
+/// Raises each of [`HOST_MINIMUMS`] under `proc_sys` that is lower (a higher one stays); what
+/// it changed, each `key: old -> new`.
+pub(super) fn raise_host_limits(proc_sys: &Path) -> Result<Vec<String>, MachineError> {
+    let mut changed = Vec::new();
+    for (key, minimum) in HOST_MINIMUMS {
+        let path = proc_sys.join(key);
+        let io = |e: String| MachineError::Io {
+            what: format!("the host limit {}", path.display()),
+            detail: e,
+        };
+        let now = std::fs::read_to_string(&path).map_err(|e| io(e.to_string()))?;
+        let current: u64 = now
+            .trim()
+            .parse()
+            .map_err(|e| io(format!("{:?} is no number: {e}", now.trim())))?;
+        if current < minimum {
+            std::fs::write(&path, format!("{minimum}\n")).map_err(|e| io(e.to_string()))?;
+            changed.push(format!("{}: {current} -> {minimum}", key.replace('/', ".")));
+        }
+    }
+    Ok(changed)
+}
+
 /// Sets `settings` in the namespace `netns` (under `/run/netns`).
 pub(super) fn apply(netns: &str, settings: &[String]) -> Result<(), MachineError> {
     let mut command = Command::new("nsenter");
@@ -126,6 +159,26 @@ mod tests {
         assert!(
             missing.to_string().contains("vm/overcommit_memory"),
             "{missing}"
+        );
+    }
+
+    #[test]
+    fn host_limits_are_raised_never_lowered() {
+        let dir = tempfile::tempdir().unwrap();
+        let inotify = dir.path().join("fs/inotify");
+        std::fs::create_dir_all(&inotify).unwrap();
+        std::fs::write(inotify.join("max_user_instances"), "128\n").unwrap();
+        std::fs::write(inotify.join("max_user_watches"), "1048576\n").unwrap();
+        let changed = raise_host_limits(dir.path()).unwrap();
+        assert_eq!(changed, ["fs.inotify.max_user_instances: 128 -> 8192"]);
+        let watches = std::fs::read_to_string(inotify.join("max_user_watches")).unwrap();
+        assert_eq!(watches, "1048576\n", "a higher limit stays");
+        assert!(raise_host_limits(dir.path()).unwrap().is_empty());
+        std::fs::write(inotify.join("max_user_watches"), "lots\n").unwrap();
+        let bad = raise_host_limits(dir.path()).unwrap_err().to_string();
+        assert!(
+            bad.contains("max_user_watches") && bad.contains("\"lots\""),
+            "{bad}"
         );
     }
 
