@@ -31,6 +31,10 @@ fn documented() -> String {
 /// HAProxy running the documented configuration in front of `members`, until dropped.
 pub(crate) struct Haproxy {
     child: Child,
+    /// Its log (what its master says).
+    log: std::path::PathBuf,
+    /// The CA file its checks verify the apiservers with.
+    ca: std::path::PathBuf,
 }
 
 impl Haproxy {
@@ -46,7 +50,9 @@ impl Haproxy {
             examples, 3,
             "the page shows one server line per member: {block}"
         );
-        let ca = on.root.join("etc/exk8s/pki/ca.pem");
+        // CA_FILE: the cluster CA, as the operator writes it from a kubeconfig's CA data.
+        let ca = dir.join("haproxy-ca.pem");
+        std::fs::copy(on.root.join("etc/exk8s/pki/ca.pem"), &ca).unwrap();
         let mut config = String::new();
         let mut servers_written = false;
         for line in block.lines() {
@@ -75,10 +81,12 @@ impl Haproxy {
             String::from_utf8_lossy(&checked.stdout),
             String::from_utf8_lossy(&checked.stderr)
         );
-        let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+        let log_path = dir.join("haproxy.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = on
             .on_lan("haproxy")
-            .arg("-db")
+            // Master-worker: SIGUSR2 reloads it without closing its listener.
+            .args(["-W", "-db"])
             .arg("-f")
             .arg(&file)
             .stdin(Stdio::null())
@@ -86,7 +94,11 @@ impl Haproxy {
             .stderr(log)
             .spawn()
             .unwrap();
-        let haproxy = Self { child };
+        let haproxy = Self {
+            child,
+            log: log_path,
+            ca,
+        };
         exk8s_tests::procs::wait_until("HAProxy's first answer", Duration::from_secs(30), || {
             let out = on
                 .on_lan("curl")
@@ -96,6 +108,31 @@ impl Haproxy {
             String::from_utf8_lossy(&out.stdout).contains("\"gitVersion\"")
         });
         haproxy
+    }
+}
+
+impl Haproxy {
+    /// Trusts `ca_pem` (one CA or two) from now on: the CA file written, then HAProxy reloaded
+    /// as its operator reloads it — the master starts a new worker on the same listener and
+    /// the old one finishes its connections. Returns once the master has said so.
+    pub(crate) fn trust(&mut self, ca_pem: &str) {
+        std::fs::write(&self.ca, ca_pem).unwrap();
+        let log = self.log.clone();
+        let reloads = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches("Loading success")
+                .count()
+        };
+        let before = reloads();
+        let signalled = Command::new("kill")
+            .args(["-USR2", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(signalled.success(), "kill -USR2 HAProxy's master");
+        exk8s_tests::procs::wait_until("HAProxy reloaded", Duration::from_secs(30), || {
+            reloads() > before
+        });
     }
 }
 

@@ -137,9 +137,14 @@ pub(crate) fn one_three_one(node: &OneNode<'_>) {
     let mut extra = BTreeMap::new();
     let (removed, answers) = std::thread::scope(|s| {
         let sampler = s.spawn(|| {
-            let mut answers = Vec::new();
+            let (start, mut answers) = (std::time::Instant::now(), Vec::new());
             while !stop.load(Ordering::Relaxed) {
-                answers.push(through_balancer(first));
+                let answer = through_balancer(first);
+                answers.push(if answer == "ok" {
+                    answer
+                } else {
+                    format!("at {:.1}s: {answer}", start.elapsed().as_secs_f64())
+                });
                 std::thread::sleep(Duration::from_millis(300));
             }
             answers
@@ -164,9 +169,10 @@ pub(crate) fn one_three_one(node: &OneNode<'_>) {
     assert!(answers.len() >= 10, "{answers:?}");
     assert!(
         failed.is_empty(),
-        "{} of {} requests through the balancer failed: {failed:?}",
+        "{} of {} requests through the balancer failed: {failed:?}\n{}",
         failed.len(),
-        answers.len()
+        answers.len(),
+        first.journal("exk8s-apiserver-balancer.service", 300)
     );
     eprintln!(
         "scaling 1 → 3 → 1: {} requests through the first node's balancer, all answered",

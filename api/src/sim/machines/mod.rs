@@ -391,10 +391,12 @@ impl NspawnMachines {
         });
     }
 
-    /// Ends machine `id` at once and removes its disk, console and namespace (a machine still
-    /// booting is removed by its boot, once that ends).
+    /// Ends machine `id` and removes its disk, console and namespace (a machine still booting
+    /// is removed by its boot, once that ends). As a cloud's delete does, a running machine is
+    /// shut down through its systemd first (its kubelet stops its pods, an apiserver among them
+    /// stops answering `/readyz` before it closes), and killed only when that takes too long.
     pub fn destroy(self: &Arc<Self>, id: i64) {
-        let Some(slot) = lock(&self.slots).remove(&id) else {
+        let Some(mut slot) = lock(&self.slots).remove(&id) else {
             return;
         };
         if slot.state == MachineState::Pending {
@@ -402,6 +404,11 @@ impl NspawnMachines {
         }
         let this = Arc::clone(self);
         self.runtime.spawn_blocking(move || {
+            if let Some(booted) = slot.booted.take()
+                && let Err(e) = booted.power_off()
+            {
+                tracing::warn!(vm = id, error = %e, "machine power-off before its delete");
+            }
             drop(slot);
             this.remove(id);
         });
