@@ -85,3 +85,15 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Sets its flag when dropped — when the scope that holds it ends, by returning or by a panic
+/// unwinding through it: threads a test runs until a flag says stop (samplers, syncing loops)
+/// stop then too, so a failed check inside `std::thread::scope` fails the test instead of
+/// leaving the scope waiting on them forever.
+pub struct SetOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

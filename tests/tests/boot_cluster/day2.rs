@@ -122,8 +122,10 @@ pub(crate) fn sampling<T: Send>(
             }
             rounds
         });
-        let changed = change();
-        stop.store(true, Ordering::Relaxed);
+        let changed = {
+            let _stop = exk8s_tests::procs::SetOnDrop(&stop);
+            change()
+        };
         (changed, samples.join().unwrap())
     })
 }
@@ -199,8 +201,8 @@ pub(crate) fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
                 }
             });
         }
+        let _synced = exk8s_tests::procs::SetOnDrop(&synced);
         exk8s_tests::procs::wait_until("the change", Duration::from_secs(900), &done);
-        synced.store(true, Ordering::Relaxed);
     });
 }
 

@@ -149,6 +149,7 @@ pub(crate) fn one_three_one(node: &OneNode<'_>) {
             }
             answers
         });
+        let _stop = exk8s_tests::procs::SetOnDrop(&stop);
         scaled(node, 3, &mut extra);
         let at_three = etcd_members(node);
         assert_eq!(at_three.len(), 3, "{at_three:?}");
@@ -162,7 +163,7 @@ pub(crate) fn one_three_one(node: &OneNode<'_>) {
             .map(|(_, ip)| ip)
             .collect();
         scaled(node, 1, &mut extra);
-        stop.store(true, Ordering::Relaxed);
+        drop(_stop);
         (removed, sampler.join().unwrap())
     });
     let failed: Vec<&String> = answers.iter().filter(|a| *a != "ok").collect();
