@@ -27,19 +27,18 @@
 //! step fails for that one reason, the failure is reported and systemd tries the boot again,
 //! resuming with the bundle it fetched.
 //!
-//! Day 2 on the three-member cluster ([`day2`]): the cluster CA's rotation through its three
-//! phases ([`rotation`]), every node's sync unit started as its timer starts it, while the
-//! first machine samples every apiserver's `/readyz` and sends requests through every node's
-//! balancer and through the HAProxy `docs/apiserver-endpoint.md` shows ([`haproxy`]) — never
-//! two apiservers down at once, no request through a balancer failed, each apiserver restarted,
-//! every apiserver and kubelet serving its new certificate, the old operator kubeconfig
-//! refused and the exec plugin's working throughout; then the last member is stopped and
-//! started through the compute API while the two others' apiservers answer every sample, and it
-//! comes back by itself; then a minor Kubernetes upgrade (its preflight etcd snapshot stored,
-//! then etcd, the kubelet and the static pods of the next release from the mirror and the
-//! registry, one member at a time, sampled the same way; the pool replaced by workers booted at
-//! the new release). Stopped, each machine's kubelet stops its pods before systemd would have
-//! to.
+//! Day 2 on the three-member cluster ([`day2`]): a forced renewal of every certificate, every
+//! node's sync unit started as its timer starts it, while the first machine samples every
+//! apiserver's `/readyz` and sends a request through its node-local balancer and through the
+//! HAProxy `docs/apiserver-endpoint.md` shows ([`haproxy`]) — never two apiservers down at
+//! once, no request through either failed, each apiserver restarted, and every apiserver and
+//! kubelet serving its new certificate; then the last member is stopped and started through the
+//! compute API while the two others' apiservers answer every sample, and it comes back by
+//! itself; then a minor Kubernetes upgrade (its preflight etcd snapshot stored, then etcd, the
+//! kubelet and the static pods of the next release from the mirror and the registry, one
+//! member at a time, sampled the same way; the pool replaced by workers booted at the new
+//! release). Stopped, each machine's kubelet stops
+//! its pods before systemd would have to.
 //!
 //! A third cluster, one booted member with no pod network ([`one_node`]), takes a snapshot into
 //! a bucket of a real S3 server, an in-place restore of it after its etcd's data is destroyed,
@@ -76,15 +75,13 @@ mod haproxy;
 mod nodes;
 #[path = "boot_cluster/one_node.rs"]
 mod one_node;
-#[path = "boot_cluster/rotation.rs"]
-mod rotation;
 #[path = "boot_cluster/sa_key.rs"]
 mod sa_key;
 #[path = "boot_cluster/scale.rs"]
 mod scale;
 #[path = "boot_cluster/workloads.rs"]
 mod workloads;
-use day2::{reboot_the_last_member, upgrade};
+use day2::{reboot_the_last_member, renew, upgrade};
 
 /// The cluster's shape and where its machines live.
 struct Shape {
@@ -526,16 +523,8 @@ fn boot_and_check(shape: &Shape) {
             .collect();
         let addresses: Vec<String> = vms.iter().map(|(_, ip, _)| ip.clone()).collect();
         let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
-        let mut outside = haproxy::Haproxy::start(&machines[0], &members, dir);
-        rotation::rotate_cluster_ca(
-            &stack,
-            cluster,
-            &machines,
-            &addresses,
-            &cp,
-            &mut outside,
-            dir,
-        );
+        let outside = haproxy::Haproxy::start(&machines[0], &members, dir);
+        renew(&stack, cluster, &machines, &addresses, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
         upgrade(&stack, cluster, &mut machines, &cp);
         drop(outside);

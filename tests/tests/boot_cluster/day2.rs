@@ -1,6 +1,6 @@
-//! Day 2 on a booted three-member cluster: what the changes share (each node's sync unit started
-//! as its timer starts it; the first machine sampling every apiserver's `/readyz` and the
-//! balancers), a reboot, and a minor Kubernetes upgrade.
+//! Day 2 on a booted three-member cluster: a forced renewal of every certificate, each node's
+//! sync unit started as its timer starts it, a reboot, and a minor Kubernetes upgrade — each while the first machine
+//! samples every other apiserver's `/readyz`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,7 +106,7 @@ fn assert_balancers_answered(change: &str, rounds: &[Vec<(String, String)>]) {
 
 /// Samples rounds of [`readyz_round`] every few hundred milliseconds while `change` runs
 /// (through the balancer of each of `others` too).
-pub(crate) fn sampling<T: Send>(
+fn sampling<T: Send>(
     sampler: &Machine,
     ips: &[String],
     others: &[Machine],
@@ -131,7 +131,7 @@ pub(crate) fn sampling<T: Send>(
 }
 
 /// Each control-plane node's running kube-apiserver container: when it started.
-pub(crate) fn apiserver_starts(sampler: &Machine, names: &[&String]) -> BTreeMap<String, String> {
+fn apiserver_starts(sampler: &Machine, names: &[&String]) -> BTreeMap<String, String> {
     names
         .iter()
         .map(|name| {
@@ -178,15 +178,106 @@ fn served(sampler: &Machine, ip: &str, port: u16) -> String {
 
 /// What every node serves: each apiserver's certificate (the members at `cp`) and each
 /// kubelet's (every machine, at `ips`).
-pub(crate) fn serving(sampler: &Machine, ips: &[String], cp: &[(String, String)]) -> Vec<String> {
+fn serving(sampler: &Machine, ips: &[String], cp: &[(String, String)]) -> Vec<String> {
     let mut certs: Vec<String> = cp.iter().map(|(ip, _)| served(sampler, ip, 6443)).collect();
     certs.extend(ips.iter().map(|ip| served(sampler, ip, 10250)));
     certs
 }
 
+/// A forced renewal on booted machines (`POST …/certificates/renew`): every node's sync unit
+/// started (what its timer runs) over and over, all at once, until every node has applied its
+/// new generation. The API hands one control-plane node at a time its bundle while the others
+/// are healthy: in every round of samples the first machine took meanwhile, at least two of
+/// the three apiservers answered `ok` and every request through its node-local balancer, every
+/// other node's and HAProxy was answered, its balancer's own restart included; every apiserver was restarted, and every
+/// apiserver and kubelet serves a new certificate — the one its bundle now carries. `addresses` are the
+/// machines' own, in their order.
+pub(crate) fn renew(
+    stack: &Stack,
+    cluster: i64,
+    machines: &[Machine],
+    addresses: &[String],
+    cp: &[(String, String)],
+) {
+    let (sampler, ips) = (
+        &machines[0],
+        cp.iter().map(|(ip, _)| ip.clone()).collect::<Vec<_>>(),
+    );
+    let names: Vec<&String> = cp.iter().map(|(_, name)| name).collect();
+    let before = apiserver_starts(sampler, &names);
+    assert!(before.values().all(|s| !s.is_empty()), "{before:?}");
+    let certs_before = serving(sampler, addresses, cp);
+    let started = operator(
+        stack,
+        "POST",
+        &format!("/clusters/{cluster}/certificates/renew"),
+    )
+    .call();
+    assert!(started.is_ok(), "{started:?}");
+    let ((), rounds) = sampling(sampler, &ips, machines, || {
+        // The sampler's balancer restarted first: its socket stays, so nothing is refused.
+        std::thread::sleep(Duration::from_secs(2));
+        sampler.ok(
+            "systemctl",
+            &["restart", "exk8s-apiserver-balancer.service"],
+        );
+        syncing(machines, || {
+            nodes(stack, cluster)
+                .iter()
+                .all(|n| n["up_to_date"] == true)
+        });
+    });
+    assert_two_ready("renewal", &rounds);
+    let balancer = sampler.journal("exk8s-apiserver-balancer.service", 400);
+    assert!(
+        balancer
+            .matches("listening on 127.0.0.1:7445 (systemd's socket)")
+            .count()
+            >= 2,
+        "restarted on systemd's socket: {balancer}"
+    );
+    for machine in machines {
+        let sync = machine.show("exk8s-agent-sync.service", &["Result"]);
+        assert_eq!(sync, "Result=success", "{}", machine.name);
+    }
+    exk8s_tests::procs::wait_until("every apiserver restarted", Duration::from_secs(60), || {
+        let after = apiserver_starts(sampler, &names);
+        before
+            .iter()
+            .all(|(name, started)| !after[name].is_empty() && after[name] != *started)
+    });
+    let certs_after = serving(sampler, addresses, cp);
+    for (i, (old, new)) in certs_before.iter().zip(&certs_after).enumerate() {
+        assert_ne!(
+            old, new,
+            "endpoint {i} serves the certificate it served before"
+        );
+    }
+    for (i, machine) in machines.iter().enumerate() {
+        let pem = |file: &str| {
+            nodes::first_pem(&std::fs::read_to_string(machine.root.join(file)).unwrap())
+        };
+        let kubelet = &certs_after[cp.len() + i];
+        assert_eq!(
+            *kubelet,
+            pem("etc/exk8s/pki/kubelet.pem"),
+            "{}",
+            machine.name
+        );
+        if i < cp.len() {
+            assert_eq!(
+                certs_after[i],
+                pem("etc/exk8s/pki/apiserver.pem"),
+                "{}",
+                machine.name
+            );
+        }
+    }
+}
+
 /// Starts every machine's sync unit (what its timer runs) over and over, all at once, until
 /// `done` says the change is over.
-pub(crate) fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
+fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
     let synced = AtomicBool::new(false);
     std::thread::scope(|s| {
         for machine in machines {
@@ -208,7 +299,7 @@ pub(crate) fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
 
 /// In every round of samples at least two of the three apiservers answered `ok`, and every
 /// request through the node-local balancer and HAProxy was answered.
-pub(crate) fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
+fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
     let short: Vec<_> = rounds
         .iter()
         .filter(|round| {

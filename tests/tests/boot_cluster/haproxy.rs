@@ -31,10 +31,6 @@ fn documented() -> String {
 /// HAProxy running the documented configuration in front of `members`, until dropped.
 pub(crate) struct Haproxy {
     child: Child,
-    /// Its log (what its master says).
-    log: std::path::PathBuf,
-    /// The CA file its checks verify the apiservers with.
-    ca: std::path::PathBuf,
 }
 
 impl Haproxy {
@@ -50,9 +46,7 @@ impl Haproxy {
             examples, 3,
             "the page shows one server line per member: {block}"
         );
-        // CA_FILE: the cluster CA, as the operator writes it from a kubeconfig's CA data.
-        let ca = dir.join("haproxy-ca.pem");
-        std::fs::copy(on.root.join("etc/exk8s/pki/ca.pem"), &ca).unwrap();
+        let ca = on.root.join("etc/exk8s/pki/ca.pem");
         let mut config = String::new();
         let mut servers_written = false;
         for line in block.lines() {
@@ -81,12 +75,10 @@ impl Haproxy {
             String::from_utf8_lossy(&checked.stdout),
             String::from_utf8_lossy(&checked.stderr)
         );
-        let log_path = dir.join("haproxy.log");
-        let log = std::fs::File::create(&log_path).unwrap();
+        let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
         let child = on
             .on_lan("haproxy")
-            // Master-worker: SIGUSR2 reloads it without closing its listener.
-            .args(["-W", "-db"])
+            .arg("-db")
             .arg("-f")
             .arg(&file)
             .stdin(Stdio::null())
@@ -94,11 +86,7 @@ impl Haproxy {
             .stderr(log)
             .spawn()
             .unwrap();
-        let haproxy = Self {
-            child,
-            log: log_path,
-            ca,
-        };
+        let haproxy = Self { child };
         exk8s_tests::procs::wait_until("HAProxy's first answer", Duration::from_secs(30), || {
             let out = on
                 .on_lan("curl")
@@ -108,31 +96,6 @@ impl Haproxy {
             String::from_utf8_lossy(&out.stdout).contains("\"gitVersion\"")
         });
         haproxy
-    }
-}
-
-impl Haproxy {
-    /// Trusts `ca_pem` (one CA or two) from now on: the CA file written, then HAProxy reloaded
-    /// as its operator reloads it — the master starts a new worker on the same listener and
-    /// the old one finishes its connections. Returns once the master has said so.
-    pub(crate) fn trust(&mut self, ca_pem: &str) {
-        std::fs::write(&self.ca, ca_pem).unwrap();
-        let log = self.log.clone();
-        let reloads = || {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .matches("Loading success")
-                .count()
-        };
-        let before = reloads();
-        let signalled = Command::new("kill")
-            .args(["-USR2", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(signalled.success(), "kill -USR2 HAProxy's master");
-        exk8s_tests::procs::wait_until("HAProxy reloaded", Duration::from_secs(30), || {
-            reloads() > before
-        });
     }
 }
 
