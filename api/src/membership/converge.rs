@@ -250,7 +250,7 @@ async fn start_leaving(
         remover = remover.vm_id,
         "control-plane member leaving"
     );
-    update_dns(ctx, cluster).await
+    Ok(())
 }
 
 /// A member etcd no longer lists: its VM goes, then its row, and every member follows.
@@ -285,10 +285,7 @@ async fn release_vm(
     Ok(machineset::release_vm(&ctx.machines, node, journaled).await?)
 }
 
-/// The shared name lists the control plane's voters: a member joins it once it votes and leaves
-/// it as soon as it starts leaving — before etcd loses it and its VM goes — so every node's
-/// balancer (which follows the name each second) and every new client stop choosing it while
-/// its apiserver still serves.
+/// The shared name lists the control plane's members.
 async fn update_dns(ctx: &Membership, cluster: &ClusterRow) -> Result<(), ConvergeError> {
     let (Some(dns), true) = (&ctx.machines.dns, cluster.dns_configured) else {
         return Ok(());
@@ -296,13 +293,7 @@ async fn update_dns(ctx: &Membership, cluster: &ClusterRow) -> Result<(), Conver
     let nodes = db::nodes::list(&ctx.db.pool, cluster.id).await?;
     let ips: Vec<String> = nodes
         .iter()
-        .filter(|n| {
-            n.role == Role::ControlPlane
-                && !matches!(
-                    n.etcd_membership,
-                    Some(EtcdMembership::Joining | EtcdMembership::Leaving)
-                )
-        })
+        .filter(|n| n.role == Role::ControlPlane)
         .map(|n| {
             n.public_ipv4
                 .clone()

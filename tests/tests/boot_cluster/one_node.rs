@@ -16,8 +16,6 @@
 //!   resourceVersion taken after the snapshot ends at once ("too old resource version"), a
 //!   token issued before the snapshot authenticates.
 //! - **the service-account key's rotation** ([`super::sa_key`]).
-//! - **scaling 1 → 3 → 1** ([`super::scale`]), every request through the node-local balancer
-//!   answered.
 //! - **a new cluster founded from the snapshot** ([`super::from_snapshot`]), this one powered
 //!   off first.
 //! - **deleting the snapshot** (`--yes` asked for, then the object gone).
@@ -125,12 +123,7 @@ pub(crate) fn run() {
     let bucket = s3::serve(&dir.join("s3"));
     let store = format!("s3://{}/prod", s3::BUCKET);
     let env: Vec<(&str, &str)> = bucket.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let stack = site.start_stack(
-        dir,
-        "10.224.0.0/24",
-        &["--snapshot-store", &store, "--reconcile-interval-secs", "2"],
-        &env,
-    );
+    let stack = site.start_stack(dir, "10.224.0.0/24", &["--snapshot-store", &store], &env);
     let founded = found(
         &stack,
         dir,
@@ -188,7 +181,6 @@ pub(crate) fn run() {
     let snapshot = snapshot(&node, &dir.join(format!("s3/{}/prod", s3::BUCKET)));
     restore_in_place(&node, snapshot.id, &token);
     let token = super::sa_key::rotate(&node, &token);
-    super::scale::one_three_one(&node);
     super::from_snapshot::found_from(node, snapshot.id, &token);
 
     // Deleting asks for confirmation, then removes the object too.

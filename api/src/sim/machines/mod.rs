@@ -391,12 +391,10 @@ impl NspawnMachines {
         });
     }
 
-    /// Ends machine `id` and removes its disk, console and namespace (a machine still booting
-    /// is removed by its boot, once that ends). As a cloud's delete does, a running machine is
-    /// shut down through its systemd first (its kubelet stops its pods, an apiserver among them
-    /// stops answering `/readyz` before it closes), and killed only when that takes too long.
+    /// Ends machine `id` at once and removes its disk, console and namespace (a machine still
+    /// booting is removed by its boot, once that ends).
     pub fn destroy(self: &Arc<Self>, id: i64) {
-        let Some(mut slot) = lock(&self.slots).remove(&id) else {
+        let Some(slot) = lock(&self.slots).remove(&id) else {
             return;
         };
         if slot.state == MachineState::Pending {
@@ -404,11 +402,6 @@ impl NspawnMachines {
         }
         let this = Arc::clone(self);
         self.runtime.spawn_blocking(move || {
-            if let Some(booted) = slot.booted.take()
-                && let Err(e) = booted.power_off()
-            {
-                tracing::warn!(vm = id, error = %e, "machine power-off before its delete");
-            }
             drop(slot);
             this.remove(id);
         });
