@@ -6,10 +6,7 @@
 //! Secret, the source's operator kubeconfig (its CA and client certificate) works against the
 //! new DNS name, and a token the source issued authenticates.
 
-use std::time::Duration;
-
 use exk8s_tests::cluster::{found, operator, operator_kubeconfig};
-use exk8s_tests::site::wait_complete;
 use serde_json::{Value, json};
 
 use super::control_plane::{admin, hand, kubectl_with};
@@ -33,22 +30,7 @@ pub(crate) fn found_from(source: OneNode<'_>, snapshot: i64, token: &str) {
                 "pod_network": "none",
                 "restore_from": {"cluster_id": source.cluster, "snapshot_id": snapshot}}),
     );
-    let vm = target.vms[0];
-    let machine = wait_complete(stack, target.cluster, &[vm], Duration::from_secs(400))
-        .pop()
-        .unwrap();
-    machine.ok("systemctl", &["stop", "exk8s-agent-sync.timer"]);
-    let node = OneNode {
-        stack,
-        machine,
-        cluster: target.cluster,
-        ip: target.ip_of[&vm].clone(),
-        dns_name: target.created["control_plane_dns_name"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-        dir,
-    };
+    let node = OneNode::booted(stack, &target, dir);
     assert_ne!(node.dns_name, source.dns_name);
     let restore = || {
         operator(stack, "GET", &format!("/clusters/{}/restore", node.cluster))

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use exk8s_tests::bins::{ETCD_VERSION, etcd};
-use exk8s_tests::cluster::{found, operator};
+use exk8s_tests::cluster::{Founded, found, operator};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::Machine;
 use exk8s_tests::procs::{Proc, free_port, wait_until};
@@ -45,6 +45,29 @@ pub(crate) struct OneNode<'a> {
     pub(crate) dns_name: String,
     /// The test's directory (the CLI's home, downloads).
     pub(crate) dir: &'a Path,
+}
+
+impl<'a> OneNode<'a> {
+    /// The founded one-member cluster's node once its first boot is complete, its sync timer
+    /// stopped: the test starts the sync unit itself, once per step.
+    pub(crate) fn booted(stack: &'a Stack, founded: &Founded, dir: &'a Path) -> Self {
+        let vm = founded.vms[0];
+        let machine = wait_complete(stack, founded.cluster, &[vm], Duration::from_secs(400))
+            .pop()
+            .unwrap();
+        machine.ok("systemctl", &["stop", "exk8s-agent-sync.timer"]);
+        OneNode {
+            stack,
+            machine,
+            cluster: founded.cluster,
+            ip: founded.ip_of[&vm].clone(),
+            dns_name: founded.created["control_plane_dns_name"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            dir,
+        }
+    }
 }
 
 impl OneNode<'_> {
@@ -131,23 +154,7 @@ pub(crate) fn run() {
                 "control_plane_instance_type": "dev.small", "subnet_id": 1,
                 "pod_network": "none"}),
     );
-    let vm = founded.vms[0];
-    let machine = wait_complete(&stack, founded.cluster, &[vm], Duration::from_secs(400))
-        .pop()
-        .unwrap();
-    // The test starts the sync unit itself, once per step.
-    machine.ok("systemctl", &["stop", "exk8s-agent-sync.timer"]);
-    let node = OneNode {
-        stack: &stack,
-        machine,
-        cluster: founded.cluster,
-        ip: founded.ip_of[&vm].clone(),
-        dns_name: founded.created["control_plane_dns_name"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-        dir,
-    };
+    let node = OneNode::booted(&stack, &founded, dir);
 
     // What the snapshot holds: 1,000 ConfigMaps, one more by name, a Secret, and a service
     // account's token.
