@@ -79,14 +79,14 @@ pub struct RolloutNode {
     pub desired_generation: i64,
 }
 
-/// What a client of a cluster's apiservers trusts now: the cluster CA, and the other one while
-/// that CA is rotated (`GET /clusters/{id}/trust`).
+/// What a client of a cluster's apiservers trusts now: the cluster CA, the other one while that
+/// CA is rotated, and the standby its next rotation will take (`GET /clusters/{id}/trust`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClusterTrust {
     /// `https://<the control plane's DNS name>:6443`.
     pub server: String,
-    /// PEM, one or two certificates.
+    /// PEM, one to three certificates.
     pub certificate_authority_pem: String,
 }
 

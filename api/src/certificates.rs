@@ -326,8 +326,8 @@ pub fn inventory_of(
 }
 
 /// Mints the operator's admin kubeconfig for founded cluster `row` (server: the shared DNS
-/// name; the cluster's leaf lifetime), recording its certificate. A new client certificate
-/// each call.
+/// name; the cluster's leaf lifetime; trusting what an operator's client trusts, the standby
+/// CA included), recording its certificate. A new client certificate each call.
 pub async fn operator_kubeconfig(
     ctx: &Certifier,
     row: db::clusters::ClusterRow,
@@ -340,6 +340,7 @@ pub async fn operator_kubeconfig(
     let now = ctx.clock.now();
     let cluster_id = row.id;
     let rotation = db::rotations::get(&ctx.db.pool, cluster_id).await?;
+    let standby = db::standby::get(&ctx.db.pool, cluster_id).await?;
     // Opening the CA and minting the client key is CPU work (seconds for RSA-4096): the pool.
     let (text, admin) = ctx
         .cpu
@@ -351,7 +352,11 @@ pub async fn operator_kubeconfig(
             let text = kubeconfig::render(&KubeconfigSpec {
                 cluster_name: &row.name,
                 server: &server,
-                ca_pem: &crate::trust::Trusted::of(&pki, rotation.as_ref()).cluster,
+                ca_pem: &crate::trust::operator_bundle(
+                    pki.cluster_ca.cert_pem(),
+                    rotation.as_ref(),
+                    standby.as_ref().map(|s| s.cert.as_str()),
+                ),
                 user: &user,
                 credentials: &admin,
             });

@@ -1,8 +1,8 @@
 //! Operators' short-lived credentials, for client-go's exec credential plugin (`exk8s
 //! credential`): a client certificate of the cluster's admin identity that lives [`LIFETIME`]
 //! (at most the cluster's leaf lifetime), minted on request and recorded in the inventory, and
-//! what a client must trust to reach the cluster's apiservers now (the cluster CA, and the one
-//! beside it while that CA is rotated). A client that fetches the trust before each use and a
+//! what a client must trust to reach the cluster's apiservers now (the cluster CA, the one
+//! beside it while that CA is rotated, and the standby made for its next rotation). A client that fetches the trust before each use and a
 //! new certificate when its own nears its end or its issuer is no longer trusted never needs an
 //! operator through a leaf's life or a rotation of the cluster CA.
 
@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use crate::certificates::{self, CertificatesError, Certifier, Issued, OPERATOR_CREDENTIAL};
 use crate::db::{self, certificates::CertKind, clusters::ClusterRow};
-use crate::pki::{CaRole, ClientIdentity, SecretPem};
+use crate::pki::{ClientIdentity, SecretPem};
 
 /// How long a minted credential lives.
 pub const LIFETIME: time::Duration = time::Duration::hours(8);
@@ -22,7 +22,8 @@ pub const LIFETIME: time::Duration = time::Duration::hours(8);
 pub struct Trust {
     /// `https://<control-plane DNS name>:6443`.
     pub server: String,
-    /// The cluster CA, and the other one while it is rotated (PEM).
+    /// The cluster CA, the other one while it is rotated, and the standby for its next
+    /// rotation (PEM).
     pub certificate_authority_pem: String,
 }
 
@@ -40,13 +41,14 @@ pub struct Minted {
 /// What a client of founded cluster `row` trusts now.
 pub async fn trust(ctx: &Certifier, row: &ClusterRow) -> Result<Trust, CertificatesError> {
     let rotation = db::rotations::get(&ctx.db.pool, row.id).await?;
+    let standby = db::standby::get(&ctx.db.pool, row.id).await?;
     let pki = ctx.issuers.open(&ctx.keks, row)?;
     Ok(Trust {
         server: server(row),
-        certificate_authority_pem: crate::trust::bundle(
+        certificate_authority_pem: crate::trust::operator_bundle(
             pki.cluster_ca.cert_pem(),
-            CaRole::Cluster,
             rotation.as_ref(),
+            standby.as_ref().map(|s| s.cert.as_str()),
         ),
     })
 }

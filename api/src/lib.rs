@@ -55,6 +55,7 @@ pub mod sa_rotation;
 pub mod sim;
 pub mod snapshot_store;
 pub mod snapshots;
+pub mod standby;
 pub mod status;
 pub mod tokens;
 pub mod trust;

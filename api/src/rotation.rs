@@ -1,15 +1,17 @@
 //! CA rotation in phases, each delivered to every node as its own generation, so no client is
 //! ever cut off (`POST /clusters/{id}/certificates/rotate-ca`):
 //!
-//! 1. **trust-both** — a new CA is made (its key sealed, waiting); every trust file carries the
-//!    old and the new CA; the old one still signs.
+//! 1. **trust-both** — a new CA is made (its key sealed, waiting) — for the cluster CA, the
+//!    standby operators' clients already trust ([`crate::standby`]); every trust file carries
+//!    the old and the new CA; the old one still signs.
 //! 2. **sign-new** — once every node applied that: the new CA becomes the cluster's, serving
 //!    certificates are re-minted under it, and every bundle's leaves are minted by it; the old
 //!    CA is still trusted, so nodes not yet updated keep talking to updated ones.
 //! 3. **drop-old** — once every node applied that: trust files carry only the new CA.
 //!
-//! Then the rotation ends. [`advance`] moves a rotation on when every node of the cluster runs
-//! its desired generation; a node's successful report and the reconciler both call it.
+//! Then the rotation ends; one of the cluster CA leaves a new standby for the next. [`advance`]
+//! moves a rotation on when every node of the cluster runs its desired generation; a node's
+//! successful report and the reconciler both call it.
 
 use std::sync::Arc;
 
@@ -24,6 +26,7 @@ use crate::db::{self, Db, DbError};
 use crate::pki::{CaRole, CertAuthority, ClusterPki, PkiError, SecretPem};
 use crate::records::issuers::IssuerCache;
 use crate::renewal::{RenewalError, mint_serving, store_serving};
+use crate::standby::{self, StandbyError};
 use crate::trust::{self, cluster_aad};
 
 /// What a CA rotation needs: the rows, the clock its phases are judged by, the KEKs that seal
@@ -66,6 +69,8 @@ pub enum RotationError {
     Renewal(#[from] RenewalError),
     #[error(transparent)]
     Certificates(#[from] crate::certificates::CertificatesError),
+    #[error(transparent)]
+    Standby(#[from] StandbyError),
 }
 
 /// The column a waiting new CA key is sealed under.
@@ -110,10 +115,20 @@ pub async fn start(
     }
     let algorithm = ctx.issuers.open(&ctx.keks, &cluster)?.algorithm;
     let now = ctx.clock.now();
-    let new = ctx
-        .cpu
-        .run(move || CertAuthority::generate(ca, algorithm, now))
-        .await??;
+    // The cluster CA's standby, which operators' clients already trust, becomes the new CA;
+    // without one (a cluster founded before standbys), a new CA is made.
+    let waiting = match ca {
+        CaRole::Cluster => db::standby::get(&ctx.db.pool, cluster_id).await?,
+        CaRole::Etcd | CaRole::FrontProxy => None,
+    };
+    let new = match &waiting {
+        Some(waiting) => standby::open(&ctx.keks, cluster_id, waiting, algorithm)?,
+        None => {
+            ctx.cpu
+                .run(move || CertAuthority::generate(ca, algorithm, now))
+                .await??
+        }
+    };
     let sealed = ctx.keks.seal(
         &cluster_aad(cluster_id, NEW_KEY),
         new.key_pem().expose().as_bytes(),
@@ -133,11 +148,15 @@ pub async fn start(
         let current = db::rotations::get(&ctx.db.pool, cluster_id).await?;
         return Err(current.map_or(RotationError::NotFound, |c| in_progress(&c)));
     }
+    if waiting.is_some() {
+        db::standby::take(&mut *tx, cluster_id).await?;
+    }
     let nodes = db::nodes::bump_generations(&mut tx, cluster_id).await?;
     tx.commit().await?;
     tracing::info!(
         cluster_id,
         ca = db::rotations::ca_name(ca),
+        standby = waiting.is_some(),
         "CA rotation started: trust-both"
     );
     Ok(Started {
@@ -192,17 +211,41 @@ pub async fn advance(ctx: &Rotator, cluster_id: i64) -> Result<Option<Advanced>,
             tx.commit().await?;
             Some(Advanced::To(RotationPhase::DropOld))
         }
-        RotationPhase::DropOld => {
-            let mut tx = ctx.db.begin().await?;
-            let done = db::rotations::finish(&mut tx, cluster_id).await?;
-            tx.commit().await?;
-            done.then_some(Advanced::Finished)
-        }
+        RotationPhase::DropOld => finish(ctx, &rotation).await?,
     };
     if let Some(step) = advanced {
         tracing::info!(cluster_id, ca = db::rotations::ca_name(rotation.ca), step = ?step, "CA rotation moved on");
     }
     Ok(advanced)
+}
+
+/// drop-old → finished; a rotation of the cluster CA leaves a new standby for the next one.
+async fn finish(ctx: &Rotator, rotation: &Rotation) -> Result<Option<Advanced>, RotationError> {
+    let cluster_id = rotation.cluster_id;
+    let next = match rotation.ca {
+        CaRole::Cluster => {
+            let Some(cluster) = db::clusters::get_by_id(&ctx.db.pool, cluster_id).await? else {
+                return Ok(None);
+            };
+            let algorithm: crate::pki::KeyAlgorithm = cluster.key_algorithm.parse()?;
+            let (keks, now) = (Arc::clone(&ctx.keks), ctx.clock.now());
+            Some(
+                ctx.cpu
+                    .run(move || standby::make(&keks, cluster_id, algorithm, now))
+                    .await??,
+            )
+        }
+        CaRole::Etcd | CaRole::FrontProxy => None,
+    };
+    let mut tx = ctx.db.begin().await?;
+    if !db::rotations::finish(&mut tx, cluster_id).await? {
+        return Ok(None);
+    }
+    if let Some(next) = &next {
+        db::standby::put(&mut *tx, cluster_id, next, ctx.clock.unix()).await?;
+    }
+    tx.commit().await?;
+    Ok(Some(Advanced::Finished))
 }
 
 /// The node a rotation's phase waits for: the first that took a bundle and has not applied its

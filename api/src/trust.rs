@@ -233,3 +233,16 @@ pub fn bundle(own: &str, role: CaRole, rotation: Option<&Rotation>) -> String {
     }
     pem
 }
+
+/// What an operator's client trusts for the cluster CA signing with `own` (PEM): [`bundle`]'s,
+/// and the standby made for the CA's next rotation ([`crate::standby`]) when there is one.
+pub fn operator_bundle(own: &str, rotation: Option<&Rotation>, standby: Option<&str>) -> String {
+    let mut pem = bundle(own, CaRole::Cluster, rotation);
+    if let Some(standby) = standby.filter(|s| !pem.contains(s.trim())) {
+        if !pem.ends_with('\n') {
+            pem.push('\n');
+        }
+        pem.push_str(standby);
+    }
+    pem
+}

@@ -10,8 +10,12 @@
 //!   reused until two thirds of its life have passed or its issuer is no longer trusted (the
 //!   last phase of a cluster-CA rotation): then a new one is minted.
 //!
-//! A client started when the trust file predates a rotation it did not see fails once with an
-//! unknown authority; the plugin it ran meanwhile wrote the new trust, and the next one works.
+//! kubectl reads the trust file before it runs the plugin, so what it trusts is what the last
+//! run wrote. That trust carries the standby CA the cluster CA's next rotation will take, so a
+//! client whose trust file predates a rotation it did not see still verifies the apiservers'
+//! new certificates. Only one whose file predates two rotations (or a cluster founded before
+//! standbys existed) fails once with an unknown authority; the plugin it ran meanwhile wrote
+//! the new trust, and the next one works.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -152,29 +152,38 @@ impl Machine {
         let start = Instant::now();
         loop {
             if let Some(info) = info(stack, vm) {
-                let console = PathBuf::from(info["console"].as_str().unwrap());
                 match info["state"].as_str().unwrap() {
-                    "running" => {
-                        return Self {
-                            vm,
-                            name: info["hostname"].as_str().unwrap().to_owned(),
-                            root: PathBuf::from(info["disk"].as_str().unwrap()),
-                            init: u32::try_from(info["init_pid"].as_u64().unwrap()).unwrap(),
-                            netns: info["netns"].as_str().unwrap().to_owned(),
-                            console,
-                            base: stack.base.clone(),
-                        };
-                    }
+                    "running" => return Self::running(stack, vm, &info),
                     "failed" => panic!(
                         "VM {vm}'s machine failed: {}: {}",
                         info["error"],
-                        console_tail(&console)
+                        console_tail(Path::new(info["console"].as_str().unwrap()))
                     ),
                     _ => {}
                 }
             }
             assert!(start.elapsed() < BOOT, "VM {vm}'s machine never ran");
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// VM `vm`'s machine if its PID 1 runs now; `None` while it is still being made or booted
+    /// (or once it is gone).
+    pub fn try_of(stack: &Stack, vm: i64) -> Option<Self> {
+        let info = info(stack, vm)?;
+        (info["state"] == "running").then(|| Self::running(stack, vm, &info))
+    }
+
+    /// The running machine the simulator's `info` describes.
+    fn running(stack: &Stack, vm: i64, info: &Value) -> Self {
+        Self {
+            vm,
+            name: info["hostname"].as_str().unwrap().to_owned(),
+            root: PathBuf::from(info["disk"].as_str().unwrap()),
+            init: u32::try_from(info["init_pid"].as_u64().unwrap()).unwrap(),
+            netns: info["netns"].as_str().unwrap().to_owned(),
+            console: PathBuf::from(info["console"].as_str().unwrap()),
+            base: stack.base.clone(),
         }
     }
 

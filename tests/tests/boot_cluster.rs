@@ -42,8 +42,9 @@
 //!
 //! A third cluster, one booted member with no pod network ([`one_node`]), takes a snapshot into
 //! a bucket of a real S3 server, an in-place restore of it after its etcd's data is destroyed,
-//! the rotation of its service-account key ([`sa_key`]), and gives its snapshot to a new
-//! cluster founded from it ([`from_snapshot`]).
+//! the rotation of its service-account key ([`sa_key`]), grows to three members and shrinks
+//! back to one with no request through its balancer failing ([`scale`]), and gives its
+//! snapshot to a new cluster founded from it ([`from_snapshot`]).
 
 #![allow(
     clippy::unwrap_used,
@@ -77,6 +78,8 @@ mod nodes;
 mod one_node;
 #[path = "boot_cluster/sa_key.rs"]
 mod sa_key;
+#[path = "boot_cluster/scale.rs"]
+mod scale;
 #[path = "boot_cluster/workloads.rs"]
 mod workloads;
 use day2::{reboot_the_last_member, renew, upgrade};

@@ -13,7 +13,9 @@
 //! `exk8s kubeconfig --exec` wrote before everything (its user runs `exk8s credential`, client-go's
 //! exec credential plugin) works at every step of the rotation with no operator action: the
 //! plugin reuses its cached certificate until the CA that signed it is dropped, then mints one
-//! under the new CA.
+//! under the new CA. So does a copy of it whose trust file is the one the plugin wrote before
+//! everything, never updated — what a kubectl reads that started before a rotation: it holds
+//! the cluster CA's standby, which the rotation takes as its new CA.
 
 #![allow(
     clippy::unwrap_used,
@@ -40,6 +42,8 @@ const CLIENT: usize = 3;
 /// the test's directory) through a forward of the API's port.
 struct Plugin {
     kubeconfig: PathBuf,
+    /// [`Self::frozen`] before any change.
+    frozen_before: PathBuf,
     cache: PathBuf,
     path: std::ffi::OsString,
     token: String,
@@ -69,23 +73,48 @@ impl Plugin {
         let kubeconfig = dir.join("exec.kubeconfig");
         std::fs::write(&kubeconfig, &written.stdout).unwrap();
         let port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
-        Self {
+        let mut plugin = Self {
             kubeconfig,
+            frozen_before: PathBuf::new(),
             cache,
             path,
             token: stack.token.clone(),
             _forward: lan.forward_loopback(CLIENT, port),
-        }
+        };
+        plugin.works(lan, "before any change");
+        plugin.frozen_before = plugin.frozen(dir);
+        plugin
     }
 
     /// `kubectl get --raw /api` through the plugin succeeds (at `step`).
     fn works(&self, lan: &Lan, step: &str) {
+        self.works_through(lan, &self.kubeconfig, step);
+    }
+
+    /// A copy of the plugin's kubeconfig naming a copy of the trust file its last run wrote,
+    /// which nothing updates: what a kubectl holds that read the file before a rotation.
+    fn frozen(&self, dir: &Path) -> PathBuf {
+        let text = std::fs::read_to_string(&self.kubeconfig).unwrap();
+        let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        let trust = doc["clusters"][0]["cluster"]["certificate-authority"]
+            .as_str()
+            .expect("the exec kubeconfig names a trust file")
+            .to_owned();
+        let copy = dir.join("frozen-ca.pem");
+        std::fs::copy(&trust, &copy).unwrap();
+        let kubeconfig = dir.join("frozen.kubeconfig");
+        std::fs::write(&kubeconfig, text.replace(&trust, copy.to_str().unwrap())).unwrap();
+        kubeconfig
+    }
+
+    /// `kubectl get --raw /api` through the plugin with `kubeconfig` succeeds (at `step`).
+    fn works_through(&self, lan: &Lan, kubeconfig: &Path, step: &str) {
         let out = lan
             .command(CLIENT, exk8s_tests::bins::kubernetes("kubectl"))
             .env("PATH", &self.path)
             .env("EXK8S_TOKEN", &self.token)
             .env("XDG_CACHE_HOME", &self.cache)
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .args(["--request-timeout=10s", "get", "--raw", "/api"])
             .output()
             .unwrap();
@@ -150,6 +179,13 @@ fn rotate(cluster: &mut Rolling<'_>, ca: &str, dir: &Path, plugin: &Plugin) -> V
         let restarted = cluster.sync_round();
         assert!(restarted >= 3, "{ca} {phase}: only {restarted} restarts");
         plugin.works(cluster.lan, &format!("after the {ca} CA's {phase} phase"));
+        // A client whose trust file was written before the rotation: the standby it trusts
+        // is the new CA.
+        plugin.works_through(
+            cluster.lan,
+            &plugin.frozen_before,
+            &format!("its trust file from before, after the {ca} CA's {phase} phase"),
+        );
         phases.push(phase);
     }
     phases
@@ -169,7 +205,6 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
     let shared = Shared::new(serving, first_config.clone());
     let mut cluster = Rolling::start(&booted, &lan, &shared);
     let plugin = Plugin::new(&booted, &lan, dir);
-    plugin.works(&lan, "before any change");
     let first_credential = plugin.cached_certificate();
     plugin.works(&lan, "again");
     assert_eq!(
@@ -213,6 +248,11 @@ fn day_two_changes_keep_every_other_apiserver_ready() {
     // minted again under the new cluster CA once the old one was dropped.
     plugin.works(&lan, "after every change");
     assert_ne!(plugin.cached_certificate(), first_credential);
+    plugin.works_through(
+        &lan,
+        &plugin.frozen_before,
+        "its trust file from before, at the end",
+    );
     for node in &mut cluster.nodes {
         node.assert_running();
     }

@@ -31,6 +31,7 @@ pub mod restores;
 pub mod rotations;
 pub mod sa_rotations;
 pub mod snapshots;
+pub mod standby;
 mod tx;
 
 use std::time::Duration;

@@ -98,6 +98,30 @@ impl Job {
         db::clusters::set_trust(&ctx.db.pool, self.id, &trust)
             .await
             .map_err(Failure::db)?;
+        // The cluster CA's standby, which operators' clients trust from the start
+        // (`crate::standby`): a cluster founded from another's snapshot keeps the source's, as
+        // it keeps its CAs.
+        let theirs = match self.restore_from {
+            Some(source) => db::standby::get(&ctx.db.pool, source)
+                .await
+                .map_err(Failure::db)?
+                .map(|theirs| (source, theirs)),
+            None => None,
+        };
+        let (keks, id) = (Arc::clone(&ctx.keks), self.id);
+        let standby = match theirs {
+            Some((source, theirs)) => crate::standby::reseal(&keks, source, id, &theirs)
+                .map_err(|e| Failure::internal("restore source", e))?,
+            None => ctx
+                .cpu
+                .run(move || crate::standby::make(&keks, id, algorithm, now))
+                .await
+                .map_err(|e| Failure::internal("certificates", e))?
+                .map_err(|e| Failure::internal("certificates", e))?,
+        };
+        db::standby::put(&ctx.db.pool, self.id, &standby, now.unix_timestamp())
+            .await
+            .map_err(Failure::db)?;
         if let Some(made_at) = sa_key_made_at {
             db::sa_rotations::set_made_at(&ctx.db.pool, self.id, made_at)
                 .await

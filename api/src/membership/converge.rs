@@ -2,14 +2,18 @@
 //! membership lease, re-reading everything after each step:
 //!
 //! 1. a control-plane VM journaled without a node (a crash mid-way) is released;
-//! 2. a joining member that reported healthy has been promoted by its agent: it becomes a
-//!    voter, every node gets a new generation (the apiservers' `--etcd-servers` follow) and the
-//!    shared DNS record lists it; one that failed, or did not finish within the join timeout,
-//!    is released and the change ends with its reason;
+//! 2. a joining member that reported healthy has been promoted by its agent: the shared DNS
+//!    record lists it, then it becomes a voter and every node gets a new generation (the
+//!    apiservers' `--etcd-servers` follow); one that failed, or did not finish within the join
+//!    timeout, is released and the change ends with its reason;
 //! 3. while any member is unhealthy, in flight or behind its generation, nothing starts;
 //! 4. otherwise one member is added (VM, address, serving certificates, node row `joining`) or
 //!    the newest one leaves: the oldest voter's next generation drains it and removes it from
-//!    etcd; once that generation is applied its VM and row go and every member follows.
+//!    etcd (the leaving member's apiserver still serves, through the voters' etcd, while the
+//!    remover's own components roll); once that generation is applied the shared DNS name
+//!    stops listing it, then its VM goes (a cloud's delete shuts the machine down, so its
+//!    apiserver fails `/readyz` before its listener closes), then its row, and every member
+//!    follows.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -209,12 +213,15 @@ fn joining_since(node: &NodeRow) -> i64 {
     node.created_at
 }
 
-/// A joined member votes: every node follows, and the shared name lists it.
+/// A joined member votes: the shared name lists it, then every node follows. The name comes
+/// first: when a member restarts its apiserver to follow, every balancer already knows the new
+/// one, ready since its boot completed.
 async fn promoted(
     ctx: &Membership,
     cluster: &ClusterRow,
     node: &NodeRow,
 ) -> Result<(), ConvergeError> {
+    update_dns(ctx, cluster, None).await?;
     let mut tx = ctx.db.begin().await?;
     db::membership::set(&mut *tx, node.id, EtcdMembership::Voter).await?;
     db::nodes::bump_generations(&mut tx, cluster.id).await?;
@@ -224,7 +231,7 @@ async fn promoted(
         vm_id = node.vm_id,
         "control-plane member joined"
     );
-    update_dns(ctx, cluster).await
+    Ok(())
 }
 
 /// `leaving` leaves: the oldest healthy other voter gets a generation whose bundle removes it.
@@ -253,13 +260,16 @@ async fn start_leaving(
     Ok(())
 }
 
-/// A member etcd no longer lists: its VM goes, then its row, and every member follows.
+/// A member etcd no longer lists: the shared name stops listing it, its VM goes, then its
+/// row, and every member follows. The name goes first: a client that resolves it while the
+/// machine shuts down never meets an address that is about to stop answering.
 async fn left(
     ctx: &Membership,
     cluster: &ClusterRow,
     node: &NodeRow,
     journal: &[db::resources::Resource],
 ) -> Result<(), ConvergeError> {
+    update_dns(ctx, cluster, Some(node.id)).await?;
     release_vm(ctx, node, journal).await?;
     let mut tx = ctx.db.begin().await?;
     db::removals::delete(&mut *tx, node.id).await?;
@@ -271,7 +281,7 @@ async fn left(
         vm_id = node.vm_id,
         "control-plane member removed"
     );
-    update_dns(ctx, cluster).await
+    update_dns(ctx, cluster, None).await
 }
 
 async fn release_vm(
@@ -285,15 +295,19 @@ async fn release_vm(
     Ok(machineset::release_vm(&ctx.machines, node, journaled).await?)
 }
 
-/// The shared name lists the control plane's members.
-async fn update_dns(ctx: &Membership, cluster: &ClusterRow) -> Result<(), ConvergeError> {
+/// The shared name lists the control plane's members, but `leaving` (a node id) when given.
+async fn update_dns(
+    ctx: &Membership,
+    cluster: &ClusterRow,
+    leaving: Option<i64>,
+) -> Result<(), ConvergeError> {
     let (Some(dns), true) = (&ctx.machines.dns, cluster.dns_configured) else {
         return Ok(());
     };
     let nodes = db::nodes::list(&ctx.db.pool, cluster.id).await?;
     let ips: Vec<String> = nodes
         .iter()
-        .filter(|n| n.role == Role::ControlPlane)
+        .filter(|n| n.role == Role::ControlPlane && Some(n.id) != leaving)
         .map(|n| {
             n.public_ipv4
                 .clone()

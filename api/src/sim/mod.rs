@@ -43,6 +43,8 @@ pub struct Faults {
     pub fail_dns: bool,
     /// `create_vm` waits while this is set (a test holds founding at its first VM).
     pub hold_vm_create: bool,
+    /// `delete_vm` waits while this is set (a test looks at what was done before a delete).
+    pub hold_vm_delete: bool,
 }
 
 /// Something that happens to a VM outside exk8s ([`ComputeSim::befall`]).
@@ -404,6 +406,9 @@ impl Compute for ComputeSim {
 
     async fn delete_vm(&self, id: i64) -> Result<(), ComputeError> {
         self.delay().await;
+        while lock(&self.faults).hold_vm_delete {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let mut state = lock(&self.state);
         if state.vms.remove(&id).is_some() {
             self.saved(&state);

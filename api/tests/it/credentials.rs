@@ -1,9 +1,10 @@
 //! Operators' short-lived credentials on SQLite and PostgreSQL (`POST
 //! /clusters/{id}/credentials`, `GET /clusters/{id}/trust`, what `exk8s credential` calls):
 //! an admin client certificate of eight hours that openssl verifies against the CA the answer
-//! names, whose key matches it, recorded in the inventory; the trust a client needs follows a
-//! cluster-CA rotation (old and new while trust-both and sign-new, then the new alone), and
-//! the CA that signs a credential is the one that signs leaves in each phase. Another org's
+//! names, whose key matches it, recorded in the inventory; the trust a client needs carries the
+//! cluster CA's standby and follows a cluster-CA rotation (old and new — the standby — while
+//! trust-both and sign-new, then the new alone, then the new and a new standby), and the CA
+//! that signs a credential is the one that signs leaves in each phase. Another org's
 //! cluster is 404, no token 401.
 
 use serde_json::Value;
@@ -37,6 +38,13 @@ fn certificates(pem: &str) -> Vec<String> {
         .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
         .map(|c| c.trim_start().to_owned())
         .collect()
+}
+
+/// `openssl x509 -text` of one PEM certificate: whether it read, and what it said.
+fn openssl_text(pem: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.pem"), pem).unwrap();
+    openssl(&["x509", "-noout", "-text", "-in", "c.pem"], dir.path())
 }
 
 /// openssl's word on a minted credential: it verifies against its issuer alone, its key is
@@ -118,9 +126,14 @@ async fn a_credential_lives_hours_and_follows_a_rotation(backend: Backend) {
     let app = spawn_app(backend).await;
     let (cluster, nodes, _) = booted(&app).await;
 
+    // The CA in use, and the standby its next rotation will take.
     let before = trust(&app, cluster).await;
     let ca = certificates(before["certificate_authority_pem"].as_str().unwrap());
-    assert_eq!(ca.len(), 1, "{before}");
+    assert_eq!(ca.len(), 2, "{before}");
+    assert_ne!(ca[0], ca[1]);
+    let (_, standby) = openssl_text(&ca[1]);
+    assert!(standby.contains("Subject: CN = kubernetes-ca"), "{standby}");
+    assert!(standby.contains("CA:TRUE"), "{standby}");
     assert!(
         before["server"].as_str().unwrap().starts_with("https://")
             && before["server"].as_str().unwrap().ends_with(":6443"),
@@ -171,8 +184,14 @@ async fn a_credential_lives_hours_and_follows_a_rotation(backend: Backend) {
         checked(&credential);
         let issuer = credential["issuer_pem"].as_str().unwrap().trim().to_owned();
         assert!(trusted.iter().any(|c| c.trim() == issuer), "{expected}");
+        // The standby is the rotation's new CA (beside the old one until drop-old); the next
+        // standby is made when the rotation ends.
         let count = if expected == "drop-old" { 1 } else { 2 };
         assert_eq!(trusted.len(), count, "{expected}: {now}");
+        assert!(
+            trusted.iter().any(|c| c.trim() == ca[1].trim()),
+            "{expected}"
+        );
         issuers.push(issuer);
         every_node_syncs(&app, &nodes).await;
     }
@@ -182,14 +201,40 @@ async fn a_credential_lives_hours_and_follows_a_rotation(backend: Backend) {
         ca[0].trim(),
         "trust-both: the old CA still signs"
     );
-    assert_ne!(issuers[1], issuers[0], "sign-new: the new CA signs");
+    assert_eq!(issuers[1], ca[1].trim(), "sign-new: the standby signs");
     assert_eq!(issuers[2], issuers[1]);
     let after = trust(&app, cluster).await;
     let after: Vec<String> = certificates(after["certificate_authority_pem"].as_str().unwrap())
         .iter()
         .map(|c| c.trim().to_owned())
         .collect();
-    assert_eq!(after, [issuers[2].clone()], "the new CA alone");
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(after[0], issuers[2], "the new CA, not the old one");
+    assert!(
+        !ca.iter().any(|c| c.trim() == after[1]),
+        "a new standby for the next rotation"
+    );
+    // An operator kubeconfig trusts the same.
+    let kubeconfig = app
+        .get(&format!("/clusters/{cluster}/kubeconfig"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kubeconfig.status(), 200);
+    let kubeconfig = kubeconfig.text().await.unwrap();
+    let data = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .unwrap();
+    use base64::Engine as _;
+    let embedded = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    let embedded: Vec<String> = certificates(std::str::from_utf8(&embedded).unwrap())
+        .iter()
+        .map(|c| c.trim().to_owned())
+        .collect();
+    assert_eq!(embedded, after);
 
     // Another org's cluster is not found; without a token, nothing.
     let other =

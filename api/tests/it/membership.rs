@@ -278,6 +278,14 @@ async fn a_control_plane_grows_one_member_at_a_time(backend: Backend) {
         2,
         "the third waits for the rollout"
     );
+    // The shared name listed it before any member rolled to follow it.
+    let dns_name = created["control_plane_dns_name"].as_str().unwrap();
+    assert_eq!(
+        app.sims.dns.records()[dns_name].len(),
+        2,
+        "{:?}",
+        app.sims.dns.records()
+    );
     let (a, a_key) = &members[0];
     let update = update_payload(&app, fetch_update(&app, a, a_key).await).await;
     let manifest = text(&update, "/etc/kubernetes/manifests/kube-apiserver.yaml");

@@ -1,11 +1,13 @@
 //! Shrinking a running control plane through the API, on SQLite and PostgreSQL (the agents'
 //! side acted by the test; real etcd proves it in tests/tests/scale.rs): `PATCH` from 3 to 1
 //! removes the newest member first, one at a time — the oldest voter's next bundle drains it
-//! and removes it from etcd through the members that stay; its VM goes only once that bundle
-//! is reported applied, and every member then follows.
+//! and removes it from etcd through the members that stay; once that bundle is reported
+//! applied the shared DNS name stops listing it, and only then does its VM go; every member
+//! then follows.
 
 use std::time::Duration;
 
+use exk8s_api::sim::Faults;
 use exk8s_common::node_auth::NodeKey;
 use exk8s_common::payload::PlanStep;
 use serde_json::json;
@@ -20,6 +22,7 @@ async fn a_control_plane_shrinks_newest_first(backend: Backend) {
     let app = spawn_app(backend).await;
     let created = json_of(app.found(3, json!({"control_plane_image_id": 42})).await).await;
     let cluster = created["cluster_id"].as_i64().unwrap();
+    let dns_name = created["control_plane_dns_name"].as_str().unwrap();
     let mut members = Vec::new();
     for node in credentials_for(&app, 7, &created).await {
         let key = NodeKey::generate().unwrap();
@@ -83,7 +86,38 @@ async fn a_control_plane_shrinks_newest_first(backend: Backend) {
             app.sims.compute.vms().iter().any(|vm| vm.id == leaving_vm),
             "no VM goes before etcd let it go"
         );
+        let address = leaving["public_ipv4"].as_str().unwrap_or(ip).to_owned();
+        let listed = || {
+            app.sims
+                .dns
+                .records()
+                .get(dns_name)
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert!(
+            listed().contains(&address),
+            "the name lists it while the remover's components roll: {:?}",
+            listed()
+        );
+        // Held at its VM's delete: by then the name no longer lists it.
+        app.sims.set_faults(Faults {
+            hold_vm_delete: true,
+            ..Faults::default()
+        });
         sync_report(&app, remover, key, "succeeded", update.identity.generation).await;
+        wait_until(
+            "the shared name without the leaving member",
+            Duration::from_secs(20),
+            || async { !listed().contains(&address) },
+        )
+        .await;
+        assert_eq!(listed().len(), left, "{:?}", listed());
+        assert!(
+            app.sims.compute.vms().iter().any(|vm| vm.id == leaving_vm),
+            "its VM is deleted after the name stops listing it"
+        );
+        app.sims.set_faults(Faults::default());
         wait_until("the member gone", Duration::from_secs(20), || async {
             control_plane(&view(&app, cluster).await).len() == left
         })

@@ -142,9 +142,12 @@ async fn a_cluster_founded_on_brought_cas_issues_every_leaf_under_them(backend: 
         .unwrap();
     assert_eq!(kubeconfig.status(), 200);
     let (trusted, client) = client_cert(&kubeconfig.bytes().await.unwrap());
+    let trusted = String::from_utf8(trusted).unwrap();
+    assert!(trusted.starts_with(cluster_ca.0.trim()), "{trusted}");
     assert_eq!(
-        String::from_utf8(trusted).unwrap().trim(),
-        cluster_ca.0.trim()
+        trusted.matches("-----BEGIN CERTIFICATE-----").count(),
+        2,
+        "the brought CA, and the standby its next rotation takes"
     );
     chains(dir, &cluster_ca.0, &client, "the admin kubeconfig");
 

@@ -16,6 +16,8 @@
 //!   resourceVersion taken after the snapshot ends at once ("too old resource version"), a
 //!   token issued before the snapshot authenticates.
 //! - **the service-account key's rotation** ([`super::sa_key`]).
+//! - **growing to three members and back to one** ([`super::scale`]), its sync timer's work
+//!   done by the test every few seconds on every member.
 //! - **a new cluster founded from the snapshot** ([`super::from_snapshot`]), this one powered
 //!   off first.
 //! - **deleting the snapshot** (`--yes` asked for, then the object gone).
@@ -188,6 +190,7 @@ pub(crate) fn run() {
     let snapshot = snapshot(&node, &dir.join(format!("s3/{}/prod", s3::BUCKET)));
     restore_in_place(&node, snapshot.id, &token);
     let token = super::sa_key::rotate(&node, &token);
+    super::scale::grow_and_shrink(&node);
     super::from_snapshot::found_from(node, snapshot.id, &token);
 
     // Deleting asks for confirmation, then removes the object too.

@@ -391,10 +391,12 @@ impl NspawnMachines {
         });
     }
 
-    /// Ends machine `id` at once and removes its disk, console and namespace (a machine still
-    /// booting is removed by its boot, once that ends).
+    /// Deletes machine `id` as a cloud's delete does: its systemd shuts it down first (the
+    /// kubelet stops its pods, an apiserver fails `/readyz` before its listener closes), then
+    /// its disk, console and namespace are removed. A machine still booting is removed by its
+    /// boot, once that ends.
     pub fn destroy(self: &Arc<Self>, id: i64) {
-        let Some(slot) = lock(&self.slots).remove(&id) else {
+        let Some(mut slot) = lock(&self.slots).remove(&id) else {
             return;
         };
         if slot.state == MachineState::Pending {
@@ -402,6 +404,14 @@ impl NspawnMachines {
         }
         let this = Arc::clone(self);
         self.runtime.spawn_blocking(move || {
+            if let Some(booted) = slot.booted.take() {
+                match booted.power_off() {
+                    Ok(()) => tracing::info!(vm = id, "machine shut down for its delete"),
+                    Err(e) => {
+                        tracing::warn!(vm = id, error = %e, "machine shutdown for its delete")
+                    }
+                }
+            }
             drop(slot);
             this.remove(id);
         });

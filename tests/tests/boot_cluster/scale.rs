@@ -1,0 +1,221 @@
+//! The booted one-member cluster grows to three members and shrinks back to one
+//! (`exk8s scale`), each change applied as the members' timers apply it, while the first
+//! machine sends `GET /version` through its node-local balancer (what its kubelet uses)
+//! several times a second — and not one request fails:
+//!
+//! - **growing**: each joining member's machine boots from the image; its agent adds its etcd
+//!   as a learner through the voters and promotes it; then every member takes its new
+//!   generation one at a time (the apiservers' `--etcd-servers` follow) and the shared name
+//!   lists it, so every balancer does.
+//! - **shrinking**: the first member's agent drains the newest member and removes it from etcd
+//!   while that member's apiserver still serves; then the shared name stops listing it, its
+//!   machine shuts down as a cloud's delete shuts it down (its apiserver failing `/readyz`
+//!   before its listener closes), and it goes; the first member follows.
+//!
+//! A ConfigMap written before is read through each of the three apiservers, and through the
+//! last one at the end; etcd lists three voters, then one; the first node's balancer logged
+//! each member listed and no longer listed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use exk8s_tests::cluster::view;
+use exk8s_tests::machine::Machine;
+use exk8s_tests::procs::{SetOnDrop, wait_until};
+use exk8s_tests::site::nodes;
+use serde_json::{Value, json};
+
+use super::control_plane::{admin, etcdctl, kubectl_with};
+use super::one_node::OneNode;
+
+/// Where the first node's components reach the control plane: its node-local balancer.
+const BALANCER: &str = "https://127.0.0.1:7445/version";
+
+/// The module doc's two changes on `node`'s cluster.
+pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
+    let machine = &node.machine;
+    admin(
+        machine,
+        &[
+            "create",
+            "configmap",
+            "before-scaling",
+            "--from-literal=kept=yes",
+        ],
+    );
+
+    let members = change(node, 3);
+    assert_eq!(members.len(), 3);
+    let voters = etcdctl(machine, &node.ip, &["member", "list", "-w", "json"]);
+    assert!(voters.status.success(), "{voters:?}");
+    let voters: Value = serde_json::from_slice(&voters.stdout).unwrap();
+    let voters = voters["members"].as_array().unwrap();
+    assert_eq!(voters.len(), 3, "{voters:?}");
+    assert!(voters.iter().all(|m| m["isLearner"] != true), "{voters:?}");
+    for (member, ip) in &members {
+        assert_eq!(
+            read_through(machine, ip).as_deref(),
+            Ok("yes"),
+            "{}",
+            member.name
+        );
+    }
+
+    let members = change(node, 1);
+    assert_eq!(members.len(), 1);
+    let voters = etcdctl(machine, &node.ip, &["member", "list", "-w", "json"]);
+    let voters: Value = serde_json::from_slice(&voters.stdout).unwrap();
+    assert_eq!(voters["members"].as_array().unwrap().len(), 1, "{voters}");
+    assert_eq!(read_through(machine, &node.ip).as_deref(), Ok("yes"));
+    // The first node's balancer followed the name: the two members that came and went.
+    let balancer = machine.journal("exk8s-apiserver-balancer.service", 1000);
+    let lines = |listed: bool| {
+        balancer
+            .lines()
+            .filter(|l| l.contains(" listed") && l.contains("no longer listed") != listed)
+            .count()
+    };
+    assert!(lines(true) >= 3, "itself and two more listed: {balancer}");
+    assert_eq!(lines(false), 2, "two no longer listed: {balancer}");
+}
+
+/// The ConfigMap written before the changes, read through the apiserver at `ip` (the admin
+/// kubeconfig's credentials, that apiserver's address).
+fn read_through(machine: &Machine, ip: &str) -> Result<String, String> {
+    kubectl_with(
+        machine,
+        "/etc/exk8s/kubeconfig/admin.kubeconfig",
+        &[
+            "--server",
+            &format!("https://{ip}:6443"),
+            "get",
+            "configmap",
+            "before-scaling",
+            "-o",
+            "jsonpath={.data.kept}",
+        ],
+    )
+}
+
+/// Asks for `count` members and waits until the control plane is that size, every member a
+/// voter and at its newest generation, while every member's sync unit is started every few
+/// seconds and the first machine samples its balancer; asserts no sample failed. The members
+/// then, with their addresses.
+fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
+    let cluster = node.cluster.to_string();
+    let stop = AtomicBool::new(false);
+    let (members, samples) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                samples.push(version_through_balancer(&node.machine));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            samples
+        });
+        let syncer = s.spawn(|| syncing(node, &stop));
+        let members = {
+            let _stop = SetOnDrop(&stop);
+            let asked = node.stack.exk8s(
+                node.dir,
+                &["scale", &cluster, "--control-plane", &count.to_string()],
+            );
+            assert!(
+                asked.status.success(),
+                "exk8s scale: {}",
+                String::from_utf8_lossy(&asked.stderr)
+            );
+            settled(node, count)
+        };
+        syncer.join().unwrap();
+        (members, sampler.join().unwrap())
+    });
+    let failed: Vec<&String> = samples.iter().filter(|a| *a != "ok").collect();
+    assert!(
+        failed.is_empty(),
+        "to {count} members: {} of {} requests through the first node's balancer failed: {failed:?}",
+        failed.len(),
+        samples.len()
+    );
+    assert!(samples.len() > 20, "sampled throughout: {}", samples.len());
+    members
+}
+
+/// `GET /version` through the first node's balancer from its LAN: `ok`, or what failed.
+fn version_through_balancer(machine: &Machine) -> String {
+    let out = machine
+        .on_lan("curl")
+        .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", BALANCER])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
+        "ok".to_owned()
+    } else {
+        format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
+    }
+}
+
+/// Starts every running member's sync unit (what its timer runs, without waiting for it) every
+/// three seconds — as systemd's start limit (5 in 10 s) allows — until `stop`.
+fn syncing(node: &OneNode<'_>, stop: &AtomicBool) {
+    let mut machines: BTreeMap<i64, Machine> = BTreeMap::new();
+    while !stop.load(Ordering::Relaxed) {
+        let members = nodes(node.stack, node.cluster);
+        let listed: Vec<i64> = members
+            .iter()
+            .map(|m| m["vm_id"].as_i64().unwrap())
+            .collect();
+        // A member gone: its machine is no more (never enter what its PID may be now).
+        machines.retain(|vm, _| listed.contains(vm));
+        for vm in listed {
+            if !machines.contains_key(&vm)
+                && let Some(machine) = Machine::try_of(node.stack, vm)
+            {
+                machines.insert(vm, machine);
+            }
+            if let Some(machine) = machines.get(&vm) {
+                let _ = machine.run(
+                    "systemctl",
+                    &["start", "--no-block", "exk8s-agent-sync.service"],
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    }
+}
+
+/// A node's phase that says it is healthy at what it applied: its boot complete, or its last
+/// sync succeeded.
+fn healthy(phase: &Value) -> bool {
+    matches!(phase.as_str(), Some("complete" | "sync"))
+}
+
+/// Waits until the control plane has `count` members, every one a voter whose last report
+/// succeeded at its newest generation; the members' machines and addresses.
+fn settled(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
+    let want = json!({"desired": count, "voters": count, "joining": 0, "leaving": 0});
+    wait_until(
+        &format!("{count} control-plane members, each up to date"),
+        Duration::from_secs(900),
+        || {
+            node.machine.assert_up();
+            let cluster = view(node.stack, node.cluster);
+            let members = cluster["nodes"].as_array().unwrap();
+            cluster["control_plane_members"] == want
+                && members.len() == count
+                && members
+                    .iter()
+                    .all(|n| n["up_to_date"] == true && healthy(&n["phase"]))
+        },
+    );
+    nodes(node.stack, node.cluster)
+        .iter()
+        .map(|n| {
+            let vm = n["vm_id"].as_i64().unwrap();
+            let ip = n["private_ipv4"].as_str().unwrap().to_owned();
+            (Machine::of(node.stack, vm), ip)
+        })
+        .collect()
+}
