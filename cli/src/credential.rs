@@ -184,8 +184,8 @@ fn refresh_at(not_before: i64, not_after: i64) -> i64 {
     not_before + (not_after - not_before) * 2 / 3
 }
 
-/// The DER of each `CERTIFICATE` block of `pem`.
-fn ders(pem: &str) -> Vec<Vec<u8>> {
+/// The DER of each `CERTIFICATE` block of `pem`, in order.
+pub(crate) fn ders(pem: &str) -> Vec<Vec<u8>> {
     x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
         .filter_map(Result::ok)
         .filter(|p| p.label == "CERTIFICATE")

@@ -1,7 +1,8 @@
 //! `exk8s kubeconfig [CLUSTER] --refresh`: each exk8s identity merged into the kubeconfig
 //! (contexts `exk8s-admin@<cluster>`) is fetched again when it is past two thirds of its life,
-//! expired, or trusts another CA than the cluster's apiservers are trusted with now (a rotation
-//! of the cluster CA began); the others are kept. One line each says which and why.
+//! expired, or trusts other CAs than the cluster's apiservers are trusted with now (compared as
+//! sets: a rotation of the cluster CA dropped the old one, or ended with a new standby); the
+//! others are kept. One line each says which and why.
 
 use base64::Engine as _;
 use exk8s_api_types::ClusterTrust;
@@ -28,11 +29,24 @@ fn stale(
     if now >= not_before + (not_after - not_before) * 2 / 3 {
         return Some("its certificate is past two thirds of its life".into());
     }
-    let ca = ca_data.and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok());
-    if ca.as_deref() != Some(trusted.as_bytes()) {
+    let ca = ca_data
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .map(|pem| String::from_utf8_lossy(&pem).into_owned());
+    if ca.is_none_or(|ca| !same_certificates(&ca, trusted)) {
         return Some("the cluster's apiservers are trusted with another CA now".into());
     }
     None
+}
+
+/// Whether two PEM texts hold the same certificates, in whatever order.
+fn same_certificates(a: &str, b: &str) -> bool {
+    let sorted = |pem: &str| {
+        let mut ders = crate::credential::ders(pem);
+        ders.sort();
+        ders
+    };
+    let a = sorted(a);
+    !a.is_empty() && a == sorted(b)
 }
 
 /// A base64 PEM certificate's validity (Unix seconds).
@@ -145,6 +159,13 @@ mod tests {
                 .unwrap()
                 .contains("another CA")
         );
+        // The same CAs in another order are the same trust; one more or one less is not.
+        let other = "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+        let both = base64::engine::general_purpose::STANDARD.encode(format!("{ca}{other}"));
+        assert_eq!(stale(cert, Some(&both), &format!("{other}{ca}"), 100), None);
+        assert!(stale(cert, Some(&both), other, 100).is_some());
+        assert!(stale(cert, Some(&data), &format!("{ca}{other}"), 100).is_some());
+        assert!(stale(cert, Some("not base64"), ca, 100).is_some());
         assert!(
             stale(None, Some(&data), ca, 100)
                 .unwrap()
