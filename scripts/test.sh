@@ -47,6 +47,8 @@ export EXK8S_PYTHON="$PWD/.venv/bin/python"
 # are built), then the next minor's release the upgrade tests go to, each with its etcd
 # (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them), Kubernetes'
 # end-to-end suite and the S3 server, while the first part runs. A file marks each stage done.
+# What only the second part needs is built at nice 10: on a new machine the Rust build and the
+# first release come first, and the first part (at nice 10 too) gets its share beside it.
 # shellcheck source=scripts/lib/versions.sh
 source scripts/lib/versions.sh
 log "Kubernetes $k8s_version and etcd $etcd_version, then $k8s_next and etcd $etcd_next, Kubernetes' end-to-end suite and the S3 server the snapshot tests use (in the background; built once per machine)"
@@ -54,22 +56,23 @@ k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
     touch "$k8s_log.first-done" &&
-    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
+    nice -n 10 bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
     touch "$k8s_log.next-done" &&
-    bash scripts/e2e-binaries.sh "$k8s_version" >"$k8s_log.e2e" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3"
+    nice -n 10 bash scripts/e2e-binaries.sh "$k8s_version" >"$k8s_log.e2e" &&
+    nice -n 10 bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
 k8s_build=$!
 
 # The node image's root (Debian 12 with systemd), made by debootstrap, the local mirror of the
 # Debian packages a node installs on it, and the Go-built tools of its registry, helm and CoreDNS
-# (the registry's images follow once both are done): once per machine.
-log "the node image's root and its package mirror (in the background; built once per machine)"
+# (the registry's images follow once both are done): once per machine, at nice 10 (only the
+# booted tests need them).
+log "the node image's root and its package mirror (in the background, nice 10; built once per machine)"
 image_log=$(mktemp)
 {
-  bash scripts/node-image.sh >"$image_log.out" &&
-    bash scripts/node-packages.sh "$(cat "$image_log.out")" >"$image_log.packages" &&
-    bash scripts/node-registry.sh --tools
+  nice -n 10 bash scripts/node-image.sh >"$image_log.out" &&
+    nice -n 10 bash scripts/node-packages.sh "$(cat "$image_log.out")" >"$image_log.packages" &&
+    nice -n 10 bash scripts/node-registry.sh --tools
 } 2>"$image_log" &
 image_build=$!
 
@@ -108,8 +111,8 @@ target/debug/module-cycles api/src agent/src cli/src common/src api-types/src te
 # harnessed end-to-end tests), then, once the next release is built, the harnessed upgrade. The
 # second starts once everything is built and the registry is filled: the tests that boot
 # machines (they wait on their machines most of the time, so the first part's work fits beside
-# them). The first part runs at nice 10: the builds the second part waits for, and its machines,
-# come first.
+# them). The first part runs at nice 10, as the builds only the second part needs do: once the
+# second part runs, its machines come first.
 booted_tests=(boot boot_cluster)
 next_tests=(control_plane_upgrade)
 # The first part's targets: every library, binary and test target the workspace tests (cargo
