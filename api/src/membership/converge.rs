@@ -12,8 +12,8 @@
 //!    etcd (the leaving member's apiserver still serves, through the voters' etcd, while the
 //!    remover's own components roll); once that generation is applied the shared DNS name
 //!    stops listing it, then its VM goes (a cloud's delete shuts the machine down, so its
-//!    apiserver fails `/readyz` before its listener closes), then its row, and every member
-//!    follows.
+//!    apiserver fails `/readyz` before its listener closes), then its row, and every node but
+//!    the remover follows.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -261,7 +261,7 @@ async fn start_leaving(
 }
 
 /// A member etcd no longer lists: the shared name stops listing it, its VM goes, then its
-/// row, and every member follows. The name goes first: a client that resolves it while the
+/// row, and every other node follows. The name goes first: a client that resolves it while the
 /// machine shuts down never meets an address that is about to stop answering.
 async fn left(
     ctx: &Membership,
@@ -274,7 +274,18 @@ async fn left(
     let mut tx = ctx.db.begin().await?;
     db::removals::delete(&mut *tx, node.id).await?;
     db::membership::hand_over_initial(&mut tx, cluster.id).await?;
-    db::nodes::bump_generations(&mut tx, cluster.id).await?;
+    // The remover's own generation, the one that removed the member, already rendered it gone
+    // from its `--etcd-servers` and its plan's voters: rolling it again for the row's deletion
+    // would restart its components for nothing — with no other member left, an outage. (When
+    // the member was the initial one, another takes that over: everyone follows.)
+    match node.drain_by.filter(|_| !node.is_initial) {
+        Some(remover) => {
+            db::nodes::bump_generations_except(&mut tx, cluster.id, remover).await?;
+        }
+        None => {
+            db::nodes::bump_generations(&mut tx, cluster.id).await?;
+        }
+    }
     tx.commit().await?;
     tracing::info!(
         cluster_id = cluster.id,

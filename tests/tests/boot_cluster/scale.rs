@@ -109,7 +109,8 @@ fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
         let sampler = s.spawn(|| {
             let mut samples = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                samples.push(version_through_balancer(&node.machine));
+                let at = chrono_now();
+                samples.push((at, version_through_balancer(&node.machine)));
                 std::thread::sleep(Duration::from_millis(200));
             }
             samples
@@ -131,15 +132,43 @@ fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
         syncer.join().unwrap();
         (members, sampler.join().unwrap())
     });
-    let failed: Vec<&String> = samples.iter().filter(|a| *a != "ok").collect();
+    let failed: Vec<&(String, String)> = samples.iter().filter(|(_, a)| a != "ok").collect();
     assert!(
         failed.is_empty(),
-        "to {count} members: {} of {} requests through the first node's balancer failed: {failed:?}",
+        "to {count} members: {} of {} requests through the first node's balancer failed: \
+         {failed:?}\nits balancer said:\n{}\nthe API said:\n{}",
         failed.len(),
-        samples.len()
+        samples.len(),
+        node.machine.journal("exk8s-apiserver-balancer.service", 60),
+        membership_log(node.dir)
     );
     assert!(samples.len() > 20, "sampled throughout: {}", samples.len());
     members
+}
+
+/// The time of day (UTC, as the logs print it) to the millisecond.
+fn chrono_now() -> String {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let day = since.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The API's log lines about membership and machines (`dir/api.log`).
+fn membership_log(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("api.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("membership") || l.contains("sim::machines"))
+        .map(|l| l.chars().take(220).collect::<String>() + "\n")
+        .collect()
 }
 
 /// `GET /version` through the first node's balancer from its LAN: `ok`, or what failed.

@@ -20,8 +20,8 @@ use super::{rotations, sa_rotations};
 use crate::lifecycle::generations::NodeGenerations;
 
 pub use updates::{
-    Handed, bump_generations, bump_role_generations, hand_update, lock_cluster, rearm,
-    record_report, take_serial,
+    Handed, bump_generations, bump_generations_except, bump_role_generations, hand_update,
+    lock_cluster, rearm, record_report, take_serial,
 };
 
 #[derive(Debug, Clone)]

@@ -165,6 +165,23 @@ pub async fn bump_generations(
     Ok(nodes)
 }
 
+/// Gives every node of the cluster but node `except` (an id) its next desired generation.
+pub async fn bump_generations_except(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    except: i64,
+) -> Result<u64, DbError> {
+    let done = sqlx::query(
+        "UPDATE cluster_nodes SET desired_generation = desired_generation + 1 \
+         WHERE cluster_id = $1 AND id <> $2",
+    )
+    .bind(cluster_id)
+    .bind(except)
+    .execute(&mut *tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Gives every node of `role` in the cluster its next desired generation.
 pub async fn bump_role_generations(
     tx: &mut sqlx::AnyConnection,
