@@ -264,6 +264,9 @@ impl Machine {
 
     /// The lines of `unit`'s journal that match `pattern` (journalctl's `--grep`).
     pub fn journal_grep(&self, unit: &str, pattern: &str) -> String {
+        // Every line logged before now, stored first: journald reads a unit's output
+        // asynchronously, and a loaded host lets it fall behind a unit that just ended.
+        self.run("journalctl", &["--sync"]);
         let out = self.run(
             "journalctl",
             &["--no-pager", "--output=cat", "-u", unit, "--grep", pattern],

@@ -138,10 +138,11 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
     });
 }
 
-/// Named to start after the two above (tests start in name order, two at a time here): the
-/// three-member cluster, the longest, starts at once.
+/// Named to start first (tests start in name order, two at a time here), beside the
+/// one-member cluster: the three-member cluster starts once that one ends, so the two longest
+/// run side by side.
 #[test]
-fn tokens_snapshots_and_a_restore_on_one_booted_node() {
+fn a_booted_node_takes_tokens_snapshots_a_restore_and_scales() {
     one_node::run();
 }
 
