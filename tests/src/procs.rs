@@ -97,3 +97,19 @@ impl Drop for SetOnDrop<'_> {
         self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// The time of day (UTC, as the logs print it) to the millisecond: for samples a test keeps
+/// to set beside the logs when a check fails.
+pub fn time_of_day() -> String {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let day = since.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        since.subsec_millis()
+    )
+}

@@ -72,7 +72,11 @@ fn readyz_round(sampler: &Machine, ips: &[String], others: &[Machine]) -> Vec<(S
         let answer = if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
             "ok".to_owned()
         } else {
-            format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
+            format!(
+                "{said} {} at {}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                exk8s_tests::procs::time_of_day()
+            )
         };
         round.push((name, answer));
     }

@@ -3,7 +3,7 @@
 //! `server` line per member filled in, checked by `haproxy -c` and run by Debian's HAProxy in
 //! the first machine's network namespace, where the samples of [`super::day2`] go through it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ fn documented() -> String {
 /// HAProxy running the documented configuration in front of `members`, until dropped.
 pub(crate) struct Haproxy {
     child: Child,
+    log: PathBuf,
 }
 
 impl Haproxy {
@@ -61,6 +62,12 @@ impl Haproxy {
             }
             config.push_str(&line.replace("CA_FILE", &ca.display().to_string()));
             config.push('\n');
+            // Beyond the page: a log of every connection and check, to read when a sample fails.
+            match line.trim() {
+                "global" => config.push_str("    log stderr format iso local0\n"),
+                "defaults" => config.push_str("    log global\n    option tcplog\n"),
+                _ => {}
+            }
         }
         let file = dir.join("haproxy.cfg");
         std::fs::write(&file, &config).unwrap();
@@ -86,7 +93,10 @@ impl Haproxy {
             .stderr(log)
             .spawn()
             .unwrap();
-        let haproxy = Self { child };
+        let haproxy = Self {
+            child,
+            log: dir.join("haproxy.log"),
+        };
         exk8s_tests::procs::wait_until("HAProxy's first answer", Duration::from_secs(30), || {
             let out = on
                 .on_lan("curl")
@@ -100,8 +110,20 @@ impl Haproxy {
 }
 
 impl Drop for Haproxy {
+    /// Stops it; when a check failed (a panic unwinds through it), prints what its log holds
+    /// besides connections that ended normally (`--` termination flags): the checks' verdicts,
+    /// and connections refused, retried or cut.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let unusual: String = log
+                .lines()
+                .filter(|l| !l.contains(" -- "))
+                .map(|l| l.to_owned() + "\n")
+                .collect();
+            eprintln!("HAProxy's log, but for connections that ended normally:\n{unusual}");
+        }
     }
 }

@@ -109,7 +109,7 @@ fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
         let sampler = s.spawn(|| {
             let mut samples = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                let at = chrono_now();
+                let at = exk8s_tests::procs::time_of_day();
                 samples.push((at, version_through_balancer(&node.machine)));
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -144,21 +144,6 @@ fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
     );
     assert!(samples.len() > 20, "sampled throughout: {}", samples.len());
     members
-}
-
-/// The time of day (UTC, as the logs print it) to the millisecond.
-fn chrono_now() -> String {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let day = since.as_secs() % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        day / 3600,
-        day / 60 % 60,
-        day % 60,
-        since.subsec_millis()
-    )
 }
 
 /// The API's log lines about membership and machines (`dir/api.log`).
