@@ -5,6 +5,7 @@
 
 use sqlx::{Any, Executor, Row};
 
+use super::phase::{ClusterPhase, decode};
 use super::{Backend, Db, DbError, SQLITE_SYNC_FULL, SQLITE_SYNC_NORMAL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +177,27 @@ pub async fn live_for_pool<'c>(
     .fetch_all(db)
     .await?;
     Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// A VM the journal holds as made for a cluster (`creating` or `created`, not deleted): the
+/// org and phase of that cluster. A VM asks for its bundle as soon as it boots, and its node
+/// row follows once its address is known (founding, a pool, a joining member): between the
+/// two, this is what says whose it is. `None` when no live journal row names it.
+pub async fn cluster_making_vm<'c>(
+    db: impl Executor<'c, Database = Any>,
+    vm_id: i64,
+) -> Result<Option<(i64, ClusterPhase)>, DbError> {
+    let row = sqlx::query(
+        "SELECT c.org_id, c.phase FROM cluster_resources r JOIN clusters c ON c.id = r.cluster_id \
+         WHERE r.kind = 'vm' AND r.state <> 'deleted' AND r.external_id = $1",
+    )
+    .bind(vm_id.to_string())
+    .fetch_optional(db)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some((row.try_get("org_id")?, decode(&row, "phase")?)))
 }
 
 pub async fn delete_for_cluster<'c>(

@@ -90,6 +90,23 @@ pub(crate) fn same_vm(session: Session, path_vm: i64) -> Result<(), Refusal> {
     }
 }
 
+/// Judges a VM of `org_id` that is no node: one the journal holds as made for a cluster of the
+/// org that is not going away (`making`: that cluster's org and phase) is a node in a moment —
+/// it booted before its row was written — and is told to retry; any other is no node.
+pub fn not_a_node(making: Option<(i64, ClusterPhase)>, org_id: i64) -> Refusal {
+    match making {
+        Some((org, ClusterPhase::Provisioning | ClusterPhase::Founded)) if org == org_id => {
+            Refusal {
+                class: Refused::NotYet {
+                    retry_after_secs: 2,
+                },
+                reason: "the VM is made for its cluster but not yet recorded as a node",
+            }
+        }
+        _ => hidden("the VM is no node of any cluster"),
+    }
+}
+
 /// Judges a looked-up node and its cluster: a node of a founded cluster of `org_id`.
 pub fn member_of(found: Option<(NodeRow, ClusterRow)>, org_id: i64) -> Result<Vm, Refusal> {
     let Some((node, cluster)) = found else {
@@ -144,6 +161,10 @@ pub async fn authenticate(
     if let Err(refusal) = same_vm(session, path_vm) {
         return Ok(Err(refusal));
     }
+    if found.member.is_none() {
+        let making = db::resources::cluster_making_vm(&db.pool, path_vm).await?;
+        return Ok(Err(not_a_node(making, session.org_id)));
+    }
     Ok(member_of(found.member, session.org_id))
 }
 
@@ -189,4 +210,26 @@ pub async fn refuse(db: &Db, path_vm: i64, refusal: Refusal, source: &str) -> Is
         return IssuanceError::Db(e);
     }
     IssuanceError::Refused(refusal.class)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a VM made for a cluster of the caller's own org that is not going away is told to
+    /// retry; every other VM that is no node is hidden, as ever.
+    #[test]
+    fn a_vm_not_yet_a_node_retries_only_for_its_own_live_cluster() {
+        for phase in ClusterPhase::ALL {
+            let refusal = not_a_node(Some((7, phase)), 7);
+            let retries = matches!(refusal.class, Refused::NotYet { .. });
+            assert_eq!(
+                retries,
+                matches!(phase, ClusterPhase::Provisioning | ClusterPhase::Founded),
+                "{phase:?}"
+            );
+            assert_eq!(not_a_node(Some((8, phase)), 7).class, Refused::Hidden);
+        }
+        assert_eq!(not_a_node(None, 7).class, Refused::Hidden);
+    }
 }

@@ -43,6 +43,10 @@ pub struct Faults {
     pub fail_dns: bool,
     /// `create_vm` waits while this is set (a test holds founding at its first VM).
     pub hold_vm_create: bool,
+    /// With `hold_vm_create`, only calls made once this many got through are held (counted
+    /// over the simulator's life, as `fail_vm_create_nth`): a test holds founding with its
+    /// first VMs made.
+    pub hold_vm_create_after: u32,
     /// `delete_vm` waits while this is set (a test looks at what was done before a delete).
     pub hold_vm_delete: bool,
 }
@@ -281,7 +285,12 @@ impl ComputeSim {
 impl Compute for ComputeSim {
     async fn create_vm(&self, request: &CreateVm) -> Result<Vm, ComputeError> {
         self.delay().await;
-        while lock(&self.faults).hold_vm_create {
+        loop {
+            let faults = self.faults();
+            let made = lock(&self.state).vm_creates;
+            if !faults.hold_vm_create || made < faults.hold_vm_create_after {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let faults = self.faults();

@@ -214,3 +214,88 @@ async fn a_name_asked_for_is_the_clusters_and_unique_in_its_org(backend: Backend
     }
 }
 both_backends!(a_name_asked_for_is_the_clusters_and_unique_in_its_org);
+
+/// A machine asks for its bundle as soon as it boots — here before founding recorded its node
+/// (founding held at its second VM, the first one made and journaled): it is told to retry
+/// (503 with `Retry-After`), never refused, and gets its bundle once founding ends. The same VM
+/// asked for with another org's credentials, and a VM no journal names, are no node (404).
+async fn a_vm_asking_before_its_node_is_recorded_is_told_to_retry(backend: Backend) {
+    use crate::app::{imds_token, operator_token};
+    use crate::bootstrap::{NONCE, fetch};
+    use exk8s_api::tokens::Scope;
+
+    let app = spawn_with(backend, test_config(), None).await;
+    app.sims.set_faults(Faults {
+        hold_vm_create: true,
+        hold_vm_create_after: app.sims.compute.vm_creates() + 1,
+        ..Faults::default()
+    });
+    let accepted = app
+        .post("/clusters")
+        .json(&valid_body(3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    // The first VM made, and journaled with its id (founding then waits at the second).
+    let mut first = None;
+    for _ in 0..600 {
+        if let Some(vm) = app.sims.compute.vms().first() {
+            let journaled: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM cluster_resources WHERE external_id = $1 AND state = 'created'",
+            )
+            .bind(vm.id.to_string())
+            .fetch_one(&app.state.db.pool)
+            .await
+            .unwrap();
+            if journaled == 1 {
+                first = Some(vm.id);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = first.expect("the first VM made and journaled within 30 s");
+    assert_eq!(
+        app.sims.compute.vms().len(),
+        1,
+        "founding holds at the second"
+    );
+
+    let bearer = format!(
+        "Bearer {}",
+        operator_token(&app.state, 7, Scope::Bootstrap, 600).await
+    );
+    let imds = imds_token(&app.state, first, 7, 600).await;
+    let early = fetch(&app, first, Some(&imds), Some(&bearer), NONCE).await;
+    let (status, retry) = (early.status(), early.headers().get("retry-after").cloned());
+    assert_eq!(status, 503, "{:?}", early.text().await);
+    assert_eq!(retry.unwrap(), "2");
+
+    let stranger = format!(
+        "Bearer {}",
+        operator_token(&app.state, 8, Scope::Bootstrap, 600).await
+    );
+    let stranger_imds = imds_token(&app.state, first, 8, 600).await;
+    let elsewhere = fetch(&app, first, Some(&stranger_imds), Some(&stranger), NONCE).await;
+    assert_eq!(elsewhere.status(), 404, "another org's VM is no node");
+    let unmade = first + 1000;
+    let unmade_imds = imds_token(&app.state, unmade, 7, 600).await;
+    let nowhere = fetch(&app, unmade, Some(&unmade_imds), Some(&bearer), NONCE).await;
+    assert_eq!(nowhere.status(), 404, "a VM no journal names is no node");
+
+    app.sims.set_faults(Faults::default());
+    let founded = settled(&app, &location).await;
+    assert_eq!(founded["phase"], "founded", "{founded}");
+    let bundle = fetch(
+        &app,
+        first,
+        Some(&imds),
+        Some(&bearer),
+        "bootstrap-test-nonce-0002",
+    )
+    .await;
+    assert_eq!(bundle.status(), 200, "{:?}", bundle.text().await);
+}
+both_backends!(a_vm_asking_before_its_node_is_recorded_is_told_to_retry);
