@@ -6,7 +6,7 @@
 # packages and the Kubernetes and etcd binaries (scripts/k8s-binaries.sh):
 # - the registry it pulls its control plane's images from, as an air-gapped cluster pulls from
 #   its own mirror of registry.k8s.io: a real registry (distribution's `registry`, built from its
-#   Go module) whose storage holds the images a control-plane node's static pods and
+#   Go module, with its filesystem storage only) whose storage holds the images a control-plane node's static pods and
 #   containerd's sandbox name — kube-apiserver, kube-controller-manager, kube-scheduler:<release>
 #   from the Go-built binaries in each K8S_BIN_DIR (one per release: an upgrade pulls both), and
 #   pause:<pause_version> from
@@ -51,16 +51,38 @@ mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_
 # shellcheck source=scripts/lib/cache.sh
 source "$(dirname "$0")/lib/cache.sh"
 
-tools=$cache/node-tools-$registry_version-$crane_version-$helm_version
+# go with what every build here sets: no cgo, modules resolved as needed, the local toolchain.
+gomod() { CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local go "$@"; }
+
+# The registry is distribution's cmd/registry with the one storage driver the tests use
+# (filesystem): its cloud drivers' SDKs (S3, Azure, GCS) are half of its packages to compile.
+tools=$cache/node-tools-fs-$registry_version-$crane_version-$helm_version
 build_tools() {
   local dir=$1
-  log "building distribution's registry $registry_version, crane $crane_version and helm $helm_version"
-  local module
-  for module in "github.com/distribution/distribution/v3/cmd/registry@$registry_version" \
-    "github.com/google/go-containerregistry/cmd/crane@$crane_version"; do
-    CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOBIN=$dir/bin go install "$module"
-  done
-  CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local GOBIN=$dir/bin go install \
+  log "building distribution's registry $registry_version (filesystem storage), crane $crane_version and helm $helm_version"
+  mkdir -p "$dir/src/registry" "$dir/bin"
+  cat >"$dir/src/registry/main.go" <<'GO'
+// distribution's cmd/registry, with only the filesystem storage driver.
+package main
+
+import (
+	"github.com/distribution/distribution/v3/registry"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+)
+
+func main() {
+	_ = registry.RootCmd.Execute()
+}
+GO
+  (
+    cd "$dir/src"
+    gomod mod init exk8s.test/node-tools >/dev/null 2>&1
+    gomod mod edit -go=1.25 -require="github.com/distribution/distribution/v3@$registry_version"
+    gomod build -trimpath -ldflags "-s -w" -o "$dir/bin/registry" ./registry
+  )
+  GOBIN=$dir/bin gomod install -trimpath -ldflags "-s -w" \
+    "github.com/google/go-containerregistry/cmd/crane@$crane_version"
+  GOBIN=$dir/bin gomod install -trimpath \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
     "helm.sh/helm/v3/cmd/helm@$helm_version"
   local out
@@ -69,22 +91,54 @@ build_tools() {
 }
 with_lock "$tools" build_tools
 
-# CoreDNS, at the version the renderer pins, from its Go module (its main package is the root).
-coredns=$cache/coredns-$coredns_version
+# CoreDNS, at the version the renderer pins, from its Go module: its own main and plugin list
+# (plugin.cfg, in its order), less the plugins that bring a cloud's SDK or another service's
+# client and that no cluster's Corefile names (route53, azure, clouddns, etcd, trace, geoip,
+# grpc) — a third of its packages to compile. `coredns -plugins` must list every other one.
+coredns_left_out='route53|azure|clouddns|etcd|trace|geoip|grpc'
+coredns=$cache/coredns-lean-$coredns_version
 build_coredns() {
   local dir=$1
   mkdir -p "$dir/src" "$dir/bin"
-  log "building CoreDNS $coredns_version"
+  log "building CoreDNS $coredns_version (every plugin but $coredns_left_out)"
   (
     cd "$dir/src"
-    export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
-    go mod init exk8s.test/coredns >/dev/null 2>&1
-    go mod edit -go=1.25 -require="github.com/coredns/coredns@$coredns_version"
-    go build -trimpath -ldflags "-s -w" -o "$dir/bin/coredns" github.com/coredns/coredns
+    gomod mod init exk8s.test/coredns >/dev/null 2>&1
+    gomod mod edit -go=1.25 -require="github.com/coredns/coredns@$coredns_version"
+    gomod mod download github.com/coredns/coredns
+    local module kept
+    module=$(gomod list -m -f '{{.Dir}}' github.com/coredns/coredns)
+    # plugin.cfg's lines are `directive:package`, a bare package being one of CoreDNS's own.
+    kept=$(grep -E '^[a-z0-9_]+:' "$module/plugin.cfg" | grep -Ev "^($coredns_left_out):")
+    [ -n "$kept" ] || die "no plugin read from $module/plugin.cfg"
+    {
+      echo '// CoreDNS main with the plugins of plugin.cfg but those scripts/node-registry.sh leaves out.'
+      echo 'package main'
+      echo
+      echo 'import ('
+      echo '	"github.com/coredns/coredns/core/dnsserver"'
+      echo '	"github.com/coredns/coredns/coremain"'
+      awk -F: '{ p = ($2 ~ /\//) ? $2 : "github.com/coredns/coredns/plugin/" $2; print "\t_ \"" p "\"" }' <<<"$kept"
+      echo ')'
+      echo
+      echo 'func init() {'
+      echo '	dnsserver.Directives = []string{'
+      awk -F: '{ print "\t\t\"" $1 "\"," }' <<<"$kept"
+      echo '	}'
+      echo '}'
+      echo
+      echo 'func main() { coremain.Run() }'
+    } >main.go
+    gomod build -trimpath -ldflags "-s -w" -o "$dir/bin/coredns" .
   )
   local out
   out=$("$dir/bin/coredns" -version 2>&1)
   [[ $out == *"CoreDNS-${coredns_version#v}"* ]] || die "coredns -version says '$out', not $coredns_version"
+  out=$("$dir/bin/coredns" -plugins 2>&1)
+  local plugin
+  for plugin in errors health ready kubernetes prometheus forward cache loop reload loadbalance; do
+    grep -qx "$plugin" <<<"$out" || die "coredns -plugins does not list $plugin: $out"
+  done
 }
 with_lock "$coredns" build_coredns
 
