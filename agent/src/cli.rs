@@ -70,6 +70,10 @@ struct BalanceArgs {
     /// again every round: two during a CA rotation).
     #[arg(long, value_name = "PEM")]
     ca_file: PathBuf,
+    /// The members the node's bundle lists, one IP:PORT a line: the apiservers until the
+    /// name first resolves.
+    #[arg(long, value_name = "FILE")]
+    seeds_file: Option<PathBuf>,
     /// Where to listen when systemd passes no socket (exk8s-apiserver-balancer.socket does).
     #[arg(long, value_name = "ADDRESS:PORT", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -218,6 +222,7 @@ fn dispatch(cli: Cli) -> Result<String, AgentError> {
             balancer::run(&Options {
                 apiserver: args.apiserver,
                 ca_file: args.ca_file,
+                seeds_file: args.seeds_file,
                 listen: args.listen,
                 interval: Duration::from_millis(args.interval_ms),
             })

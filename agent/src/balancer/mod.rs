@@ -9,7 +9,10 @@
 //! the service restarts, new connections wait in that socket's queue instead of being refused.
 //! The apiservers are the addresses the control plane's DNS name resolves to, resolved again
 //! every round, so a member that joins, leaves or is replaced is followed as the cloud's DNS
-//! follows it, with no restart of anything. Every round asks each apiserver's `/readyz`
+//! follows it, with no restart of anything. Until the name first resolves (a record not yet
+//! published, a DNS the operator has not pointed yet), the members the node's bundle lists
+//! (`--seeds-file`, written with every bundle) stand in for it; once it resolves, a failure
+//! keeps its last answer instead. Every round asks each apiserver's `/readyz`
 //! ([`readyz`]), trusting the cluster CA file as it is then (two CAs during a rotation). A
 //! member that starts to stop fails `/readyz` at once and keeps serving for its
 //! `--shutdown-delay-duration`, so the balancer stops sending it connections before its
@@ -20,6 +23,7 @@
 mod pool;
 mod proxy;
 mod readyz;
+mod seeds;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs as _};
 use std::path::PathBuf;
@@ -105,6 +109,9 @@ impl Endpoint {
 pub struct Options {
     pub apiserver: Endpoint,
     pub ca_file: PathBuf,
+    /// The members the node's bundle lists, one `IP:PORT` per line: the apiservers until the
+    /// name first resolves.
+    pub seeds_file: Option<PathBuf>,
     /// Where to listen when systemd passes no socket.
     pub listen: SocketAddr,
     /// Between two rounds of checks.
@@ -119,6 +126,7 @@ pub struct Balancer<R> {
     /// The last answer of a resolution that worked: kept while resolving fails.
     resolved: Mutex<Vec<SocketAddr>>,
     resolving_fails: AtomicBool,
+    seeds_file: Option<PathBuf>,
 }
 
 impl<R> Balancer<R>
@@ -134,7 +142,16 @@ where
             ca_file,
             resolved: Mutex::new(Vec::new()),
             resolving_fails: AtomicBool::new(false),
+            seeds_file: None,
         }
+    }
+
+    /// The apiservers until the name first resolves: those `file` lists (read again every
+    /// round while they are needed, so a newer bundle's list is followed).
+    #[must_use]
+    pub fn with_seeds(mut self, file: PathBuf) -> Self {
+        self.seeds_file = Some(file);
+        self
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -155,13 +172,30 @@ where
             Ok(_) => "no address".to_owned(),
             Err(e) => e.to_string(),
         };
-        if !self.resolving_fails.swap(true, Ordering::Relaxed) {
-            log_warn!(
-                "resolving the apiservers' name: {why}; keeping the {} known",
-                last.len()
-            );
+        let first_failure = !self.resolving_fails.swap(true, Ordering::Relaxed);
+        if !last.is_empty() {
+            if first_failure {
+                log_warn!(
+                    "resolving the apiservers' name: {why}; keeping the {} known",
+                    last.len()
+                );
+            }
+            return last.clone();
         }
-        last.clone()
+        let seeds = self.seeds_file.as_deref().map(seeds::read);
+        if first_failure {
+            match &seeds {
+                Some(Ok(seeds)) => log_warn!(
+                    "resolving the apiservers' name: {why}; until it resolves, the {} members the bundle lists",
+                    seeds.len()
+                ),
+                Some(Err(e)) => {
+                    log_warn!("resolving the apiservers' name: {why}; and no bundle's list: {e}");
+                }
+                None => log_warn!("resolving the apiservers' name: {why}; no apiserver known"),
+            }
+        }
+        seeds.and_then(Result::ok).unwrap_or_default()
     }
 
     /// One round: the apiservers resolved, each one's `/readyz` asked (all at once), the pool
@@ -266,7 +300,10 @@ pub fn run(options: &Options) -> Result<(), BalancerError> {
         endpoint.port,
         options.ca_file.display()
     );
-    let balancer = Balancer::new(move || endpoint.resolve(), options.ca_file.clone());
+    let mut balancer = Balancer::new(move || endpoint.resolve(), options.ca_file.clone());
+    if let Some(file) = &options.seeds_file {
+        balancer = balancer.with_seeds(file.clone());
+    }
     balancer.serve(&listener, options.interval, &stop)
 }
 

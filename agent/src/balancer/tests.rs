@@ -234,6 +234,69 @@ fn while_the_name_does_not_resolve_the_known_apiservers_stay() {
 }
 
 #[test]
+fn until_the_name_first_resolves_the_bundles_members_stand_in() {
+    let (ca, server) = ca_and_server();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let (a, b) = (apiserver("a", &server), apiserver("b", &server));
+    let seeds = dir.path().join("apiservers");
+    std::fs::write(&seeds, format!("# the bundle's members\n{}\n", a.addr)).unwrap();
+    let resolves = AtomicBool::new(false);
+    let balancer = Balancer::new(
+        || {
+            if resolves.load(Ordering::Relaxed) {
+                Ok(vec![b.addr])
+            } else {
+                Err(std::io::Error::other("no such host"))
+            }
+        },
+        ca_file,
+    )
+    .with_seeds(seeds.clone());
+    balancer.round();
+    assert_eq!(listed(&balancer), [a.addr], "the bundle's member");
+    // A newer bundle's list is read at the next round.
+    std::fs::write(&seeds, format!("{}\n{}\n", a.addr, b.addr)).unwrap();
+    balancer.round();
+    let mut both = vec![a.addr, b.addr];
+    both.sort();
+    assert_eq!(listed(&balancer), both);
+    // Once the name resolves it wins, and its last answer outlives a later failure.
+    resolves.store(true, Ordering::Relaxed);
+    balancer.round();
+    assert_eq!(listed(&balancer), [b.addr], "the name's answer");
+    resolves.store(false, Ordering::Relaxed);
+    balancer.round();
+    assert_eq!(listed(&balancer), [b.addr], "kept, not the seeds");
+
+    // No list, or an unreadable one: nothing to balance over, said in the log.
+    let unseeded = Balancer::new(
+        || Err(std::io::Error::other("no such host")),
+        dir.path().join("ca.pem"),
+    )
+    .with_seeds(dir.path().join("missing"));
+    unseeded.round();
+    assert!(listed(&unseeded).is_empty());
+}
+
+/// The apiservers `balancer` lists and finds ready, in order.
+fn listed<R>(balancer: &Balancer<R>) -> Vec<SocketAddr>
+where
+    R: Fn() -> std::io::Result<Vec<SocketAddr>> + Sync,
+{
+    let mut listed: Vec<SocketAddr> = balancer
+        .pool()
+        .backends()
+        .iter()
+        .filter(|v| v.listed && v.readiness == Readiness::Ready)
+        .map(|v| v.addr)
+        .collect();
+    listed.sort();
+    listed
+}
+
+#[test]
 fn an_endpoint_is_a_host_and_a_port() {
     let parsed: Endpoint = "cp.example.com:6443".parse().unwrap();
     assert_eq!(

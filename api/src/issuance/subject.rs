@@ -4,6 +4,7 @@
 //! certificates recorded follow the role.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use exk8s_common::contract::{BundleKind, Role};
@@ -35,7 +36,11 @@ enum Subject {
         /// The public keys its apiserver verifies tokens with (two during a rotation).
         service_account_public: String,
     },
-    Worker(WorkerNode),
+    Worker {
+        node: WorkerNode,
+        /// The control-plane members' private addresses (its balancer's seeds).
+        apiservers: Vec<Ipv4Addr>,
+    },
 }
 
 /// A node and its cluster, ready to mint for and render.
@@ -138,6 +143,12 @@ pub(super) async fn load(
         }
         Role::Worker => {
             let (worker, version) = worker(ctx, node).await?;
+            let apiservers = db::nodes::list(&ctx.db.pool, cluster.id)
+                .await?
+                .iter()
+                .filter(|n| n.role == Role::ControlPlane)
+                .map(|n| load::addresses(n).map(|a| a.private_ipv4))
+                .collect::<Result<Vec<_>, _>>()?;
             // A worker's kubelet follows its pool's version, which moves only after the
             // control plane's.
             if let Some(version) = version {
@@ -149,7 +160,10 @@ pub(super) async fn load(
             }
             (
                 db::rotations::get(&ctx.db.pool, cluster.id).await?,
-                Subject::Worker(worker),
+                Subject::Worker {
+                    node: worker,
+                    apiservers,
+                },
             )
         }
     };
@@ -166,7 +180,7 @@ impl Loaded {
     pub(super) fn role(&self) -> Role {
         match self.subject {
             Subject::ControlPlane { .. } => Role::ControlPlane,
-            Subject::Worker(_) => Role::Worker,
+            Subject::Worker { .. } => Role::Worker,
         }
     }
 
@@ -180,14 +194,14 @@ impl Loaded {
     pub(super) fn drains(&self) -> &[NodeName] {
         match &self.subject {
             Subject::ControlPlane { drains, .. } => drains,
-            Subject::Worker(_) => &[],
+            Subject::Worker { .. } => &[],
         }
     }
 
     pub(super) fn addresses(&self) -> &NodeAddresses {
         match &self.subject {
             Subject::ControlPlane { this, .. } => &this.addresses,
-            Subject::Worker(node) => &node.addresses,
+            Subject::Worker { node, .. } => &node.addresses,
         }
     }
 
@@ -221,11 +235,12 @@ impl Loaded {
                 issuance,
                 artifacts,
             }),
-            Subject::Worker(node) => render::render_worker_bundle(&WorkerInput {
+            Subject::Worker { node, apiservers } => render::render_worker_bundle(&WorkerInput {
                 cluster: &self.spec,
                 node,
                 cluster_ca_pem: &self.trusted.cluster,
                 minted: minted.node(),
+                apiservers,
                 issuance,
                 artifacts,
             }),
@@ -236,7 +251,7 @@ impl Loaded {
     pub(super) fn certificates<'a>(&'a self, minted: &'a BundleCerts) -> Vec<Issued<'a>> {
         let serving = match &self.subject {
             Subject::ControlPlane { serving, .. } => Some(&**serving),
-            Subject::Worker(_) => None,
+            Subject::Worker { .. } => None,
         };
         certificates::bundle(serving, minted)
     }

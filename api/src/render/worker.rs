@@ -32,6 +32,8 @@ pub struct WorkerInput<'a> {
     /// The cluster CA certificate(s), PEM (two during a rotation).
     pub cluster_ca_pem: &'a str,
     pub minted: &'a NodeCerts,
+    /// The control-plane members' private addresses (the balancer's seeds).
+    pub apiservers: &'a [std::net::Ipv4Addr],
     pub issuance: &'a Issuance,
     pub artifacts: &'a ArtifactCatalog,
 }
@@ -50,6 +52,7 @@ pub fn render_worker_bundle(input: &WorkerInput<'_>) -> Result<BundlePayload, Re
             // Through the node's balancer: never an apiserver that is down or stopping.
             server: BALANCED_API,
             role: Role::Worker,
+            apiservers: input.apiservers,
             labels: &input.node.labels,
             taints: &input.node.taints,
         },

@@ -46,6 +46,7 @@ fn worker() -> (ClusterPki, BundlePayload) {
         node: &node,
         cluster_ca_pem: pki.cluster_ca.cert_pem(),
         minted: &minted,
+        apiservers: &[Ipv4Addr::new(10, 0, 1, 11), Ipv4Addr::new(10, 0, 1, 12)],
         issuance: &issuance(1),
         artifacts: &ArtifactCatalog::default(),
     })
@@ -73,6 +74,7 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         PATHS.modules_conf,
         PATHS.balancer_socket,
         PATHS.balancer_unit,
+        PATHS.balancer_seeds,
     ]
     .into();
     assert_eq!(
@@ -103,9 +105,16 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
     assert!(
         balancer.contains("--apiserver=exk8s-7-2a.k8s.example.com:6443")
             && balancer.contains(&format!("--ca-file={}", PATHS.ca_cert))
+            && balancer.contains(&format!("--seeds-file={}", PATHS.balancer_seeds))
             && balancer.contains("--listen=127.0.0.1:7445"),
         "{balancer}"
     );
+    // Until that name first resolves, the members the bundle was made with.
+    let seeds: Vec<&str> = text(&bundle, PATHS.balancer_seeds)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert_eq!(seeds, ["10.0.1.11:6443", "10.0.1.12:6443"]);
     let socket = text(&bundle, PATHS.balancer_socket);
     assert!(socket.contains("ListenStream=127.0.0.1:7445"), "{socket}");
     let started: Vec<String> = bundle

@@ -106,11 +106,36 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     ] {
         assert!(!paths.contains(forbidden), "a worker got {forbidden}");
     }
-    // The worker files of `render_worker`, the balancer's socket and unit among them.
-    assert_eq!(paths.len(), 13, "{paths:?}");
+    // The worker files of `render_worker`, the balancer's socket, unit and seeds among them.
+    assert_eq!(paths.len(), 14, "{paths:?}");
     let text = |path: &str| {
         String::from_utf8(bundle.file(path).unwrap().content.as_bytes().to_vec()).unwrap()
     };
+    // The seeds are the control-plane members' private addresses, from their records.
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let mut members: Vec<String> = view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["role"] == "control-plane")
+        .map(|n| format!("{}:6443", n["private_ipv4"].as_str().unwrap()))
+        .collect();
+    let seeds = text("/etc/exk8s/balancer-seeds");
+    let mut seeds: Vec<String> = seeds
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    members.sort();
+    seeds.sort();
+    assert_eq!(members.len(), 3, "{view}");
+    assert_eq!(seeds, members);
     let unit = text("/etc/systemd/system/kubelet.service");
     assert!(
         unit.contains("--node-labels=node.kubernetes.io/pool=blue"),

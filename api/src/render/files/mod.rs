@@ -135,6 +135,11 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
                 "control-plane certificates",
             ))?;
     let mut files = FileSet::default();
+    let apiservers: Vec<_> = input
+        .peers
+        .iter()
+        .map(|p| p.addresses.private_ipv4)
+        .collect();
     // Every node-local component of a control-plane node talks to its own apiserver.
     node::files(
         &node::NodeSide {
@@ -144,6 +149,7 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
             certs: input.credentials.minted.node(),
             server: LOCAL_API,
             role: Role::ControlPlane,
+            apiservers: &apiservers,
             labels: &[],
             taints: &[Taint::control_plane()],
         },

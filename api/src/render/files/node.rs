@@ -1,9 +1,13 @@
 //! What every node's bundle carries, whatever its role: the cluster CA certificate, the
 //! kubelet's serving certificate, the kubelet's and kube-proxy's kubeconfigs (pointing at the
 //! node's apiserver endpoint), the kubelet's unit and configuration — with the labels and taints
-//! it registers its node with — the node-local apiserver balancer's socket and unit,
+//! it registers its node with — the node-local apiserver balancer's socket, unit and seeds (the
+//! members' addresses, until the control plane's name resolves),
 //! containerd's configuration, the CNI configuration, and the kernel modules and parameters a
 //! node needs.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
 
 use exk8s_common::contract::Role;
 
@@ -28,6 +32,9 @@ pub(in crate::render) struct NodeSide<'a> {
     /// Where the kubelet and kube-proxy reach the apiserver.
     pub server: &'a str,
     pub role: Role,
+    /// The control-plane members' private addresses, as the bundle is made: the node's
+    /// balancer uses them until the control plane's name first resolves.
+    pub apiservers: &'a [Ipv4Addr],
     /// Set by the kubelet when it registers its node.
     pub labels: &'a [NodeLabel],
     pub taints: &'a [Taint],
@@ -129,6 +136,7 @@ pub(in crate::render) fn files(
             listen: super::BALANCER_LISTEN,
         })?,
     );
+    files.public(p.balancer_seeds, seeds(side.apiservers));
     files.public(p.sysctl_conf, render(&contexts::KernelParameters {})?);
     files.public(p.modules_conf, render(&contexts::KernelModules {})?);
     // The bridge configuration containerd writes once the kubelet hands it the node's pod CIDR
@@ -143,4 +151,17 @@ pub(in crate::render) fn files(
         })?,
     );
     Ok(())
+}
+
+/// The balancer's seeds file: each member's apiserver, `IP:6443`, one a line.
+fn seeds(apiservers: &[Ipv4Addr]) -> String {
+    let mut text = String::from(
+        "# The control-plane members when this bundle was made. The node's apiserver balancer\n\
+         # uses them until the control plane's DNS name first resolves.\n",
+    );
+    for ip in apiservers {
+        // Writing to a String cannot fail.
+        let _ = writeln!(text, "{ip}:6443");
+    }
+    text
 }
