@@ -76,10 +76,11 @@ image_log=$(mktemp)
 } 2>"$image_log" &
 image_build=$!
 
-# cargo-deny, built once per machine, under SCHED_IDLE beside everything else: only idle cores.
-log "cargo-deny (in the background, SCHED_IDLE; it checks the dependency graph after the tests)"
+# cargo-deny and mdBook, built once per machine, under SCHED_IDLE beside everything else: only
+# idle cores.
+log "cargo-deny and mdbook (in the background, SCHED_IDLE; the dependency graph is checked and the book built after the tests)"
 deny_log=$(mktemp)
-chrt --idle 0 nice -n 19 bash -c 'source scripts/lib/ensure.sh; ensure_cargo_deny' >"$deny_log" 2>&1 &
+chrt --idle 0 nice -n 19 bash -c 'source scripts/lib/ensure.sh; ensure_cargo_deny && ensure_mdbook' >"$deny_log" 2>&1 &
 deny_install=$!
 
 log "shellcheck (every script in the repository)"
@@ -256,12 +257,16 @@ EXK8S_API_BIN=target/debug/exk8s-api bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHE
 log "cargo deny: bans, licenses and sources (deny.toml); exk8s-common's own bans (common/deny.toml)"
 if ! wait "$deny_install"; then
   cat "$deny_log" >&2
-  echo "installing cargo-deny failed (above)" >&2
+  echo "installing cargo-deny or mdbook failed (above)" >&2
   exit 1
 fi
 cargo deny --locked check bans licenses sources
 # The static agent links exk8s-common: no async runtime, HTTP stack or database in it.
 cargo deny --locked --manifest-path common/Cargo.toml --exclude-dev check bans
+
+# The documentation as a book (its pages' links are checked by tests/tests/docs.rs).
+log "mdbook build (the documentation as a book, into target/book)"
+mdbook build
 
 log "waiting for the release builds"
 if ! wait "$release_builds"; then

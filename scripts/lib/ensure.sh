@@ -135,6 +135,15 @@ ensure_cargo_deb() {
   fi
 }
 
+# ensure_mdbook — mdBook, which builds the documentation as a book (book.toml): without its
+# live-reload server, which the build does not need.
+ensure_mdbook() {
+  if ! have mdbook || [ "$(mdbook --version 2>/dev/null)" != "mdbook v0.5.4" ]; then
+    log "installing mdbook 0.5.4"
+    cargo install --locked --debug mdbook --version 0.5.4 --no-default-features --features search
+  fi
+}
+
 # ensure_cargo_deny — cargo-deny, which checks the dependency graph against deny.toml.
 ensure_cargo_deny() {
   if ! have cargo-deny || [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny 0.20.2" ]; then

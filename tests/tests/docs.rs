@@ -152,6 +152,58 @@ fn every_link_in_the_documentation_resolves() {
     );
 }
 
+/// The book (`book.toml`; `scripts/test.sh` runs `mdbook build`): its table of contents,
+/// `docs/SUMMARY.md`, lists every page under `docs/` exactly once, and no page links out of
+/// `docs/` — the built book holds only its pages, so such a link would break there.
+#[test]
+fn the_book_holds_every_page_and_its_links_stay_inside_it() {
+    let root = root();
+    let summary = std::fs::read_to_string(root.join("docs/SUMMARY.md")).unwrap();
+    let (listed, _) = read(&summary);
+    let listed: Vec<PathBuf> = listed.iter().map(|l| Path::new("docs").join(l)).collect();
+    let unique: BTreeSet<&PathBuf> = listed.iter().collect();
+    assert_eq!(
+        unique.len(),
+        listed.len(),
+        "a page listed twice: {listed:?}"
+    );
+    let pages: BTreeSet<PathBuf> = markdown_files()
+        .into_iter()
+        .filter(|f| f.starts_with("docs") && f != Path::new("docs/SUMMARY.md"))
+        .collect();
+    let listed: BTreeSet<PathBuf> = listed.into_iter().collect();
+    assert_eq!(
+        listed.difference(&pages).collect::<Vec<_>>(),
+        Vec::<&PathBuf>::new(),
+        "listed in docs/SUMMARY.md but no page"
+    );
+    assert_eq!(
+        pages.difference(&listed).collect::<Vec<_>>(),
+        Vec::<&PathBuf>::new(),
+        "pages the book leaves out (add them to docs/SUMMARY.md)"
+    );
+    let mut outside = Vec::new();
+    for page in &pages {
+        let (links, _) = read(&std::fs::read_to_string(root.join(page)).unwrap());
+        for link in links {
+            if link.contains("://") || link.starts_with("mailto:") || link.starts_with('#') {
+                continue;
+            }
+            let path = link.split_once('#').map_or(link.as_str(), |(p, _)| p);
+            let inside =
+                resolve(page.parent().unwrap(), path).is_some_and(|t| t.starts_with("docs"));
+            if !inside {
+                outside.push(format!("{}: {link}", page.display()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "links out of the book:\n{}",
+        outside.join("\n")
+    );
+}
+
 /// The checker itself: code is never a link, anchors are made as GitHub makes them, and a
 /// path out of the repository is refused.
 #[test]
