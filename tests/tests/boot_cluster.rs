@@ -525,7 +525,7 @@ fn boot_and_check(shape: &Shape) {
             .collect();
         let addresses: Vec<String> = vms.iter().map(|(_, ip, _)| ip.clone()).collect();
         let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
-        let outside = haproxy::Haproxy::start(&machines[0], &members, dir);
+        let outside = haproxy::Haproxy::listing(&machines[0], &members, dir);
         renew(&stack, cluster, &machines, &addresses, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
         upgrade(&stack, cluster, &mut machines, &cp);

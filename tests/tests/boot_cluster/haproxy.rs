@@ -1,7 +1,10 @@
 //! The load balancer `docs/apiserver-endpoint.md` shows outside clients, run as the page
-//! writes it: its `haproxy` block (read with a CommonMark parser), the cluster CA and one
-//! `server` line per member filled in, checked by `haproxy -c` and run by Debian's HAProxy in
-//! the first machine's network namespace, where the samples of [`super::day2`] go through it.
+//! writes it: its `haproxy` blocks (read with a CommonMark parser) with the cluster CA filled in
+//! — the static form with one `server` line per member ([`Haproxy::listing`], sampled by
+//! [`super::day2`]), or the form that follows the control plane's name through a DNS server
+//! ([`Haproxy::following`], sampled by [`super::scale`]) — checked by `haproxy -c` and run by
+//! Debian's HAProxy in the first machine's network namespace. The DNS server is Debian's
+//! dnsmasq answering from the dev stack's DNS records ([`DnsServer`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,35 +13,42 @@ use std::time::Duration;
 use exk8s_tests::machine::Machine;
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 
-/// The page's `haproxy` code block.
-fn documented() -> String {
+/// The page's `haproxy` code blocks, in order.
+fn documented() -> Vec<String> {
     let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/apiserver-endpoint.md");
     let text = std::fs::read_to_string(&page).unwrap();
-    let (mut inside, mut block) = (false, String::new());
+    let (mut blocks, mut inside) = (Vec::new(), false);
     for event in Parser::new(&text) {
         match event {
             Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) if &*lang == "haproxy" => {
                 inside = true;
+                blocks.push(String::new());
             }
-            Event::Text(t) if inside => block.push_str(&t),
-            Event::End(TagEnd::CodeBlock) if inside => return block,
+            Event::Text(t) if inside => blocks.last_mut().unwrap().push_str(&t),
+            Event::End(TagEnd::CodeBlock) => inside = false,
             _ => {}
         }
     }
-    panic!("no haproxy block in {}", page.display())
+    assert_eq!(
+        blocks.len(),
+        2,
+        "{}: the static configuration and the backend that follows the name",
+        page.display()
+    );
+    blocks
 }
 
-/// HAProxy running the documented configuration in front of `members`, until dropped.
+/// HAProxy running a documented configuration, until dropped.
 pub(crate) struct Haproxy {
     child: Child,
     log: PathBuf,
 }
 
 impl Haproxy {
-    /// Starts it in `on`'s network namespace with its files under `dir`, and waits until a
-    /// request through it is answered.
-    pub(crate) fn start(on: &Machine, members: &[String], dir: &Path) -> Self {
-        let block = documented();
+    /// The page's static configuration in front of `members`, in `on`'s network namespace
+    /// with its files under `dir`; once a request through it is answered.
+    pub(crate) fn listing(on: &Machine, members: &[String], dir: &Path) -> Self {
+        let block = &documented()[0];
         let examples = block
             .lines()
             .filter(|l| l.trim_start().starts_with("server member-"))
@@ -47,7 +57,6 @@ impl Haproxy {
             examples, 3,
             "the page shows one server line per member: {block}"
         );
-        let ca = on.root.join("etc/exk8s/pki/ca.pem");
         let mut config = String::new();
         let mut servers_written = false;
         for line in block.lines() {
@@ -60,17 +69,45 @@ impl Haproxy {
                 }
                 continue;
             }
-            config.push_str(&line.replace("CA_FILE", &ca.display().to_string()));
+            config.push_str(line);
             config.push('\n');
+        }
+        Self::run(on, &config, dir)
+    }
+
+    /// The page's configuration with its backend replaced by the one that follows `name`
+    /// through the DNS server at `dns` (`IP:PORT`), as the page says to.
+    pub(crate) fn following(on: &Machine, name: &str, dns: &str, dir: &Path) -> Self {
+        let blocks = documented();
+        let (front, backend) = (&blocks[0], &blocks[1]);
+        let front = &front[..front
+            .find("backend apiservers")
+            .expect("the static configuration has a backend")];
+        assert!(
+            backend.contains("DNS_SERVER:53") && backend.contains("CONTROL_PLANE_NAME:6443"),
+            "{backend}"
+        );
+        let backend = backend
+            .replace("DNS_SERVER:53", dns)
+            .replace("CONTROL_PLANE_NAME", name);
+        Self::run(on, &format!("{front}{backend}"), dir)
+    }
+
+    fn run(on: &Machine, config: &str, dir: &Path) -> Self {
+        let ca = on.root.join("etc/exk8s/pki/ca.pem");
+        let mut filled = String::new();
+        for line in config.lines() {
+            filled.push_str(&line.replace("CA_FILE", &ca.display().to_string()));
+            filled.push('\n');
             // Beyond the page: a log of every connection and check, to read when a sample fails.
             match line.trim() {
-                "global" => config.push_str("    log stderr format iso local0\n"),
-                "defaults" => config.push_str("    log global\n    option tcplog\n"),
+                "global" => filled.push_str("    log stderr format iso local0\n"),
+                "defaults" => filled.push_str("    log global\n    option tcplog\n"),
                 _ => {}
             }
         }
         let file = dir.join("haproxy.cfg");
-        std::fs::write(&file, &config).unwrap();
+        std::fs::write(&file, &filled).unwrap();
         let checked = Command::new("haproxy")
             .args(["-c", "-f"])
             .arg(&file)
@@ -78,25 +115,23 @@ impl Haproxy {
             .expect("haproxy (Debian's package; scripts/test.sh installs it)");
         assert!(
             checked.status.success(),
-            "haproxy -c: {}{}\n{config}",
+            "haproxy -c: {}{}\n{filled}",
             String::from_utf8_lossy(&checked.stdout),
             String::from_utf8_lossy(&checked.stderr)
         );
-        let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+        let log = dir.join("haproxy.log");
+        let out = std::fs::File::create(&log).unwrap();
         let child = on
             .on_lan("haproxy")
             .arg("-db")
             .arg("-f")
             .arg(&file)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
             .spawn()
             .unwrap();
-        let haproxy = Self {
-            child,
-            log: dir.join("haproxy.log"),
-        };
+        let haproxy = Self { child, log };
         exk8s_tests::procs::wait_until("HAProxy's first answer", Duration::from_secs(30), || {
             let out = on
                 .on_lan("curl")
@@ -112,7 +147,7 @@ impl Haproxy {
 impl Drop for Haproxy {
     /// Stops it; when a check failed (a panic unwinds through it), prints what its log holds
     /// besides connections that ended normally (`--` termination flags): the checks' verdicts,
-    /// and connections refused, retried or cut.
+    /// what the name resolved to, and connections refused, retried or cut.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -125,5 +160,54 @@ impl Drop for Haproxy {
                 .collect();
             eprintln!("HAProxy's log, but for connections that ended normally:\n{unusual}");
         }
+    }
+}
+
+/// The cloud's DNS as a server: dnsmasq in `on`'s network namespace on `127.0.0.1:PORT`,
+/// answering from the hosts file the dev stack keeps of its DNS records (`<data
+/// dir>/machines/dns`, read again whenever it changes) and from nothing else.
+pub(crate) struct DnsServer {
+    child: Child,
+    pub(crate) address: String,
+}
+
+impl DnsServer {
+    pub(crate) fn start(on: &Machine, data_dir: &Path, port: u16, log: &Path) -> Self {
+        let zone = data_dir.join("machines/dns");
+        assert!(
+            zone.join("hosts").is_file(),
+            "the dev stack keeps its DNS records in {}",
+            zone.display()
+        );
+        let out = std::fs::File::create(log).unwrap();
+        let child = on
+            .on_lan("dnsmasq")
+            .args([
+                "--keep-in-foreground",
+                "--no-daemon",
+                "--bind-interfaces",
+                "--listen-address=127.0.0.1",
+                &format!("--port={port}"),
+                "--no-resolv",
+                "--no-hosts",
+                "--log-facility=-",
+            ])
+            .arg(format!("--hostsdir={}", zone.display()))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("dnsmasq (Debian's dnsmasq-base; scripts/test.sh installs it)");
+        Self {
+            child,
+            address: format!("127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -1,7 +1,9 @@
 //! The booted one-member cluster grows to three members and shrinks back to one
 //! (`exk8s scale`), each change applied as the members' timers apply it, while the first
-//! machine sends `GET /version` through its node-local balancer (what its kubelet uses)
-//! several times a second — and not one request fails:
+//! machine sends `GET /version` through its node-local balancer (what its kubelet uses) and
+//! through HAProxy following the control plane's name as `docs/apiserver-endpoint.md` shows
+//! outside clients (its DNS server answering from the dev stack's records) several times a
+//! second — and not one request fails:
 //!
 //! - **growing**: each joining member's machine boots from the image; its agent adds its etcd
 //!   as a learner through the voters and promotes it; then every member takes its new
@@ -27,14 +29,27 @@ use exk8s_tests::site::nodes;
 use serde_json::{Value, json};
 
 use super::control_plane::{admin, etcdctl, kubectl_with};
+use super::haproxy::{DnsServer, Haproxy};
 use super::one_node::OneNode;
 
-/// Where the first node's components reach the control plane: its node-local balancer.
-const BALANCER: &str = "https://127.0.0.1:7445/version";
+/// Where the first machine's requests go, each named: its node-local balancer (where its
+/// components reach the control plane), and HAProxy following the control plane's name as
+/// `docs/apiserver-endpoint.md` shows outside clients.
+const THROUGH: [(&str, &str); 2] = [
+    ("balancer", "https://127.0.0.1:7445/version"),
+    ("haproxy", "https://127.0.0.1:8443/version"),
+];
 
 /// The module doc's two changes on `node`'s cluster.
 pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
     let machine = &node.machine;
+    let dns = DnsServer::start(
+        machine,
+        &node.stack.data,
+        15353,
+        &node.dir.join("dnsmasq.log"),
+    );
+    let _outside = Haproxy::following(machine, &node.dns_name, &dns.address, node.dir);
     admin(
         machine,
         &[
@@ -109,8 +124,10 @@ fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
         let sampler = s.spawn(|| {
             let mut samples = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                let at = exk8s_tests::procs::time_of_day();
-                samples.push((at, version_through_balancer(&node.machine)));
+                for (through, url) in THROUGH {
+                    let at = exk8s_tests::procs::time_of_day();
+                    samples.push((at, through, version_through(&node.machine, url)));
+                }
                 std::thread::sleep(Duration::from_millis(200));
             }
             samples
@@ -132,11 +149,11 @@ fn change(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
         syncer.join().unwrap();
         (members, sampler.join().unwrap())
     });
-    let failed: Vec<&(String, String)> = samples.iter().filter(|(_, a)| a != "ok").collect();
+    let failed: Vec<_> = samples.iter().filter(|(.., a)| a != "ok").collect();
     assert!(
         failed.is_empty(),
-        "to {count} members: {} of {} requests through the first node's balancer failed: \
-         {failed:?}\nits balancer said:\n{}\nthe API said:\n{}",
+        "to {count} members: {} of {} requests through the first node's balancer and HAProxy \
+         failed: {failed:?}\nits balancer said:\n{}\nthe API said:\n{}",
         failed.len(),
         samples.len(),
         node.machine.journal("exk8s-apiserver-balancer.service", 60),
@@ -156,11 +173,11 @@ fn membership_log(dir: &std::path::Path) -> String {
         .collect()
 }
 
-/// `GET /version` through the first node's balancer from its LAN: `ok`, or what failed.
-fn version_through_balancer(machine: &Machine) -> String {
+/// `GET /version` at `url` from the machine's LAN: `ok`, or what failed.
+fn version_through(machine: &Machine, url: &str) -> String {
     let out = machine
         .on_lan("curl")
-        .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", BALANCER])
+        .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", url])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);

@@ -10,9 +10,12 @@
 //! disk; the VM's state says what the machine is doing ([`MachineState`]).
 
 mod disk;
+mod hosts;
 mod lan;
 mod nspawn;
 mod sysctl;
+
+use hosts::{write_hosts, write_zone};
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -30,9 +33,6 @@ use super::{DnsSim, lock};
 
 /// Where a cloud's instance metadata answers, inside every machine.
 pub const IMDS_ADDRESS: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
-
-/// The marker above the `/etc/hosts` lines that stand for the cloud's DNS.
-const DNS_MARKER: &str = "# exk8s dev stack: the cloud's DNS records, kept by the simulator";
 
 /// Why a machine could not be made, booted or ended.
 #[derive(Debug, thiserror::Error)]
@@ -457,6 +457,7 @@ impl NspawnMachines {
     /// the network settings its `/etc/sysctl.d` asks for.
     fn look_after(&self) {
         let records = self.dns.records();
+        write_zone(&self.config.dir, &records);
         let mut running = Vec::new();
         for (id, slot) in lock(&self.slots).iter_mut() {
             if let Some(booted) = slot.booted.as_mut() {
@@ -517,36 +518,6 @@ fn end_leftovers(dir: &Path) {
                 }
             }
         }
-    }
-}
-
-/// Rewrites `disk`'s `/etc/hosts` when the records differ from what it says: the image's
-/// own lines, then [`DNS_MARKER`] and one line per address of each record. Replaced by a
-/// rename, so a resolver never reads it half-written.
-fn write_hosts(disk: &Path, records: &BTreeMap<String, Vec<String>>) {
-    let path = disk.join("etc/hosts");
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
-    let own = current
-        .split_once(DNS_MARKER)
-        .map_or(current.as_str(), |(own, _)| own);
-    let mut wanted = own.to_owned();
-    if !wanted.is_empty() && !wanted.ends_with('\n') {
-        wanted.push('\n');
-    }
-    wanted.push_str(DNS_MARKER);
-    wanted.push('\n');
-    for (name, addresses) in records {
-        for address in addresses {
-            wanted.push_str(&format!("{address} {name}\n"));
-        }
-    }
-    if wanted == current {
-        return;
-    }
-    let partial = disk.join("etc/.hosts.exk8s");
-    let written = std::fs::write(&partial, &wanted).and_then(|()| std::fs::rename(&partial, &path));
-    if let Err(e) = written {
-        tracing::warn!(path = %path.display(), error = %e, "writing a machine's DNS records");
     }
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, reason = "a test: failures should stop it loudly")]
 
+use super::hosts::{DNS_MARKER, write_zone};
 use super::*;
 
 fn records(entries: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
@@ -84,4 +85,34 @@ fn an_image_without_the_agent_is_refused_naming_what_it_lacks() {
     } else {
         assert!(refused.contains("needs root"), "{refused}");
     }
+}
+
+#[test]
+fn the_records_are_a_hosts_file_a_dns_server_can_answer_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let zone = dir.path().join("dns/hosts");
+    write_zone(
+        dir.path(),
+        &records(&[("cp.shop.example", &["10.0.0.11", "10.0.0.12"])]),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&zone).unwrap(),
+        "10.0.0.11 cp.shop.example\n10.0.0.12 cp.shop.example\n"
+    );
+    // Unchanged records: not written again (a watcher is not woken).
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&zone).unwrap());
+    write_zone(
+        dir.path(),
+        &records(&[("cp.shop.example", &["10.0.0.11", "10.0.0.12"])]),
+    );
+    let again = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&zone).unwrap());
+    assert_eq!(inode, again);
+    // A member gone: one line left; no partial file is ever left in the watched directory.
+    write_zone(dir.path(), &records(&[("cp.shop.example", &["10.0.0.12"])]));
+    assert_eq!(
+        std::fs::read_to_string(&zone).unwrap(),
+        "10.0.0.12 cp.shop.example\n"
+    );
+    let entries: Vec<_> = std::fs::read_dir(dir.path().join("dns")).unwrap().collect();
+    assert_eq!(entries.len(), 1);
 }
