@@ -80,8 +80,9 @@ impl Haproxy {
     pub(crate) fn following(on: &Machine, name: &str, dns: &str, dir: &Path) -> Self {
         let blocks = documented();
         let (front, backend) = (&blocks[0], &blocks[1]);
-        let front = &front[..front
-            .find("backend apiservers")
+        // Up to the backend section (a line of its own; `default_backend` names it too).
+        let front = &front[..=front
+            .find("\nbackend apiservers")
             .expect("the static configuration has a backend")];
         assert!(
             backend.contains("DNS_SERVER:53") && backend.contains("CONTROL_PLANE_NAME:6443"),
