@@ -3,6 +3,7 @@
 //! renders them (times as RFC 3339); a new day-2 feature (upgrades, snapshots, remediation)
 //! adds its conditions here.
 
+pub mod catalog;
 mod certificates;
 mod cluster;
 mod components;
