@@ -155,8 +155,10 @@ async fn killed_while_making_workers_then_the_pool_is_finished(backend: Backend)
 
 both_backends!(killed_while_making_workers_then_the_pool_is_finished);
 
-/// SIGKILL a few milliseconds into `DELETE /clusters/{id}` while a pool makes its workers: the
-/// restarted API's reconciler finishes the delete — no VM, no security group, no cluster row.
+/// SIGKILL in the middle of `DELETE /clusters/{id}` while a pool makes its workers — the
+/// delete accepted (the cluster `deleting`) and held by the compute simulator at its first VM
+/// deletion: the restarted API's reconciler finishes the delete — no VM, no security group, no
+/// cluster row.
 async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
     let Founded {
         dir,
@@ -182,6 +184,9 @@ async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
         !workers(&stack.sim_list("vms").await).is_empty()
     })
     .await;
+    stack
+        .set_faults(json!({"latency_ms": 50, "address_after_polls": 3, "hold_vm_delete": true}))
+        .await;
     let delete = {
         let request = stack
             .http
@@ -189,7 +194,16 @@ async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
             .bearer_auth(&operator);
         tokio::spawn(async move { request.send().await })
     };
-    tokio::time::sleep(Duration::from_millis(15)).await;
+    let db = exk8s_api::db::Db::connect(&db_url).unwrap();
+    wait_until("the delete accepted", Duration::from_secs(30), || async {
+        let phase: String = sqlx::query_scalar("SELECT phase FROM clusters WHERE id = $1")
+            .bind(cluster)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        phase == "deleting"
+    })
+    .await;
     first.0.kill().unwrap();
     first.0.wait().unwrap();
     let _ = delete.await;
@@ -200,7 +214,6 @@ async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
 
     stack.set_faults(json!({})).await;
     let _second = stack.start_api(&dir.path().join("api-2.log")).await;
-    let db = exk8s_api::db::Db::connect(&db_url).unwrap();
     wait_until("the delete finished", Duration::from_secs(90), || async {
         let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clusters WHERE id = $1")
             .bind(cluster)
