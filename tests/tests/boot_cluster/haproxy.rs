@@ -49,29 +49,33 @@ impl Haproxy {
     /// with its files under `dir`; once a request through it is answered.
     pub(crate) fn listing(on: &Machine, members: &[String], dir: &Path) -> Self {
         let block = &documented()[0];
-        let examples = block
-            .lines()
-            .filter(|l| l.trim_start().starts_with("server member-"))
-            .count();
-        assert_eq!(
-            examples, 3,
-            "the page shows one server line per member: {block}"
-        );
+        // Each example `server` line (a checked one and a fallback one per member) is the
+        // first of its kind: made again for each member.
         let mut config = String::new();
-        let mut servers_written = false;
+        let mut examples = 0;
         for line in block.lines() {
-            if line.trim_start().starts_with("server member-") {
-                if !servers_written {
-                    for (i, ip) in members.iter().enumerate() {
-                        config.push_str(&format!("    server member-{} {ip}:6443\n", i + 1));
-                    }
-                    servers_written = true;
-                }
+            let Some(server) = line.trim_start().strip_prefix("server ") else {
+                config.push_str(line);
+                config.push('\n');
                 continue;
+            };
+            examples += 1;
+            let (name, rest) = server.split_once(' ').unwrap();
+            let (kind, number) = name.rsplit_once('-').unwrap();
+            let (_, options) = rest.split_once(' ').unwrap_or((rest, ""));
+            if number == "1" {
+                for (i, ip) in members.iter().enumerate() {
+                    config.push_str(&format!(
+                        "    server {kind}-{} {ip}:6443 {options}\n",
+                        i + 1
+                    ));
+                }
             }
-            config.push_str(line);
-            config.push('\n');
         }
+        assert_eq!(
+            examples, 6,
+            "the page shows a checked and a fallback server line per member: {block}"
+        );
         Self::run(on, &config, dir)
     }
 
