@@ -356,7 +356,11 @@ async fn sign_bundle(
         freshness.issued_at,
     )
     .await
-    .map_err(IssuanceError::internal)?;
+    .map_err(|e| match e {
+        // The database gone mid-write is the database's answer (503), not a defect.
+        crate::certificates::CertificatesError::Db(db) => IssuanceError::Db(db),
+        other => IssuanceError::internal(other),
+    })?;
     tx.commit().await?;
     let signer = Arc::clone(&ctx.signer);
     let envelope = ctx
