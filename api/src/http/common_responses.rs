@@ -91,7 +91,9 @@ impl utoipa::Modify for CommonResponses {
                     operation.responses.responses.insert(
                         "503".to_owned(),
                         error(
-                            "the database is unavailable or the request passed its deadline",
+                            "the database is unavailable, the request passed its deadline, or \
+                             the VM's node is still being recorded (its cluster being founded); \
+                             retry after Retry-After seconds",
                             true,
                         ),
                     );
