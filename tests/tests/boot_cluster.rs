@@ -42,8 +42,10 @@
 //!
 //! A third cluster, one booted member with no pod network ([`one_node`]), takes a snapshot into
 //! a bucket of a real S3 server, an in-place restore of it after its etcd's data is destroyed,
-//! the rotation of its service-account key ([`sa_key`]), grows to three members and shrinks
-//! back to one with no request through its balancer failing ([`scale`]), and gives its
+//! the rotation of its service-account key ([`sa_key`]), grows to three members, rotates its
+//! cluster CA there (the exec credential plugin's kubeconfig working throughout:
+//! [`ca_rotation`]) and shrinks back to one, with no request through its balancer or HAProxy
+//! failing ([`scale`]), and gives its
 //! snapshot to a new cluster founded from it ([`from_snapshot`]).
 
 #![allow(
@@ -62,6 +64,8 @@ use exk8s_tests::machine::Machine;
 use exk8s_tests::site::{Site, nodes};
 use serde_json::{Value, json};
 
+#[path = "boot_cluster/ca_rotation.rs"]
+mod ca_rotation;
 #[path = "boot_cluster/conformance.rs"]
 mod conformance;
 #[path = "boot_cluster/control_plane.rs"]
@@ -525,7 +529,8 @@ fn boot_and_check(shape: &Shape) {
             .collect();
         let addresses: Vec<String> = vms.iter().map(|(_, ip, _)| ip.clone()).collect();
         let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
-        let outside = haproxy::Haproxy::listing(&machines[0], &members, dir);
+        let ca = haproxy::trust_file(&stack, cluster, dir);
+        let outside = haproxy::Haproxy::listing(&machines[0], &members, &ca, dir);
         renew(&stack, cluster, &machines, &addresses, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
         upgrade(&stack, cluster, &mut machines, &cp);

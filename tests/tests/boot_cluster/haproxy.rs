@@ -1,6 +1,7 @@
 //! The load balancer `docs/apiserver-endpoint.md` shows outside clients, run as the page
-//! writes it: its `haproxy` blocks (read with a CommonMark parser) with the cluster CA filled in
-//! — the static form with one `server` line per member ([`Haproxy::listing`], sampled by
+//! writes it: its `haproxy` blocks (read with a CommonMark parser) with `CA_FILE` holding what
+//! the page says — the operator kubeconfig's CA data, the cluster CA and its standby
+//! ([`trust_file`]) — the static form with one `server` line per member ([`Haproxy::listing`], sampled by
 //! [`super::day2`]), or the form that follows the control plane's name through a DNS server
 //! ([`Haproxy::following`], sampled by [`super::scale`]) — checked by `haproxy -c` and run by
 //! Debian's HAProxy in the first machine's network namespace. The DNS server is Debian's
@@ -38,6 +39,31 @@ fn documented() -> Vec<String> {
     blocks
 }
 
+/// The file the page names `CA_FILE`, written under `dir`: the `certificate-authority-data` of
+/// the operator kubeconfig `cluster` has now, base64-decoded (the cluster CA and its standby, so
+/// a cluster-CA rotation keeps every member passing its checks).
+pub(crate) fn trust_file(stack: &exk8s_tests::dev::Stack, cluster: i64, dir: &Path) -> PathBuf {
+    use base64::Engine as _;
+    let text = exk8s_tests::cluster::operator_kubeconfig(stack, cluster);
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+    let data = doc["clusters"][0]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .expect("the operator kubeconfig carries its CA data");
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&pem)
+            .matches("BEGIN CERTIFICATE")
+            .count(),
+        2,
+        "the cluster CA and its standby"
+    );
+    let file = dir.join("haproxy-ca.pem");
+    std::fs::write(&file, pem).unwrap();
+    file
+}
+
 /// HAProxy running a documented configuration, until dropped.
 pub(crate) struct Haproxy {
     child: Child,
@@ -45,9 +71,10 @@ pub(crate) struct Haproxy {
 }
 
 impl Haproxy {
-    /// The page's static configuration in front of `members`, in `on`'s network namespace
-    /// with its files under `dir`; once a request through it is answered.
-    pub(crate) fn listing(on: &Machine, members: &[String], dir: &Path) -> Self {
+    /// The page's static configuration in front of `members`, `CA_FILE` being `ca`
+    /// ([`trust_file`]), in `on`'s network namespace with its files under `dir`; once a request
+    /// through it is answered.
+    pub(crate) fn listing(on: &Machine, members: &[String], ca: &Path, dir: &Path) -> Self {
         let block = &documented()[0];
         // Each example `server` line (a checked one and a fallback one per member) is the
         // first of its kind: made again for each member.
@@ -76,12 +103,12 @@ impl Haproxy {
             examples, 6,
             "the page shows a checked and a fallback server line per member: {block}"
         );
-        Self::run(on, &config, dir)
+        Self::run(on, &config, ca, dir)
     }
 
     /// The page's configuration with its backend replaced by the one that follows `name`
     /// through the DNS server at `dns` (`IP:PORT`), as the page says to.
-    pub(crate) fn following(on: &Machine, name: &str, dns: &str, dir: &Path) -> Self {
+    pub(crate) fn following(on: &Machine, name: &str, dns: &str, ca: &Path, dir: &Path) -> Self {
         let blocks = documented();
         let (front, backend) = (&blocks[0], &blocks[1]);
         // Up to the backend section (a line of its own; `default_backend` names it too).
@@ -95,11 +122,10 @@ impl Haproxy {
         let backend = backend
             .replace("DNS_SERVER:53", dns)
             .replace("CONTROL_PLANE_NAME", name);
-        Self::run(on, &format!("{front}{backend}"), dir)
+        Self::run(on, &format!("{front}{backend}"), ca, dir)
     }
 
-    fn run(on: &Machine, config: &str, dir: &Path) -> Self {
-        let ca = on.root.join("etc/exk8s/pki/ca.pem");
+    fn run(on: &Machine, config: &str, ca: &Path, dir: &Path) -> Self {
         let mut filled = String::new();
         for line in config.lines() {
             filled.push_str(&line.replace("CA_FILE", &ca.display().to_string()));
@@ -146,6 +172,18 @@ impl Haproxy {
             String::from_utf8_lossy(&out.stdout).contains("\"gitVersion\"")
         });
         haproxy
+    }
+}
+
+impl Haproxy {
+    /// How many times its log says the checked backend had no member left (every member
+    /// failing its check: requests then go to the unchecked backend, members still starting
+    /// included).
+    pub(crate) fn times_without_members(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .matches("backend apiservers has no server available")
+            .count()
     }
 }
 

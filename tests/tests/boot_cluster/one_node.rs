@@ -15,8 +15,10 @@
 //!   snapshot held is back and only that, the Secret still encrypted, a watch from a
 //!   resourceVersion taken after the snapshot ends at once ("too old resource version"), a
 //!   token issued before the snapshot authenticates.
-//! - **the service-account key's rotation** ([`super::sa_key`]).
-//! - **growing to three members and back to one** ([`super::scale`]), its sync timer's work
+//! - **the service-account key's rotation** ([`super::sa_key`]), then **the front proxy's
+//!   CA's** ([`super::ca_rotation`]), one sync per phase.
+//! - **growing to three members, the cluster CA's rotation there ([`super::ca_rotation`]), and
+//!   back to one** ([`super::scale`]), its sync timer's work
 //!   done by the test every few seconds on every member.
 //! - **a new cluster founded from the snapshot** ([`super::from_snapshot`]), this one powered
 //!   off first.
@@ -190,6 +192,7 @@ pub(crate) fn run() {
     let snapshot = snapshot(&node, &dir.join(format!("s3/{}/prod", s3::BUCKET)));
     restore_in_place(&node, snapshot.id, &token);
     let token = super::sa_key::rotate(&node, &token);
+    super::ca_rotation::rotate_front_proxy(&node);
     super::scale::grow_and_shrink(&node);
     super::from_snapshot::found_from(node, snapshot.id, &token);
 
