@@ -167,20 +167,27 @@ fn api_through(node: &OneNode<'_>, kubeconfig: &str) -> Result<String, String> {
     kubectl_with(&node.machine, kubeconfig, &["get", "--raw", "/api"])
 }
 
+/// The operator kubeconfig the API hands out now, written into the first machine as `name`
+/// (its path there), once `GET /api` through it works.
+fn fresh_operator_kubeconfig(node: &OneNode<'_>, name: &str) -> String {
+    let config = hand(
+        &node.machine,
+        name,
+        &operator_kubeconfig(node.stack, node.cluster),
+    );
+    let api = api_through(node, &config);
+    assert!(
+        api.as_deref().is_ok_and(|a| a.contains("APIVersions")),
+        "{name}: {api:?}"
+    );
+    config
+}
+
 /// The module doc's rotation on `node`'s cluster, which has three members, with `outside` (the
 /// DNS-following HAProxy) in front of them.
 pub(crate) fn rotate_cluster_ca(node: &OneNode<'_>, outside: &Haproxy) {
     let without_members = outside.times_without_members();
-    let operator_before = hand(
-        &node.machine,
-        "operator-before.kubeconfig",
-        &operator_kubeconfig(node.stack, node.cluster),
-    );
-    let api = api_through(node, &operator_before);
-    assert!(
-        api.as_deref().is_ok_and(|a| a.contains("APIVersions")),
-        "{api:?}"
-    );
+    let operator_before = fresh_operator_kubeconfig(node, "operator-before.kubeconfig");
     let plugin = Plugin::new(node);
     let first_credential = plugin.cached_certificate();
     plugin.works("again");
@@ -237,16 +244,7 @@ pub(crate) fn rotate_cluster_ca(node: &OneNode<'_>, outside: &Haproxy) {
         refused.as_ref().is_err_and(|e| e.contains("Unauthorized")),
         "the operator kubeconfig from before the rotation: {refused:?}"
     );
-    let operator_after = hand(
-        &node.machine,
-        "operator-after.kubeconfig",
-        &operator_kubeconfig(node.stack, node.cluster),
-    );
-    let api = api_through(node, &operator_after);
-    assert!(
-        api.as_deref().is_ok_and(|a| a.contains("APIVersions")),
-        "{api:?}"
-    );
+    fresh_operator_kubeconfig(node, "operator-after.kubeconfig");
     // The plugin's kubeconfig, written before the rotation, still works: its credential was
     // minted again under the new CA once the old one was dropped.
     plugin.works("after the rotation");
