@@ -85,6 +85,7 @@ fn bench(c: &mut Criterion) {
         },
         issuance: &issuance,
         artifacts: &artifacts,
+        update_wait_secs: exk8s_api::render::DEFAULT_UPDATE_WAIT_SECS,
     };
     let signer = Signer::from_seed(&[9; 32]);
     let payload = render_bundle(&input).unwrap();

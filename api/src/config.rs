@@ -34,6 +34,10 @@ pub struct ApiConfig {
     pub node_drain_timeout: Duration,
     /// How long a new control-plane member may take to join before it is released.
     pub member_join_timeout: Duration,
+    /// How long a node applying an update waits for each component it restarted (etcd, each
+    /// static pod running its new inputs, the apiserver's `/readyz`) before its agent puts
+    /// every previous file back and reports the update failed. Rendered into update bundles.
+    pub update_wait: Duration,
     /// Bundle requests that may wait per core for the CPU pool, at most; beyond them (or when
     /// the waiting work would outlast the bootstrap deadline) one is refused at once (503,
     /// `Retry-After`).
@@ -92,6 +96,7 @@ impl Default for ApiConfig {
             reconcile_interval: Duration::from_secs(60),
             node_drain_timeout: Duration::from_secs(600),
             member_join_timeout: Duration::from_secs(1800),
+            update_wait: Duration::from_secs(u64::from(crate::render::DEFAULT_UPDATE_WAIT_SECS)),
             cpu_queue_per_core: crate::cpu::CpuPool::QUEUE_PER_SLOT,
             key_pool_max: crate::keypool::DEFAULT_MAX_KEYS,
             founding_workers: DEFAULT_FOUNDING_WORKERS,

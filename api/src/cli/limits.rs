@@ -59,6 +59,12 @@ pub(super) struct ChangeArgs {
     /// Seconds a new control-plane member may take to join etcd before it is released.
     #[arg(long, env = "EXK8S_MEMBER_JOIN_TIMEOUT_SECS", default_value_t = 1800)]
     member_join_timeout_secs: u64,
+    /// Seconds a node applying an update waits for each component it restarted before its
+    /// agent puts the previous files back and reports the update failed (rendered into
+    /// update bundles; 10 to 86400).
+    #[arg(long, env = "EXK8S_UPDATE_WAIT_SECS", default_value_t = crate::render::DEFAULT_UPDATE_WAIT_SECS,
+          value_parser = clap::value_parser!(u32).range(10..=86_400))]
+    update_wait_secs: u32,
     /// Foundings run at once in the background (each mostly waits on the compute API).
     #[arg(long, env = "EXK8S_FOUNDING_WORKERS", default_value_t = crate::config::DEFAULT_FOUNDING_WORKERS)]
     founding_workers: usize,
@@ -76,6 +82,10 @@ impl ChangeArgs {
 
     pub(super) fn member_join_timeout(&self) -> Duration {
         Duration::from_secs(self.member_join_timeout_secs)
+    }
+
+    pub(super) fn update_wait(&self) -> Duration {
+        Duration::from_secs(u64::from(self.update_wait_secs))
     }
 
     /// (foundings running at once, foundings accepted at once).

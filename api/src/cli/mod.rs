@@ -67,7 +67,7 @@ enum Command {
     Sim(SimArgs),
     /// The whole stack on a laptop: SQLite, generated keys kept in the data dir, and the
     /// compute, DNS and instance-metadata SIMULATORS. Prints a token and what to run next.
-    Dev(DevArgs),
+    Dev(Box<DevArgs>),
     /// The server's own key helper: writes one fresh private key (PKCS #8 DER) to a pipe.
     #[command(name = crate::pki::HELPER_COMMAND, hide = true)]
     Keygen {
@@ -285,7 +285,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Tokens(command) => tokens_command(command).await,
-        Command::Dev(args) => dev(args).await,
+        Command::Dev(args) => dev(*args).await,
         Command::Keys(command) => keys_command(command),
         Command::Keygen { algorithm } => keygen(&algorithm),
         Command::Sim(args) => {

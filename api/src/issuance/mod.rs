@@ -395,7 +395,7 @@ fn prepare(
     .map_err(IssuanceError::internal)?;
     let fresh = source.generated();
     let payload = loaded
-        .render(&minted, issuance, &config.artifacts)
+        .render(&minted, issuance, config)
         .map_err(IssuanceError::internal)?;
     let body = PayloadBody::of(&payload).map_err(IssuanceError::internal)?;
     let facts = crate::certificates::facts_of(&loaded.certificates(&minted))

@@ -210,8 +210,9 @@ impl Loaded {
         &self,
         minted: &BundleCerts,
         issuance: &Issuance,
-        artifacts: &render::ArtifactCatalog,
+        config: &crate::config::ApiConfig,
     ) -> Result<BundlePayload, RenderError> {
+        let artifacts = &config.artifacts;
         match &self.subject {
             Subject::ControlPlane {
                 this,
@@ -234,6 +235,7 @@ impl Loaded {
                 },
                 issuance,
                 artifacts,
+                update_wait_secs: u32::try_from(config.update_wait.as_secs()).unwrap_or(u32::MAX),
             }),
             Subject::Worker { node, apiservers } => render::render_worker_bundle(&WorkerInput {
                 cluster: &self.spec,

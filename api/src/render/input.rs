@@ -224,6 +224,9 @@ pub struct RenderInput<'a> {
     pub credentials: NodeCredentials<'a>,
     pub issuance: &'a Issuance,
     pub artifacts: &'a ArtifactCatalog,
+    /// How long an update's agent waits for each component it restarted before it puts the
+    /// previous files back and reports the update failed (`--update-wait-secs`).
+    pub update_wait_secs: u32,
 }
 
 #[cfg(test)]

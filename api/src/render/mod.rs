@@ -21,7 +21,7 @@ pub use input::{
     ClusterSpec, ControlPlaneNode, EncryptionKey, Issuance, Membership, NodeCredentials, PodCidr,
     RenderInput, Versions, etcd_for,
 };
-pub use plan::downloads;
+pub use plan::{DEFAULT_UPDATE_WAIT_SECS, downloads};
 pub use worker::{WorkerInput, WorkerNode, render_worker_bundle};
 
 use exk8s_common::payload::{BundlePayload, Freshness, Identity, Role};

@@ -18,6 +18,8 @@ use super::{RenderError, RenderInput};
 const WAIT_ETCD_SECS: u32 = 600;
 const WAIT_APISERVER_SECS: u32 = 600;
 const WAIT_COMPONENT_SECS: u32 = 300;
+/// An update's default wait for each component it restarted (`--update-wait-secs`).
+pub const DEFAULT_UPDATE_WAIT_SECS: u32 = 600;
 const ADDON_SECS: u32 = 600;
 /// How long a joining member may take to catch up before its learner is withdrawn.
 const PROMOTE_SECS: u32 = 600;
@@ -325,7 +327,8 @@ fn bring_up(
 /// An update restarts the apiserver first and waits for it to run its new inputs; then the
 /// controller-manager and the scheduler together (each is leader-elected, with a replica on
 /// every other member, so this member restarting both leaves the cluster both), waited for
-/// side by side; the kubelet itself restarts last.
+/// side by side; the kubelet itself restarts last. Each wait lasts at most the update wait
+/// (`--update-wait-secs`): past it the agent puts the previous files back.
 fn roll_components(
     input: &RenderInput<'_>,
     static_pods: &[StaticPod],
@@ -340,7 +343,7 @@ fn roll_components(
             manifest: path(pod.manifest)?,
             mirror_pod: name(&format!("{}-{}", pod.name, input.node.addresses.name))?,
             inputs_sha256: pod.inputs_sha256,
-            timeout_secs: WAIT_APISERVER_SECS,
+            timeout_secs: input.update_wait_secs,
         })
     };
     let mut steps = Vec::new();
@@ -358,7 +361,7 @@ fn roll_components(
         kubelet_step()?,
         PlanStep::WaitApiserverReady {
             kubeconfig: admin.clone(),
-            timeout_secs: WAIT_APISERVER_SECS,
+            timeout_secs: input.update_wait_secs,
         },
     ]);
     Ok(steps)
@@ -454,7 +457,11 @@ pub(super) fn steps(
             ca_file: path(p.etcd_ca_cert)?,
             cert_file: path(p.etcd_healthcheck_client_cert)?,
             key_file: path(p.etcd_healthcheck_client_key)?,
-            timeout_secs: WAIT_ETCD_SECS,
+            timeout_secs: if input.issuance.kind == BundleKind::Update {
+                input.update_wait_secs
+            } else {
+                WAIT_ETCD_SECS
+            },
         },
     ]);
     // A learner answers /health; it votes (and the rest may start) once promoted.

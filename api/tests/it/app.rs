@@ -146,9 +146,14 @@ pub async fn spawn_clocked(
 
 /// Another API process beside `app`: its database, directory and simulated cloud.
 pub async fn spawn_replica(app: &TestApp, backend: Backend) -> TestApp {
+    spawn_replica_with(app, backend, test_config()).await
+}
+
+/// [`spawn_replica`] with `config`.
+pub async fn spawn_replica_with(app: &TestApp, backend: Backend, config: ApiConfig) -> TestApp {
     spawn_on(
         backend,
-        test_config(),
+        config,
         Some((&app.db_url, Arc::clone(&app._dir))),
         Arc::new(exk8s_api::clock::SystemClock),
         Some(app.sims.clone()),

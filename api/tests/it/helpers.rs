@@ -315,6 +315,7 @@ pub fn render_nodes_of(
                 },
                 issuance: &issuance(1),
                 artifacts: &ArtifactCatalog::default(),
+                update_wait_secs: exk8s_api::render::DEFAULT_UPDATE_WAIT_SECS,
             })
             .unwrap()
         })

@@ -40,6 +40,21 @@ pub(crate) fn golden(ips: &[Ipv4Addr], node_index: usize) -> BundlePayload {
 }
 
 pub(crate) fn golden_as(ips: &[Ipv4Addr], node_index: usize, issued: &Issuance) -> BundlePayload {
+    golden_waiting(
+        ips,
+        node_index,
+        issued,
+        exk8s_api::render::DEFAULT_UPDATE_WAIT_SECS,
+    )
+}
+
+/// [`golden_as`] rendered with `update_wait_secs` (`--update-wait-secs`).
+pub(crate) fn golden_waiting(
+    ips: &[Ipv4Addr],
+    node_index: usize,
+    issued: &Issuance,
+    update_wait_secs: u32,
+) -> BundlePayload {
     let spec = cluster_spec(network());
     let nodes = control_plane(ips);
     let serving = NodeServingCerts {
@@ -85,6 +100,7 @@ pub(crate) fn golden_as(ips: &[Ipv4Addr], node_index: usize, issued: &Issuance) 
         },
         issuance: issued,
         artifacts: &ArtifactCatalog::default(),
+        update_wait_secs,
     })
     .unwrap()
 }
@@ -464,6 +480,7 @@ fn rendering_refuses_inconsistent_inputs() {
         },
         issuance: Box::leak(Box::new(issuance(1))),
         artifacts: Box::leak(Box::new(ArtifactCatalog::default())),
+        update_wait_secs: exk8s_api::render::DEFAULT_UPDATE_WAIT_SECS,
     };
     let err = render_bundle(&input(&nodes[0], &nodes)).unwrap_err();
     assert!(matches!(err, RenderError::InitialNodes(2)), "{err}");

@@ -7,7 +7,7 @@ use exk8s_api::render::Issuance;
 use exk8s_common::payload::PlanStep;
 
 use crate::helpers::issuance;
-use crate::render::{golden, golden_as, ips, real};
+use crate::render::{golden, golden_as, golden_waiting, ips, real};
 
 #[test]
 fn only_the_initial_node_runs_addon_steps() {
@@ -259,4 +259,45 @@ fn an_update_bundle_restarts_what_changed_and_never_reinstalls_addons() {
             );
         }
     }
+}
+
+/// Every wait's limit in `bundle`'s plan, by what it waits for.
+fn waits(bundle: &exk8s_common::payload::BundlePayload) -> Vec<(String, u32)> {
+    bundle
+        .plan
+        .iter()
+        .filter_map(|step| match step {
+            PlanStep::WaitEtcdHealthy { timeout_secs, .. } => Some(("etcd".into(), *timeout_secs)),
+            PlanStep::WaitStaticPod {
+                mirror_pod,
+                timeout_secs,
+                ..
+            } => Some((mirror_pod.to_string(), *timeout_secs)),
+            PlanStep::WaitApiserverReady { timeout_secs, .. } => {
+                Some(("readyz".into(), *timeout_secs))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_update_waits_for_each_restarted_component_as_long_as_the_api_is_told() {
+    let ips = ips(3);
+    let update = Issuance {
+        kind: exk8s_common::contract::BundleKind::Update,
+        generation: 2,
+        ..issuance(7)
+    };
+    let short = waits(&golden_waiting(&ips, 1, &update, 90));
+    assert_eq!(short.len(), 5, "{short:?}");
+    assert!(short.iter().all(|(_, secs)| *secs == 90), "{short:?}");
+    let default = waits(&golden_as(&ips, 1, &update));
+    assert!(default.iter().all(|(_, secs)| *secs == 600), "{default:?}");
+    // A first boot's waits are its own: the setting is an update's.
+    let first = waits(&golden_waiting(&ips, 1, &issuance(7), 90));
+    assert!(
+        !first.is_empty() && first.iter().all(|(_, secs)| *secs == 600),
+        "{first:?}"
+    );
 }

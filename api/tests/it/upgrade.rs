@@ -1,7 +1,8 @@
 //! `PATCH /clusters/{id} {"kubernetes_version"}` on SQLite and PostgreSQL, with agents played by
 //! the test: every skew refusal, the preflight, a minor upgrade handed one control-plane member
 //! at a time (each bundle rendering the new release, the cluster's `version` the oldest member's
-//! until the last one reports it, `RollingOut` naming the step), a patch upgrade, and a failed
+//! until the last one reports it, `RollingOut` naming the step; after the first member another
+//! API process takes over on the same database and goes on), a patch upgrade, and a failed
 //! member rolled back by PATCHing the version the others run.
 
 use exk8s_common::BundlePayload;
@@ -13,17 +14,22 @@ use std::sync::Arc;
 use exk8s_api::clock::ManualClock;
 
 use crate::app::{
-    Backend, TestApp, both_backends, json_of, spawn_clocked, spawn_with, test_config,
+    Backend, TestApp, both_backends, json_of, spawn_clocked, spawn_replica_with, spawn_with,
+    test_config,
 };
 use crate::bootstrap::{Node, cluster_with_credentials, report};
 use crate::sync::{fetch_update, register, sync_report, update_payload};
 
 pub(crate) async fn app_offering(backend: Backend, versions: &[&str]) -> TestApp {
-    let config = exk8s_api::app::ApiConfig {
+    spawn_with(backend, offering(versions), None).await
+}
+
+/// The tests' settings, offering `versions`.
+fn offering(versions: &[&str]) -> exk8s_api::app::ApiConfig {
+    exk8s_api::app::ApiConfig {
         kubernetes_versions: versions.iter().map(|v| (*v).to_owned()).collect(),
         ..test_config()
-    };
-    spawn_with(backend, config, None).await
+    }
 }
 
 /// A 3-member control plane at the default release, every member booted with a day-2 key.
@@ -174,7 +180,8 @@ async fn every_skew_rule_refuses_with_its_reason(backend: Backend) {
 }
 
 async fn a_minor_upgrade_goes_one_member_at_a_time(backend: Backend) {
-    let app = app_offering(backend, &["v1.35.3", "v1.36.3", "v1.37.2"]).await;
+    let versions = ["v1.35.3", "v1.36.3", "v1.37.2"];
+    let mut app = app_offering(backend, &versions).await;
     let nodes = booted(&app).await;
     let cluster = nodes[0].0.cluster;
     assert_eq!(versions_of(&view(&app, cluster).await), ["v1.35.3"; 3]);
@@ -241,6 +248,16 @@ async fn a_minor_upgrade_goes_one_member_at_a_time(backend: Backend) {
             );
         }
         sync_report(&app, node, key, "succeeded", 2).await;
+        if i == 0 {
+            // The API process is gone and another takes over on the same database: the
+            // upgrade goes on from its rows, with no operator call.
+            let replica = spawn_replica_with(&app, backend, offering(&versions)).await;
+            app = replica;
+            assert_eq!(
+                condition(&view(&app, cluster).await, "RollingOut")["status"],
+                "True"
+            );
+        }
     }
     let after = view(&app, cluster).await;
     assert_eq!(versions_of(&after), ["v1.36.3"; 3]);
