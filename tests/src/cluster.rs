@@ -10,7 +10,6 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::dev::{Stack, http};
-use crate::netns::{Forward, Lan};
 use crate::procs::binary;
 
 /// A founded cluster as the tests see it.
@@ -142,41 +141,6 @@ fn agent_arguments<'c>(
         ])
 }
 
-/// `exk8s-agent <command>` for `vm` in `root`, run inside LAN node `i`'s namespace with the
-/// API's port forwarded into it (while the [`Forward`] lives), performing for real its etcd
-/// membership steps and what talks to the cluster — health waits and drains, each at most
-/// `cap` (the agent's test hooks).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "what an agent run inside a node is made of"
-)]
-pub fn agent_inside(
-    lan: &Lan,
-    i: usize,
-    stack: &Stack,
-    founded: &Founded,
-    root: &Path,
-    vm: i64,
-    command: &str,
-    cap: std::time::Duration,
-) -> (Command, Forward) {
-    let port: u16 = stack.base.rsplit(':').next().unwrap().parse().unwrap();
-    let forward = lan.forward_loopback(i, port);
-    let mut agent = agent_with(
-        lan.command(i, binary("exk8s-agent")),
-        stack,
-        founded,
-        root,
-        vm,
-        command,
-    );
-    agent.env(
-        "EXK8S_AGENT_TEST_PERFORM_KUBERNETES",
-        cap.as_secs().to_string(),
-    );
-    (agent, forward)
-}
-
 /// [`crate::members::agent_command`]'s arguments and environment added to `agent`, a command that runs
 /// `exk8s-agent` (inside a node's namespace, say).
 pub fn agent_with(
@@ -255,41 +219,6 @@ pub struct Booted {
     pub endpoints: String,
 }
 
-impl Booted {
-    /// The members' addresses, in VM order.
-    pub fn ips(&self) -> Vec<String> {
-        self.founded
-            .vms
-            .iter()
-            .map(|vm| self.founded.ip_of[vm].clone())
-            .collect()
-    }
-
-    /// The control plane's DNS name.
-    pub fn dns_name(&self) -> &str {
-        self.founded.created["control_plane_dns_name"]
-            .as_str()
-            .unwrap()
-    }
-
-    /// `/etc/hosts` lines where the control plane's name resolves to every member.
-    pub fn hosts(&self) -> String {
-        self.ips()
-            .iter()
-            .map(|ip| format!("{ip} {}\n", self.dns_name()))
-            .collect()
-    }
-
-    /// A LAN of a namespace per member (indexes 0–2) and then one per address of `clients`,
-    /// where the control plane's name resolves to every member ([`Self::hosts`]).
-    pub fn lan(&self, clients: &[&str]) -> crate::netns::Lan {
-        let ips = self.ips();
-        let mut addresses: Vec<&str> = ips.iter().map(String::as_str).collect();
-        addresses.extend_from_slice(clients);
-        crate::netns::Lan::new(&addresses, 24, &self.hosts())
-    }
-}
-
 /// Each of `founded`'s control-plane VMs booted by `exk8s-agent run` into
 /// `dir/<prefix>-<vm>`, in VM order; their roots.
 pub fn run_each(stack: &Stack, founded: &Founded, dir: &Path, prefix: &str) -> Vec<PathBuf> {
@@ -304,14 +233,9 @@ pub fn run_each(stack: &Stack, founded: &Founded, dir: &Path, prefix: &str) -> V
         .collect()
 }
 
+/// [`Booted`]: three control-plane nodes founded on a stack of their own and booted.
 pub fn boot_three(dir: &Path, sim_cidr: &str) -> Booted {
-    boot_three_with(dir, sim_cidr, &[])
-}
-
-/// [`boot_three`] with `extra` arguments for `exk8s-api dev`.
-pub fn boot_three_with(dir: &Path, sim_cidr: &str, extra: &[&str]) -> Booted {
-    let mut args = crate::dev::MANY_AGENTS.to_vec();
-    args.extend_from_slice(extra);
+    let args = crate::dev::MANY_AGENTS;
     let stack = crate::dev::start_dev(&dir.join("dev"), sim_cidr, &dir.join("api.log"), &args);
     let founded = found(
         &stack,

@@ -1,11 +1,10 @@
-//! `exk8s-tests` holds what tests need across crates: sampling a changing control plane's
-//! availability ([`availability`]), the dev stack as a child process ([`dev`]), a cluster
+//! `exk8s-tests` holds what tests need across crates: the dev stack as a child process
+//! ([`dev`]), a cluster
 //! founded on it and booted by the real agent ([`cluster`]), starting real etcd members from
 //! rendered node roots ([`etcd`]) and changing their membership through the API ([`members`]),
 //! machines that boot the node image under systemd ([`machine`]) and the site they boot on
 //! ([`site`]: the mirror, the registry they pull from ([`registry`]), the baked image, the
-//! stack), finding and running the workspace's binaries ([`procs`]), a real control plane
-//! changed one node at a time ([`rolling`]), a TLS endpoint serving a rendered certificate
+//! stack), finding and running the workspace's binaries ([`procs`]), a TLS endpoint serving a rendered certificate
 //! ([`tls`]), a private PostgreSQL server tests may stop ([`postgres`]), a real S3 server
 //! ([`s3`]), a small real filesystem to fill ([`tmpfs`]), and a worker pool as the API shows it
 //! ([`workers`]). The end-to-end test lives in `tests/`.
@@ -16,20 +15,16 @@
     reason = "test support: a failure should stop the test loudly"
 )]
 
-pub mod availability;
 pub mod bins;
 pub mod cluster;
-pub mod control_plane;
 pub mod dev;
 pub mod etcd;
 pub mod machine;
 pub mod members;
 pub mod mirror;
-pub mod netns;
 pub mod postgres;
 pub mod procs;
 pub mod registry;
-pub mod rolling;
 pub mod s3;
 pub mod site;
 pub mod tls;

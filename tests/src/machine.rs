@@ -124,9 +124,11 @@ fn info(stack: &Stack, vm: i64) -> Option<Value> {
     }
 }
 
-/// The end of a console file.
+/// The end of a console file: its last 40 lines.
 fn console_tail(console: &Path) -> String {
-    crate::control_plane::log_tail(console, 40)
+    let log = std::fs::read_to_string(console).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 /// A booted machine: the one behind a VM of the dev stack.

@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use crate::procs::{Proc, free_port, wait_until};
 
-/// A running registry on the machine's loopback.
+/// A registry on the machine's loopback: serving from [`Registry::serve`], away between
+/// [`Registry::stop`] and [`Registry::start`] (a mirror an air-gapped site lost), on one port.
 pub struct Registry {
     pub port: u16,
-    _server: Proc,
+    config: PathBuf,
+    log: PathBuf,
+    server: Option<Proc>,
 }
 
 fn env_path(name: &str) -> PathBuf {
@@ -30,7 +33,6 @@ impl Registry {
     /// Serves the node registry's storage on `127.0.0.1:<free port>`, its configuration and
     /// log in `dir`.
     pub fn serve(dir: &Path) -> Self {
-        let binary = env_path("EXK8S_NODE_REGISTRY");
         let store = env_path("EXK8S_NODE_REGISTRY_STORE");
         let port = free_port();
         let config = dir.join("registry.yml");
@@ -45,23 +47,44 @@ impl Registry {
             ),
         )
         .unwrap();
-        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
-        let server = Command::new(binary)
+        let mut registry = Self {
+            port,
+            config,
+            log: dir.join("registry.log"),
+            server: None,
+        };
+        registry.start();
+        registry
+    }
+
+    /// Serves again on the same port (a no-op while serving); returns once it answers.
+    pub fn start(&mut self) {
+        if self.server.is_some() {
+            return;
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let server = Command::new(env_path("EXK8S_NODE_REGISTRY"))
             .arg("serve")
-            .arg(&config)
+            .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
-        let server = Proc(server);
+        self.server = Some(Proc(server));
+        let port = self.port;
         wait_until("the node registry", Duration::from_secs(20), || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
-        Self {
-            port,
-            _server: server,
-        }
+    }
+
+    /// Stops serving: nothing answers at the port until [`Self::start`].
+    pub fn stop(&mut self) {
+        drop(self.server.take());
     }
 
     /// The registries whose images this one serves under the same names: the control plane's

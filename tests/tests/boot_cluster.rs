@@ -34,7 +34,9 @@
 //! once, no request through either failed, each apiserver restarted, and every apiserver and
 //! kubelet serving its new certificate; then the last member is stopped and started through the
 //! compute API while the two others' apiservers answer every sample, and it comes back by
-//! itself; then a minor Kubernetes upgrade (its preflight etcd snapshot stored, then etcd, the
+//! itself; then a minor upgrade whose images the registry cannot serve fails on its first
+//! member, whose agent puts its files back, stops there and is rolled back
+//! ([`failed_upgrade`]); then a minor Kubernetes upgrade (its preflight etcd snapshot stored, then etcd, the
 //! kubelet and the static pods of the next release from the mirror and the registry, one
 //! member at a time, sampled the same way; the pool replaced by workers booted at the new
 //! release). Stopped, each machine's kubelet stops
@@ -72,6 +74,8 @@ mod conformance;
 mod control_plane;
 #[path = "boot_cluster/day2.rs"]
 mod day2;
+#[path = "boot_cluster/failed_upgrade.rs"]
+mod failed_upgrade;
 #[path = "boot_cluster/from_snapshot.rs"]
 mod from_snapshot;
 #[path = "boot_cluster/haproxy.rs"]
@@ -154,7 +158,14 @@ fn boot_and_check(shape: &Shape) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let mut site = Site::prepare(dir, shape.mirror_away_first);
-    let stack = site.start_stack(dir, shape.sim_cidr, &[], &[]);
+    // The day-2 cluster's updates wait a shorter while for what they restart: its failed
+    // upgrade waits that long for an apiserver that cannot start.
+    let update_wait: &[&str] = if shape.control_planes == 3 {
+        &["--update-wait-secs", failed_upgrade::UPDATE_WAIT_SECS]
+    } else {
+        &[]
+    };
+    let stack = site.start_stack(dir, shape.sim_cidr, update_wait, &[]);
     let founded = found(
         &stack,
         dir,
@@ -533,6 +544,7 @@ fn boot_and_check(shape: &Shape) {
         let outside = haproxy::Haproxy::listing(&machines[0], &members, &ca, dir);
         renew(&stack, cluster, &machines, &addresses, &cp);
         reboot_the_last_member(&stack, &mut machines, &vms, &names);
+        failed_upgrade::fail_and_roll_back(&stack, cluster, &mut site.registry, &machines, &cp);
         upgrade(&stack, cluster, &mut machines, &cp);
         drop(outside);
     }

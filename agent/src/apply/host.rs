@@ -223,63 +223,6 @@ static FAILED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// them too; every other action stays recorded only. Unset in production.
 const PERFORM_ETCD_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_ETCD";
 
-/// Test hook: when set to a number of seconds, a [`RecordingHost`] with a root performs what
-/// talks to a cluster a test harness runs, each for at most that long, and records it too: the
-/// health waits a harness without control-plane kubelets can answer — etcd's health, the
-/// apiserver's `/readyz`, a component's `/healthz`, and for a static pod (whose mirror pod
-/// only a kubelet makes) the probe its manifest gives the kubelet ([`waits::manifest_probe`])
-/// — and drains, with the kubectl the harness put where the artifact goes. Unset in production.
-const PERFORM_KUBERNETES_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_KUBERNETES";
-
-/// [`PERFORM_KUBERNETES_HOOK`]'s cap, when it is set.
-fn kubernetes_cap() -> Option<Duration> {
-    std::env::var(PERFORM_KUBERNETES_HOOK)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-}
-
-/// Performs `action` for real when [`PERFORM_KUBERNETES_HOOK`] covers it, at most `cap`.
-fn perform_kubernetes(
-    root: &Path,
-    action: &HostAction<'_>,
-    cap: Duration,
-) -> Option<Result<(), String>> {
-    let capped = |timeout: Duration| timeout.min(cap);
-    match action {
-        HostAction::WaitEtcd(probe) => Some(waits::etcd(
-            root,
-            &waits::EtcdProbe {
-                timeout: capped(probe.timeout),
-                ..probe.clone()
-            },
-        )),
-        HostAction::WaitApiserver(probe) => Some(waits::apiserver(
-            root,
-            &waits::ApiserverProbe {
-                timeout: capped(probe.timeout),
-                ..probe.clone()
-            },
-        )),
-        HostAction::WaitComponent(probe) => Some(waits::component(&waits::ComponentProbe {
-            timeout: capped(probe.timeout),
-            ..probe.clone()
-        })),
-        HostAction::WaitStaticPod(probe) => Some(waits::manifest_probe(
-            root,
-            &waits::StaticPodProbe {
-                timeout: capped(probe.timeout),
-                ..probe.clone()
-            },
-        )),
-        HostAction::DrainNode(drain) => Some(super::drain::perform(&super::drain::Drain {
-            timeout: capped(drain.timeout),
-            ..drain.clone()
-        })),
-        _ => None,
-    }
-}
-
 impl Host for RecordingHost {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
         let line = action.to_string();
@@ -312,9 +255,6 @@ impl Host for RecordingHost {
             }
             (Some(root), HostAction::RestoreEtcd(restore)) if perform_etcd => {
                 Some(super::etcd_data::restore_data_dir(root, restore))
-            }
-            (Some(root), _) => {
-                kubernetes_cap().and_then(|cap| perform_kubernetes(root, action, cap))
             }
             _ => None,
         };

@@ -202,66 +202,6 @@ pub fn static_pod(root: &Path, probe: &StaticPodProbe) -> Result<(), String> {
     })
 }
 
-/// Where a test harness that plays the kubelet records, per manifest file name, the inputs
-/// digest of the pod it runs (a kubelet reports that through the mirror pod).
-pub const STAND_IN_KUBELET_DIR: &str = "run/exk8s-test-kubelet";
-
-/// The stand-in for [`static_pod`] where no kubelet runs (a test harness's nodes, through
-/// [`super::host::RecordingHost`]): the harness's record says it runs the new inputs, and what
-/// the kubelet itself checks before it calls the pod ready answers 200 — the HTTP GET of the
-/// manifest's readiness probe (else its liveness probe) on this node. Polled until both hold or
-/// the probe's deadline.
-pub fn manifest_probe(root: &Path, probe: &StaticPodProbe) -> Result<(), String> {
-    let manifest: yaml_serde::Value = yaml_serde::from_slice(&read(root, &probe.manifest)?)
-        .map_err(|e| format!("{}: {e}", probe.manifest.display()))?;
-    let container = &manifest["spec"]["containers"][0];
-    let get = [&container["readinessProbe"], &container["livenessProbe"]]
-        .into_iter()
-        .map(|p| &p["httpGet"])
-        .find(|g| g.is_mapping())
-        .ok_or_else(|| format!("{} has no HTTP probe", probe.manifest.display()))?;
-    let port = get["port"].as_u64().ok_or_else(|| {
-        format!(
-            "{}: the probe has no numeric port",
-            probe.manifest.display()
-        )
-    })?;
-    let url = format!(
-        "{}://{}:{port}{}",
-        get["scheme"]
-            .as_str()
-            .unwrap_or("HTTP")
-            .to_ascii_lowercase(),
-        get["host"].as_str().unwrap_or("127.0.0.1"),
-        get["path"].as_str().unwrap_or("/"),
-    );
-    let record = root.join(STAND_IN_KUBELET_DIR).join(
-        probe
-            .manifest
-            .file_name()
-            .ok_or_else(|| format!("{} names no file", probe.manifest.display()))?,
-    );
-    let start = Instant::now();
-    while std::fs::read_to_string(&record).map_or(true, |r| r.trim() != probe.inputs_sha256) {
-        if start.elapsed() >= probe.timeout {
-            return Err(format!(
-                "not running the new inputs after {}s ({})",
-                probe.timeout.as_secs(),
-                record.display()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let tls = http::loopback_tls().map_err(|e| e.to_string())?;
-    let left = probe.timeout.saturating_sub(start.elapsed());
-    poll(
-        &http::agent(tls, Duration::from_secs(5)),
-        &url,
-        left,
-        |_| true,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::{Read as _, Write as _};
@@ -330,55 +270,6 @@ mod tests {
         drop(closed);
         let down = component(&probe(port)).unwrap_err();
         assert!(down.contains("not healthy after 1s"), "{down}");
-    }
-
-    #[test]
-    fn without_a_kubelet_the_manifests_own_probe_is_polled() {
-        let root = tempfile::tempdir().unwrap();
-        let manifests = root.path().join("etc/kubernetes/manifests");
-        std::fs::create_dir_all(&manifests).unwrap();
-        let records = root.path().join(super::STAND_IN_KUBELET_DIR);
-        std::fs::create_dir_all(&records).unwrap();
-        let write = |name: &str, probes: &str| {
-            let text =
-                format!("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: c\n{probes}");
-            std::fs::write(manifests.join(name), text).unwrap();
-            std::fs::write(records.join(name), "new\n").unwrap();
-            super::StaticPodProbe {
-                kubeconfig: "/etc/exk8s/kubeconfig/admin.kubeconfig".into(),
-                manifest: format!("/etc/kubernetes/manifests/{name}").into(),
-                mirror_pod: "c-node".into(),
-                inputs_sha256: "new".into(),
-                timeout: Duration::from_secs(1),
-            }
-        };
-        let http_get = |kind: &str, port: u16| {
-            format!(
-                "    {kind}:\n      httpGet:\n        host: 127.0.0.1\n        path: /readyz\n        port: {port}\n        scheme: HTTPS\n"
-            )
-        };
-        let up = component_serving("ok");
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let down = closed.local_addr().unwrap().port();
-        drop(closed);
-        // The readiness probe wins over the liveness probe.
-        let ready = write(
-            "ready.yaml",
-            &(http_get("readinessProbe", up) + &http_get("livenessProbe", down)),
-        );
-        super::manifest_probe(root.path(), &ready).unwrap();
-        let live_only = write("live.yaml", &http_get("livenessProbe", up));
-        super::manifest_probe(root.path(), &live_only).unwrap();
-        let failing = write("failing.yaml", &http_get("readinessProbe", down));
-        let failed = super::manifest_probe(root.path(), &failing).unwrap_err();
-        assert!(failed.contains("not healthy after"), "{failed}");
-        // The old pod answering is not the new one running.
-        std::fs::write(records.join("live.yaml"), "old\n").unwrap();
-        let old = super::manifest_probe(root.path(), &live_only).unwrap_err();
-        assert!(old.contains("not running the new inputs"), "{old}");
-        let none = write("none.yaml", "    image: x\n");
-        let refused = super::manifest_probe(root.path(), &none).unwrap_err();
-        assert!(refused.contains("has no HTTP probe"), "{refused}");
     }
 
     #[test]

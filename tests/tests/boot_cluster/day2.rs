@@ -1,12 +1,15 @@
 //! Day 2 on a booted three-member cluster: a forced renewal of every certificate, each node's
-//! sync unit started as its timer starts it, a reboot, and a minor Kubernetes upgrade — each while the first machine
-//! samples every other apiserver's `/readyz`.
+//! sync unit started as its timer starts it, a reboot, and a minor Kubernetes upgrade (after
+//! a failed one: [`super::failed_upgrade`]) — each while the first machine samples every
+//! other apiserver's `/readyz`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use exk8s_tests::bins::{ETCD_VERSION, KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
+use exk8s_tests::bins::{
+    ETCD_VERSION, KUBERNETES_VERSION, NEXT_ETCD_VERSION, NEXT_KUBERNETES_VERSION,
+};
 use exk8s_tests::cluster::{operator, view};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::Machine;
@@ -110,7 +113,7 @@ fn assert_balancers_answered(change: &str, rounds: &[Vec<(String, String)>]) {
 
 /// Samples rounds of [`readyz_round`] every few hundred milliseconds while `change` runs
 /// (through the balancer of each of `others` too).
-fn sampling<T: Send>(
+pub(crate) fn sampling<T: Send>(
     sampler: &Machine,
     ips: &[String],
     others: &[Machine],
@@ -281,7 +284,7 @@ pub(crate) fn renew(
 
 /// Starts every machine's sync unit (what its timer runs) over and over, all at once, until
 /// `done` says the change is over.
-fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
+pub(crate) fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
     let synced = AtomicBool::new(false);
     std::thread::scope(|s| {
         for machine in machines {
@@ -303,7 +306,7 @@ fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
 
 /// In every round of samples at least two of the three apiservers answered `ok`, and every
 /// request through the node-local balancer and HAProxy was answered.
-fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
+pub(crate) fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
     let short: Vec<_> = rounds
         .iter()
         .filter(|round| {
@@ -348,6 +351,17 @@ pub(crate) fn upgrade(
     let ips: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
     let old_workers: Vec<i64> = machines[cp.len()..].iter().map(|m| m.vm).collect();
     let count = machines.len();
+    // Written before, read after through another member.
+    let written = kubectl(
+        &machines[0],
+        &[
+            "create",
+            "configmap",
+            "before-upgrade",
+            "--from-literal=kept=yes",
+        ],
+    );
+    assert!(written.status.success(), "{written:?}");
     let patched = operator(stack, "PATCH", &format!("/clusters/{cluster}"))
         .send_json(json!({"kubernetes_version": NEXT_KUBERNETES_VERSION}));
     let patched: Value = patched.unwrap().into_json().unwrap();
@@ -403,12 +417,26 @@ pub(crate) fn upgrade(
         machines.push(machine);
     }
     let sampler = &machines[0];
-    for (ip, name) in cp {
-        let server = format!("--server=https://{ip}:6443");
-        let out = kubectl(sampler, &[&server, "get", "--raw", "/version"]);
-        let version: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(version["gitVersion"], NEXT_KUBERNETES_VERSION, "{name}");
+    for ((ip, name), machine) in cp.iter().zip(&machines[..cp.len()]) {
+        let release = super::failed_upgrade::apiserver_release(sampler, ip);
+        assert_eq!(release, NEXT_KUBERNETES_VERSION, "{name}");
+        // Each member's etcd moved to the release's etcd with it.
+        let etcd = super::failed_upgrade::etcd_release(machine, ip);
+        assert_eq!(etcd, NEXT_ETCD_VERSION, "{name}");
     }
+    let last = format!("--server=https://{}:6443", cp[cp.len() - 1].0);
+    let kept = kubectl(
+        sampler,
+        &[
+            &last,
+            "get",
+            "configmap",
+            "before-upgrade",
+            "-o",
+            "jsonpath={.data.kept}",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&kept.stdout), "yes", "{kept:?}");
     let kubelets = r#"jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion}/{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#;
     let ready = format!("{NEXT_KUBERNETES_VERSION}/True");
     exk8s_tests::procs::wait_until(

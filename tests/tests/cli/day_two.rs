@@ -144,8 +144,8 @@ pub(crate) fn run(dir: &Path, stack: &Stack, founded: &Founded, cluster_name: &s
     agent_ok(stack, founded, &worker_root(old_worker), old_worker, "run");
     // Then it goes, and --wait follows it on the event stream until the member runs it; with
     // --pools, then until the pool's workers run it too. (Without the etcd snapshot first:
-    // these agents record host steps and take none — it::upgrade_snapshot and the real
-    // control_plane_upgrade prove the wait.)
+    // these agents record host steps and take none — it::upgrade_snapshot and the booted
+    // upgrade of boot_cluster prove the wait.)
     let upgrade = exk8s(dir)
         .args([
             "upgrade",

@@ -94,13 +94,18 @@ fn host_rewrites(root: &Path, host: &Host) -> Result<(), MachineError> {
     // cAdvisor cannot measure inside a container ("invalid capacity 0 on image filesystem"):
     // its signals would read as no space left and taint the node with disk pressure, so they
     // are off (0%). The node's own file system is the host's disk, shared with every other
-    // machine: its free share says nothing about a node's, hence 1 %.
+    // machine: its free share says nothing about a node's, hence 1 %. For the same reason the
+    // image garbage collector waits until that disk is full: a host whose disk looks 91% used
+    // (its capacity less what is available) had every kubelet free images every five minutes,
+    // the sandbox image with them (Debian 12's containerd 1.6 does not pin it), and a pod
+    // started while the registry was away then could not start.
     write(
         &kubelet_dropins.join("90-exk8s-host-disk.conf"),
         "# exk8s dev machine: a directory of the host's disk, shared.\n\
          apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1%\n  \
-         nodefs.inodesFree: 1%\n  imagefs.available: 0%\n  imagefs.inodesFree: 0%\n",
+         nodefs.inodesFree: 1%\n  imagefs.available: 0%\n  imagefs.inodesFree: 0%\n\
+         imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n",
     )?;
     if !host.cgroup_v2 {
         // Kubernetes 1.35's kubelet refuses cgroup v1 unless told otherwise; the bundle's
