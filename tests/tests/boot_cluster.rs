@@ -86,6 +86,8 @@ mod nodes;
 mod one_node;
 #[path = "boot_cluster/sa_key.rs"]
 mod sa_key;
+#[path = "boot_cluster/sampler.rs"]
+mod sampler;
 #[path = "boot_cluster/scale.rs"]
 mod scale;
 #[path = "boot_cluster/workloads.rs"]

@@ -16,6 +16,7 @@ use exk8s_tests::machine::Machine;
 use serde_json::{Value, json};
 
 use super::nodes;
+use super::sampler::{assert_all_ok, assert_two_ready, sampling};
 
 /// `kubectl` on `machine` with its admin kubeconfig (the kubectl of the release the node was
 /// founded at, which stays beside a newer one).
@@ -24,117 +25,6 @@ pub(crate) fn kubectl(machine: &Machine, args: &[&str]) -> std::process::Output 
     let mut all = vec!["--kubeconfig", "/etc/exk8s/kubeconfig/admin.kubeconfig"];
     all.extend_from_slice(args);
     machine.run(&kubectl, &all)
-}
-
-/// Where the sampler sends a request as a client would, each answer keyed by its name in a
-/// round: its own node-local balancer (as the node's components reach the control plane), and
-/// the HAProxy of `docs/apiserver-endpoint.md` in front of the members ([`super::haproxy`]).
-const THROUGH: [(&str, &str); 2] = [
-    ("balancer", "https://127.0.0.1:7445/version"),
-    ("haproxy", "https://127.0.0.1:8443/version"),
-];
-
-/// One round of `/readyz` asked of each apiserver in `ips` from `sampler`'s LAN (anonymous, as
-/// a load balancer's health check asks), then `GET /version` through each of [`THROUGH`]:
-/// what each answered (`ok` for a version).
-fn readyz_round(sampler: &Machine, ips: &[String], others: &[Machine]) -> Vec<(String, String)> {
-    let mut round: Vec<(String, String)> = ips
-        .iter()
-        .map(|ip| {
-            let out = sampler
-                .on_lan("curl")
-                .args(["-sSk", "--max-time", "5"])
-                .arg(format!("https://{ip}:6443/readyz"))
-                .output()
-                .unwrap();
-            // `ok`, or what failed: the checks a 500 names (`[-]…`), or curl's error.
-            let said = String::from_utf8_lossy(&out.stdout);
-            let failed: Vec<&str> = said.lines().filter(|l| l.starts_with("[-]")).collect();
-            let answer = if failed.is_empty() {
-                said.trim().to_owned() + String::from_utf8_lossy(&out.stderr).trim()
-            } else {
-                failed.join("; ")
-            };
-            (ip.clone(), answer)
-        })
-        .collect();
-    let asked = THROUGH
-        .iter()
-        .map(|(name, url)| ((*name).to_owned(), *url, sampler));
-    let others = others
-        .iter()
-        .filter(|m| m.vm != sampler.vm)
-        .map(|m| (format!("{OTHER_BALANCER}{}", m.name), THROUGH[0].1, m));
-    for (name, url, from) in asked.chain(others) {
-        let out = from
-            .on_lan("curl")
-            .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", url])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stdout);
-        let answer = if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
-            "ok".to_owned()
-        } else {
-            format!(
-                "{said} {} at {}",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                exk8s_tests::procs::time_of_day()
-            )
-        };
-        round.push((name, answer));
-    }
-    round
-}
-
-/// How a round's entry for `GET /version` through another node's own balancer (as its kubelet
-/// reaches the control plane) starts; the node's name follows.
-const OTHER_BALANCER: &str = "the balancer of ";
-
-/// Whether a round's entry is a request through a balancer rather than an apiserver's own
-/// `/readyz`.
-fn through(at: &str) -> bool {
-    at.starts_with(OTHER_BALANCER) || THROUGH.iter().any(|(name, _)| *name == at)
-}
-
-/// Every request through the node-local balancer and through HAProxy was answered.
-fn assert_balancers_answered(change: &str, rounds: &[Vec<(String, String)>]) {
-    let failed: Vec<&(String, String)> = rounds
-        .iter()
-        .flatten()
-        .filter(|(at, a)| through(at) && a != "ok")
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "{change}: {} requests through a balancer failed in {} rounds: {failed:?}",
-        failed.len(),
-        rounds.len()
-    );
-}
-
-/// Samples rounds of [`readyz_round`] every few hundred milliseconds while `change` runs
-/// (through the balancer of each of `others` too).
-pub(crate) fn sampling<T: Send>(
-    sampler: &Machine,
-    ips: &[String],
-    others: &[Machine],
-    change: impl FnOnce() -> T + Send,
-) -> (T, Vec<Vec<(String, String)>>) {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let samples = s.spawn(|| {
-            let mut rounds = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                rounds.push(readyz_round(sampler, ips, others));
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            rounds
-        });
-        let changed = {
-            let _stop = exk8s_tests::procs::SetOnDrop(&stop);
-            change()
-        };
-        (changed, samples.join().unwrap())
-    })
 }
 
 /// Each control-plane node's running kube-apiserver container: when it started.
@@ -302,34 +192,6 @@ pub(crate) fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
         let _synced = exk8s_tests::procs::SetOnDrop(&synced);
         exk8s_tests::procs::wait_until("the change", Duration::from_secs(900), &done);
     });
-}
-
-/// In every round of samples at least two of the three apiservers answered `ok`, and every
-/// request through the node-local balancer and HAProxy was answered.
-pub(crate) fn assert_two_ready(change: &str, rounds: &[Vec<(String, String)>]) {
-    let short: Vec<_> = rounds
-        .iter()
-        .filter(|round| {
-            round
-                .iter()
-                .filter(|(at, a)| !through(at) && a == "ok")
-                .count()
-                < 2
-        })
-        .collect();
-    assert_balancers_answered(change, rounds);
-    assert!(rounds.len() >= 10, "{change}: {rounds:?}");
-    assert!(
-        short.is_empty(),
-        "{change}: {} of {} rounds found fewer than two apiservers ready: {short:?}",
-        short.len(),
-        rounds.len()
-    );
-    let down = rounds.iter().flatten().filter(|(_, a)| a != "ok").count();
-    eprintln!(
-        "{change}: {} rounds of /readyz, {down} answers not ok (never two in one round)",
-        rounds.len()
-    );
 }
 
 /// A minor upgrade on booted machines (`PATCH /clusters/{id}`; its preflight snapshot taken by a
@@ -532,15 +394,7 @@ pub(crate) fn reboot_the_last_member(
         });
         again
     });
-    let samples: Vec<_> = rounds.into_iter().flatten().collect();
-    let failed: Vec<_> = samples.iter().filter(|(_, a)| a != "ok").collect();
-    assert!(samples.len() >= 10, "{samples:?}");
-    assert!(
-        failed.is_empty(),
-        "{} of {} samples failed: {failed:?}",
-        failed.len(),
-        samples.len()
-    );
+    assert_all_ok("a member's reboot", &rounds);
     let journal = again.journal("exk8s-agent.service", 200);
     assert!(
         journal.contains("bootstrap.done") || journal.contains("sync"),

@@ -17,7 +17,8 @@ use exk8s_tests::registry::Registry;
 use serde_json::{Value, json};
 
 use super::control_plane::etcdctl;
-use super::day2::{assert_two_ready, kubectl, sampling, syncing};
+use super::day2::{kubectl, syncing};
+use super::sampler::{assert_two_ready, sampling};
 use exk8s_tests::site::nodes;
 
 /// How long the 3-member cluster's stack lets an update wait for each component it restarted

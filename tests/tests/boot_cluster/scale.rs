@@ -34,14 +34,7 @@ use serde_json::{Value, json};
 use super::control_plane::{admin, etcdctl, kubectl_with};
 use super::haproxy::{DnsServer, Haproxy};
 use super::one_node::OneNode;
-
-/// Where the first machine's requests go, each named: its node-local balancer (where its
-/// components reach the control plane), and HAProxy following the control plane's name as
-/// `docs/apiserver-endpoint.md` shows outside clients.
-const THROUGH: [(&str, &str); 2] = [
-    ("balancer", "https://127.0.0.1:7445/version"),
-    ("haproxy", "https://127.0.0.1:8443/version"),
-];
+use super::sampler::THROUGH;
 
 /// The module doc's two changes on `node`'s cluster.
 pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
