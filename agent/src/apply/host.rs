@@ -378,7 +378,12 @@ impl Host for SystemHost {
             HostAction::WaitApiserver(probe) => waits::apiserver(&self.root, probe),
             HostAction::WaitComponent(probe) => waits::component(probe),
             HostAction::WaitNodeRegistered(probe) => waits::node_registered(&self.root, probe),
-            HostAction::WaitStaticPod(probe) => waits::static_pod(&self.root, probe),
+            HostAction::WaitStaticPod(probe) => waits::static_pod(&self.root, probe).map_err(|e| {
+                match super::kubelet_log::last_error(&probe.mirror_pod, probe.timeout) {
+                    Some(said) => format!("{e}; the kubelet's last error for the pod: {said}"),
+                    None => e,
+                }
+            }),
             HostAction::Command {
                 program,
                 args,

@@ -15,6 +15,7 @@ pub mod etcd_data;
 mod exec;
 pub mod files;
 pub mod host;
+mod kubelet_log;
 pub mod membership;
 pub mod releases;
 pub mod restore;

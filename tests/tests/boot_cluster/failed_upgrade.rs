@@ -119,11 +119,17 @@ pub(crate) fn fail_and_roll_back(
         journal.contains("the previous files are back and their units restarted"),
         "the agent put the previous files back: {journal}"
     );
+    // Why, in the agent's words: the kubelet's last error for the pod, which could not pull
+    // the release's image.
     let image = format!("registry.k8s.io/kube-apiserver:{NEXT_KUBERNETES_VERSION}");
-    let kubelet = members[i].journal_grep("kubelet.service", &image);
+    let said = journal
+        .lines()
+        .find(|l| l.contains("the kubelet's last error for the pod"))
+        .unwrap_or_else(|| panic!("the kubelet's words in the agent's: {journal}"));
     assert!(
-        kubelet.contains("ErrImagePull") || kubelet.contains("ImagePullBackOff"),
-        "the kubelet could not pull {image}: {kubelet}"
+        (said.contains("ErrImagePull") || said.contains("ImagePullBackOff"))
+            && said.contains(&image),
+        "the kubelet could not pull {image}: {said}"
     );
     exk8s_tests::procs::wait_until(
         "the old apiserver back on the member that failed",
