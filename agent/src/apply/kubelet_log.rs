@@ -24,15 +24,25 @@ pub(super) fn last_error(pod: &str, within: Duration) -> Option<String> {
     last_error_in(&String::from_utf8_lossy(&out.stdout), pod)
 }
 
+/// What the pod worker logs when it cannot start a pod's sandbox or containers: the why.
+const SYNC_ERROR: &str = "\"Error syncing pod";
+
 /// The message of `journal`'s last klog error line (`E…] message`) naming `pod`, cut to
-/// [`KEPT`] characters.
+/// [`KEPT`] characters: the pod worker's last `Error syncing pod` (the image it cannot pull, the
+/// sandbox it cannot start) when there is one — later errors naming the pod are mostly the
+/// status manager failing to reach the very apiserver that is not starting —, else the last.
 fn last_error_in(journal: &str, pod: &str) -> Option<String> {
     let named = format!("pod=\"kube-system/{pod}\"");
-    journal
+    let errors: Vec<&str> = journal
         .lines()
-        .rev()
         .filter(|line| line.starts_with('E') && line.contains(&named))
-        .find_map(|line| line.split_once("] ").map(|(_, message)| message))
+        .filter_map(|line| line.split_once("] ").map(|(_, message)| message))
+        .collect();
+    errors
+        .iter()
+        .rev()
+        .find(|message| message.starts_with(SYNC_ERROR))
+        .or(errors.last())
         .map(|message| message.chars().take(KEPT).collect())
 }
 
@@ -51,6 +61,7 @@ mod tests {
             r#"E1202 10:29:51.2    3170 pod_workers.go:1324] "Error syncing pod, skipping" err="failed to \"StartContainer\" for \"kube-apiserver\" with ErrImagePull: \"failed to pull image\"" pod="kube-system/kube-apiserver-cp-101.cluster-1.internal" podUID="u""#,
             r#"E1202 10:29:52.3    3170 pod_workers.go:1324] "Error syncing pod, skipping" err="failed to \"StartContainer\" for \"kube-apiserver\" with ImagePullBackOff: \"Back-off pulling image \\\"registry.k8s.io/kube-apiserver:v1.36.3\\\"\"" pod="kube-system/kube-apiserver-cp-101.cluster-1.internal" podUID="u""#,
             r#"E1202 10:29:53.4    3170 controller.go:251] "Failed to update lease" err="connection refused""#,
+            r#"E1202 10:29:53.5    3170 status_manager.go:1036] "Failed to get status for pod" err="Get \"https://127.0.0.1:7445/api/v1/namespaces/kube-system/pods/kube-apiserver-cp-101\": connection refused" pod="kube-system/kube-apiserver-cp-101.cluster-1.internal""#,
             r#"E1202 10:29:54.5    3170 pod_workers.go:1324] "Error syncing pod, skipping" err="another" pod="kube-system/kube-scheduler-cp-101.cluster-1.internal" podUID="v""#,
         ]
         .join("\n");
@@ -69,6 +80,14 @@ mod tests {
             None
         );
         assert_eq!(last_error_in(journal.lines().next().unwrap(), POD), None);
+        // No pod worker error: the last error naming the pod.
+        let status = journal.lines().nth(4).unwrap();
+        assert!(
+            last_error_in(status, POD)
+                .unwrap()
+                .starts_with("\"Failed to get status for pod\""),
+            "{status}"
+        );
         // A long message is cut.
         let long = format!(
             r#"E1 x.go:1] "{}" pod="kube-system/{POD}""#,
