@@ -1,5 +1,5 @@
 //! `cluster_events`: a cluster's changes in order — its phase, each node it gained, each report
-//! a node made, each unhealthy machine replaced. Triggers write the rows (migration 0012), so this module only reads them, a
+//! a node made, each unhealthy machine replaced, each snapshot asked for, stored or failed. Triggers write the rows (migration 0012), so this module only reads them, a
 //! page at a time after a given id, and prunes them by age.
 
 use sqlx::{Any, Executor, Row as _};
@@ -32,6 +32,17 @@ pub enum Change {
         /// Cluster API's reason (`MachineDeleted`, ...).
         reason: String,
         /// The node, and what is wrong with it.
+        message: String,
+    },
+    /// A snapshot was asked for, stored or failed (`state`, as `GET …/snapshots` shows it).
+    Snapshot {
+        snapshot_id: i64,
+        /// The member asked (none when its node is gone).
+        vm_id: Option<i64>,
+        state: String,
+        /// `SnapshotFailed` for a failure.
+        reason: Option<String>,
+        /// Whom it was asked of and by what, what was stored, or why it failed.
         message: String,
     },
 }
@@ -79,6 +90,17 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
                 .try_get::<Option<String>, _>("message")?
                 .unwrap_or_default(),
         },
+        ("snapshot", _) => Change::Snapshot {
+            snapshot_id: r
+                .try_get::<Option<i64>, _>("snapshot_id")?
+                .unwrap_or_default(),
+            vm_id,
+            state: r.try_get("phase")?,
+            reason: r.try_get("reason")?,
+            message: r
+                .try_get::<Option<String>, _>("message")?
+                .unwrap_or_default(),
+        },
         _ => Change::Cluster {
             phase: decode(r, "phase")?,
             reason: r.try_get("reason")?,
@@ -100,7 +122,8 @@ pub async fn after<'c>(
     limit: i64,
 ) -> Result<Vec<EventRow>, DbError> {
     let rows = sqlx::query(
-        "SELECT id, kind, vm_id, phase, state, reason, message, created_at FROM cluster_events \
+        "SELECT id, kind, vm_id, phase, state, reason, message, snapshot_id, created_at \
+         FROM cluster_events \
          WHERE cluster_id = $1 AND id > $2 ORDER BY id LIMIT $3",
     )
     .bind(cluster_id)
@@ -119,7 +142,8 @@ pub async fn after_all<'c>(
     limit: i64,
 ) -> Result<Vec<(i64, EventRow)>, DbError> {
     let rows = sqlx::query(
-        "SELECT id, cluster_id, kind, vm_id, phase, state, reason, message, created_at \
+        "SELECT id, cluster_id, kind, vm_id, phase, state, reason, message, snapshot_id, \
+         created_at \
          FROM cluster_events WHERE id > $1 ORDER BY id LIMIT $2",
     )
     .bind(after)

@@ -206,9 +206,9 @@ pub async fn expire<'c>(
     now: i64,
 ) -> Result<u64, DbError> {
     Ok(sqlx::query(
-        "UPDATE snapshots SET state = 'failed', error = 'the member did not upload it before its \
-         deadline (it was down, or its agent could not take it: see its log)' \
-         WHERE cluster_id = $1 AND state = 'requested' AND not_after < $2",
+        "UPDATE snapshots SET state = 'failed', finished_at = $2, error = 'the member did not \
+         upload it before its deadline (it was down, or its agent could not take it: see its \
+         log)' WHERE cluster_id = $1 AND state = 'requested' AND not_after < $2",
     )
     .bind(cluster_id)
     .bind(now)
@@ -223,9 +223,9 @@ pub async fn expire_all<'c>(
     now: i64,
 ) -> Result<u64, DbError> {
     Ok(sqlx::query(
-        "UPDATE snapshots SET state = 'failed', error = 'the member did not upload it before its \
-         deadline (it was down, or its agent could not take it: see its log)' \
-         WHERE state = 'requested' AND not_after < $1",
+        "UPDATE snapshots SET state = 'failed', finished_at = $1, error = 'the member did not \
+         upload it before its deadline (it was down, or its agent could not take it: see its \
+         log)' WHERE state = 'requested' AND not_after < $1",
     )
     .bind(now)
     .execute(db)
@@ -252,8 +252,8 @@ pub async fn stored<'c>(
     s: &Stored<'_>,
 ) -> Result<bool, DbError> {
     let done = sqlx::query(
-        "UPDATE snapshots SET state = 'stored', taken_at = $1, revision = $2, etcd_version = $3, \
-         size_bytes = $4, sha256 = $5, object_key = $6, ca_sha256 = $7 \
+        "UPDATE snapshots SET state = 'stored', taken_at = $1, finished_at = $1, revision = $2, \
+         etcd_version = $3, size_bytes = $4, sha256 = $5, object_key = $6, ca_sha256 = $7 \
          WHERE id = $8 AND state = 'requested'",
     )
     .bind(s.taken_at)
@@ -269,17 +269,20 @@ pub async fn stored<'c>(
     Ok(done.rows_affected() == 1)
 }
 
-/// Records snapshot `id` failed with `error`, if it was still requested.
+/// Records snapshot `id` failed with `error` at `now`, if it was still requested.
 pub async fn failed<'c>(
     db: impl Executor<'c, Database = Any>,
     id: i64,
     error: &str,
+    now: i64,
 ) -> Result<bool, DbError> {
     let done = sqlx::query(
-        "UPDATE snapshots SET state = 'failed', error = $1 WHERE id = $2 AND state = 'requested'",
+        "UPDATE snapshots SET state = 'failed', error = $1, finished_at = $3 \
+         WHERE id = $2 AND state = 'requested'",
     )
     .bind(error)
     .bind(id)
+    .bind(now)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)

@@ -1,6 +1,7 @@
 //! `GET /clusters/{id}/events`: the cluster's changes as Server-Sent Events. Every stored change
 //! (`cluster`: a phase; `node`: a node added; `report`: a node's report; `remediation`: an
-//! unhealthy machine being replaced) carries its id, so a
+//! unhealthy machine being replaced; `snapshot`: a snapshot asked for, stored or failed)
+//! carries its id, so a
 //! client that reconnects with `Last-Event-ID` gets what it missed and nothing twice; a
 //! `status` event (readiness, replicas, conditions) comes on connecting and whenever it
 //! changes. The stream ends with `deleted` when the cluster is gone, and with `end` when its
@@ -42,7 +43,7 @@ const PAGE: i64 = 200;
         ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event (at most the cluster's last event id)"),
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report`, `remediation` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
+        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report`, `remediation`, `snapshot` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 429, body = ErrorBody, description = "too many streams open for this token or this server; retry after `Retry-After` seconds"),
     ),
@@ -363,6 +364,7 @@ fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {
         at,
         phase,
         vm_id: None,
+        snapshot_id: None,
         error_reason: None,
         message: None,
     };
@@ -410,6 +412,22 @@ fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {
                 error_reason: Some(reason),
                 message: Some(message),
                 ..event(set)
+            },
+        ),
+        Change::Snapshot {
+            snapshot_id,
+            vm_id,
+            state,
+            reason,
+            message,
+        } => (
+            "snapshot",
+            ChangeEvent {
+                vm_id,
+                snapshot_id: Some(snapshot_id),
+                error_reason: reason,
+                message: Some(message).filter(|m| !m.is_empty()),
+                ..event(state)
             },
         ),
     }

@@ -204,7 +204,13 @@ pub async fn delete(
 ) -> Result<(), SnapshotError> {
     let row = get(ctx, org_id, cluster_id, id).await?;
     if row.state == SnapshotState::Requested {
-        db::snapshots::failed(&ctx.db.pool, id, "deleted before it was taken").await?;
+        db::snapshots::failed(
+            &ctx.db.pool,
+            id,
+            "deleted before it was taken",
+            ctx.clock.unix(),
+        )
+        .await?;
     }
     if let Some(key) = &row.object_key {
         ctx.store.delete(key).await?;

@@ -94,7 +94,7 @@ where
         let said: String = reason.chars().take(500).collect();
         let error = format!("{} could not take it: {said}", row.member_name);
         tracing::warn!(cluster_id, snapshot_id = id, %error, "etcd snapshot failed");
-        db::snapshots::failed(&ctx.db.pool, id, &error)
+        db::snapshots::failed(&ctx.db.pool, id, &error, ctx.clock.unix())
             .await
             .map_err(SnapshotError::from)?;
         return Ok(reread(ctx, cluster_id, id).await?);
@@ -219,7 +219,7 @@ async fn reread(ctx: &Snapshots, cluster_id: i64, id: i64) -> Result<SnapshotRow
 async fn fail(ctx: &Snapshots, id: i64, e: &UploadError) {
     let error = crate::error_chain(e);
     tracing::warn!(snapshot_id = id, %error, "etcd snapshot upload refused");
-    if let Err(db) = db::snapshots::failed(&ctx.db.pool, id, &error).await {
+    if let Err(db) = db::snapshots::failed(&ctx.db.pool, id, &error, ctx.clock.unix()).await {
         tracing::warn!(snapshot_id = id, error = %crate::error_chain(&db), "cannot record the snapshot's failure (it expires instead)");
     }
 }

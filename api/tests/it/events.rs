@@ -14,20 +14,20 @@ use crate::bootstrap::report;
 
 /// One Server-Sent Event.
 #[derive(Debug, Clone)]
-struct Sse {
-    id: Option<i64>,
-    kind: String,
-    data: Value,
+pub(crate) struct Sse {
+    pub id: Option<i64>,
+    pub kind: String,
+    pub data: Value,
 }
 
 /// An open event stream, read event by event.
-struct Stream {
+pub(crate) struct Stream {
     response: reqwest::Response,
     buffer: String,
 }
 
 impl Stream {
-    async fn open(app: &TestApp, cluster: i64, last: Option<i64>) -> Self {
+    pub(crate) async fn open(app: &TestApp, cluster: i64, last: Option<i64>) -> Self {
         let mut request = app.get(&format!("/clusters/{cluster}/events"));
         if let Some(last) = last {
             request = request.header("Last-Event-ID", last.to_string());
@@ -74,7 +74,7 @@ impl Stream {
     }
 
     /// Events up to and including the first one `until` accepts.
-    async fn until(&mut self, until: impl Fn(&Sse) -> bool) -> Vec<Sse> {
+    pub(crate) async fn until(&mut self, until: impl Fn(&Sse) -> bool) -> Vec<Sse> {
         let mut seen = Vec::new();
         loop {
             let event = self.next().await.expect("the stream ended early");

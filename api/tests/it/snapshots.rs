@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use exk8s_api::clock::Clock as _;
 use exk8s_common::names::Sha256Digest;
 use exk8s_common::node_auth::{NodeKey, request_message_for_digest};
 use serde_json::{Value, json};
@@ -128,6 +129,7 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
 
     let asked = ask(&app, cluster).await;
     let id = asked["id"].as_i64().unwrap();
+    let mut ids = vec![id];
     assert_eq!(asked["state"], "requested");
     assert_eq!(asked["trigger"], "operator");
     let again = app.post(&path).send().await.unwrap();
@@ -176,6 +178,7 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
 
     // A body without etcd's checksum.
     let id = ask(&app, cluster).await["id"].as_i64().unwrap();
+    ids.push(id);
     let not_etcd = &snapshot[..snapshot.len() - 1];
     assert_eq!(
         put(&app, member(0), id, not_etcd, None, None)
@@ -194,6 +197,7 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
 
     // A good one: stored sealed, read back as it was.
     let id = ask(&app, cluster).await["id"].as_i64().unwrap();
+    ids.push(id);
     assert_eq!(
         put(&app, member(0), id, &snapshot, None, None)
             .await
@@ -261,6 +265,7 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
 
     // A member that never uploads: failed at the deadline, and no longer asked.
     let id = ask(&app, cluster).await["id"].as_i64().unwrap();
+    ids.push(id);
     clock.advance(time::Duration::seconds(
         exk8s_api::snapshots::UPLOAD_WINDOW_SECS + 1,
     ));
@@ -280,6 +285,7 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
 
     // A member that cannot take it says why.
     let id = ask(&app, cluster).await["id"].as_i64().unwrap();
+    ids.push(id);
     let cannot = put(
         &app,
         member(0),
@@ -297,6 +303,72 @@ async fn a_snapshot_is_taken_by_a_voter_stored_sealed_and_read_back(backend: Bac
             .unwrap()
             .contains("connection refused"),
         "{failed}"
+    );
+
+    // Each snapshot is on the cluster's event stream when asked for and when it ended, with
+    // the member asked, what was stored or why it failed.
+    let mut stream = crate::events::Stream::open(&app, cluster, None).await;
+    let seen = stream
+        .until(|e| {
+            e.kind == "snapshot" && e.data["snapshot_id"] == id && e.data["phase"] != "requested"
+        })
+        .await;
+    let snapshots: Vec<(i64, &str)> = seen
+        .iter()
+        .filter(|e| e.kind == "snapshot")
+        .map(|e| {
+            (
+                e.data["snapshot_id"].as_i64().unwrap(),
+                e.data["phase"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let ended = ["failed", "failed", "stored", "failed", "failed"];
+    let expected: Vec<(i64, &str)> = ids
+        .iter()
+        .zip(ended)
+        .flat_map(|(id, end)| [(*id, "requested"), (*id, end)])
+        .collect();
+    assert_eq!(snapshots, expected);
+    let of = |id: i64, phase: &str| {
+        seen.iter()
+            .find(|e| {
+                e.kind == "snapshot" && e.data["snapshot_id"] == id && e.data["phase"] == phase
+            })
+            .unwrap()
+            .data
+            .clone()
+    };
+    let asked = of(ids[0], "requested");
+    assert_eq!(asked["vm_id"], nodes[0].0.vm, "{asked}");
+    assert!(
+        asked["message"].as_str().unwrap().contains("(operator)"),
+        "{asked}"
+    );
+    let stored = of(ids[2], "stored");
+    assert_eq!(
+        stored["message"],
+        format!("revision 1234, {} bytes, etcd 3.6.14", snapshot.len()),
+        "{stored}"
+    );
+    let expired = of(ids[3], "failed");
+    assert_eq!(expired["error_reason"], "SnapshotFailed", "{expired}");
+    assert!(
+        expired["message"].as_str().unwrap().contains("deadline"),
+        "{expired}"
+    );
+    assert_eq!(
+        expired["at"],
+        clock.unix(),
+        "the deadline's failure is dated by the clock"
+    );
+    let refused = of(ids[4], "failed");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("connection refused"),
+        "{refused}"
     );
     tokio::time::sleep(Duration::from_millis(10)).await;
 }

@@ -3,7 +3,8 @@
 //! by its agent's sync unit as its timer runs it (the timer itself stopped: the test starts
 //! the unit once per step, so it can look between steps):
 //!
-//! - **a snapshot** ([`snapshot`]): `exk8s snapshots create`; the agent streams it from the
+//! - **a snapshot** ([`snapshot`]): `exk8s snapshots create --wait`, which follows it on the
+//!   cluster's event stream until it is stored; the agent streams it from the
 //!   member's etcd and uploads it; the bucket holds only ciphertext; what `exk8s snapshots
 //!   download` writes is what etcd wrote (its recorded digest, mode 0600), `etcdutl snapshot
 //!   status` reads it, and an etcd restored from it on the host serves what the apiserver had
@@ -238,10 +239,19 @@ fn snapshot(node: &OneNode<'_>, objects: &Path) -> Stored {
         json!({"every_hours": 0, "retain": 3}),
         "only when asked"
     );
-    let asked = node.exk8s(&["snapshots", "create", &name]);
-    let id = asked[0]["id"].as_i64().unwrap();
-    assert_eq!(asked[0]["state"], "requested");
-    node.sync();
+    // `--wait` follows the snapshot on the cluster's event stream until the agent's upload
+    // ends it.
+    let waited = std::thread::scope(|s| {
+        let waiting = s.spawn(|| node.exk8s(&["snapshots", "create", &name, "--wait"]));
+        exk8s_tests::procs::wait_until("the snapshot asked", Duration::from_secs(30), || {
+            let listed = node.exk8s(&["snapshots", "list", &name]);
+            listed[0]["state"] == "requested"
+        });
+        node.sync();
+        waiting.join().unwrap()
+    });
+    let id = waited[0]["id"].as_i64().unwrap();
+    assert_eq!(waited[0]["state"], "stored", "{waited}");
     let taken = node.machine.journal_grep(
         "exk8s-agent-sync.service",
         &format!("etcd snapshot {id} taken and uploaded"),
