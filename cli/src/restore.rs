@@ -1,9 +1,10 @@
 //! `exk8s restore CLUSTER SNAPSHOT --yes [--wait]`: restores a cluster's etcd in place from
 //! one of its stored snapshots. Every member stops, restores the same snapshot and starts
 //! again; everything written since the snapshot is gone, so it asks for `--yes`. With `--wait`
-//! it follows the restore, one line per change of phase, until it is done or has failed.
+//! it follows the restore on the cluster's event stream, one line per change of phase, until
+//! it is done or has failed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use exk8s_api_types::{RestoreRequest, RestoreView};
 
@@ -67,38 +68,56 @@ pub(crate) fn run(api: &Api, ask: &Ask<'_>, format: Format) -> Result<(), CliErr
     Ok(())
 }
 
-/// Polls the restore until it is done or has failed, at most `timeout`, saying each phase.
+/// Follows the restore until it is done or has failed, at most `timeout`, saying each phase:
+/// read again at each `restore` event of the cluster's stream (and at its keep-alive).
 fn follow(
     api: &Api,
     cluster: i64,
     started: &RestoreView,
     timeout: Duration,
 ) -> Result<RestoreView, CliError> {
-    let begun = Instant::now();
+    let path = format!("/clusters/{cluster}/restore");
     let mut said = String::new();
-    loop {
-        let view: RestoreView = api.get(&format!("/clusters/{cluster}/restore"))?;
+    let read = |said: &mut String| -> Result<RestoreView, CliError> {
+        let view: RestoreView = api.get(&path)?;
         if view.id != started.id {
             return Err(CliError::Failed(format!(
                 "restore {} was followed by restore {}",
                 started.id, view.id
             )));
         }
-        if view.phase != said {
+        if view.phase != *said {
             eprintln!("restore {}: {}", view.id, view.phase);
             said.clone_from(&view.phase);
         }
-        if view.phase == "done" || view.phase == "failed" {
-            return Ok(view);
-        }
-        if begun.elapsed() > timeout {
-            return Err(CliError::Failed(format!(
+        Ok(view)
+    };
+    let first = read(&mut said)?;
+    if first.phase == "done" || first.phase == "failed" {
+        return Ok(first);
+    }
+    crate::follow::until(
+        api,
+        cluster,
+        timeout,
+        |event| {
+            if event.is_some_and(|e| e.kind != "restore") {
+                return Ok(None);
+            }
+            let view = read(&mut said)?;
+            Ok((view.phase == "done" || view.phase == "failed").then_some(view))
+        },
+        || {
+            let view: RestoreView = api.get(&path)?;
+            if view.phase == "done" || view.phase == "failed" {
+                return Ok(view);
+            }
+            Err(CliError::Failed(format!(
                 "restore {} is still in its {} phase after {}s",
                 view.id,
                 view.phase,
                 timeout.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
+            )))
+        },
+    )
 }

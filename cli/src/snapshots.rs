@@ -3,7 +3,7 @@
 //! `etcdutl snapshot restore` outside exk8s.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Subcommand;
 use exk8s_api_types::{ChangeEvent, SnapshotSchedule, SnapshotView};
@@ -207,65 +207,35 @@ pub(crate) fn run(api: &Api, command: Snapshots, format: Format) -> Result<(), C
     }
 }
 
-/// Times in a row the event stream may fail to open before `--wait` gives up.
-const REOPENS: u32 = 5;
-
-/// Follows snapshot `id` on the cluster's event stream (`GET /clusters/{id}/events`, replayed
-/// from its start, so an end that came before the stream opened counts) until its `snapshot`
-/// event says it ended — stored or failed —, then reads it. Past `timeout` it gives up, looking
-/// at the clock at each event and at the keep-alive that comes every 15 seconds; a stream that
-/// ends is resumed after its last event.
+/// Follows snapshot `id` on the cluster's event stream until its `snapshot` event says it
+/// ended — stored or failed —, then reads it; past `timeout`, it is still being taken.
 fn follow(api: &Api, cluster: i64, id: i64, timeout: Duration) -> Result<SnapshotView, CliError> {
-    let start = Instant::now();
-    let (path, view) = (
-        format!("/clusters/{cluster}/events"),
-        format!("/clusters/{cluster}/snapshots/{id}"),
-    );
-    let (mut last, mut failures): (Option<i64>, u32) = (None, 0);
-    loop {
-        let body = match api.events(&path, last) {
-            Ok(body) => body,
-            Err(e @ CliError::Unreachable { .. }) if failures < REOPENS => {
-                failures += 1;
-                eprintln!("the event stream is out of reach ({e}); retrying");
-                std::thread::sleep(Duration::from_secs(2));
-                continue;
+    let view = format!("/clusters/{cluster}/snapshots/{id}");
+    crate::follow::until(
+        api,
+        cluster,
+        timeout,
+        |event| {
+            let Some(event) = event.filter(|e| e.kind == "snapshot") else {
+                return Ok(None);
+            };
+            let change: ChangeEvent = serde_json::from_str(&event.data)
+                .map_err(|e| CliError::Unexpected(format!("an event the CLI cannot read ({e})")))?;
+            if change.snapshot_id == Some(id) && change.phase != "requested" {
+                return api.get(&view).map(Some);
             }
-            Err(e) => return Err(e),
-        };
-        failures = 0;
-        let mut events = crate::sse::Events::new(std::io::BufReader::new(body));
-        while let Some(Ok(block)) = events.next() {
-            last = events.last_id().parse().ok().or(last);
-            if let crate::sse::Block::Event(event) = block {
-                match event.kind.as_str() {
-                    "snapshot" => {
-                        let change: ChangeEvent =
-                            serde_json::from_str(&event.data).map_err(|e| {
-                                CliError::Unexpected(format!("an event the CLI cannot read ({e})"))
-                            })?;
-                        if change.snapshot_id == Some(id) && change.phase != "requested" {
-                            return api.get(&view);
-                        }
-                    }
-                    "deleted" => {
-                        return Err(CliError::Failed(format!("cluster {cluster} was deleted")));
-                    }
-                    _ => {}
-                }
+            Ok(None)
+        },
+        || {
+            let now: SnapshotView = api.get(&view)?;
+            if now.state != "requested" {
+                return Ok(now);
             }
-            if start.elapsed() > timeout {
-                let now: SnapshotView = api.get(&view)?;
-                if now.state != "requested" {
-                    return Ok(now);
-                }
-                return Err(CliError::Failed(format!(
-                    "snapshot {id} is still being taken by {} after {}s",
-                    now.member,
-                    timeout.as_secs()
-                )));
-            }
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+            Err(CliError::Failed(format!(
+                "snapshot {id} is still being taken by {} after {}s",
+                now.member,
+                timeout.as_secs()
+            )))
+        },
+    )
 }

@@ -1,5 +1,6 @@
 //! `cluster_events`: a cluster's changes in order — its phase, each node it gained, each report
-//! a node made, each unhealthy machine replaced, each snapshot asked for, stored or failed. Triggers write the rows (migration 0012), so this module only reads them, a
+//! a node made, each unhealthy machine replaced, each snapshot asked for, stored or failed,
+//! each phase of a restore. Triggers write the rows (migration 0012), so this module only reads them, a
 //! page at a time after a given id, and prunes them by age.
 
 use sqlx::{Any, Executor, Row as _};
@@ -43,6 +44,16 @@ pub enum Change {
         /// `SnapshotFailed` for a failure.
         reason: Option<String>,
         /// Whom it was asked of and by what, what was stored, or why it failed.
+        message: String,
+    },
+    /// A restore entered `phase` (`stop`, `restore`, `start`, `done`, `failed`).
+    Restore {
+        /// The snapshot it restores.
+        snapshot_id: i64,
+        phase: String,
+        /// `RestoreFailed` for a failure.
+        reason: Option<String>,
+        /// Which restore and of what, or why it failed.
         message: String,
     },
 }
@@ -96,6 +107,16 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
                 .unwrap_or_default(),
             vm_id,
             state: r.try_get("phase")?,
+            reason: r.try_get("reason")?,
+            message: r
+                .try_get::<Option<String>, _>("message")?
+                .unwrap_or_default(),
+        },
+        ("restore", _) => Change::Restore {
+            snapshot_id: r
+                .try_get::<Option<i64>, _>("snapshot_id")?
+                .unwrap_or_default(),
+            phase: r.try_get("phase")?,
             reason: r.try_get("reason")?,
             message: r
                 .try_get::<Option<String>, _>("message")?

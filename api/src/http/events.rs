@@ -1,6 +1,7 @@
 //! `GET /clusters/{id}/events`: the cluster's changes as Server-Sent Events. Every stored change
 //! (`cluster`: a phase; `node`: a node added; `report`: a node's report; `remediation`: an
-//! unhealthy machine being replaced; `snapshot`: a snapshot asked for, stored or failed)
+//! unhealthy machine being replaced; `snapshot`: a snapshot asked for, stored or failed;
+//! `restore`: a restore entering each of its phases)
 //! carries its id, so a
 //! client that reconnects with `Last-Event-ID` gets what it missed and nothing twice; a
 //! `status` event (readiness, replicas, conditions) comes on connecting and whenever it
@@ -43,7 +44,7 @@ const PAGE: i64 = 200;
         ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event (at most the cluster's last event id)"),
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report`, `remediation`, `snapshot` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
+        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report`, `remediation`, `snapshot`, `restore` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 429, body = ErrorBody, description = "too many streams open for this token or this server; retry after `Retry-After` seconds"),
     ),
@@ -428,6 +429,20 @@ fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {
                 error_reason: reason,
                 message: Some(message).filter(|m| !m.is_empty()),
                 ..event(state)
+            },
+        ),
+        Change::Restore {
+            snapshot_id,
+            phase,
+            reason,
+            message,
+        } => (
+            "restore",
+            ChangeEvent {
+                snapshot_id: Some(snapshot_id),
+                error_reason: reason,
+                message: Some(message).filter(|m| !m.is_empty()),
+                ..event(phase)
             },
         ),
     }

@@ -353,6 +353,41 @@ async fn a_restore_stops_every_member_then_restores_then_starts_one_at_a_time(ba
         "the member and its reason"
     );
     assert_eq!(task(&app, member(0)).await, Value::Null);
+    // Each restore is on the cluster's event stream as it enters each phase, the failure with
+    // why.
+    let mut stream = crate::events::Stream::open(&app, cluster, None).await;
+    let seen = stream
+        .until(|e| e.kind == "restore" && e.data["phase"] == "failed")
+        .await;
+    let restores: Vec<(&str, &str)> = seen
+        .iter()
+        .filter(|e| e.kind == "restore")
+        .map(|e| {
+            assert_eq!(e.data["snapshot_id"], snapshot_id, "{e:?}");
+            (
+                e.data["phase"].as_str().unwrap(),
+                e.data["message"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let (of_first, of_second) = (
+        format!("restore {id} of snapshot {snapshot_id} of cluster {cluster}"),
+        format!("restore {second} of snapshot {snapshot_id} of cluster {cluster}"),
+    );
+    let first = format!("restore {id}");
+    assert_eq!(
+        restores,
+        [
+            ("stop", of_first.as_str()),
+            ("restore", first.as_str()),
+            ("start", first.as_str()),
+            ("done", first.as_str()),
+            ("stop", of_second.as_str()),
+            ("failed", error),
+        ]
+    );
+    let failure = seen.last().unwrap();
+    assert_eq!(failure.data["error_reason"], "RestoreFailed", "{failure:?}");
     // The cluster is free for other changes again.
     assert_eq!(
         app.post(&format!("/clusters/{cluster}/rollout"))

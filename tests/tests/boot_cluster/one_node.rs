@@ -405,11 +405,9 @@ fn restore_in_place(node: &OneNode<'_>, snapshot: i64, token: &str) {
     let (name, id) = (node.cluster.to_string(), snapshot.to_string());
     let unconfirmed = node.stack.exk8s(node.dir, &["restore", &name, &id]);
     assert_eq!(unconfirmed.status.code(), Some(2), "asks for --yes");
-    let started = node.exk8s(&["restore", &name, &id, "--yes"]);
-    assert_eq!(started["phase"], "stop", "{started}");
-
     // One step per sync: the static pods aside and etcd stopped; the data directory restored
-    // and etcd started by systemd; etcd healthy, the pods back, the apiserver ready.
+    // and etcd started by systemd; etcd healthy, the pods back, the apiserver ready. `--wait`
+    // follows it on the cluster's event stream meanwhile, saying each phase.
     let restore_of = || {
         operator(
             node.stack,
@@ -421,22 +419,31 @@ fn restore_in_place(node: &OneNode<'_>, snapshot: i64, token: &str) {
         .into_json::<Value>()
         .unwrap()
     };
-    for step in ["stop", "restore", "start"] {
-        node.sync();
-        let done = machine.journal_grep("exk8s-agent-sync.service", &format!("{step} step done"));
-        assert!(
-            !done.is_empty(),
-            "{step}: {}",
-            machine.journal("exk8s-agent-sync.service", 60)
-        );
-        if step == "stop" {
-            let manifest = machine
-                .root
-                .join("etc/kubernetes/manifests/kube-apiserver.yaml");
-            assert!(!manifest.exists(), "the apiserver's manifest is put aside");
-            assert_eq!(restore_of()["phase"], "restore");
-        }
-    }
+    let waited = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let args = ["-o", "json", "restore", &name, &id, "--yes", "--wait"];
+            node.stack.exk8s(node.dir, &args)
+        });
+        exk8s_tests::procs::wait_until("the restore started", Duration::from_secs(30), || {
+            restore_of()["phase"] == "stop"
+        });
+        steps(node, &restore_of);
+        waiting.join().unwrap()
+    });
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(shown["phase"], "done", "{shown}");
+    let said = String::from_utf8_lossy(&waited.stderr);
+    let phases: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("restore "))
+        .filter_map(|l| l.split_once(": ").map(|(_, phase)| phase))
+        .collect();
+    assert_eq!(phases, ["stop", "restore", "start", "done"], "{said}");
     assert_eq!(restore_of()["phase"], "done");
     let compacted = machine.journal_grep(
         "exk8s-agent-sync.service",
@@ -493,4 +500,25 @@ fn restore_in_place(node: &OneNode<'_>, snapshot: i64, token: &str) {
         node.whoami(token).as_deref(),
         Ok("system:serviceaccount:default:robot")
     );
+}
+
+/// The restore's three steps on the booted node, one sync each, checked between steps.
+fn steps(node: &OneNode<'_>, restore_of: &dyn Fn() -> Value) {
+    let machine = &node.machine;
+    for step in ["stop", "restore", "start"] {
+        node.sync();
+        let done = machine.journal_grep("exk8s-agent-sync.service", &format!("{step} step done"));
+        assert!(
+            !done.is_empty(),
+            "{step}: {}",
+            machine.journal("exk8s-agent-sync.service", 60)
+        );
+        if step == "stop" {
+            let manifest = machine
+                .root
+                .join("etc/kubernetes/manifests/kube-apiserver.yaml");
+            assert!(!manifest.exists(), "the apiserver's manifest is put aside");
+            assert_eq!(restore_of()["phase"], "restore");
+        }
+    }
 }

@@ -1,10 +1,12 @@
--- Snapshots on the cluster's stream (SQLite). Keep equivalent to
--- migrations/postgres/0030_snapshot_events.sql.
+-- Snapshots and restores on the cluster's stream (SQLite). Keep equivalent to
+-- migrations/postgres/0030_snapshot_restore_events.sql.
 -- When a snapshot was stored or failed.
 ALTER TABLE snapshots ADD COLUMN finished_at BIGINT;
 
 -- Every snapshot is a change when it is asked for and again when it is stored or fails (kind
--- 'snapshot'; `phase` its state, `snapshot_id` which one, `vm_id` the member asked). SQLite
+-- 'snapshot'; `phase` its state, `snapshot_id` which one, `vm_id` the member asked); so is
+-- every restore as it enters each of its phases (kind 'restore'; `snapshot_id` the snapshot it
+-- restores). SQLite
 -- cannot change a CHECK constraint: the table is made again, its triggers dropped first and made
 -- again after, unchanged.
 DROP TRIGGER cluster_events_accepted;
@@ -15,7 +17,8 @@ DROP TRIGGER cluster_events_remediation;
 CREATE TABLE cluster_events_next (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster_id  BIGINT  NOT NULL REFERENCES clusters (id) ON DELETE CASCADE,
-    kind        TEXT    NOT NULL CHECK (kind IN ('cluster', 'node', 'report', 'remediation', 'snapshot')),
+    kind        TEXT    NOT NULL CHECK (kind IN ('cluster', 'node', 'report', 'remediation', 'snapshot',
+        'restore')),
     vm_id       BIGINT,
     phase       TEXT    NOT NULL,
     state       TEXT,
@@ -91,4 +94,24 @@ BEGIN
                 || NEW.etcd_version
             ELSE NEW.error END,
         NEW.id, COALESCE(NEW.finished_at, NEW.requested_at));
+END;
+
+CREATE TRIGGER cluster_events_restore_started AFTER INSERT ON restores
+BEGIN
+    INSERT INTO cluster_events (cluster_id, kind, phase, message, snapshot_id, created_at)
+    VALUES (NEW.cluster_id, 'restore', NEW.phase,
+        'restore ' || NEW.id || ' of snapshot ' || NEW.snapshot_id || ' of cluster '
+            || NEW.source_cluster_id,
+        NEW.snapshot_id, NEW.started_at);
+END;
+
+CREATE TRIGGER cluster_events_restore_phase AFTER UPDATE OF phase ON restores
+WHEN NEW.phase <> OLD.phase
+BEGIN
+    INSERT INTO cluster_events (cluster_id, kind, phase, reason, message, snapshot_id,
+        created_at)
+    VALUES (NEW.cluster_id, 'restore', NEW.phase,
+        CASE WHEN NEW.phase = 'failed' THEN 'RestoreFailed' END,
+        CASE WHEN NEW.phase = 'failed' THEN NEW.error ELSE 'restore ' || NEW.id END,
+        NEW.snapshot_id, NEW.updated_at);
 END;
