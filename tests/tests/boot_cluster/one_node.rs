@@ -424,8 +424,15 @@ fn restore_in_place(node: &OneNode<'_>, snapshot: i64, token: &str) {
             let args = ["-o", "json", "restore", &name, &id, "--yes", "--wait"];
             node.stack.exk8s(node.dir, &args)
         });
+        // (404 until the CLI has asked for it.)
         exk8s_tests::procs::wait_until("the restore started", Duration::from_secs(30), || {
-            restore_of()["phase"] == "stop"
+            operator(
+                node.stack,
+                "GET",
+                &format!("/clusters/{}/restore", node.cluster),
+            )
+            .call()
+            .is_ok_and(|r| r.into_json::<Value>().is_ok_and(|v| v["phase"] == "stop"))
         });
         steps(node, &restore_of);
         waiting.join().unwrap()
