@@ -79,6 +79,14 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
             }
         })
     };
+    // A text column a change may leave empty, and the snapshot a snapshot or restore names.
+    let text = |column: &str| {
+        r.try_get::<Option<String>, _>(column)
+            .map(Option::unwrap_or_default)
+    };
+    let snapshot_id = r
+        .try_get::<Option<i64>, _>("snapshot_id")?
+        .unwrap_or_default();
     let change = match (kind.as_str(), vm_id) {
         ("node", Some(vm_id)) => Change::Node {
             vm_id,
@@ -87,40 +95,26 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
         ("report", Some(vm_id)) => Change::Report {
             vm_id,
             phase: node_phase()?,
-            message: r
-                .try_get::<Option<String>, _>("message")?
-                .unwrap_or_default(),
+            message: text("message")?,
         },
         ("remediation", Some(vm_id)) => Change::Remediation {
             vm_id,
             set: r.try_get("phase")?,
-            reason: r
-                .try_get::<Option<String>, _>("reason")?
-                .unwrap_or_default(),
-            message: r
-                .try_get::<Option<String>, _>("message")?
-                .unwrap_or_default(),
+            reason: text("reason")?,
+            message: text("message")?,
         },
         ("snapshot", _) => Change::Snapshot {
-            snapshot_id: r
-                .try_get::<Option<i64>, _>("snapshot_id")?
-                .unwrap_or_default(),
+            snapshot_id,
             vm_id,
             state: r.try_get("phase")?,
             reason: r.try_get("reason")?,
-            message: r
-                .try_get::<Option<String>, _>("message")?
-                .unwrap_or_default(),
+            message: text("message")?,
         },
         ("restore", _) => Change::Restore {
-            snapshot_id: r
-                .try_get::<Option<i64>, _>("snapshot_id")?
-                .unwrap_or_default(),
+            snapshot_id,
             phase: r.try_get("phase")?,
             reason: r.try_get("reason")?,
-            message: r
-                .try_get::<Option<String>, _>("message")?
-                .unwrap_or_default(),
+            message: text("message")?,
         },
         _ => Change::Cluster {
             phase: decode(r, "phase")?,
