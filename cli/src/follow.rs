@@ -1,9 +1,9 @@
 //! `--watch` on a cluster's lists (`nodes`, `certs`, `node-pools list`, `snapshots list`): the list,
 //! then the list again each time it changes, as `kubectl get --watch` does. The cluster's event
 //! stream (`GET /clusters/{id}/events`) says when something happened — a node added, a report,
-//! a snapshot asked for or ended — and its keep-alive comes every 15 seconds; at each, the list
-//! is read again and shown when it differs (so a change the stream carries no event for, a node
-//! removed, shows within 15 seconds): tables a blank line apart, JSON documents one after the other,
+//! a node removed, a snapshot asked for or ended, an upgrade's step — and its keep-alive comes
+//! every 15 seconds; at each, the list is read again and shown when it differs (so a change the
+//! stream carries no event for shows within 15 seconds): tables a blank line apart, JSON documents one after the other,
 //! YAML documents after `---`. It runs until interrupted, the stream reopened after its last
 //! event whenever it ends. `--wait` on a snapshot or a restore follows the same stream
 //! ([`until`]).

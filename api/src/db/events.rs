@@ -1,9 +1,16 @@
-//! `cluster_events`: a cluster's changes in order — its phase, each node it gained, each report
-//! a node made, each unhealthy machine replaced, each snapshot asked for, stored or failed,
-//! each phase of a restore. Triggers write the rows (migration 0012), so this module only reads them, a
-//! page at a time after a given id, and prunes them by age.
+//! `cluster_events`: a cluster's changes in order — its phase, each node it gained or lost,
+//! each report a node made, each unhealthy machine's replacement started and finished, each
+//! snapshot asked for, stored or failed, each phase of a restore, each step of an upgrade.
+//! Triggers write most rows (migrations 0012 on), so every path that makes such a change is
+//! streamed without having to remember to; a node's removal is written here ([`removed`]), in
+//! the transaction that deletes its row (a trigger on that delete would also fire inside a
+//! cluster's own deletion). This module reads them, a page at a time after a given id, and
+//! prunes them by age. A kind this build does not know (written by a newer API beside it) is
+//! read as [`Change::Unknown`], which streams leave out.
 
 use sqlx::{Any, Executor, Row as _};
+
+use exk8s_common::contract::Role;
 
 use super::DbError;
 use super::phase::{ClusterPhase, NodePhase, decode};
@@ -19,17 +26,27 @@ pub enum Change {
     },
     /// The cluster gained a node.
     Node { vm_id: i64, phase: NodePhase },
+    /// A node left the cluster: its VM deleted, its row gone.
+    Removed {
+        vm_id: i64,
+        /// `control-plane` or `worker`.
+        set: String,
+        /// The node, and how it left.
+        message: String,
+    },
     /// A node reported.
     Report {
         vm_id: i64,
         phase: NodePhase,
         message: String,
     },
-    /// An unhealthy machine is being replaced (a row of `remediations`).
+    /// An unhealthy machine's replacement started, or finished (a row of `remediations`).
     Remediation {
         vm_id: i64,
         /// `control-plane` or `worker`.
         set: String,
+        /// The machine is gone and its set back at its size, every node up.
+        finished: bool,
         /// Cluster API's reason (`MachineDeleted`, ...).
         reason: String,
         /// The node, and what is wrong with it.
@@ -56,6 +73,20 @@ pub enum Change {
         /// Which restore and of what, or why it failed.
         message: String,
     },
+    /// A step of a Kubernetes upgrade (or its rollback).
+    Upgrade {
+        /// `started` (the control plane's target changed), `member` (a member runs a new
+        /// release), `done` (every member runs the target) or `pool` (a pool takes another
+        /// release).
+        step: String,
+        /// The member of a `member` step.
+        vm_id: Option<i64>,
+        /// From which release to which, who runs what, or the pool.
+        message: String,
+    },
+    /// A kind this build does not know: a newer API's, written beside this one during a
+    /// rolling deploy. Kept (a page's length says whether more follow), never streamed.
+    Unknown { kind: String },
 }
 
 /// A stored change: its id (the stream's event id) and when it happened (unix seconds).
@@ -97,9 +128,15 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
             phase: node_phase()?,
             message: text("message")?,
         },
+        ("removed", Some(vm_id)) => Change::Removed {
+            vm_id,
+            set: r.try_get("phase")?,
+            message: text("message")?,
+        },
         ("remediation", Some(vm_id)) => Change::Remediation {
             vm_id,
             set: r.try_get("phase")?,
+            finished: text("state")? == "finished",
             reason: text("reason")?,
             message: text("message")?,
         },
@@ -116,17 +153,49 @@ fn row(r: &sqlx::any::AnyRow) -> Result<EventRow, sqlx::Error> {
             reason: r.try_get("reason")?,
             message: text("message")?,
         },
-        _ => Change::Cluster {
+        ("upgrade", _) => Change::Upgrade {
+            step: r.try_get("phase")?,
+            vm_id,
+            message: text("message")?,
+        },
+        ("cluster", _) => Change::Cluster {
             phase: decode(r, "phase")?,
             reason: r.try_get("reason")?,
             message: r.try_get("message")?,
         },
+        _ => Change::Unknown { kind },
     };
     Ok(EventRow {
         id: r.try_get("id")?,
         at: r.try_get("created_at")?,
         change,
     })
+}
+
+/// Records that `node` left its cluster at `now` (`how`: what happened to it), in the
+/// transaction that deletes its row.
+pub async fn removed(
+    tx: &mut sqlx::AnyConnection,
+    node: &super::nodes::NodeRow,
+    how: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    let set = match node.role {
+        Role::ControlPlane => "control-plane",
+        Role::Worker => "worker",
+    };
+    sqlx::query(
+        "INSERT INTO cluster_events (cluster_id, kind, vm_id, phase, message, created_at) \
+         VALUES ($1, 'removed', $2, $3, $4, $5)",
+    )
+    .bind(node.cluster_id)
+    .bind(node.vm_id)
+    .bind(set)
+    .bind(format!("{}: {how}", node.node_name))
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// At most `limit` of the cluster's changes after id `after`, in id order.

@@ -82,3 +82,45 @@ pub async fn since<'c>(
         })
         .collect::<Result<_, sqlx::Error>>()?)
 }
+
+/// Marks finished, at `now`, the remediations of a machine set — the control plane (`pool_id`
+/// None) or a pool — whose machine is gone, once the caller found the set back at its size with
+/// every node up. Each one ends once (its `remediation` event says so).
+pub async fn finish<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    pool_id: Option<i64>,
+    now: i64,
+) -> Result<u64, DbError> {
+    let set = match pool_id {
+        None => "pool_id IS NULL",
+        Some(_) => "pool_id = $3",
+    };
+    let sql = format!(
+        "UPDATE remediations SET finished_at = $1 \
+         WHERE cluster_id = $2 AND {set} AND finished_at IS NULL \
+           AND NOT EXISTS (SELECT 1 FROM cluster_nodes n \
+                           WHERE n.cluster_id = remediations.cluster_id \
+                             AND n.vm_id = remediations.vm_id)"
+    );
+    let done = sqlx::query(&sql).bind(now).bind(cluster_id);
+    let done = match pool_id {
+        None => done,
+        Some(pool) => done.bind(pool),
+    };
+    Ok(done.execute(db).await?.rows_affected())
+}
+
+/// Whether a remediation of pool `pool_id` has not finished yet.
+pub async fn open_in_pool<'c>(
+    db: impl Executor<'c, Database = Any>,
+    pool_id: i64,
+) -> Result<bool, DbError> {
+    let row = sqlx::query(
+        "SELECT id FROM remediations WHERE pool_id = $1 AND finished_at IS NULL LIMIT 1",
+    )
+    .bind(pool_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.is_some())
+}

@@ -106,14 +106,20 @@ pub async fn pools_drained_by<'c>(
         .collect::<Result<_, _>>()?)
 }
 
-/// Forgets a removed node (its pod range is free again).
-pub async fn delete<'c>(
-    db: impl Executor<'c, Database = Any>,
-    node_id: i64,
+/// Forgets a removed node (its pod range is free again), in the caller's transaction, and puts
+/// its removal on the cluster's stream at `now` (`how`: what happened to it).
+pub async fn delete(
+    tx: &mut sqlx::AnyConnection,
+    node: &NodeRow,
+    how: &str,
+    now: i64,
 ) -> Result<(), DbError> {
-    sqlx::query("DELETE FROM cluster_nodes WHERE id = $1")
-        .bind(node_id)
-        .execute(db)
+    let deleted = sqlx::query("DELETE FROM cluster_nodes WHERE id = $1")
+        .bind(node.id)
+        .execute(&mut *tx)
         .await?;
+    if deleted.rows_affected() == 1 {
+        super::events::removed(tx, node, how, now).await?;
+    }
     Ok(())
 }

@@ -44,7 +44,7 @@ const PAGE: i64 = 200;
         ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event (at most the cluster's last event id)"),
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `report`, `remediation`, `snapshot`, `restore` (data: ChangeEvent, with an `id`), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
+        (status = 200, content_type = "text/event-stream", description = "events `cluster`, `node`, `removed`, `report`, `remediation`, `snapshot`, `restore`, `upgrade` (data: ChangeEvent, with an `id`; a kind the client does not know is for it to skip), `status` (data: StatusEvent), `deleted`, and `end` (data: StreamEnd) when the server ends the stream"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 429, body = ErrorBody, description = "too many streams open for this token or this server; retry after `Retry-After` seconds"),
     ),
@@ -305,7 +305,9 @@ impl Watch {
 
     fn queue(&mut self, row: &db::events::EventRow) {
         self.last_sent = self.last_sent.max(row.id);
-        let (kind, data) = describe(row.at, row.change.clone());
+        let Some((kind, data)) = describe(row.at, row.change.clone()) else {
+            return;
+        };
         match Event::default()
             .id(row.id.to_string())
             .event(kind)
@@ -360,16 +362,18 @@ async fn status_json(state: AppState, org_id: i64, id: i64) -> Result<Option<Str
     Ok(Some(json))
 }
 
-fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {
+/// The stream's event for a change (none for a kind this build does not know).
+fn describe(at: i64, change: Change) -> Option<(&'static str, ChangeEvent)> {
     let event = |phase: String| ChangeEvent {
         at,
         phase,
         vm_id: None,
         snapshot_id: None,
+        state: None,
         error_reason: None,
         message: None,
     };
-    match change {
+    Some(match change {
         Change::Cluster {
             phase,
             reason,
@@ -401,15 +405,29 @@ fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {
                 ..event(phase.to_string())
             },
         ),
+        Change::Removed {
+            vm_id,
+            set,
+            message,
+        } => (
+            "removed",
+            ChangeEvent {
+                vm_id: Some(vm_id),
+                message: Some(message),
+                ..event(set)
+            },
+        ),
         Change::Remediation {
             vm_id,
             set,
+            finished,
             reason,
             message,
         } => (
             "remediation",
             ChangeEvent {
                 vm_id: Some(vm_id),
+                state: Some(if finished { "finished" } else { "started" }.to_owned()),
                 error_reason: Some(reason),
                 message: Some(message),
                 ..event(set)
@@ -445,5 +463,18 @@ fn describe(at: i64, change: Change) -> (&'static str, ChangeEvent) {
                 ..event(phase)
             },
         ),
-    }
+        Change::Upgrade {
+            step,
+            vm_id,
+            message,
+        } => (
+            "upgrade",
+            ChangeEvent {
+                vm_id,
+                message: Some(message),
+                ..event(step)
+            },
+        ),
+        Change::Unknown { .. } => return None,
+    })
 }

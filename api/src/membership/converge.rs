@@ -65,7 +65,13 @@ pub async fn converge(ctx: &Membership, cluster_id: i64) -> Result<Outcome, Conv
         run(ctx, cluster_id, lease).await
     })
     .await?;
-    ran.unwrap_or(Ok(Outcome::Busy))
+    let outcome = ran.unwrap_or(Ok(Outcome::Busy))?;
+    if outcome == Outcome::Converged {
+        // Every member healthy and current at the size asked: a replaced member's
+        // remediation is over.
+        db::remediations::finish(&ctx.db.pool, cluster_id, None, ctx.clock.unix()).await?;
+    }
+    Ok(outcome)
 }
 
 async fn run(
@@ -272,7 +278,8 @@ async fn left(
     update_dns(ctx, cluster, Some(node.id)).await?;
     release_vm(ctx, node, journal).await?;
     let mut tx = ctx.db.begin().await?;
-    db::removals::delete(&mut *tx, node.id).await?;
+    let how = "removed from etcd, its VM deleted";
+    db::removals::delete(&mut tx, node, how, ctx.clock.unix()).await?;
     db::membership::hand_over_initial(&mut tx, cluster.id).await?;
     // The remover's own generation, the one that removed the member, already rendered it gone
     // from its `--etcd-servers` and its plan's voters: rolling it again for the row's deletion
@@ -354,7 +361,10 @@ async fn withdraw(
         None => {
             tx.commit().await?;
             release_vm(ctx, node, journal).await?;
-            db::removals::delete(&ctx.db.pool, node.id).await?;
+            let mut tx = ctx.db.begin().await?;
+            let how = "its join abandoned, its VM deleted";
+            db::removals::delete(&mut tx, node, how, ctx.clock.unix()).await?;
+            tx.commit().await?;
         }
     }
     tracing::warn!(

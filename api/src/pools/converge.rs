@@ -50,9 +50,16 @@ pub async fn after_report(ctx: &Pools, node_id: i64) {
     }
 }
 
-/// After a worker reported healthy: its pool's replacement, if one runs, moves on.
+/// After a worker reported healthy: its pool's replacement, if one runs, moves on — and a
+/// remediation waiting for its replacement to come up ends.
 pub async fn after_worker_report(ctx: &Pools, pool_id: i64) {
-    match db::pools::needs_work(&ctx.db.pool, pool_id).await {
+    let moving = async {
+        Ok::<bool, DbError>(
+            db::pools::needs_work(&ctx.db.pool, pool_id).await?
+                || db::remediations::open_in_pool(&ctx.db.pool, pool_id).await?,
+        )
+    };
+    match moving.await {
         Ok(true) => spawn(ctx.clone(), pool_id),
         Ok(false) => {}
         Err(e) => {
@@ -211,6 +218,11 @@ async fn run(ctx: &Pools, pool_id: i64, lease: &lease::Held) -> Result<Outcome, 
             db::pools::delete(&ctx.db.pool, pool_id).await?;
             tracing::info!(cluster_id = cluster.id, pool_id, "node pool deleted");
             return Ok(Outcome::Gone);
+        }
+        if active.iter().all(|n| n.phase.healthy()) {
+            // At its size with every worker up: a replaced worker's remediation is over.
+            let now = ctx.clock.unix();
+            db::remediations::finish(&ctx.db.pool, cluster.id, Some(pool_id), now).await?;
         }
         return Ok(Outcome::Converged);
     }
@@ -397,7 +409,10 @@ async fn remove(
     db::removals::set(&ctx.db.pool, node.id, Removal::Drained).await?;
     let journaled = journal.iter().find(|r| r.ordinal == Some(node.ordinal));
     machineset::release_vm(&ctx.machines, node, journaled).await?;
-    db::removals::delete(&ctx.db.pool, node.id).await?;
+    let mut tx = ctx.db.begin().await?;
+    let how = "removed from its pool, its VM deleted";
+    db::removals::delete(&mut tx, node, how, ctx.clock.unix()).await?;
+    tx.commit().await?;
     tracing::info!(
         cluster_id = cluster.id,
         vm_id = node.vm_id,

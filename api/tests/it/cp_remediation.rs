@@ -3,7 +3,8 @@
 //! tests/tests/remediation.rs): while an upgrade, a CA rotation or a restore runs, the dead
 //! member is only watched and `RemediationAllowed` says what it waits for; once the upgrade is
 //! rolled back the member leaves etcd first, removed by the oldest healthy member, recorded with its
-//! reason and streamed as a `remediation` change.
+//! reason and streamed as a `remediation` change. Taken to its end, a remediation's removal,
+//! then its replacement's join, then its end are changes on the stream, in that order.
 
 use std::sync::Arc;
 
@@ -173,3 +174,72 @@ async fn a_dead_member_waits_for_a_restore(backend: Backend) {
 }
 
 both_backends!(a_dead_member_waits_for_a_restore);
+
+async fn a_remediation_is_streamed_from_start_to_end(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let (cluster, mut members) = crate::replace::founded(&app, 3).await;
+    let (dead, _) = members.remove(2);
+    let name = crate::upgrade::view(&app, cluster).await["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == dead.vm)
+        .unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    dead_past_its_timeout(&app, &clock, dead.vm).await;
+    health(&app).await;
+    crate::replace::removed_by(&app, cluster, &members[0], dead.vm).await;
+    crate::membership::roll(&app, &members).await;
+    let newcomer = crate::replace::joins(&app, cluster, &mut members).await;
+    let changes = || async {
+        exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
+            .await
+            .unwrap()
+    };
+    crate::crash::wait_until(
+        "the remediation's end on the stream",
+        std::time::Duration::from_secs(30),
+        || async {
+            changes()
+                .await
+                .iter()
+                .any(|e| matches!(e.change, Change::Remediation { finished: true, .. }))
+        },
+    )
+    .await;
+    let changes = changes().await;
+    let at = |wanted: &dyn Fn(&Change) -> bool| changes.iter().position(|e| wanted(&e.change));
+    let started = at(&|c| {
+        matches!(c, Change::Remediation { vm_id, set, finished: false, reason, .. }
+            if *vm_id == dead.vm && set == "control-plane" && reason == "MachineDeleted")
+    });
+    let removed = at(&|c| {
+        *c == Change::Removed {
+            vm_id: dead.vm,
+            set: "control-plane".into(),
+            message: format!("{name}: removed from etcd, its VM deleted"),
+        }
+    });
+    let joined = at(&|c| matches!(c, Change::Node { vm_id, .. } if *vm_id == newcomer));
+    let finished = at(&|c| {
+        matches!(c, Change::Remediation { vm_id, finished: true, message, .. }
+            if *vm_id == dead.vm && *message == format!("{name}: replaced"))
+    });
+    assert!(
+        started.is_some() && started < removed && removed < joined && joined < finished,
+        "started, removed, its replacement, finished, in that order: {changes:#?}"
+    );
+    assert_eq!(
+        changes
+            .iter()
+            .filter(|e| matches!(e.change, Change::Remediation { finished: true, .. }))
+            .count(),
+        1,
+        "it ends once"
+    );
+}
+
+both_backends!(a_remediation_is_streamed_from_start_to_end);

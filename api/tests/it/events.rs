@@ -266,6 +266,48 @@ async fn a_resume_point_beyond_the_last_event_is_refused(backend: Backend) {
 }
 both_backends!(a_resume_point_beyond_the_last_event_is_refused);
 
+/// A change of a kind this API does not know — written by a newer API beside it during a
+/// rolling deploy — is left out of the stream, live and on a resume, and what follows it
+/// still comes, each event once.
+async fn a_kind_from_a_newer_api_is_left_out(backend: Backend) {
+    let app = crate::app::spawn_app(backend).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let mut stream = Stream::open(&app, cluster, None).await;
+    let opening = stream
+        .until(|e| e.kind == "cluster" && e.data["phase"] == "founded")
+        .await;
+    let last = opening.iter().filter_map(|e| e.id).max().unwrap();
+    let newer = || async {
+        sqlx::query(
+            "INSERT INTO cluster_events (cluster_id, kind, phase, created_at) \
+             VALUES ($1, 'from-a-newer-api', 'anything', $2)",
+        )
+        .bind(cluster)
+        .bind(exk8s_api::db::now())
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    };
+    newer().await;
+    let vm = credentials_for(&app, 7, &created).await.remove(0);
+    assert_eq!(report(&app, &vm, "etcd", "started").await, 204);
+    let live = stream.until(|e| e.kind == "report").await;
+    assert!(
+        live.iter().all(|e| e.kind != "from-a-newer-api"),
+        "{live:?}"
+    );
+    drop(stream);
+    let mut resumed = Stream::open(&app, cluster, Some(last)).await;
+    let again = resumed.until(|e| e.kind == "report").await;
+    assert_eq!(
+        again.iter().filter(|e| e.id.is_some()).count(),
+        1,
+        "only the report follows the resume point: {again:?}"
+    );
+}
+both_backends!(a_kind_from_a_newer_api_is_left_out);
+
 /// Streams are bounded per token (429 with Retry-After beyond, naming the bound) while another
 /// token still opens one; a revoked token's stream ends with `end` (reason `token`); every
 /// stream ends with `end` (reason `lifetime`) once it reaches the server's stream lifetime.

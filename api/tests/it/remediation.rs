@@ -2,11 +2,13 @@
 //! simulator killing machines: a pool's worker whose VM is destroyed is, past the policy's
 //! wait and with no operator call, drained, released and replaced (the record kept); the retry
 //! limit and `max_unhealthy` each stop it (and lifting them lets it go on); a policy with
-//! remediation off only watches. Each remediation is a change on the cluster's stream.
+//! remediation off only watches. Each remediation is a change on the cluster's stream when it
+//! starts and when its replacement came up, and so is the removal of the node it replaced.
 
 use std::sync::Arc;
 
 use exk8s_api::clock::ManualClock;
+use exk8s_api::db::events::Change;
 use exk8s_api::sim::VmEvent;
 use exk8s_common::node_auth::NodeKey;
 use serde_json::{Value, json};
@@ -30,6 +32,26 @@ async fn remediations(app: &TestApp, cluster: i64) -> Vec<(i64, String)> {
 }
 
 /// The cluster's `RemediationAllowed`: reason and message (its status follows the reason).
+/// The cluster's remediation events: (vm, set, finished, reason, message).
+async fn remediated(app: &TestApp, cluster: i64) -> Vec<(i64, String, bool, String, String)> {
+    let changes = exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
+        .await
+        .unwrap();
+    changes
+        .into_iter()
+        .filter_map(|e| match e.change {
+            Change::Remediation {
+                vm_id,
+                set,
+                finished,
+                reason,
+                message,
+            } => Some((vm_id, set, finished, reason, message)),
+            _ => None,
+        })
+        .collect()
+}
+
 async fn remediation_allowed(app: &TestApp, cluster: i64) -> (String, String) {
     let view = crate::upgrade::view(app, cluster).await;
     let condition = crate::upgrade::condition(&view, "RemediationAllowed");
@@ -138,28 +160,54 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
         remediations(&app, cluster).await,
         vec![(workers[0], "MachineDeleted".to_owned())]
     );
-    // And it is a change on the cluster's stream, with its reason and the node it replaced.
+    // It is a change on the cluster's stream, with its reason and the node it replaced; so is
+    // that node's removal. It ends once the replacement came up.
+    let name = gone["name"].as_str().unwrap();
+    let started = remediated(&app, cluster).await;
+    assert_eq!(started.len(), 1, "{started:?}");
+    let (vm, set, finished, reason, message) = &started[0];
+    assert_eq!(
+        (*vm, set.as_str(), *finished, reason.as_str()),
+        (workers[0], "worker", false, "MachineDeleted")
+    );
+    assert!(
+        message.contains(name) && message.contains("no longer exists"),
+        "{message}"
+    );
+    let newcomer = *replaced.iter().find(|vm| !three.contains(vm)).unwrap();
+    crate::pool_upgrade::boot_worker_keyed(&app, cluster, newcomer).await;
+    crate::crash::wait_until(
+        "the remediation's end on the stream",
+        std::time::Duration::from_secs(30),
+        || async { remediated(&app, cluster).await.len() == 2 },
+    )
+    .await;
     let changes = exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
         .await
         .unwrap();
-    let remediated: Vec<_> = changes
-        .iter()
-        .filter_map(|e| match &e.change {
-            exk8s_api::db::events::Change::Remediation {
-                vm_id,
-                set,
-                reason,
-                message,
-            } => Some((*vm_id, set.as_str(), reason.as_str(), message.as_str())),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(remediated.len(), 1, "{remediated:?}");
-    let (vm, set, reason, message) = remediated[0];
-    assert_eq!((vm, set, reason), (workers[0], "worker", "MachineDeleted"));
+    let at = |wanted: &dyn Fn(&Change) -> bool| changes.iter().position(|e| wanted(&e.change));
+    let removed = at(&|c| {
+        matches!(c, Change::Removed { vm_id, set, message }
+            if *vm_id == workers[0] && set == "worker"
+                && *message == format!("{name}: removed from its pool, its VM deleted"))
+    });
+    let start = at(&|c| {
+        matches!(
+            c,
+            Change::Remediation {
+                finished: false,
+                ..
+            }
+        )
+    });
+    let end = at(&|c| {
+        matches!(c, Change::Remediation { vm_id, finished: true, reason, message, .. }
+            if *vm_id == workers[0] && reason == "MachineDeleted"
+                && *message == format!("{name}: replaced"))
+    });
     assert!(
-        message.contains(gone["name"].as_str().unwrap()) && message.contains("no longer exists"),
-        "{message}"
+        start.is_some() && start < removed && removed < end,
+        "started, removed, finished in that order: {changes:#?}"
     );
     assert!(app.sims.compute.vms().iter().all(|vm| vm.id != workers[0]));
 
@@ -179,12 +227,14 @@ async fn a_dead_worker_is_replaced_as_the_policy_allows(backend: Backend) {
     );
 
     // A day on, every worker has fallen silent (no agent runs here): three of three
-    // unhealthy is more than max_unhealthy allows, so none goes.
-    put_policy(&app, cluster, json!({"max_unhealthy": "1"})).await;
+    // unhealthy is more than max_unhealthy allows, so none goes. (Remediation is off while
+    // the silence builds up: at the first pass only the stopped worker is unhealthy.)
+    put_policy(&app, cluster, json!({"remediation": false})).await;
     clock.advance(time::Duration::hours(25));
     // No pass ran for a day: the watch resumes, and silence counts from now.
     health(&app).await;
     clock.advance(time::Duration::minutes(16));
+    put_policy(&app, cluster, json!({"max_unhealthy": "1"})).await;
     health(&app).await;
     assert_eq!(vms(&pool(&app, cluster, id).await), replaced);
     assert_eq!(remediations(&app, cluster).await.len(), 1);

@@ -33,7 +33,7 @@ async fn message(response: reqwest::Response) -> String {
 }
 
 /// A cluster of `count` members, each booted and registered.
-async fn founded(app: &TestApp, count: i64) -> (i64, Vec<(Node, NodeKey)>) {
+pub(crate) async fn founded(app: &TestApp, count: i64) -> (i64, Vec<(Node, NodeKey)>) {
     let created = json_of(
         app.found(count, json!({"control_plane_image_id": 42}))
             .await,
@@ -55,7 +55,7 @@ fn member(view: &Value, vm: i64) -> Option<Value> {
 }
 
 /// The remover's next update removes `vm`'s etcd member; applied, `vm` leaves for good.
-async fn removed_by(app: &TestApp, cluster: i64, remover: &(Node, NodeKey), vm: i64) {
+pub(crate) async fn removed_by(app: &TestApp, cluster: i64, remover: &(Node, NodeKey), vm: i64) {
     // The last report's convergence marks it leaving in the background.
     wait_until(
         "the old member leaving",
@@ -86,7 +86,7 @@ async fn removed_by(app: &TestApp, cluster: i64, remover: &(Node, NodeKey), vm: 
 }
 
 /// The joining member boots; once it votes every member applies the generation it gave them.
-async fn joins(app: &TestApp, cluster: i64, members: &mut Vec<(Node, NodeKey)>) -> i64 {
+pub(crate) async fn joins(app: &TestApp, cluster: i64, members: &mut Vec<(Node, NodeKey)>) -> i64 {
     let new = joining(app, cluster).await;
     let key = NodeKey::generate().unwrap();
     register(app, &new, &key).await;
@@ -200,7 +200,24 @@ async fn a_dead_member_leaves_before_its_replacement_joins(backend: Backend) {
         "{down}"
     );
     assert_eq!(member(&leaving, dead_vm).unwrap()["is_initial"], true);
+    let dead_name = member(&leaving, dead_vm).unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     removed_by(&app, cluster, &members[1], dead_vm).await;
+    // Its removal is a change on the cluster's stream.
+    let changes = exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
+        .await
+        .unwrap();
+    assert!(
+        changes.iter().any(|e| e.change
+            == exk8s_api::db::events::Change::Removed {
+                vm_id: dead_vm,
+                set: "control-plane".into(),
+                message: format!("{dead_name}: removed from etcd, its VM deleted"),
+            }),
+        "{changes:#?}"
+    );
     members.remove(0);
     roll(&app, &members).await;
     // The oldest member left installs the addons from now on.

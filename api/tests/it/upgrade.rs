@@ -263,6 +263,44 @@ async fn a_minor_upgrade_goes_one_member_at_a_time(backend: Backend) {
     assert_eq!(versions_of(&after), ["v1.36.3"; 3]);
     assert_eq!(after["version"], "v1.36.3");
     assert_eq!(condition(&after, "RollingOut")["status"], "False");
+    // Each step was a change on the cluster's stream: the target, each member in turn, the end.
+    let steps: Vec<(String, Option<i64>, String)> =
+        exk8s_api::db::events::after(&app.state.db.pool, cluster, 0, 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.change {
+                exk8s_api::db::events::Change::Upgrade {
+                    step,
+                    vm_id,
+                    message,
+                } => Some((step, vm_id, message)),
+                _ => None,
+            })
+            .collect();
+    let name = |vm: i64| {
+        after["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["vm_id"] == vm)
+            .unwrap()["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let mut expected = vec![(
+        "started".to_owned(),
+        None,
+        "from v1.35.3 to v1.36.3".to_owned(),
+    )];
+    for (node, _) in &nodes {
+        let runs = format!("{} runs v1.36.3", name(node.vm));
+        expected.push(("member".to_owned(), Some(node.vm), runs));
+    }
+    let done = "every control-plane member runs v1.36.3".to_owned();
+    expected.push(("done".to_owned(), None, done));
+    assert_eq!(steps, expected);
     let (code, current) = patch(&app, cluster, "v1.36.3").await;
     assert_eq!(
         (code, &current["upgrade"]),
