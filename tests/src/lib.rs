@@ -6,8 +6,8 @@
 //! ([`site`]: the mirror, the registry they pull from ([`registry`]), the baked image, the
 //! stack), finding and running the workspace's binaries ([`procs`]), a TLS endpoint serving a rendered certificate
 //! ([`tls`]), a private PostgreSQL server tests may stop ([`postgres`]), a real S3 server
-//! ([`s3`]), a small real filesystem to fill ([`tmpfs`]), and a worker pool as the API shows it
-//! ([`workers`]). The end-to-end test lives in `tests/`.
+//! ([`s3`]), a small real filesystem to fill ([`tmpfs`]), a worker pool as the API shows it
+//! ([`workers`]), and the README's quick starts as shells ([`readme`]). The end-to-end test lives in `tests/`.
 
 #![allow(
     clippy::unwrap_used,
@@ -24,6 +24,7 @@ pub mod members;
 pub mod mirror;
 pub mod postgres;
 pub mod procs;
+pub mod readme;
 pub mod registry;
 pub mod s3;
 pub mod site;

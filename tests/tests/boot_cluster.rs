@@ -49,6 +49,9 @@
 //! [`ca_rotation`]) and shrinks back to one, with no request through its balancer or HAProxy
 //! failing ([`scale`]), and gives its
 //! snapshot to a new cluster founded from it ([`from_snapshot`]).
+//!
+//! A fourth runs the README's real local cluster as written ([`readme`]): `scripts/dev-cluster.sh`
+//! and the commands after it, until kubectl lists both nodes Ready.
 
 #![allow(
     clippy::unwrap_used,
@@ -84,6 +87,8 @@ mod haproxy;
 mod nodes;
 #[path = "boot_cluster/one_node.rs"]
 mod one_node;
+#[path = "boot_cluster/readme.rs"]
+mod readme;
 #[path = "boot_cluster/sa_key.rs"]
 mod sa_key;
 #[path = "boot_cluster/sampler.rs"]
@@ -154,6 +159,13 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
 #[test]
 fn a_booted_node_takes_tokens_snapshots_a_restore_and_scales() {
     one_node::run();
+}
+
+/// Named to start last (tests start in name order, two at a time here): the shortest, it runs
+/// beside the one-member cluster's long day 2 once the three-member cluster has started.
+#[test]
+fn with_the_readme_a_real_local_cluster_boots() {
+    readme::run();
 }
 
 fn boot_and_check(shape: &Shape) {

@@ -14,93 +14,23 @@
     reason = "a test: failures should stop it loudly"
 )]
 
-use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use exk8s_tests::procs::{binary, free_port, wait_until};
-use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+use exk8s_tests::readme::{self, Group, code_blocks, shells};
 
-/// The README's fenced code blocks, in order.
-fn code_blocks(markdown: &str) -> Vec<String> {
-    let (mut blocks, mut current) = (Vec::new(), None::<String>);
-    for event in Parser::new(markdown) {
-        match event {
-            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_))) => current = Some(String::new()),
-            Event::Text(text) => {
-                if let Some(block) = current.as_mut() {
-                    block.push_str(&text);
-                }
-            }
-            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
-            _ => {}
-        }
-    }
-    blocks
-}
-
-/// The block's shells: split where a comment line starts `# in a`.
-fn shells(block: &str) -> Vec<String> {
-    let mut shells = vec![String::new()];
-    for line in block.lines() {
-        if line.starts_with("# in a ") {
-            shells.push(String::new());
-        }
-        let shell = shells.last_mut().unwrap();
-        shell.push_str(line);
-        shell.push('\n');
-    }
-    shells
-}
-
-/// A shell and everything it started (its own process group), stopped when dropped.
-struct Group(std::process::Child);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
-        let _ = self.0.wait();
-        // The dev stack drains for a few seconds after SIGTERM: gone before the test ends.
-        for _ in 0..150 {
-            let alive = Command::new("kill")
-                .args(["-0", "--", &group])
-                .stderr(Stdio::null())
-                .status();
-            if !alive.is_ok_and(|s| s.success()) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-/// `script` in bash (exiting at the first failure) in `dir`, its output to `log`.
+/// `script` in bash in `dir`, the dev stack on `port`, its output to `log`.
 fn bash(dir: &Path, port: u16, script: &str, log: &Path) -> Command {
-    // One open file for both streams: they share its offset, as a terminal would show them.
-    let output = std::fs::File::create(log).unwrap();
-    let mut command = Command::new("bash");
-    command
-        .args(["-euo", "pipefail", "-c", script])
-        .current_dir(dir)
-        .env("HOME", dir)
-        .env("EXK8S_LISTEN", format!("127.0.0.1:{port}"))
-        .env_remove("EXK8S_API")
-        .env_remove("EXK8S_TOKEN")
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(output.try_clone().unwrap())
-        .stderr(output);
+    let mut command = readme::bash(dir, script, log);
+    command.env("EXK8S_LISTEN", format!("127.0.0.1:{port}"));
     command
 }
 
 #[test]
 fn the_readmes_simulated_quick_start_works_as_written() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let block = code_blocks(&readme)
+    let block = code_blocks(&readme::text())
         .into_iter()
         .find(|b| b.contains("exk8s-api dev") && !b.contains("dev-cluster.sh"))
         .expect("the simulated stack's quick start");
@@ -118,11 +48,7 @@ fn the_readmes_simulated_quick_start_works_as_written() {
         std::os::unix::fs::symlink(binary(program), release.join(program)).unwrap();
     }
 
-    let _stack = Group(
-        bash(dir, port, &shells[0], &dir.join("shell-1.log"))
-            .spawn()
-            .unwrap(),
-    );
+    let _stack = Group::spawn(&mut bash(dir, port, &shells[0], &dir.join("shell-1.log")));
     let operator_token = dir.join("exk8s-dev/operator.token");
     wait_until("the dev stack", Duration::from_secs(60), || {
         operator_token.is_file() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -137,13 +63,13 @@ fn the_readmes_simulated_quick_start_works_as_written() {
         .map(|(words, _)| words.to_owned())
         .expect("the README names what the second shell prints before the third starts");
     let second_log = dir.join("shell-2.log");
-    let mut second = Group(bash(dir, port, &shells[1], &second_log).spawn().unwrap());
+    let mut second = Group::spawn(&mut bash(dir, port, &shells[1], &second_log));
     wait_until(
         &format!("the second shell's {quoted:?}"),
         Duration::from_secs(60),
         || {
             assert!(
-                second.0.try_wait().unwrap().is_none(),
+                second.child.try_wait().unwrap().is_none(),
                 "the second shell ended early: {}",
                 std::fs::read_to_string(&second_log).unwrap()
             );
@@ -165,9 +91,9 @@ fn the_readmes_simulated_quick_start_works_as_written() {
     wait_until(
         "the second shell's return",
         Duration::from_secs(120),
-        || second.0.try_wait().unwrap().is_some(),
+        || second.child.try_wait().unwrap().is_some(),
     );
     let second_out = std::fs::read_to_string(&second_log).unwrap();
-    assert!(second.0.wait().unwrap().success(), "{second_out}");
+    assert!(second.child.wait().unwrap().success(), "{second_out}");
     assert!(second_out.contains("logged in"), "{second_out}");
 }
