@@ -97,16 +97,13 @@ pub struct Operator {
     pub principal: String,
     /// The token's row: streams are bounded per token and end when it is revoked.
     pub token_id: i64,
+    /// When the token expires (unix seconds).
+    pub expires_at: i64,
 }
 
-impl FromRequestParts<AppState> for Operator {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
+impl Operator {
+    /// The operator `token` is: unknown, expired or revoked is 401, another scope 403.
+    pub async fn of_token(state: &AppState, token: &str) -> Result<Self, ApiError> {
         let record = db::tokens::find_api_token(&state.db.pool, &tokens::hash(token))
             .await?
             .ok_or(ApiError::Unauthorized)?;
@@ -127,6 +124,19 @@ impl FromRequestParts<AppState> for Operator {
             org_id: record.org_id,
             principal: record.principal,
             token_id: record.id,
+            expires_at: record.expires_at,
         })
+    }
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
+        Self::of_token(state, token).await
     }
 }

@@ -1,4 +1,5 @@
-//! The HTTP surface: the route table ([`router`]), thin handlers, errors and extractors.
+//! The HTTP surface: the route table ([`router`]), thin handlers, errors and extractors, and
+//! the operator console's pages ([`ui`]).
 
 pub mod bootstrap;
 pub mod certificates;
@@ -27,6 +28,7 @@ pub mod sa_key;
 pub mod server;
 mod signed_node;
 pub mod snapshots;
+mod ui;
 pub mod versions;
 
 use std::time::Instant;
@@ -248,6 +250,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(health::openapi))
         .merge(utoipa_scalar::Scalar::with_url("/docs", ApiDoc::openapi()))
+        .merge(ui::router())
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(

@@ -16,6 +16,7 @@ mod bootstrap;
 mod cert_cache;
 mod certificates;
 mod component_health;
+mod console;
 mod cp_remediation;
 mod crash;
 mod credentials;

@@ -180,6 +180,19 @@ pub(crate) async fn view(state: &AppState, row: ClusterRow) -> Result<ClusterVie
         .ok_or_else(|| ApiError::internal(std::io::Error::other("a page of one built no view")))
 }
 
+/// The views of `rows`, in their order.
+pub(crate) async fn views(
+    state: &AppState,
+    rows: Vec<ClusterRow>,
+) -> Result<Vec<ClusterView>, ApiError> {
+    let now = state.clock.unix();
+    Ok(gather(state, rows)
+        .await?
+        .into_iter()
+        .map(|(row, parts)| assemble(state, row, parts, now))
+        .collect())
+}
+
 /// Below this many clusters a page is written in one piece.
 const SLICED_FROM: usize = 64;
 

@@ -1,0 +1,187 @@
+//! The console's session: the operator's own API token, given once on the login form and kept
+//! in a cookie the browser sends only to `/ui` of this origin (`HttpOnly`: no page script can
+//! read it; `SameSite=Strict`: no other site's page can make the browser send it; `Secure`
+//! when the API's public URL is HTTPS), for no longer than the token itself lives, at most
+//! [`MAX_AGE_SECS`]. A form post whose `Origin` names another site is refused, so another
+//! site cannot log a browser in as someone else either. Each request checks the token as the
+//! API does (revoked, expired or not an operator's: back to the login page).
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use minijinja::context;
+
+use super::pages::{error_page, page};
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::http::extract::Operator;
+
+const COOKIE: &str = "exk8s_console";
+/// The longest a console session lasts, whatever the token's own life.
+const MAX_AGE_SECS: i64 = 12 * 3600;
+/// The longest form the login page sends.
+const MAX_FORM_BYTES: usize = 4096;
+
+/// A signed-in console request: the operator the cookie's token is.
+pub(super) struct Console {
+    pub operator: Operator,
+}
+
+impl FromRequestParts<AppState> for Console {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let Some(token) = cookie(&parts.headers) else {
+            return Err(Redirect::to("/ui/login").into_response());
+        };
+        match Operator::of_token(state, token).await {
+            Ok(operator) => Ok(Self { operator }),
+            Err(ApiError::Unauthorized | ApiError::Forbidden(_)) => {
+                Err(([(header::SET_COOKIE, clear())], Redirect::to("/ui/login")).into_response())
+            }
+            Err(e) => Err(error_page(None, &e)),
+        }
+    }
+}
+
+/// The session cookie's token, if the request carries one.
+fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
+}
+
+/// A cookie that ends the session.
+fn clear() -> HeaderValue {
+    HeaderValue::from_static("exk8s_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0")
+}
+
+/// Whether a form post comes from this origin: a browser names the page's origin in `Origin`
+/// on every POST; one naming another host is another site's form.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        // Not a browser's cross-site post (browsers always send it on POST).
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, host)| host);
+    matches!((origin_host, host), (Some(a), Some(b)) if a == b)
+}
+
+/// `POST /ui/login` with `token=…`: checks the token as the API would, then keeps it.
+pub(super) async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !same_origin(&headers) {
+        return refused(StatusCode::FORBIDDEN, "this form was sent by another site");
+    }
+    if body.len() > MAX_FORM_BYTES {
+        return refused(StatusCode::PAYLOAD_TOO_LARGE, "the form is too large");
+    }
+    let token = form_urlencoded::parse(&body)
+        .find(|(name, _)| name == "token")
+        .map(|(_, value)| value.trim().to_owned())
+        .unwrap_or_default();
+    // Tokens are base64url: anything else is not one, and could not live in a cookie.
+    let shaped = !token.is_empty()
+        && token.len() <= 256
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !shaped {
+        return refused(StatusCode::UNAUTHORIZED, "that is not an exk8s token");
+    }
+    let operator = match Operator::of_token(&state, &token).await {
+        Ok(operator) => operator,
+        Err(ApiError::Unauthorized) => {
+            return refused(
+                StatusCode::UNAUTHORIZED,
+                "that token is unknown, expired or revoked",
+            );
+        }
+        Err(ApiError::Forbidden(why)) => return refused(StatusCode::FORBIDDEN, why),
+        Err(e) => return error_page(None, &e),
+    };
+    let lives = (operator.expires_at - crate::db::now()).clamp(0, MAX_AGE_SECS);
+    let secure = if state.config.public_url.starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let set =
+        format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={lives}{secure}");
+    match HeaderValue::from_str(&set) {
+        Ok(set) => ([(header::SET_COOKIE, set)], Redirect::to("/ui/clusters")).into_response(),
+        Err(_) => refused(StatusCode::UNAUTHORIZED, "that is not an exk8s token"),
+    }
+}
+
+/// `POST /ui/logout`: the cookie goes (the token itself stays valid for the API).
+pub(super) async fn logout(headers: HeaderMap) -> Response {
+    if !same_origin(&headers) {
+        return refused(StatusCode::FORBIDDEN, "this form was sent by another site");
+    }
+    ([(header::SET_COOKIE, clear())], Redirect::to("/ui/login")).into_response()
+}
+
+/// The login page again, saying why.
+fn refused(status: StatusCode, why: &str) -> Response {
+    page(
+        status,
+        "login.html",
+        context! { principal => (), error => why },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(name.clone(), HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let h = headers(&[(header::COOKIE, "a=1; exk8s_console=tok_en-1; b=2")]);
+        assert_eq!(cookie(&h), Some("tok_en-1"));
+        assert_eq!(
+            cookie(&headers(&[(header::COOKIE, "exk8s_console=")])),
+            None
+        );
+        assert_eq!(cookie(&headers(&[(header::COOKIE, "other=1")])), None);
+        assert_eq!(cookie(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn a_post_from_another_site_is_told_apart() {
+        let host = (header::HOST, "127.0.0.1:8080");
+        assert!(same_origin(&headers(std::slice::from_ref(&host))));
+        assert!(same_origin(&headers(&[
+            host.clone(),
+            (header::ORIGIN, "http://127.0.0.1:8080")
+        ])));
+        assert!(!same_origin(&headers(&[
+            host.clone(),
+            (header::ORIGIN, "https://evil.example")
+        ])));
+        assert!(!same_origin(&headers(&[host, (header::ORIGIN, "null")])));
+    }
+}

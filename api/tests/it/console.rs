@@ -1,0 +1,206 @@
+//! The operator console (`/ui`) on SQLite and PostgreSQL, over HTTP as a browser uses it: the
+//! login form keeps the operator's token in an `HttpOnly`, `SameSite=Strict` cookie scoped to
+//! `/ui` (a bad, expired-scope or cross-site login is refused on the form, saying why); the
+//! pages list the org's clusters and show one's conditions and nodes, never another org's;
+//! every answer carries the strict Content-Security-Policy; what the pages show is escaped;
+//! a revoked token's session ends; logging out clears the cookie.
+
+use exk8s_api::tokens::{self, Scope};
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
+
+use crate::app::{Backend, TestApp, both_backends, json_of, operator_token, spawn_app, valid_body};
+
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// `POST /ui/login` with `token`, as the login form sends it, from `origin` if given.
+async fn login(app: &TestApp, token: &str, origin: Option<&str>) -> reqwest::Response {
+    let mut request = browser()
+        .post(format!("{}/ui/login", app.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"));
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    request.send().await.unwrap()
+}
+
+/// `GET path` with the session cookie `cookie`.
+async fn page(app: &TestApp, path: &str, cookie: &str) -> reqwest::Response {
+    browser()
+        .get(format!("{}{path}", app.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The `name=value` of a response's session cookie, and its attributes.
+fn session(response: &reqwest::Response) -> (String, String) {
+    let set = response.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    let (pair, attributes) = set.split_once(';').unwrap();
+    (pair.to_owned(), attributes.to_owned())
+}
+
+async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let ours = json_of(app.found(1, serde_json::json!({"name": "shop"})).await).await;
+    let ours = ours["cluster_id"].as_i64().unwrap();
+    // Another org's cluster.
+    let theirs_token = operator_token(&app.state, 8, Scope::Operator, 3600).await;
+    let mut body = valid_body(1);
+    body["name"] = "theirs".into();
+    let theirs = browser()
+        .post(format!("{}/clusters", app.url))
+        .bearer_auth(&theirs_token)
+        .header(crate::app::WAIT.0, crate::app::WAIT.1)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let theirs = json_of(theirs).await["cluster_id"].as_i64().unwrap();
+
+    // Signed out: every page leads to the login form, which carries the policy.
+    let home = browser()
+        .get(format!("{}/ui", app.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(home.status(), StatusCode::SEE_OTHER);
+    assert_eq!(home.headers()[LOCATION], "/ui/clusters");
+    let out = page(&app, "/ui/clusters", "").await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert_eq!(out.headers()[LOCATION], "/ui/login");
+    let form = page(&app, "/ui/login", "").await;
+    assert_eq!(form.status(), StatusCode::OK);
+    let csp = form.headers()[CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!form.text().await.unwrap().contains("<script"), "no script");
+
+    // Refused logins say why, on the form.
+    let bad = login(&app, "exk8s_op_not-a-token", None).await;
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+    assert!(bad.headers().get(SET_COOKIE).is_none());
+    assert!(
+        bad.text()
+            .await
+            .unwrap()
+            .contains("unknown, expired or revoked")
+    );
+    let bootstrap = operator_token(&app.state, 7, Scope::Bootstrap, 3600).await;
+    let scoped = login(&app, &bootstrap, None).await;
+    assert_eq!(scoped.status(), StatusCode::FORBIDDEN);
+    assert!(scoped.text().await.unwrap().contains("scope"));
+    let forged = login(&app, &app.token, Some("https://evil.example")).await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert!(forged.headers().get(SET_COOKIE).is_none());
+    let odd = login(&app, "a%3Bb", None).await;
+    assert_eq!(odd.status(), StatusCode::UNAUTHORIZED);
+
+    // The operator's token logs in: kept where no page script reads it.
+    let origin = app.url.clone();
+    let signed = login(&app, &app.token, Some(&origin)).await;
+    assert_eq!(signed.status(), StatusCode::SEE_OTHER, "{signed:?}");
+    assert_eq!(signed.headers()[LOCATION], "/ui/clusters");
+    let (cookie, attributes) = session(&signed);
+    for wanted in ["Path=/ui", "HttpOnly", "SameSite=Strict", "Max-Age="] {
+        assert!(attributes.contains(wanted), "{attributes}");
+    }
+    let max_age: i64 = attributes
+        .split("Max-Age=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=12 * 3600).contains(&max_age), "{max_age}");
+
+    let list = page(&app, "/ui/clusters", &cookie).await;
+    assert_eq!(list.status(), StatusCode::OK);
+    assert!(list.headers().contains_key(CONTENT_SECURITY_POLICY));
+    let list = list.text().await.unwrap();
+    assert!(
+        list.contains(&format!("href=\"/ui/clusters/{ours}\">shop</a>")),
+        "{list}"
+    );
+    assert!(!list.contains("theirs"), "another org's cluster: {list}");
+    let one = page(&app, &format!("/ui/clusters/{ours}"), &cookie).await;
+    assert_eq!(one.status(), StatusCode::OK);
+    let one = one.text().await.unwrap();
+    for shown in ["Available", "EtcdClusterHealthy", "control-plane", "Nodes"] {
+        assert!(one.contains(shown), "{shown}: {one}");
+    }
+    let hidden = page(&app, &format!("/ui/clusters/{theirs}"), &cookie).await;
+    assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
+    assert!(hidden.text().await.unwrap().contains("not found"));
+    let style = page(&app, "/ui/style.css", "").await;
+    assert_eq!(style.headers()["content-type"], "text/css; charset=utf-8");
+
+    // What a page shows is escaped: a principal with markup in it.
+    let marked = tokens::generate("exk8s_op").unwrap().to_string();
+    let now = exk8s_api::db::now();
+    exk8s_api::db::tokens::insert_api_token(
+        &app.state.db.pool,
+        &tokens::hash(&marked),
+        7,
+        "<b>ops</b>",
+        Scope::Operator,
+        now,
+        now + 3600,
+    )
+    .await
+    .unwrap();
+    let (marked_cookie, _) = session(&login(&app, &marked, None).await);
+    let escaped = page(&app, "/ui/clusters", &marked_cookie)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        escaped.contains("&lt;b&gt;ops") && !escaped.contains("<b>ops"),
+        "{escaped}"
+    );
+
+    // A revoked token's session ends at its next page.
+    let id = exk8s_api::db::tokens::find_api_token(&app.state.db.pool, &tokens::hash(&marked))
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    exk8s_api::db::tokens::revoke_api_token(&app.state.db.pool, id)
+        .await
+        .unwrap();
+    let ended = page(&app, "/ui/clusters", &marked_cookie).await;
+    assert_eq!(ended.status(), StatusCode::SEE_OTHER);
+    assert_eq!(ended.headers()[LOCATION], "/ui/login");
+    assert!(session(&ended).1.contains("Max-Age=0"));
+
+    // Logging out clears the cookie.
+    let gone = browser()
+        .post(format!("{}/ui/logout", app.url))
+        .header("cookie", &cookie)
+        .header("origin", &origin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), StatusCode::SEE_OTHER);
+    assert_eq!(gone.headers()[LOCATION], "/ui/login");
+    let (cleared, attributes) = session(&gone);
+    assert_eq!(cleared, "exk8s_console=");
+    assert!(attributes.contains("Max-Age=0"), "{attributes}");
+}
+
+both_backends!(the_console_shows_the_orgs_clusters_to_its_operators);
