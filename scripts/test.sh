@@ -40,6 +40,12 @@ export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
 # pyca/cryptography: a strict DER parser every certificate kind must pass (api/tests/it/pki.rs).
 ensure_venv_module cryptography cryptography
 export EXK8S_PYTHON="$PWD/.venv/bin/python"
+# The console in a real browser (tests/tests/console.rs): Debian's Chromium and its
+# chromedriver, Selenium, and axe-core for the accessibility check.
+ensure_packages chromium:chromium chromedriver:chromium-driver
+ensure_venv_module selenium selenium
+EXK8S_AXE=$(ensure_axe)
+export EXK8S_AXE
 
 # The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
 # a cache (scripts/k8s-binaries.sh), in the background from here on — beside the lints and the

@@ -151,3 +151,19 @@ ensure_cargo_deny() {
     cargo install --locked --debug cargo-deny --version 0.20.2
   fi
 }
+
+# ensure_axe — axe-core (the accessibility checker the console's browser test runs), from npm,
+# once per machine into /var/cache/exk8s/axe-core-<version> (EXK8S_AXE_CACHE); prints the path
+# of its axe.min.js.
+ensure_axe() {
+  local version=4.11.0
+  local dir=${EXK8S_AXE_CACHE:-/var/cache/exk8s}/axe-core-$version
+  local script=$dir/node_modules/axe-core/axe.min.js
+  if [ ! -f "$script" ]; then
+    have npm || ensure_packages npm:npm
+    log "installing axe-core $version from npm into $dir"
+    mkdir -p "$dir"
+    npm install --no-audit --no-fund --silent --prefix "$dir" "axe-core@$version" >&2
+  fi
+  echo "$script"
+}

@@ -1,0 +1,145 @@
+//! The console in a real browser: Debian's Chromium, driven through chromedriver by Selenium
+//! (`tests/tools/console_browser.py`), against the dev stack, as an operator uses it with only a
+//! keyboard: `/ui` leads to the login form; a wrong token is refused on it, saying why; the
+//! operator's token, typed and sent with Tab and Enter, signs in, and no page script can read
+//! the cookie that keeps it; the org's cluster is listed and another org's is not (and its page
+//! is "not found"); Tab and Enter open the cluster, whose conditions and node are shown; logging
+//! out leads back to the form. axe-core (`EXK8S_AXE`, `scripts/test.sh` installs it once per
+//! machine) finds no serious or critical accessibility violation on the login form, the list
+//! or the cluster page. The cluster page's screenshot is kept as `target/console.png`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use exk8s_tests::dev::{http, start_dev};
+use exk8s_tests::procs::binary;
+use serde_json::Value;
+
+/// A file the environment names, which must exist.
+fn named(variable: &str, what: &str) -> PathBuf {
+    let path = std::env::var_os(variable)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{variable} is not set: {what} (scripts/test.sh sets it)"));
+    assert!(path.is_file(), "{variable}={}: not a file", path.display());
+    path
+}
+
+/// Violations axe-core rates serious or critical.
+fn serious(violations: &Value) -> Vec<&Value> {
+    violations
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
+        .collect()
+}
+
+#[test]
+fn the_console_works_in_a_real_browser_with_a_keyboard() {
+    let python = named("EXK8S_PYTHON", "a Python with selenium");
+    let axe = named("EXK8S_AXE", "axe-core's axe.min.js");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("dev");
+    let stack = start_dev(&data, "127.0.19.0/24", &dir.path().join("api.log"), &[]);
+    let (status, ours) = stack.found(1);
+    assert_eq!(status, 201, "{ours}");
+    let ours = ours["name"].as_str().unwrap().to_owned();
+
+    // Another org's operator and cluster.
+    let made = Command::new(binary("exk8s-api"))
+        .args([
+            "tokens",
+            "create",
+            "--org",
+            "8",
+            "--principal",
+            "other",
+            "--scope",
+            "operator",
+        ])
+        .arg("--database-url")
+        .arg(format!("sqlite://{}/exk8s.db?mode=rwc", data.display()))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let theirs_token = String::from_utf8(made.stdout).unwrap().trim().to_owned();
+    let theirs: Value = http()
+        .post(&format!("{}/clusters", stack.base))
+        .set("Authorization", &format!("Bearer {theirs_token}"))
+        .set("Prefer", "wait=600")
+        .send_json(
+            serde_json::json!({"name": "theirs", "control_plane_count": 1,
+            "control_plane_image_id": 1, "control_plane_instance_type": "dev.small",
+            "subnet_id": 1}),
+        )
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let theirs_id = theirs["cluster_id"].as_i64().unwrap().to_string();
+
+    let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/console.png");
+    let run = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/console_browser.py"))
+        .env("CONSOLE_URL", &stack.base)
+        .env("CONSOLE_TOKEN", &stack.token)
+        .env("CONSOLE_OURS", &ours)
+        .env("CONSOLE_THEIRS", &theirs_id)
+        .env("CONSOLE_AXE", &axe)
+        .env("CONSOLE_SCREENSHOT", &screenshot)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "the browser run failed:\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let url = |key: &str| seen[key].as_str().unwrap().to_owned();
+
+    assert_eq!(url("signed_out_url"), format!("{}/ui/login", stack.base));
+    assert!(
+        seen["refused"]
+            .as_str()
+            .unwrap()
+            .contains("unknown, expired or revoked"),
+        "{seen}"
+    );
+    assert_eq!(url("signed_in_url"), format!("{}/ui/clusters", stack.base));
+    assert_eq!(
+        seen["cookie_seen_by_script"], "",
+        "the session cookie is HttpOnly"
+    );
+    assert_eq!(seen["clusters"], serde_json::json!([ours]), "{seen}");
+    assert!(url("cluster_url").starts_with(&format!("{}/ui/clusters/", stack.base)));
+    assert!(seen["cluster_heading"].as_str().unwrap().starts_with(&ours));
+    let conditions: Vec<&str> = seen["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        conditions.contains(&"Available") && conditions.contains(&"RemediationAllowed"),
+        "{conditions:?}"
+    );
+    assert_eq!(seen["nodes"].as_array().unwrap().len(), 1, "{seen}");
+    assert!(
+        seen["theirs"].as_str().unwrap().starts_with("404"),
+        "{seen}"
+    );
+    assert_eq!(
+        url("signed_out_again_url"),
+        format!("{}/ui/login", stack.base)
+    );
+    assert_eq!(url("after_logout_url"), format!("{}/ui/login", stack.base));
+    for page in ["axe_login", "axe_clusters", "axe_cluster"] {
+        assert!(serious(&seen[page]).is_empty(), "{page}: {:#}", seen[page]);
+    }
+    assert!(screenshot.is_file());
+}

@@ -1,0 +1,114 @@
+"""Drives the exk8s console in Debian's Chromium through chromedriver (Selenium), as an operator
+would with only a keyboard, and prints what it saw as one JSON document on stdout.
+
+Environment: CONSOLE_URL (the API's base URL), CONSOLE_TOKEN (an operator token), CONSOLE_OURS
+(the name of a cluster of that token's org), CONSOLE_THEIRS (another org's cluster id),
+CONSOLE_AXE (axe-core's axe.min.js), CONSOLE_SCREENSHOT (where to save the cluster page).
+Used by tests/tests/console.rs, which judges the result.
+"""
+
+import json
+import os
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+URL = os.environ["CONSOLE_URL"]
+AXE = open(os.environ["CONSOLE_AXE"], encoding="utf-8").read()
+
+# Axe's own run, its serious and critical violations kept (id, impact, how many nodes).
+AXE_RUN = """
+const done = arguments[arguments.length - 1];
+axe.run(document, {resultTypes: ['violations']})
+  .then(r => done(r.violations.map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.length,
+                                          help: v.help}))))
+  .catch(e => done([{id: 'axe-error', impact: 'critical', nodes: 0, help: String(e)}]));
+"""
+
+
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def accessibility(driver):
+    """The page's violations as axe-core judges them."""
+    driver.execute_script(AXE + "\nwindow.axe = axe;")
+    driver.set_script_timeout(30)
+    return driver.execute_async_script(AXE_RUN)
+
+
+def tab_until(driver, wanted, most=15):
+    """Presses Tab until the focused element satisfies `wanted`; the elements passed through."""
+    passed = []
+    for _ in range(most):
+        driver.switch_to.active_element.send_keys(Keys.TAB)
+        element = driver.switch_to.active_element
+        passed.append(element.get_attribute("id") or element.text or element.tag_name)
+        if wanted(element):
+            return element, passed
+    raise AssertionError(f"Tab never reached the element; passed {passed}")
+
+
+def main():
+    seen = {}
+    driver = browser()
+    try:
+        driver.get(URL + "/ui")
+        seen["signed_out_url"] = driver.current_url
+        seen["axe_login"] = accessibility(driver)
+        # A wrong token: the form says why.
+        field, _ = tab_until(driver, lambda e: e.get_attribute("id") == "token")
+        field.send_keys("exk8s_op_wrong", Keys.ENTER)
+        seen["refused"] = driver.find_element(By.CSS_SELECTOR, "[role=alert]").text
+        # The operator's token, typed and sent with the keyboard alone.
+        field, passed = tab_until(driver, lambda e: e.get_attribute("id") == "token")
+        seen["tab_to_token"] = passed
+        field.send_keys(os.environ["CONSOLE_TOKEN"], Keys.ENTER)
+        seen["signed_in_url"] = driver.current_url
+        seen["cookie_seen_by_script"] = driver.execute_script("return document.cookie")
+        seen["clusters"] = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "tbody th a")]
+        seen["axe_clusters"] = accessibility(driver)
+        # To the cluster by keyboard: Tab to its link, Enter.
+        ours = os.environ["CONSOLE_OURS"]
+        link, _ = tab_until(driver, lambda e: e.text == ours)
+        link.send_keys(Keys.ENTER)
+        seen["cluster_url"] = driver.current_url
+        seen["cluster_heading"] = driver.find_element(By.TAG_NAME, "h1").text
+        seen["conditions"] = [
+            th.text for th in driver.find_elements(By.CSS_SELECTOR, "table")[0].find_elements(
+                By.CSS_SELECTOR, "tbody th")
+        ]
+        seen["nodes"] = [
+            th.text for th in driver.find_elements(By.CSS_SELECTOR, "table")[1].find_elements(
+                By.CSS_SELECTOR, "tbody th")
+        ]
+        seen["axe_cluster"] = accessibility(driver)
+        driver.save_screenshot(os.environ["CONSOLE_SCREENSHOT"])
+        # Another org's cluster does not exist for this operator.
+        driver.get(URL + "/ui/clusters/" + os.environ["CONSOLE_THEIRS"])
+        seen["theirs"] = driver.find_element(By.TAG_NAME, "h1").text
+        # Log out; the pages lead to the login form again.
+        driver.find_element(By.CSS_SELECTOR, "form[action='/ui/logout'] button").click()
+        seen["signed_out_again_url"] = driver.current_url
+        driver.get(URL + "/ui/clusters")
+        seen["after_logout_url"] = driver.current_url
+    finally:
+        driver.quit()
+    print(json.dumps(seen))
+
+
+main()
