@@ -6,6 +6,7 @@
 //! no framing) and is never cached.
 
 mod pages;
+mod render;
 mod session;
 
 use axum::Router;

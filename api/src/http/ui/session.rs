@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 
-use super::pages::{error_page, page};
+use super::render::{error_page, page};
 use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::extract::Operator;

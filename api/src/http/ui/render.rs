@@ -1,0 +1,131 @@
+//! Rendering the console's pages: the templates, compiled into the binary once and
+//! HTML-escaped by their `.html` names, filled and answered with a status.
+
+use std::sync::OnceLock;
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use minijinja::{Environment, UndefinedBehavior, context};
+use serde::Serialize;
+
+use crate::http::error::ApiError;
+
+const TEMPLATES: [(&str, &str); 5] = [
+    ("layout.html", include_str!("templates/layout.html")),
+    ("login.html", include_str!("templates/login.html")),
+    ("clusters.html", include_str!("templates/clusters.html")),
+    ("cluster.html", include_str!("templates/cluster.html")),
+    ("error.html", include_str!("templates/error.html")),
+];
+
+fn environment() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        // Lenient: a view leaves out what it does not have (`error_message`, a node's
+        // version), which a page shows as nothing.
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        for (name, source) in TEMPLATES {
+            // Compiled into the binary and rendered by the console's tests: a syntax error is
+            // a build defect, caught before it could ship.
+            if let Err(e) = env.add_template(name, source) {
+                panic!("embedded console template {name} does not compile: {e:#}");
+            }
+        }
+        env
+    })
+}
+
+/// `name` rendered with `ctx`, as a page with `status`.
+pub(super) fn page(status: StatusCode, name: &str, ctx: impl Serialize) -> Response {
+    let rendered = environment().get_template(name).and_then(|t| t.render(ctx));
+    match rendered {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(e) => {
+            tracing::error!(template = name, error = %e, "a console page did not render");
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+        }
+    }
+}
+
+/// The page for an API error (internal errors logged, answered with a generic message).
+pub(super) fn error_page(principal: Option<&str>, e: &ApiError) -> Response {
+    if let ApiError::Internal(source) = e {
+        tracing::error!(error = %crate::error_chain(source.as_ref()), "console: internal error");
+    }
+    let status = e.status_code();
+    page(
+        status,
+        "error.html",
+        context! { principal, status => status.to_string(), message => e.to_string() },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster as the API's view has it, enough for every template.
+    fn cluster() -> serde_json::Value {
+        serde_json::json!({
+            "id": 1, "name": "shop", "phase": "founded", "version": "v1.35.3",
+            "kubernetes_version": "v1.35.3", "replicas": 1, "ready_replicas": 1,
+            "up_to_date_replicas": 1, "control_plane_dns_name": "cp.shop.example",
+            "pod_network": "flannel",
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "Available", "message": "",
+                 "lastTransitionTime": "2026-12-02T00:00:00Z"},
+                {"type": "RollingOut", "status": "False", "reason": "NotRollingOut",
+                 "message": "a <b>message</b>", "lastTransitionTime": "2026-12-02T00:00:00Z"}
+            ],
+            "nodes": [
+                {"name": "cp-101", "vm_id": 101, "role": "control-plane", "phase": "complete",
+                 "etcd_membership": "voter", "applied_generation": 1, "desired_generation": 1,
+                 "kubernetes_version": "v1.35.3", "private_ipv4": "10.0.0.11"},
+                {"name": "blue-102", "vm_id": 102, "role": "worker", "phase": "pending",
+                 "applied_generation": 0, "desired_generation": 1,
+                 "private_ipv4": "10.0.0.12"}
+            ]
+        })
+    }
+
+    fn render(name: &str, ctx: minijinja::Value) -> String {
+        environment()
+            .get_template(name)
+            .and_then(|t| t.render(ctx))
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"))
+    }
+
+    #[test]
+    fn every_page_renders_and_escapes_what_it_shows() {
+        let principal = "<i>ops</i>";
+        let list = render(
+            "clusters.html",
+            context! { principal, clusters => vec![cluster()] },
+        );
+        assert!(list.contains("href=\"/ui/clusters/1\">shop</a>"), "{list}");
+        assert!(list.contains("RollingOut: NotRollingOut"), "{list}");
+        assert!(
+            list.contains("&lt;i&gt;ops") && !list.contains("<i>"),
+            "{list}"
+        );
+        let one = render("cluster.html", context! { principal, c => cluster() });
+        assert!(
+            one.contains("a &lt;b&gt;message") && !one.contains("<b>"),
+            "{one}"
+        );
+        assert!(one.contains("blue-102") && one.contains("voter"), "{one}");
+        let empty = render(
+            "clusters.html",
+            context! { principal, clusters => Vec::<u8>::new() },
+        );
+        assert!(empty.contains("No clusters yet"), "{empty}");
+        let login = render("login.html", context! { principal => (), error => "<no>" });
+        assert!(login.contains("&lt;no&gt;"), "{login}");
+        let error = render(
+            "error.html",
+            context! { principal => (), status => "404 Not Found", message => "not found" },
+        );
+        assert!(error.contains("404 Not Found"), "{error}");
+    }
+}
