@@ -102,6 +102,11 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     let scoped = login(&app, &bootstrap, None).await;
     assert_eq!(scoped.status(), StatusCode::FORBIDDEN);
     assert!(scoped.text().await.unwrap().contains("scope"));
+    // Nor does a bootstrap token put straight into the cookie open a page.
+    let planted = page(&app, "/ui/clusters", &format!("exk8s_console={bootstrap}")).await;
+    assert_eq!(planted.status(), StatusCode::SEE_OTHER);
+    assert_eq!(planted.headers()[LOCATION], "/ui/login");
+    assert!(session(&planted).1.contains("Max-Age=0"));
     let forged = login(&app, &app.token, Some("https://evil.example")).await;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert!(forged.headers().get(SET_COOKIE).is_none());
