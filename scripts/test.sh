@@ -54,6 +54,11 @@ export EXK8S_AXE
 # (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them).
 # shellcheck source=scripts/lib/versions.sh
 source scripts/lib/versions.sh
+# Go's build and module caches for these builds, apart from the user's own: about 15 GiB once
+# everything is built, and needed only while building (each tool lands in /var/cache/exk8s), so
+# they are freed below, before the tests, whose booted machines need the room.
+export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
+log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
 log "Kubernetes $k8s_version (with its end-to-end suite) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
@@ -144,6 +149,18 @@ EXK8S_NODE_REGISTRY=$(sed -n 1p <<<"$registry_out")
 EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p <<<"$registry_out")
 EXK8S_NODE_HELM=$(sed -n 3p <<<"$registry_out")
 export EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
+
+if [ -d "$GOCACHE" ] || [ -d "$GOMODCACHE" ]; then
+  log "freeing Go's build and module caches ($(du -sch "$GOCACHE" "$GOMODCACHE" 2>/dev/null | tail -n 1 | cut -f1)): every Go-built tool is cached in /var/cache/exk8s"
+  go clean -cache -modcache
+fi
+# Two booted clusters at once hold about 10 GiB of machine roots (a control-plane node's
+# containerd keeps both releases' images), and the release builds grow target/ beside them.
+free_gib=$(( $(df --output=avail -k / | tail -n 1) / 1024 / 1024 ))
+log "disk: $free_gib GiB free on / for the tests"
+if [ "$free_gib" -lt 16 ]; then
+  log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
+fi
 
 # The release builds the packaging checks need, beside the tests under SCHED_IDLE: they take only
 # the cores the tests leave idle (a real control plane waits on its components much of the

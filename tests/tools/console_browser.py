@@ -14,6 +14,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 URL = os.environ["CONSOLE_URL"]
 AXE = open(os.environ["CONSOLE_AXE"], encoding="utf-8").read()
@@ -51,6 +53,17 @@ def accessibility(driver):
     return driver.execute_async_script(AXE_RUN)
 
 
+def leaves_page(driver, act):
+    """Runs `act`, which sends the page away (a form sent, a link followed), and returns once
+    the next page has loaded: a click or a key returns before the browser has navigated, so
+    reading the URL straight after it can still see the old page."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    act()
+    wait = WebDriverWait(driver, 20)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def tab_until(driver, wanted, most=15):
     """Presses Tab until the focused element satisfies `wanted`; the elements passed through."""
     passed = []
@@ -72,12 +85,12 @@ def main():
         seen["axe_login"] = accessibility(driver)
         # A wrong token: the form says why.
         field, _ = tab_until(driver, lambda e: e.get_attribute("id") == "token")
-        field.send_keys("exk8s_op_wrong", Keys.ENTER)
+        leaves_page(driver, lambda: field.send_keys("exk8s_op_wrong", Keys.ENTER))
         seen["refused"] = driver.find_element(By.CSS_SELECTOR, "[role=alert]").text
         # The operator's token, typed and sent with the keyboard alone.
         field, passed = tab_until(driver, lambda e: e.get_attribute("id") == "token")
         seen["tab_to_token"] = passed
-        field.send_keys(os.environ["CONSOLE_TOKEN"], Keys.ENTER)
+        leaves_page(driver, lambda: field.send_keys(os.environ["CONSOLE_TOKEN"], Keys.ENTER))
         seen["signed_in_url"] = driver.current_url
         seen["cookie_seen_by_script"] = driver.execute_script("return document.cookie")
         seen["clusters"] = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "tbody th a")]
@@ -85,7 +98,7 @@ def main():
         # To the cluster by keyboard: Tab to its link, Enter.
         ours = os.environ["CONSOLE_OURS"]
         link, _ = tab_until(driver, lambda e: e.text == ours)
-        link.send_keys(Keys.ENTER)
+        leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
         seen["cluster_url"] = driver.current_url
         seen["cluster_heading"] = driver.find_element(By.TAG_NAME, "h1").text
         seen["conditions"] = [
@@ -102,7 +115,8 @@ def main():
         driver.get(URL + "/ui/clusters/" + os.environ["CONSOLE_THEIRS"])
         seen["theirs"] = driver.find_element(By.TAG_NAME, "h1").text
         # Log out; the pages lead to the login form again.
-        driver.find_element(By.CSS_SELECTOR, "form[action='/ui/logout'] button").click()
+        logout = driver.find_element(By.CSS_SELECTOR, "form[action='/ui/logout'] button")
+        leaves_page(driver, logout.click)
         seen["signed_out_again_url"] = driver.current_url
         driver.get(URL + "/ui/clusters")
         seen["after_logout_url"] = driver.current_url
