@@ -97,6 +97,34 @@ pub fn public_keys(own: &str, rotation: Option<&SaRotation>) -> String {
     pem
 }
 
+/// Why a cluster founded from `source`'s snapshot now would not carry its service-account
+/// trust whole, given `source`'s rotation in progress; `None` when it would. The founding copies
+/// the source's own key: whole in trust-both (the waiting key has signed nothing) and in
+/// drop-old (only the new key is trusted), but in sign-new the old key's tokens (in the
+/// snapshot's Secrets, or held by clients) still verify at the source and would not in the new
+/// cluster, so the founding waits for the source's drop-old.
+pub fn not_carried_whole(source: i64, rotation: Option<&SaRotation>) -> Option<String> {
+    let rotation = rotation.filter(|r| r.phase == RotationPhase::SignNew)?;
+    let until = match rotation.drop_old_at() {
+        Some(at) => time::OffsetDateTime::from_unix_timestamp(at)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(|| format!("unix time {at}")),
+        None => format!(
+            "{} s after every one of its control-plane nodes signs with the new key",
+            rotation.drop_old_after
+        ),
+    };
+    Some(format!(
+        "cluster {source} is rotating its service-account key (phase sign-new): tokens its old \
+         key signed verify there until {until}, and a cluster founded from its snapshot now \
+         would trust only the new key; found it once the old key is dropped"
+    ))
+}
+
 /// Starts rotating the service-account key of `org_id`'s cluster `cluster_id`; the old key
 /// stays trusted `drop_old_after` seconds (default [`DEFAULT_DROP_OLD_AFTER`]) after every
 /// apiserver signs with the new one.
@@ -453,6 +481,28 @@ mod tests {
             started_at: 0,
             updated_at: 0,
         }
+    }
+
+    #[test]
+    fn a_founding_from_a_snapshot_waits_only_for_sign_new() {
+        assert_eq!(not_carried_whole(7, None), None);
+        for phase in [RotationPhase::TrustBoth, RotationPhase::DropOld] {
+            assert_eq!(not_carried_whole(7, Some(&rotation(phase, None))), None);
+        }
+        let mut signing = rotation(RotationPhase::SignNew, Some("old"));
+        signing.drop_old_after = 90_000;
+        let said = not_carried_whole(7, Some(&signing)).unwrap();
+        assert!(
+            said.starts_with("cluster 7 is rotating its service-account key (phase sign-new)"),
+            "{said}"
+        );
+        assert!(
+            said.contains("until 90000 s after every one of its control-plane nodes"),
+            "{said}"
+        );
+        signing.signing_since = Some(1_800_000_000);
+        let said = not_carried_whole(7, Some(&signing)).unwrap();
+        assert!(said.contains("until 2027-01-16T09:00:00Z"), "{said}");
     }
 
     #[test]

@@ -162,6 +162,17 @@ impl Job {
                     std::io::Error::other(format!("cluster {source} is gone")),
                 )
             })?;
+        // Checked when the founding was asked; a rotation started since would leave the old
+        // key's tokens behind.
+        let rotation = db::sa_rotations::get(&ctx.db.pool, source)
+            .await
+            .map_err(Failure::db)?;
+        if let Some(why) = crate::sa_rotation::not_carried_whole(source, rotation.as_ref()) {
+            return Err(Failure::internal(
+                "restore source",
+                std::io::Error::other(why),
+            ));
+        }
         let pki =
             trust::open(&ctx.keks, &row).map_err(|e| Failure::internal("restore source", e))?;
         let mut pki = Arc::try_unwrap(pki).map_err(|_| {

@@ -105,8 +105,9 @@ pub async fn start(
 }
 
 /// What `POST /clusters` with `restore_from` names, checked before anything is made: the
-/// org's founded cluster `source` and its stored snapshot `snapshot_id`, read back intact.
-/// The source cluster.
+/// org's founded cluster `source`, not between service-account keys
+/// ([`crate::sa_rotation::not_carried_whole`]), and its stored snapshot `snapshot_id`, read
+/// back intact. The source cluster.
 pub async fn check_source(
     ctx: &Snapshots,
     org_id: i64,
@@ -121,6 +122,10 @@ pub async fn check_source(
             id: source,
             phase: cluster.phase,
         });
+    }
+    let rotation = db::sa_rotations::get(&ctx.db.pool, source).await?;
+    if let Some(why) = crate::sa_rotation::not_carried_whole(source, rotation.as_ref()) {
+        return Err(RestoreError::Conflict(why));
     }
     let stored = stored(ctx, org_id, source, snapshot_id).await?;
     check_intact(ctx, org_id, source, snapshot_id, &stored.0, stored.1).await?;

@@ -461,6 +461,46 @@ async fn a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it(backe
     }
     assert_eq!(app.cluster_count().await, clusters, "nothing was made");
 
+    // Between service-account keys (sign-new: the old key's tokens still verify at the
+    // source), the source would not be carried whole: refused with the reason, nothing made.
+    // In trust-both (the waiting key signed nothing) it would be, and the founding goes on.
+    let put_rotation = |phase: &'static str| {
+        let pool = app.state.db.pool.clone();
+        async move {
+            sqlx::query("DELETE FROM sa_key_rotations WHERE cluster_id = $1")
+                .bind(source)
+                .execute(&pool)
+                .await
+                .unwrap();
+            sqlx::query(
+                "INSERT INTO sa_key_rotations (cluster_id, phase, other_public, \
+                 drop_old_after, signing_since, started_at, updated_at) \
+                 VALUES ($1, $2, 'old public key', 90000, NULL, 1, 1)",
+            )
+            .bind(source)
+            .bind(phase)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    put_rotation("sign-new").await;
+    let refused = found_from(
+        &app,
+        json!({"cluster_id": source, "snapshot_id": snapshot_id}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(refused.status(), 409);
+    let said = json_of(refused).await.to_string();
+    assert!(
+        said.contains("rotating its service-account key (phase sign-new)")
+            && said.contains("found it once the old key is dropped"),
+        "{said}"
+    );
+    assert_eq!(app.cluster_count().await, clusters, "nothing was made");
+    put_rotation("trust-both").await;
+
     // The source's service-account key is 400 days old: the new cluster keeps it, and its age.
     let made_at = exk8s_api::db::now() - 400 * 86_400;
     sqlx::query("UPDATE clusters SET sa_key_created_at = $1 WHERE id = $2")
@@ -476,6 +516,11 @@ async fn a_cluster_founded_from_a_snapshot_keeps_the_trust_and_restores_it(backe
     )
     .await;
     assert_eq!(created.status(), 201);
+    sqlx::query("DELETE FROM sa_key_rotations WHERE cluster_id = $1")
+        .bind(source)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
     let created = json_of(created).await;
     let restored = created["cluster_id"].as_i64().unwrap();
     let key = json_of(
