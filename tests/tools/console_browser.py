@@ -9,6 +9,7 @@ Used by tests/tests/console.rs, which judges the result.
 
 import json
 import os
+import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -51,6 +52,21 @@ def accessibility(driver):
     driver.execute_script(AXE + "\nwindow.axe = axe;")
     driver.set_script_timeout(30)
     return driver.execute_async_script(AXE_RUN)
+
+
+def put_health_policy(cluster_id, policy):
+    """`PUT /clusters/{id}/health-policy` with the operator's token, as the CLI would."""
+    request = urllib.request.Request(
+        f"{URL}/clusters/{cluster_id}/health-policy",
+        data=json.dumps(policy).encode(),
+        method="PUT",
+        headers={
+            "Authorization": "Bearer " + os.environ["CONSOLE_TOKEN"],
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200, answer.status
 
 
 def leaves_page(driver, act):
@@ -111,6 +127,17 @@ def main():
         ]
         seen["axe_cluster"] = accessibility(driver)
         driver.save_screenshot(os.environ["CONSOLE_SCREENSHOT"])
+        # The page follows the cluster: a change made through the API (its health policy
+        # turns remediation off) shows on it without a reload, and keyboard focus stays put.
+        driver.execute_script("window.exk8sStayed = true;")
+        back, _ = tab_until(driver, lambda e: e.text == "Clusters")
+        cluster_id = driver.current_url.rsplit("/", 1)[1]
+        put_health_policy(cluster_id, {"remediation": False})
+        WebDriverWait(driver, 40).until(
+            lambda d: "RemediationOff" in d.find_element(By.ID, "main").text)
+        seen["live_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
+        seen["live_updated"] = driver.find_element(By.ID, "main").get_attribute("data-updated")
+        seen["live_focus"] = driver.switch_to.active_element.text
         # Another org's cluster does not exist for this operator.
         driver.get(URL + "/ui/clusters/" + os.environ["CONSOLE_THEIRS"])
         seen["theirs"] = driver.find_element(By.TAG_NAME, "h1").text

@@ -57,6 +57,18 @@ pub async fn cluster_events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let after = last_event_id(&headers)?;
+    open(state, operator, id, after).await
+}
+
+/// `operator`'s stream of cluster `id`'s changes after event `after` (a request's
+/// `Last-Event-ID`, [`last_event_id`]): the API's route, and the console's (its cookie names
+/// the operator).
+pub(super) async fn open(
+    state: AppState,
+    operator: Operator,
+    id: i64,
+    after: i64,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     db::clusters::get(&state.db.pool, operator.org_id, id)
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -109,7 +121,7 @@ pub async fn cluster_events(
 /// Seconds a refused stream is told to wait before trying again.
 const STREAM_RETRY_AFTER_SECS: u64 = 30;
 
-fn last_event_id(headers: &HeaderMap) -> Result<i64, ApiError> {
+pub(super) fn last_event_id(headers: &HeaderMap) -> Result<i64, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(0);
     };

@@ -153,6 +153,29 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     assert!(hidden.text().await.unwrap().contains("not found"));
     let style = page(&app, "/ui/style.css", "").await;
     assert_eq!(style.headers()["content-type"], "text/css; charset=utf-8");
+    let script = page(&app, "/ui/live.js", "").await;
+    assert_eq!(
+        script.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+
+    // The cluster page's stream: the cluster's events for the cookie's operator, as the API
+    // streams them to its token; none for another org's cluster or without a session.
+    let mut live = page(&app, &format!("/ui/clusters/{ours}/events"), &cookie).await;
+    assert_eq!(live.status(), StatusCode::OK);
+    assert_eq!(live.headers()["content-type"], "text/event-stream");
+    let mut first = String::new();
+    while !first.contains("\n\n") {
+        let chunk = live.chunk().await.unwrap().expect("the stream stays open");
+        first.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(first.contains("\nevent: cluster\n"), "{first}");
+    drop(live);
+    let hidden_stream = page(&app, &format!("/ui/clusters/{theirs}/events"), &cookie).await;
+    assert_eq!(hidden_stream.status(), StatusCode::NOT_FOUND);
+    let signed_out = page(&app, &format!("/ui/clusters/{ours}/events"), "").await;
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    assert_eq!(signed_out.headers()[LOCATION], "/ui/login");
 
     // What a page shows is escaped: a principal with markup in it.
     let marked = tokens::generate("exk8s_op").unwrap().to_string();

@@ -1,9 +1,10 @@
 //! The operator console under `/ui`: server-rendered pages (minijinja templates compiled into
-//! the binary, HTML-escaped; one stylesheet, no script), authenticated by the operator's own
+//! the binary, HTML-escaped; one stylesheet, and one small script that keeps a cluster's page
+//! following its event stream — the page works without it), authenticated by the operator's own
 //! token kept in an `HttpOnly`, `SameSite=Strict` cookie ([`session`]), so it sees exactly what
 //! the token's org sees through the API. Every page is answered with a strict
-//! Content-Security-Policy (nothing but this origin's stylesheet loads; forms post only here;
-//! no framing) and is never cached.
+//! Content-Security-Policy (nothing but this origin's stylesheet and script loads, and only
+//! this origin is fetched from; forms post only here; no framing) and is never cached.
 
 mod pages;
 mod render;
@@ -17,7 +18,8 @@ use axum::routing::{get, post};
 use crate::app::AppState;
 
 /// What every console response carries.
-const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; \
+                   connect-src 'self'; img-src 'self'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
 
 /// The console's routes.
@@ -28,7 +30,9 @@ pub(super) fn router() -> Router<AppState> {
         .route("/ui/logout", post(session::logout))
         .route("/ui/clusters", get(pages::clusters))
         .route("/ui/clusters/{id}", get(pages::cluster))
+        .route("/ui/clusters/{id}/events", get(pages::cluster_events))
         .route("/ui/style.css", get(pages::style))
+        .route("/ui/live.js", get(pages::live_script))
         .layer(axum::middleware::map_response(secure))
 }
 

@@ -2,7 +2,7 @@
 //! views the API answers.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 
@@ -23,6 +23,14 @@ pub(super) async fn login_page() -> Response {
         "login.html",
         context! { principal => (), error => () },
     )
+}
+
+pub(super) async fn live_script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("templates/live.js"),
+    )
+        .into_response()
 }
 
 pub(super) async fn style() -> Response {
@@ -70,5 +78,25 @@ pub(super) async fn cluster(
     match shown.await {
         Ok(c) => page(StatusCode::OK, "cluster.html", context! { principal, c }),
         Err(e) => error_page(Some(principal), &e),
+    }
+}
+
+/// The cluster's event stream for its page's script, as `GET /clusters/{id}/events` gives it
+/// to the operator's token (resuming after `Last-Event-ID`, which the browser sends when it
+/// reconnects).
+pub(super) async fn cluster_events(
+    State(state): State<AppState>,
+    console: Console,
+    ApiPath(id): ApiPath<i64>,
+    headers: HeaderMap,
+) -> Response {
+    let principal = console.operator.principal.clone();
+    let opened = async {
+        let after = crate::http::events::last_event_id(&headers)?;
+        crate::http::events::open(state, console.operator, id, after).await
+    };
+    match opened.await {
+        Ok(stream) => stream.into_response(),
+        Err(e) => error_page(Some(&principal), &e),
     }
 }

@@ -115,6 +115,12 @@ mod tests {
             "{one}"
         );
         assert!(one.contains("blue-102") && one.contains("voter"), "{one}");
+        assert!(
+            one.contains("<main id=\"main\" data-live=\"/ui/clusters/1/events\">")
+                && one.contains("<script src=\"/ui/live.js\" defer></script>"),
+            "{one}"
+        );
+        assert!(list.contains("<main id=\"main\">"), "{list}");
         let empty = render(
             "clusters.html",
             context! { principal, clusters => Vec::<u8>::new() },
