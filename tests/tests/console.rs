@@ -3,11 +3,13 @@
 //! keyboard: `/ui` leads to the login form; a wrong token is refused on it, saying why; the
 //! operator's token, typed and sent with Tab and Enter, signs in, and no page script can read
 //! the cookie that keeps it; the org's cluster is listed and another org's is not (and its page
-//! is "not found"); Tab and Enter open the cluster, whose conditions and node are shown, and
-//! which follows the cluster (a health policy put through the API shows on it without a
-//! reload, the keyboard's focus kept); logging out leads back to the form. axe-core (`EXK8S_AXE`, `scripts/test.sh` installs it once per
-//! machine) finds no serious or critical accessibility violation on the login form, the list
-//! or the cluster page. The cluster page's screenshot is kept as `target/console.png`.
+//! is "not found"), and a cluster founded through the API joins the list without a reload; Tab
+//! and Enter open the cluster, whose conditions, node and latest changes are shown, and which
+//! follows the cluster (a health policy put through the API shows on it without a reload, the
+//! keyboard's focus kept); logging out leads back to the form. axe-core (`EXK8S_AXE`,
+//! `scripts/test.sh` installs it once per machine) finds no serious or critical accessibility
+//! violation on the login form, the list or the cluster page. The cluster page's screenshot is
+//! kept as `target/console.png`.
 
 #![allow(
     clippy::unwrap_used,
@@ -117,6 +119,10 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         "the session cookie is HttpOnly"
     );
     assert_eq!(seen["clusters"], serde_json::json!([ours]), "{seen}");
+    assert_eq!(
+        seen["list_live_stayed"], true,
+        "the list updated in place: {seen}"
+    );
     assert!(url("cluster_url").starts_with(&format!("{}/ui/clusters/", stack.base)));
     assert!(seen["cluster_heading"].as_str().unwrap().starts_with(&ours));
     let conditions: Vec<&str> = seen["conditions"]
@@ -130,6 +136,11 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         "{conditions:?}"
     );
     assert_eq!(seen["nodes"].as_array().unwrap().len(), 1, "{seen}");
+    let changes = seen["changes"].as_array().unwrap();
+    assert!(
+        changes.contains(&"cluster".into()) && changes.contains(&"node".into()),
+        "{seen}"
+    );
     assert_eq!(seen["live_stayed"], true, "updated in place: {seen}");
     assert!(seen["live_updated"].is_string(), "{seen}");
     assert_eq!(seen["live_focus"], "Clusters", "focus kept: {seen}");

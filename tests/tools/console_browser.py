@@ -54,19 +54,28 @@ def accessibility(driver):
     return driver.execute_async_script(AXE_RUN)
 
 
-def put_health_policy(cluster_id, policy):
-    """`PUT /clusters/{id}/health-policy` with the operator's token, as the CLI would."""
+def texts(driver, selector):
+    """The text of every element `selector` finds, read at once: the live pages may put their
+    content in place between two WebDriver calls, which would leave a held element stale."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.trim());",
+        selector)
+
+
+def api(method, path, body):
+    """A call of the API with the operator's token, as the CLI makes it; its JSON answer."""
     request = urllib.request.Request(
-        f"{URL}/clusters/{cluster_id}/health-policy",
-        data=json.dumps(policy).encode(),
-        method="PUT",
+        URL + path,
+        data=json.dumps(body).encode(),
+        method=method,
         headers={
             "Authorization": "Bearer " + os.environ["CONSOLE_TOKEN"],
             "Content-Type": "application/json",
         },
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
-        assert answer.status == 200, answer.status
+        assert answer.status in (200, 201, 202), answer.status
+        return json.loads(answer.read())
 
 
 def leaves_page(driver, act):
@@ -109,22 +118,26 @@ def main():
         leaves_page(driver, lambda: field.send_keys(os.environ["CONSOLE_TOKEN"], Keys.ENTER))
         seen["signed_in_url"] = driver.current_url
         seen["cookie_seen_by_script"] = driver.execute_script("return document.cookie")
-        seen["clusters"] = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "tbody th a")]
+        seen["clusters"] = texts(driver, "tbody th a")
         seen["axe_clusters"] = accessibility(driver)
+        # The list follows the org: a cluster founded through the API appears on it without a
+        # reload.
+        driver.execute_script("window.exk8sStayed = true;")
+        api("POST", "/clusters", {
+            "name": "live", "control_plane_count": 1, "control_plane_image_id": 1,
+            "control_plane_instance_type": "dev.small", "subnet_id": 1,
+        })
+        WebDriverWait(driver, 40).until(lambda d: "live" in texts(d, "tbody th a"))
+        seen["list_live_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
         # To the cluster by keyboard: Tab to its link, Enter.
         ours = os.environ["CONSOLE_OURS"]
         link, _ = tab_until(driver, lambda e: e.text == ours)
         leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
         seen["cluster_url"] = driver.current_url
-        seen["cluster_heading"] = driver.find_element(By.TAG_NAME, "h1").text
-        seen["conditions"] = [
-            th.text for th in driver.find_elements(By.CSS_SELECTOR, "table")[0].find_elements(
-                By.CSS_SELECTOR, "tbody th")
-        ]
-        seen["nodes"] = [
-            th.text for th in driver.find_elements(By.CSS_SELECTOR, "table")[1].find_elements(
-                By.CSS_SELECTOR, "tbody th")
-        ]
+        seen["cluster_heading"] = texts(driver, "h1")[0]
+        seen["conditions"] = texts(driver, "table:nth-of-type(1) tbody th")
+        seen["nodes"] = texts(driver, "table:nth-of-type(2) tbody th")
+        seen["changes"] = texts(driver, "table.changes tbody th")
         seen["axe_cluster"] = accessibility(driver)
         driver.save_screenshot(os.environ["CONSOLE_SCREENSHOT"])
         # The page follows the cluster: a change made through the API (its health policy
@@ -132,12 +145,11 @@ def main():
         driver.execute_script("window.exk8sStayed = true;")
         back, _ = tab_until(driver, lambda e: e.text == "Clusters")
         cluster_id = driver.current_url.rsplit("/", 1)[1]
-        put_health_policy(cluster_id, {"remediation": False})
-        WebDriverWait(driver, 40).until(
-            lambda d: "RemediationOff" in d.find_element(By.ID, "main").text)
+        api("PUT", f"/clusters/{cluster_id}/health-policy", {"remediation": False})
+        WebDriverWait(driver, 40).until(lambda d: "RemediationOff" in texts(d, "main")[0])
         seen["live_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
-        seen["live_updated"] = driver.find_element(By.ID, "main").get_attribute("data-updated")
-        seen["live_focus"] = driver.switch_to.active_element.text
+        seen["live_updated"] = driver.execute_script("return document.getElementById('main').dataset.updated;")
+        seen["live_focus"] = driver.execute_script("return document.activeElement.textContent.trim();")
         # Another org's cluster does not exist for this operator.
         driver.get(URL + "/ui/clusters/" + os.environ["CONSOLE_THEIRS"])
         seen["theirs"] = driver.find_element(By.TAG_NAME, "h1").text

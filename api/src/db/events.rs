@@ -218,6 +218,23 @@ pub async fn after<'c>(
     Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
 }
 
+/// The cluster's `limit` latest changes, newest first.
+pub async fn latest<'c>(
+    db: impl Executor<'c, Database = Any>,
+    cluster_id: i64,
+    limit: i64,
+) -> Result<Vec<EventRow>, DbError> {
+    let rows = sqlx::query(
+        "SELECT id, kind, vm_id, phase, state, reason, message, snapshot_id, created_at \
+         FROM cluster_events WHERE cluster_id = $1 ORDER BY id DESC LIMIT $2",
+    )
+    .bind(cluster_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.iter().map(row).collect::<Result<_, _>>()?)
+}
+
 /// At most `limit` changes of every cluster after id `after`, in id order, each with its
 /// cluster (the process's change feed reads them for all streams at once).
 pub async fn after_all<'c>(

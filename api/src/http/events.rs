@@ -374,8 +374,9 @@ async fn status_json(state: AppState, org_id: i64, id: i64) -> Result<Option<Str
     Ok(Some(json))
 }
 
-/// The stream's event for a change (none for a kind this build does not know).
-fn describe(at: i64, change: Change) -> Option<(&'static str, ChangeEvent)> {
+/// The stream's event for a change (none for a kind this build does not know): its kind and
+/// data, as the stream sends them and the console lists them.
+pub(super) fn describe(at: i64, change: Change) -> Option<(&'static str, ChangeEvent)> {
     let event = |phase: String| ChangeEvent {
         at,
         phase,

@@ -148,6 +148,12 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     for shown in ["Available", "EtcdClusterHealthy", "control-plane", "Nodes"] {
         assert!(one.contains(shown), "{shown}: {one}");
     }
+    // Its latest changes, newest first: the founding's phases and its node.
+    let changes = &one[one.find("Recent changes").expect("the changes")..];
+    let founded = changes.find("<td>founded</td>").expect(changes);
+    let provisioning = changes.find("<td>provisioning</td>").expect(changes);
+    assert!(founded < provisioning, "newest first: {changes}");
+    assert!(changes.contains("<th scope=\"row\">node</th>"), "{changes}");
     let hidden = page(&app, &format!("/ui/clusters/{theirs}"), &cookie).await;
     assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
     assert!(hidden.text().await.unwrap().contains("not found"));
@@ -171,6 +177,65 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     }
     assert!(first.contains("\nevent: cluster\n"), "{first}");
     drop(live);
+    // The page starts its stream after the last change it shows; a start it could not have
+    // shown is refused.
+    let one_page = page(&app, &format!("/ui/clusters/{ours}"), &cookie)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let marker = format!("data-live=\"/ui/clusters/{ours}/events?after=");
+    let after: i64 = one_page[one_page.find(&marker).expect(&one_page) + marker.len()..]
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(after > 0, "{after}");
+    for bad in [-1, after + 1000] {
+        let refused = page(
+            &app,
+            &format!("/ui/clusters/{ours}/events?after={bad}"),
+            &cookie,
+        )
+        .await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "after={bad}");
+    }
+    // The list's stream: a `changed` event for each of the org's clusters that changes, none
+    // for another org's (founded first, so it would come first).
+    let mut org = page(&app, "/ui/events", &cookie).await;
+    assert_eq!(org.status(), StatusCode::OK);
+    assert_eq!(org.headers()["content-type"], "text/event-stream");
+    let mut body = valid_body(1);
+    body["name"] = "theirs-2".into();
+    let theirs_again = browser()
+        .post(format!("{}/clusters", app.url))
+        .bearer_auth(&theirs_token)
+        .header(crate::app::WAIT.0, crate::app::WAIT.1)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs_again.status(), StatusCode::CREATED);
+    let second = json_of(app.found(1, serde_json::json!({"name": "shop-2"})).await).await;
+    let second = second["cluster_id"].as_i64().unwrap();
+    let mut said = String::new();
+    let first_change = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            if let Some(at) = said.find("event: changed\ndata: ") {
+                let rest = &said[at + "event: changed\ndata: ".len()..];
+                if let Some((id, _)) = rest.split_once('\n') {
+                    return id.to_owned();
+                }
+            }
+            let chunk = org.chunk().await.unwrap().expect("the stream stays open");
+            said.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no change of the org's new cluster {second}: {said}"));
+    assert_eq!(first_change, second.to_string(), "{said}");
+    drop(org);
     let hidden_stream = page(&app, &format!("/ui/clusters/{theirs}/events"), &cookie).await;
     assert_eq!(hidden_stream.status(), StatusCode::NOT_FOUND);
     let signed_out = page(&app, &format!("/ui/clusters/{ours}/events"), "").await;

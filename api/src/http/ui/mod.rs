@@ -6,6 +6,7 @@
 //! Content-Security-Policy (nothing but this origin's stylesheet and script loads, and only
 //! this origin is fetched from; forms post only here; no framing) and is never cached.
 
+mod live;
 mod pages;
 mod render;
 mod session;
@@ -29,6 +30,7 @@ pub(super) fn router() -> Router<AppState> {
         .route("/ui/login", get(pages::login_page).post(session::login))
         .route("/ui/logout", post(session::logout))
         .route("/ui/clusters", get(pages::clusters))
+        .route("/ui/events", get(live::org_events))
         .route("/ui/clusters/{id}", get(pages::cluster))
         .route("/ui/clusters/{id}/events", get(pages::cluster_events))
         .route("/ui/style.css", get(pages::style))

@@ -1,7 +1,7 @@
 //! The console's pages: the handlers that fill its templates ([`super::render`]) from the same
 //! views the API answers.
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
@@ -62,7 +62,18 @@ pub(super) async fn clusters(State(state): State<AppState>, console: Console) ->
     }
 }
 
-/// One cluster: its conditions and nodes; another org's is not found.
+/// How many of a cluster's latest changes its page lists.
+const CHANGES: i64 = 25;
+
+/// One change as the cluster's page lists it: the stream's event, its kind, and when.
+#[derive(Debug, serde::Serialize)]
+struct Listed {
+    kind: &'static str,
+    at: String,
+    event: exk8s_api_types::ChangeEvent,
+}
+
+/// One cluster: its conditions, nodes and latest changes; another org's is not found.
 pub(super) async fn cluster(
     State(state): State<AppState>,
     console: Console,
@@ -73,26 +84,61 @@ pub(super) async fn cluster(
         let row = db::clusters::get(&state.db.pool, console.operator.org_id, id)
             .await?
             .ok_or(ApiError::NotFound)?;
-        crate::http::cluster_view::view(&state, row).await
+        let changes: Vec<Listed> = db::events::latest(&state.db.pool, id, CHANGES)
+            .await?
+            .into_iter()
+            .filter_map(|e| crate::http::events::describe(e.at, e.change))
+            .map(|(kind, event)| Listed {
+                kind,
+                at: crate::http::conditions::rfc3339(event.at),
+                event,
+            })
+            .collect();
+        // The page's stream starts after the last change it shows.
+        let last_event = db::events::last_of(&state.db.pool, id).await?;
+        let view = crate::http::cluster_view::view(&state, row).await?;
+        Ok::<_, ApiError>((view, changes, last_event))
     };
     match shown.await {
-        Ok(c) => page(StatusCode::OK, "cluster.html", context! { principal, c }),
+        Ok((c, changes, last_event)) => page(
+            StatusCode::OK,
+            "cluster.html",
+            context! { principal, c, changes, last_event },
+        ),
         Err(e) => error_page(Some(principal), &e),
     }
 }
 
+/// Where a page's stream starts: after the last change the page showed (`?after=`).
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct Since {
+    after: Option<i64>,
+}
+
 /// The cluster's event stream for its page's script, as `GET /clusters/{id}/events` gives it
-/// to the operator's token (resuming after `Last-Event-ID`, which the browser sends when it
-/// reconnects).
+/// to the operator's token: after the change `?after=` names (the last the page showed), or
+/// after `Last-Event-ID` when the browser reconnects.
 pub(super) async fn cluster_events(
     State(state): State<AppState>,
     console: Console,
     ApiPath(id): ApiPath<i64>,
+    Query(since): Query<Since>,
     headers: HeaderMap,
 ) -> Response {
     let principal = console.operator.principal.clone();
     let opened = async {
-        let after = crate::http::events::last_event_id(&headers)?;
+        let after = match since.after {
+            Some(after) if !headers.contains_key("last-event-id") => {
+                if after < 0 {
+                    return Err(ApiError::invalid(
+                        "after",
+                        "after must be the id of a change the page showed",
+                    ));
+                }
+                after
+            }
+            _ => crate::http::events::last_event_id(&headers)?,
+        };
         crate::http::events::open(state, console.operator, id, after).await
     };
     match opened.await {

@@ -109,18 +109,42 @@ mod tests {
             list.contains("&lt;i&gt;ops") && !list.contains("<i>"),
             "{list}"
         );
-        let one = render("cluster.html", context! { principal, c => cluster() });
+        let changes = serde_json::json!([
+            {"kind": "report", "at": "2026-12-02T00:00:01Z",
+             "event": {"at": 1, "phase": "services", "state": "failed", "vm_id": 101,
+                       "error_reason": null, "message": "etcd <did not> start"}},
+            {"kind": "cluster", "at": "2026-12-02T00:00:00Z",
+             "event": {"at": 0, "phase": "founded"}}
+        ]);
+        let one = render(
+            "cluster.html",
+            context! { principal, c => cluster(), changes, last_event => 7 },
+        );
+        assert!(
+            one.contains("<th scope=\"row\">report</th>")
+                && one.contains("services (failed)")
+                && one.contains("etcd &lt;did not&gt; start"),
+            "{one}"
+        );
+        let quiet = render(
+            "cluster.html",
+            context! { principal, c => cluster(), changes => Vec::<u8>::new() },
+        );
+        assert!(quiet.contains("No changes recorded yet."), "{quiet}");
         assert!(
             one.contains("a &lt;b&gt;message") && !one.contains("<b>"),
             "{one}"
         );
         assert!(one.contains("blue-102") && one.contains("voter"), "{one}");
         assert!(
-            one.contains("<main id=\"main\" data-live=\"/ui/clusters/1/events\">")
+            one.contains("<main id=\"main\" data-live=\"/ui/clusters/1/events?after=7\">")
                 && one.contains("<script src=\"/ui/live.js\" defer></script>"),
             "{one}"
         );
-        assert!(list.contains("<main id=\"main\">"), "{list}");
+        assert!(
+            list.contains("<main id=\"main\" data-live=\"/ui/events\">"),
+            "{list}"
+        );
         let empty = render(
             "clusters.html",
             context! { principal, clusters => Vec::<u8>::new() },

@@ -1,7 +1,7 @@
-// The console's one script, for pages that name a stream (`data-live` on <main>): each change
-// the stream brings fetches the page again and puts its <main> in place, so the page follows
-// the cluster without a reload, and keyboard focus stays where it was. Without this script
-// the page is the same, only as of its loading.
+// The console's one script, for pages that name a stream (`data-live` on <main>: a cluster's
+// events, or the org's `changed`): each change the stream brings fetches the page again and
+// puts its <main> in place, so the page follows without a reload, and keyboard focus stays
+// where it was. Without this script the page is the same, only as of its loading.
 "use strict";
 (() => {
   const main = document.getElementById("main");
@@ -42,10 +42,21 @@
     queued = queued || setTimeout(() => refresh().catch(() => {}), 250);
   };
   const source = new EventSource(stream);
-  for (const kind of ["status", "cluster", "node", "removed", "report", "remediation",
+  for (const kind of ["changed", "cluster", "node", "removed", "report", "remediation",
                       "snapshot", "restore", "upgrade"]) {
     source.addEventListener(kind, soon);
   }
+  // A cluster's stream opens with its status, which the page was just rendered with.
+  let opened = false;
+  source.addEventListener("status", () => {
+    if (opened) {
+      soon();
+    }
+    opened = true;
+  });
+  source.addEventListener("open", () => {
+    opened = false;
+  });
   source.addEventListener("deleted", () => {
     source.close();
     location.assign("/ui/clusters");
