@@ -6,9 +6,10 @@
 //! is "not found"), and a cluster founded through the API joins the list without a reload; Tab
 //! and Enter open the cluster, whose conditions, node and latest changes are shown, and which
 //! follows the cluster (a health policy put through the API shows on it without a reload, the
-//! keyboard's focus kept); logging out leads back to the form. axe-core (`EXK8S_AXE`,
-//! `scripts/test.sh` installs it once per machine) finds no serious or critical accessibility
-//! violation on the login form, the list or the cluster page. The cluster page's screenshot is
+//! keyboard's focus kept), and whose certificates' lives are drawn on a timeline; logging out
+//! leads back to the form. axe-core (`EXK8S_AXE`, `scripts/test.sh` installs it once per
+//! machine) finds no serious or critical accessibility violation on the login form, the list,
+//! the cluster page or the certificates page. The cluster page's screenshot is
 //! kept as `target/console.png`.
 
 #![allow(
@@ -153,7 +154,21 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         format!("{}/ui/login", stack.base)
     );
     assert_eq!(url("after_logout_url"), format!("{}/ui/login", stack.base));
-    for page in ["axe_login", "axe_clusters", "axe_cluster"] {
+    let groups = seen["certificate_groups"].as_array().unwrap();
+    assert!(
+        groups[0]
+            .as_str()
+            .unwrap()
+            .starts_with("Certificate authorities"),
+        "{seen}"
+    );
+    assert!(seen["certificate_bars"].as_u64().unwrap() >= 3, "{seen}");
+    for page in [
+        "axe_login",
+        "axe_clusters",
+        "axe_cluster",
+        "axe_certificates",
+    ] {
         assert!(serious(&seen[page]).is_empty(), "{page}: {:#}", seen[page]);
     }
     assert!(screenshot.is_file());

@@ -150,6 +150,11 @@ def main():
         seen["live_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
         seen["live_updated"] = driver.execute_script("return document.getElementById('main').dataset.updated;")
         seen["live_focus"] = driver.execute_script("return document.activeElement.textContent.trim();")
+        # Its certificates' lives, on a timeline.
+        driver.get(URL + f"/ui/clusters/{cluster_id}/certificates")
+        seen["certificate_groups"] = texts(driver, "caption")
+        seen["certificate_bars"] = len(texts(driver, "svg.life"))
+        seen["axe_certificates"] = accessibility(driver)
         # Another org's cluster does not exist for this operator.
         driver.get(URL + "/ui/clusters/" + os.environ["CONSOLE_THEIRS"])
         seen["theirs"] = driver.find_element(By.TAG_NAME, "h1").text

@@ -37,10 +37,20 @@ pub async fn inventory(
     operator: Operator,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<CertificateInventory>, ApiError> {
-    let inventory = certificates::inventory(&state.certifier(), operator.org_id, id)
+    inventory_of(&state, operator.org_id, id).await.map(Json)
+}
+
+/// `org_id`'s cluster `id`'s certificate inventory as the API answers it (the console's
+/// certificates page shows the same).
+pub(super) async fn inventory_of(
+    state: &AppState,
+    org_id: i64,
+    id: i64,
+) -> Result<CertificateInventory, ApiError> {
+    let inventory = certificates::inventory(&state.certifier(), org_id, id)
         .await
         .map_err(certificates_error)?;
-    Ok(Json(CertificateInventory {
+    Ok(CertificateInventory {
         cluster_id: inventory.cluster_id,
         service_account_key_age_days: inventory.service_account_key_age_days,
         certificates: inventory
@@ -67,7 +77,7 @@ pub async fn inventory(
                 })
             })
             .collect::<Result<_, ApiError>>()?,
-    }))
+    })
 }
 
 /// Renews every leaf now (e.g. after a suspected key leak): serving certificates are re-minted

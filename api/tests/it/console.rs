@@ -154,6 +154,26 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     let provisioning = changes.find("<td>provisioning</td>").expect(changes);
     assert!(founded < provisioning, "newest first: {changes}");
     assert!(changes.contains("<th scope=\"row\">node</th>"), "{changes}");
+    // Its certificates, each a bar of its life on a timeline.
+    let lives = page(&app, &format!("/ui/clusters/{ours}/certificates"), &cookie).await;
+    assert_eq!(lives.status(), StatusCode::OK);
+    let lives = lives.text().await.unwrap();
+    for shown in [
+        "Certificates of shop",
+        "Certificate authorities",
+        ">cluster-ca</th>",
+        "<svg class=\"life\"",
+    ] {
+        assert!(lives.contains(shown), "{shown}: {lives}");
+    }
+    assert!(one.contains(&format!("href=\"/ui/clusters/{ours}/certificates\"")));
+    let hidden_lives = page(
+        &app,
+        &format!("/ui/clusters/{theirs}/certificates"),
+        &cookie,
+    )
+    .await;
+    assert_eq!(hidden_lives.status(), StatusCode::NOT_FOUND);
     let hidden = page(&app, &format!("/ui/clusters/{theirs}"), &cookie).await;
     assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
     assert!(hidden.text().await.unwrap().contains("not found"));

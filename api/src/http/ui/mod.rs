@@ -10,6 +10,7 @@ mod live;
 mod pages;
 mod render;
 mod session;
+mod timeline;
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
@@ -33,6 +34,10 @@ pub(super) fn router() -> Router<AppState> {
         .route("/ui/events", get(live::org_events))
         .route("/ui/clusters/{id}", get(pages::cluster))
         .route("/ui/clusters/{id}/events", get(pages::cluster_events))
+        .route(
+            "/ui/clusters/{id}/certificates",
+            get(timeline::certificates),
+        )
         .route("/ui/style.css", get(pages::style))
         .route("/ui/live.js", get(pages::live_script))
         .layer(axum::middleware::map_response(secure))

@@ -10,11 +10,15 @@ use serde::Serialize;
 
 use crate::http::error::ApiError;
 
-const TEMPLATES: [(&str, &str); 5] = [
+const TEMPLATES: [(&str, &str); 6] = [
     ("layout.html", include_str!("templates/layout.html")),
     ("login.html", include_str!("templates/login.html")),
     ("clusters.html", include_str!("templates/clusters.html")),
     ("cluster.html", include_str!("templates/cluster.html")),
+    (
+        "certificates.html",
+        include_str!("templates/certificates.html"),
+    ),
     ("error.html", include_str!("templates/error.html")),
 ];
 
@@ -150,6 +154,44 @@ mod tests {
             context! { principal, clusters => Vec::<u8>::new() },
         );
         assert!(empty.contains("No clusters yet"), "{empty}");
+        let life = |name: &str, kind: &str| {
+            serde_json::json!({"name": name, "vm_id": 101, "kind": kind, "issuer": "<ca>",
+                "not_before": "2026-01-01", "not_after": "2027-01-01", "days_left": 30,
+                "x": 100, "width": 800, "expired": false})
+        };
+        let axis = |bars: Vec<serde_json::Value>| {
+            serde_json::json!({"from": "2026-01-01", "to": "2036-01-01", "now": 500,
+                "bars": bars})
+        };
+        let certificates = render(
+            "certificates.html",
+            context! {
+                principal, id => 1, name => "shop", sa_key_age_days => 3, no_leaves => false,
+                groups => vec![
+                    serde_json::json!({"caption": "Certificate authorities",
+                                       "axis": axis(vec![life("cluster-ca", "ca")])}),
+                    serde_json::json!({"caption": "Serving and client certificates",
+                                       "axis": axis(vec![life("apiserver", "serving")])}),
+                ],
+            },
+        );
+        assert!(
+            certificates.contains("<rect class=\"span\" x=\"100\" y=\"3\" width=\"800\"")
+                && certificates.contains("x1=\"500\"")
+                && certificates.contains(">cluster-ca</th>")
+                && certificates.contains(">apiserver</th>")
+                && certificates.contains("&lt;ca&gt;"),
+            "{certificates}"
+        );
+        let none_yet = render(
+            "certificates.html",
+            context! { principal, id => 1, name => "shop", sa_key_age_days => 0,
+            groups => Vec::<u8>::new(), no_leaves => true },
+        );
+        assert!(
+            none_yet.contains("No node certificates issued yet."),
+            "{none_yet}"
+        );
         let login = render("login.html", context! { principal => (), error => "<no>" });
         assert!(login.contains("&lt;no&gt;"), "{login}");
         let error = render(
