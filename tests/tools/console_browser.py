@@ -14,8 +14,8 @@ import urllib.request
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 URL = os.environ["CONSOLE_URL"]
@@ -81,12 +81,16 @@ def api(method, path, body):
 def leaves_page(driver, act):
     """Runs `act`, which sends the page away (a form sent, a link followed), and returns once
     the next page has loaded: a click or a key returns before the browser has navigated, so
-    reading the URL straight after it can still see the old page."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    reading the URL straight after it can still see the old page. The old document is marked
+    and the wait lasts until a complete document without the mark answers; a question asked
+    while the browser swaps documents can fail in several ways (a stale element, a node that
+    "does not belong to the document", a script whose context went away), each only means
+    "not yet"."""
+    driver.execute_script("document.exk8sLeaving = true;")
     act()
-    wait = WebDriverWait(driver, 20)
-    wait.until(expected_conditions.staleness_of(old))
-    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, 20, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return document.exk8sLeaving !== true && document.readyState === 'complete';"))
 
 
 def tab_until(driver, wanted, most=15):
