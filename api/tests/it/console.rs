@@ -11,7 +11,7 @@ use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
 
 use crate::app::{Backend, TestApp, both_backends, json_of, operator_token, spawn_app, valid_body};
 
-fn browser() -> reqwest::Client {
+pub(crate) fn browser() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -19,7 +19,7 @@ fn browser() -> reqwest::Client {
 }
 
 /// `POST /ui/login` with `token`, as the login form sends it, from `origin` if given.
-async fn login(app: &TestApp, token: &str, origin: Option<&str>) -> reqwest::Response {
+pub(crate) async fn login(app: &TestApp, token: &str, origin: Option<&str>) -> reqwest::Response {
     let mut request = browser()
         .post(format!("{}/ui/login", app.url))
         .header("content-type", "application/x-www-form-urlencoded")
@@ -31,7 +31,7 @@ async fn login(app: &TestApp, token: &str, origin: Option<&str>) -> reqwest::Res
 }
 
 /// `GET path` with the session cookie `cookie`.
-async fn page(app: &TestApp, path: &str, cookie: &str) -> reqwest::Response {
+pub(crate) async fn page(app: &TestApp, path: &str, cookie: &str) -> reqwest::Response {
     browser()
         .get(format!("{}{path}", app.url))
         .header("cookie", cookie)
@@ -41,10 +41,32 @@ async fn page(app: &TestApp, path: &str, cookie: &str) -> reqwest::Response {
 }
 
 /// The `name=value` of a response's session cookie, and its attributes.
-fn session(response: &reqwest::Response) -> (String, String) {
+pub(crate) fn session(response: &reqwest::Response) -> (String, String) {
     let set = response.headers()[SET_COOKIE].to_str().unwrap().to_owned();
     let (pair, attributes) = set.split_once(';').unwrap();
     (pair.to_owned(), attributes.to_owned())
+}
+
+/// Founds a one-node cluster `name` with `token` (another org's, in these tests): its id.
+pub(crate) async fn found_with(app: &TestApp, token: &str, name: &str) -> i64 {
+    let mut body = valid_body(1);
+    body["name"] = name.into();
+    let founded = browser()
+        .post(format!("{}/clusters", app.url))
+        .bearer_auth(token)
+        .header(crate::app::WAIT.0, crate::app::WAIT.1)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(founded.status(), StatusCode::CREATED);
+    json_of(founded).await["cluster_id"].as_i64().unwrap()
+}
+
+/// A token of `org` and a one-node cluster `name` it founded: the cluster's id and the token.
+pub(crate) async fn found_as(app: &TestApp, org: i64, name: &str) -> (i64, String) {
+    let token = operator_token(&app.state, org, Scope::Operator, 3600).await;
+    (found_with(app, &token, name).await, token)
 }
 
 async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) {
@@ -52,18 +74,7 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     let ours = json_of(app.found(1, serde_json::json!({"name": "shop"})).await).await;
     let ours = ours["cluster_id"].as_i64().unwrap();
     // Another org's cluster.
-    let theirs_token = operator_token(&app.state, 8, Scope::Operator, 3600).await;
-    let mut body = valid_body(1);
-    body["name"] = "theirs".into();
-    let theirs = browser()
-        .post(format!("{}/clusters", app.url))
-        .bearer_auth(&theirs_token)
-        .header(crate::app::WAIT.0, crate::app::WAIT.1)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let theirs = json_of(theirs).await["cluster_id"].as_i64().unwrap();
+    let (theirs, theirs_token) = found_as(&app, 8, "theirs").await;
 
     // Signed out: every page leads to the login form, which carries the policy.
     let home = browser()
@@ -226,17 +237,7 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     let mut org = page(&app, "/ui/events", &cookie).await;
     assert_eq!(org.status(), StatusCode::OK);
     assert_eq!(org.headers()["content-type"], "text/event-stream");
-    let mut body = valid_body(1);
-    body["name"] = "theirs-2".into();
-    let theirs_again = browser()
-        .post(format!("{}/clusters", app.url))
-        .bearer_auth(&theirs_token)
-        .header(crate::app::WAIT.0, crate::app::WAIT.1)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(theirs_again.status(), StatusCode::CREATED);
+    found_with(&app, &theirs_token, "theirs-2").await;
     let second = json_of(app.found(1, serde_json::json!({"name": "shop-2"})).await).await;
     let second = second["cluster_id"].as_i64().unwrap();
     let mut said = String::new();

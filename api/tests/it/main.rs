@@ -17,6 +17,7 @@ mod cert_cache;
 mod certificates;
 mod component_health;
 mod console;
+mod console_actions;
 mod cp_remediation;
 mod crash;
 mod credentials;

@@ -4,8 +4,13 @@
 //! token kept in an `HttpOnly`, `SameSite=Strict` cookie ([`session`]), so it sees exactly what
 //! the token's org sees through the API. Every page is answered with a strict
 //! Content-Security-Policy (nothing but this origin's stylesheet and script loads, and only
-//! this origin is fetched from; forms post only here; no framing) and is never cached.
+//! this origin is fetched from; forms post only here; no framing) and is never cached. Its
+//! actions ([`actions`]) are forms keyed to their session that become the API's own requests
+//! ([`client`]).
 
+mod actions;
+mod client;
+mod forms;
 mod live;
 mod pages;
 mod render;
@@ -30,13 +35,18 @@ pub(super) fn router() -> Router<AppState> {
         .route("/ui", get(pages::home))
         .route("/ui/login", get(pages::login_page).post(session::login))
         .route("/ui/logout", post(session::logout))
-        .route("/ui/clusters", get(pages::clusters))
+        .route("/ui/clusters", get(pages::clusters).post(actions::found))
+        .route("/ui/clusters/new", get(actions::found_page))
         .route("/ui/events", get(live::org_events))
         .route("/ui/clusters/{id}", get(pages::cluster))
         .route("/ui/clusters/{id}/events", get(pages::cluster_events))
         .route(
             "/ui/clusters/{id}/certificates",
             get(timeline::certificates),
+        )
+        .route(
+            "/ui/clusters/{id}/actions/{action}",
+            get(actions::action_page).post(actions::act),
         )
         .route("/ui/style.css", get(pages::style))
         .route("/ui/live.js", get(pages::live_script))

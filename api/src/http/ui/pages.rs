@@ -6,12 +6,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 
+use super::client::{self, Call};
 use super::render::{error_page, page};
 use super::session::Console;
 use crate::app::AppState;
 use crate::db;
 use crate::http::error::ApiError;
 use crate::http::extract::ApiPath;
+use exk8s_api_types::SnapshotView;
 
 pub(super) async fn home() -> Redirect {
     Redirect::to("/ui/clusters")
@@ -73,7 +75,19 @@ struct Listed {
     event: exk8s_api_types::ChangeEvent,
 }
 
-/// One cluster: its conditions, nodes and latest changes; another org's is not found.
+/// How many of a cluster's latest snapshots its page lists.
+const SNAPSHOTS: usize = 10;
+
+/// One snapshot as the cluster's page lists it.
+#[derive(Debug, serde::Serialize)]
+struct ListedSnapshot {
+    #[serde(flatten)]
+    snapshot: SnapshotView,
+    asked: String,
+}
+
+/// One cluster: its conditions, nodes, worker pools, latest snapshots and latest changes;
+/// another org's is not found.
 pub(super) async fn cluster(
     State(state): State<AppState>,
     console: Console,
@@ -97,13 +111,27 @@ pub(super) async fn cluster(
         // The page's stream starts after the last change it shows.
         let last_event = db::events::last_of(&state.db.pool, id).await?;
         let view = crate::http::cluster_view::view(&state, row).await?;
-        Ok::<_, ApiError>((view, changes, last_event))
+        let snapshots = client::call(
+            &state,
+            &console,
+            Call::get(format!("/clusters/{id}/snapshots")),
+        )
+        .await
+        .json::<Vec<SnapshotView>>()?
+        .into_iter()
+        .take(SNAPSHOTS)
+        .map(|s| ListedSnapshot {
+            asked: crate::http::conditions::rfc3339(s.requested_at),
+            snapshot: s,
+        })
+        .collect::<Vec<_>>();
+        Ok::<_, ApiError>((view, changes, last_event, snapshots))
     };
     match shown.await {
-        Ok((c, changes, last_event)) => page(
+        Ok((c, changes, last_event, snapshots)) => page(
             StatusCode::OK,
             "cluster.html",
-            context! { principal, c, changes, last_event },
+            context! { principal, c, changes, last_event, snapshots },
         ),
         Err(e) => error_page(Some(principal), &e),
     }

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::http::error::ApiError;
 
-const TEMPLATES: [(&str, &str); 6] = [
+const TEMPLATES: [(&str, &str); 7] = [
     ("layout.html", include_str!("templates/layout.html")),
     ("login.html", include_str!("templates/login.html")),
     ("clusters.html", include_str!("templates/clusters.html")),
@@ -20,6 +20,7 @@ const TEMPLATES: [(&str, &str); 6] = [
         include_str!("templates/certificates.html"),
     ),
     ("error.html", include_str!("templates/error.html")),
+    ("action.html", include_str!("templates/action.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {
@@ -192,6 +193,42 @@ mod tests {
             none_yet.contains("No node certificates issued yet."),
             "{none_yet}"
         );
+        let fields = serde_json::json!([
+            {"name": "count", "label": "Machines", "kind": "number", "value": "<3>",
+             "choices": [], "help": "how many"},
+            {"name": "pod_network", "label": "Pod network", "kind": "choice", "value": "flannel",
+             "choices": [{"value": "cilium", "label": "cilium"},
+                         {"value": "flannel", "label": "flannel"}], "help": ""},
+            {"name": "snapshot_first", "label": "Snapshot first", "kind": "check", "value": "",
+             "choices": [], "help": ""}
+        ]);
+        let action = render(
+            "action.html",
+            context! {
+                principal, fields, slug => "delete", pool => "blue",
+                words => context! { title => "Delete the cluster", explains => "gone",
+                                    button => "Delete the cluster", danger => true },
+                c => context! { id => 1, name => "<shop>" },
+                refusal => context! { message => "count is <bad>", field => "count" },
+                form_key => "k3y", attempt => "a-1",
+            },
+        );
+        for shown in [
+            "<h1>Delete the cluster: &lt;shop&gt;, pool blue</h1>",
+            "<a href=\"/ui/clusters/1\">&lt;shop&gt;</a>",
+            "action=\"/ui/clusters/1/actions/delete?pool=blue\"",
+            "role=\"alert\" id=\"refusal\">count is &lt;bad&gt;</p>",
+            "name=\"form_key\" value=\"k3y\"",
+            "name=\"attempt\" value=\"a-1\"",
+            "value=\"&lt;3&gt;\"",
+            "aria-describedby=\"count-help refusal\" aria-invalid=\"true\"",
+            "<option value=\"flannel\" selected>",
+            "<button type=\"submit\" class=\"danger\">Delete the cluster</button>",
+        ] {
+            assert!(action.contains(shown), "{shown}: {action}");
+        }
+        assert!(!action.contains("checked"), "{action}");
+        assert_eq!(action.matches("aria-invalid").count(), 1, "{action}");
         let login = render("login.html", context! { principal => (), error => "<no>" });
         assert!(login.contains("&lt;no&gt;"), "{login}");
         let error = render(

@@ -11,6 +11,8 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::render::{error_page, page};
 use crate::app::AppState;
@@ -20,12 +22,74 @@ use crate::http::extract::Operator;
 const COOKIE: &str = "exk8s_console";
 /// The longest a console session lasts, whatever the token's own life.
 const MAX_AGE_SECS: i64 = 12 * 3600;
-/// The longest form the login page sends.
-const MAX_FORM_BYTES: usize = 4096;
+/// The longest form a console page sends (an SSH public key is the longest field).
+pub(super) const MAX_FORM_BYTES: usize = 16 * 1024;
 
-/// A signed-in console request: the operator the cookie's token is.
+/// A signed-in console request: the operator the cookie's token is, and the token itself for
+/// the console's own calls of the API ([`super::client`]). Not `Debug`: the token is never
+/// shown or logged.
 pub(super) struct Console {
     pub operator: Operator,
+    token: String,
+}
+
+impl Console {
+    /// The operator's token, for an API call made on its behalf.
+    pub(super) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The key every form of this session carries ([`Console::check_form`]): derived from the
+    /// token by a one-way hash, so a page shows it without showing the token, and another
+    /// site, which can read neither the cookie nor the console's pages, cannot know it.
+    pub(super) fn form_key(&self) -> String {
+        let mut hash = Sha256::new();
+        hash.update(b"exk8s console form key v1\n");
+        hash.update(self.token.as_bytes());
+        hex::encode(hash.finalize())
+    }
+
+    /// Whether a form that changes something is this session's own: sent from this origin and
+    /// carrying this session's [`form key`](Console::form_key) (the cookie alone is not
+    /// enough: it is `SameSite=Strict`, and the key guards browsers and proxies that would
+    /// not honour that).
+    pub(super) fn check_form(&self, headers: &HeaderMap, form: &Form) -> Result<(), ApiError> {
+        if !same_origin(headers) {
+            return Err(ApiError::Forbidden("this form was sent by another site"));
+        }
+        let sent = form.get("form_key").unwrap_or_default();
+        if !bool::from(sent.as_bytes().ct_eq(self.form_key().as_bytes())) {
+            return Err(ApiError::Forbidden(
+                "this form is not from this session (it may be from before a new log-in): open the page again and resend",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A form the browser sent, as its name and value pairs.
+pub(super) struct Form(Vec<(String, String)>);
+
+impl Form {
+    /// The form in `body`; one larger than [`MAX_FORM_BYTES`] is refused.
+    pub(super) fn parse(body: &[u8]) -> Result<Self, &'static str> {
+        if body.len() > MAX_FORM_BYTES {
+            return Err("the form is too large");
+        }
+        Ok(Self(
+            form_urlencoded::parse(body)
+                .map(|(name, value)| (name.into_owned(), value.into_owned()))
+                .collect(),
+        ))
+    }
+
+    /// The first value sent for `name`.
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value.as_str())
+    }
 }
 
 impl FromRequestParts<AppState> for Console {
@@ -36,7 +100,10 @@ impl FromRequestParts<AppState> for Console {
             return Err(Redirect::to("/ui/login").into_response());
         };
         match Operator::of_token(state, token).await {
-            Ok(operator) => Ok(Self { operator }),
+            Ok(operator) => Ok(Self {
+                operator,
+                token: token.to_owned(),
+            }),
             Err(ApiError::Unauthorized | ApiError::Forbidden(_)) => {
                 Err(([(header::SET_COOKIE, clear())], Redirect::to("/ui/login")).into_response())
             }
@@ -88,13 +155,11 @@ pub(super) async fn login(
     if !same_origin(&headers) {
         return refused(StatusCode::FORBIDDEN, "this form was sent by another site");
     }
-    if body.len() > MAX_FORM_BYTES {
-        return refused(StatusCode::PAYLOAD_TOO_LARGE, "the form is too large");
-    }
-    let token = form_urlencoded::parse(&body)
-        .find(|(name, _)| name == "token")
-        .map(|(_, value)| value.trim().to_owned())
-        .unwrap_or_default();
+    let form = match Form::parse(&body) {
+        Ok(form) => form,
+        Err(why) => return refused(StatusCode::PAYLOAD_TOO_LARGE, why),
+    };
+    let token = form.get("token").unwrap_or_default().trim().to_owned();
     // Tokens are base64url: anything else is not one, and could not live in a cookie.
     let shaped = !token.is_empty()
         && token.len() <= 256
