@@ -185,6 +185,7 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         "{seen}"
     );
     let phases = seen["founding_phases"].as_array().unwrap();
+    eprintln!("the founded cluster's page showed the phases {phases:?}");
     assert_eq!(phases.last().unwrap(), "founded", "{seen}");
     assert_eq!(seen["founding_stayed"], true, "followed in place: {seen}");
     let refused = seen["snapshot_refused"][0].as_str().unwrap();
