@@ -16,7 +16,7 @@
 //! machine) finds no serious or critical accessibility violation on the login form, the list,
 //! the cluster page, the certificates page, the founding form (before and after its
 //! refusal) or an action's page. The cluster page's screenshot is
-//! kept as `target/console.png`.
+//! kept as `target/console.png`, the refused founding form's as `target/console-found.png`.
 
 #![allow(
     clippy::unwrap_used,
@@ -213,4 +213,5 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         assert!(serious(&seen[page]).is_empty(), "{page}: {:#}", seen[page]);
     }
     assert!(screenshot.is_file());
+    assert!(screenshot.with_file_name("console-found.png").is_file());
 }

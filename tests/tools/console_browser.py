@@ -3,7 +3,8 @@ would with only a keyboard, and prints what it saw as one JSON document on stdou
 
 Environment: CONSOLE_URL (the API's base URL), CONSOLE_TOKEN (an operator token), CONSOLE_OURS
 (the name of a cluster of that token's org), CONSOLE_THEIRS (another org's cluster id),
-CONSOLE_AXE (axe-core's axe.min.js), CONSOLE_SCREENSHOT (where to save the cluster page).
+CONSOLE_AXE (axe-core's axe.min.js), CONSOLE_SCREENSHOT (where to save the cluster page; the
+founding form with the API's refusal goes beside it, `-found.png`).
 Used by tests/tests/console.rs, which judges the result.
 """
 
@@ -176,6 +177,7 @@ def main():
         seen["found_invalid"] = driver.execute_script(
             "return document.querySelector('[aria-invalid=true]')?.id ?? null;")
         seen["axe_found_refused"] = accessibility(driver)
+        driver.save_screenshot(os.environ["CONSOLE_SCREENSHOT"].removesuffix(".png") + "-found.png")
         for name, value in (("control_plane_instance_type", "dev.small"),
                             ("control_plane_image_id", "1")):
             field, _ = tab_until(driver, lambda e, n=name: e.get_attribute("id") == n, most=25)

@@ -318,3 +318,38 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
 }
 
 both_backends!(the_console_shows_the_orgs_clusters_to_its_operators);
+
+/// The list's stream (`/ui/events`) wants a session, and ends once its token is revoked (the
+/// token is checked again every `event_stream_token_recheck`, short here).
+async fn the_lists_stream_wants_a_session_and_ends_with_its_token(backend: Backend) {
+    let config = exk8s_api::app::ApiConfig {
+        event_stream_token_recheck: std::time::Duration::from_millis(200),
+        ..crate::app::test_config()
+    };
+    let app = crate::app::spawn_with(backend, config, None).await;
+    let signed_out = page(&app, "/ui/events", "").await;
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    assert_eq!(signed_out.headers()[LOCATION], "/ui/login");
+
+    let token = operator_token(&app.state, 1, Scope::Operator, 3600).await;
+    let (cookie, _) = session(&login(&app, &token, None).await);
+    let mut stream = page(&app, "/ui/events", &cookie).await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    let id = exk8s_api::db::tokens::find_api_token(&app.state.db.pool, &tokens::hash(&token))
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    assert!(
+        exk8s_api::db::tokens::revoke_api_token(&app.state.db.pool, id)
+            .await
+            .unwrap()
+    );
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while stream.chunk().await.unwrap().is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the revoked token's stream stays open");
+}
+
+both_backends!(the_lists_stream_wants_a_session_and_ends_with_its_token);
