@@ -95,9 +95,7 @@ pub(super) async fn cluster(
 ) -> Response {
     let principal = console.operator.principal.as_str();
     let shown = async {
-        let row = db::clusters::get(&state.db.pool, console.operator.org_id, id)
-            .await?
-            .ok_or(ApiError::NotFound)?;
+        let row = console.cluster(&state, id).await?;
         let changes: Vec<Listed> = db::events::latest(&state.db.pool, id, CHANGES)
             .await?
             .into_iter()

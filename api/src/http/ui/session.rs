@@ -34,6 +34,17 @@ pub(super) struct Console {
 }
 
 impl Console {
+    /// The operator's org's cluster `id`; another org's is not found.
+    pub(super) async fn cluster(
+        &self,
+        state: &AppState,
+        id: i64,
+    ) -> Result<crate::db::clusters::ClusterRow, ApiError> {
+        crate::db::clusters::get(&state.db.pool, self.operator.org_id, id)
+            .await?
+            .ok_or(ApiError::NotFound)
+    }
+
     /// The operator's token, for an API call made on its behalf.
     pub(super) fn token(&self) -> &str {
         &self.token

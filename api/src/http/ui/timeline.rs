@@ -101,9 +101,7 @@ pub(super) async fn certificates(
 ) -> Response {
     let principal = console.operator.principal.as_str();
     let shown = async {
-        let row = crate::db::clusters::get(&state.db.pool, console.operator.org_id, id)
-            .await?
-            .ok_or(ApiError::NotFound)?;
+        let row = console.cluster(&state, id).await?;
         let inventory =
             crate::http::certificates::inventory_of(&state, console.operator.org_id, id).await?;
         Ok::<_, ApiError>((row.name, inventory))
