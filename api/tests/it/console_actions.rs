@@ -304,6 +304,27 @@ async fn the_console_acts_through_the_api_with_its_own_forms(backend: Backend) {
     .await;
     assert_eq!(hidden_post.status(), StatusCode::NOT_FOUND);
 
+    // A CA rotation under way shows on the certificates page, its phase marked.
+    let calm = page(&app, &format!("/ui/clusters/{ours}/certificates"), &cookie)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!calm.contains("being rotated"), "{calm}");
+    let rotating = crate::rotation::rotate(&app, ours, serde_json::json!({"ca": "cluster"})).await;
+    assert!(rotating.status().is_success(), "{rotating:?}");
+    let lives = page(&app, &format!("/ui/clusters/{ours}/certificates"), &cookie)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        lives.contains("The cluster CA is being rotated")
+            && lives.contains("aria-current=\"step\">trust-both (now)</li>")
+            && lives.contains("<li class=\"step-next\">drop-old</li>"),
+        "{lives}"
+    );
+
     // Signed out, a form leads to the login page and changes nothing.
     let out = post(
         &app,

@@ -93,6 +93,45 @@ fn day(t: i64) -> String {
     }
 }
 
+/// The phases of a CA rotation, in order.
+const PHASES: [&str; 3] = ["trust-both", "sign-new", "drop-old"];
+
+/// A CA rotation under way, as the page shows it: its phases in order, the one it is in marked.
+#[derive(Debug, Serialize, PartialEq)]
+pub(super) struct Rotation {
+    pub ca: String,
+    pub started: String,
+    pub since: String,
+    pub waiting_for: Option<String>,
+    /// Each phase and whether it is done, current or to come.
+    pub phases: Vec<(&'static str, &'static str)>,
+}
+
+impl Rotation {
+    fn of(r: exk8s_api_types::CaRotationView) -> Self {
+        let current = PHASES.iter().position(|p| *p == r.phase);
+        let phases = PHASES
+            .iter()
+            .enumerate()
+            .map(|(i, phase)| {
+                let step = match current {
+                    Some(c) if i < c => "done",
+                    Some(c) if i == c => "current",
+                    _ => "next",
+                };
+                (*phase, step)
+            })
+            .collect();
+        Self {
+            ca: r.ca,
+            started: crate::http::conditions::rfc3339(r.started_at),
+            since: crate::http::conditions::rfc3339(r.updated_at),
+            waiting_for: r.waiting_for,
+            phases,
+        }
+    }
+}
+
 /// The cluster's certificates page; another org's cluster is not found.
 pub(super) async fn certificates(
     State(state): State<AppState>,
@@ -104,10 +143,15 @@ pub(super) async fn certificates(
         let row = console.cluster(&state, id).await?;
         let inventory =
             crate::http::certificates::inventory_of(&state, console.operator.org_id, id).await?;
-        Ok::<_, ApiError>((row.name, inventory))
+        let name = row.name.clone();
+        let rotation = crate::http::cluster_view::view(&state, row)
+            .await?
+            .ca_rotation
+            .map(Rotation::of);
+        Ok::<_, ApiError>((name, inventory, rotation))
     };
     match shown.await {
-        Ok((name, inventory)) => {
+        Ok((name, inventory, rotation)) => {
             let now = crate::db::now();
             let (cas, leaves): (Vec<_>, Vec<_>) =
                 inventory.certificates.iter().partition(|c| c.kind == "ca");
@@ -128,6 +172,7 @@ pub(super) async fn certificates(
                     sa_key_age_days => inventory.service_account_key_age_days,
                     groups,
                     no_leaves => leaves.is_empty(),
+                    rotation,
                 },
             )
         }
@@ -152,6 +197,37 @@ mod tests {
             not_after,
             days_left: (not_after - 500) / 86_400,
         }
+    }
+
+    #[test]
+    fn a_rotation_marks_the_phases_done_and_the_one_it_is_in() {
+        let view = |phase: &str| exk8s_api_types::CaRotationView {
+            ca: "cluster".to_owned(),
+            phase: phase.to_owned(),
+            started_at: 0,
+            updated_at: 86_400,
+            waiting_for: Some("cp-101".to_owned()),
+        };
+        let sign_new = Rotation::of(view("sign-new"));
+        assert_eq!(
+            sign_new.phases,
+            [
+                ("trust-both", "done"),
+                ("sign-new", "current"),
+                ("drop-old", "next")
+            ]
+        );
+        assert_eq!(
+            (sign_new.started.as_str(), sign_new.since.as_str()),
+            ("1970-01-01T00:00:00Z", "1970-01-02T00:00:00Z")
+        );
+        assert_eq!(Rotation::of(view("trust-both")).phases[0].1, "current");
+        assert!(
+            Rotation::of(view("a-phase-from-a-newer-api"))
+                .phases
+                .iter()
+                .all(|(_, step)| *step == "next")
+        );
     }
 
     #[test]
