@@ -8,6 +8,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::client::Refusal;
+use crate::cluster::spec::PodNetwork;
+use crate::pki::KeyAlgorithm;
 use exk8s_api_types::{ClusterView, KubernetesVersionView};
 
 /// What the console can ask of the API.
@@ -234,17 +236,20 @@ pub(super) fn fields(action: Action, known: &Known<'_>) -> Vec<Field> {
                 "1",
             )
             .choices(same(&["1", "3"])),
-            Field::new("pod_network", "Pod network", Kind::Choice, "cilium")
-                .choices(same(&["cilium", "flannel", "none"])),
-            Field::new("key_algorithm", "Key algorithm", Kind::Choice, "ecdsa-p256").choices(same(
-                &[
-                    "ecdsa-p256",
-                    "ecdsa-p384",
-                    "rsa-2048",
-                    "rsa-3072",
-                    "rsa-4096",
-                ],
-            )),
+            Field::new(
+                "pod_network",
+                "Pod network",
+                Kind::Choice,
+                PodNetwork::default().as_str(),
+            )
+            .choices(same(&PodNetwork::ALL.map(PodNetwork::as_str))),
+            Field::new(
+                "key_algorithm",
+                "Key algorithm",
+                Kind::Choice,
+                KeyAlgorithm::default().as_str(),
+            )
+            .choices(same(&KeyAlgorithm::ALL.map(KeyAlgorithm::as_str))),
             Field::new(
                 "control_plane_instance_type",
                 "Instance type",
