@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use exk8s_api_types::{RestoreRequest, RestoreView};
+use exk8s_api_types::{ChangeEvent, RestoreRequest, RestoreView};
 
 use crate::client::Api;
 use crate::error::CliError;
@@ -68,8 +68,11 @@ pub(crate) fn run(api: &Api, ask: &Ask<'_>, format: Format) -> Result<(), CliErr
     Ok(())
 }
 
-/// Follows the restore until it is done or has failed, at most `timeout`, saying each phase:
-/// read again at each `restore` event of the cluster's stream (and at its keep-alive).
+/// Follows the restore until it is done or has failed, at most `timeout`, saying each phase
+/// as the cluster's stream tells it: a `restore` event carries the phase it entered, and a
+/// member's step can be so short that reading the restore after its event already finds the
+/// next phase. The restore is read at each of its events (and at the stream's keep-alive) to
+/// know when it has ended.
 fn follow(
     api: &Api,
     cluster: i64,
@@ -77,8 +80,7 @@ fn follow(
     timeout: Duration,
 ) -> Result<RestoreView, CliError> {
     let path = format!("/clusters/{cluster}/restore");
-    let mut said = String::new();
-    let read = |said: &mut String| -> Result<RestoreView, CliError> {
+    let read = || -> Result<RestoreView, CliError> {
         let view: RestoreView = api.get(&path)?;
         if view.id != started.id {
             return Err(CliError::Failed(format!(
@@ -86,14 +88,19 @@ fn follow(
                 started.id, view.id
             )));
         }
-        if view.phase != *said {
-            eprintln!("restore {}: {}", view.id, view.phase);
-            said.clone_from(&view.phase);
-        }
         Ok(view)
     };
-    let first = read(&mut said)?;
-    if first.phase == "done" || first.phase == "failed" {
+    let mut said = String::new();
+    let mut say = |phase: &str| {
+        if phase != said {
+            eprintln!("restore {}: {phase}", started.id);
+            said = phase.to_owned();
+        }
+    };
+    let ended = |phase: &str| phase == "done" || phase == "failed";
+    let first = read()?;
+    say(&first.phase);
+    if ended(&first.phase) {
         return Ok(first);
     }
     crate::follow::until(
@@ -101,11 +108,23 @@ fn follow(
         cluster,
         timeout,
         |event| {
-            if event.is_some_and(|e| e.kind != "restore") {
-                return Ok(None);
+            match event {
+                Some(e) if e.kind != "restore" => return Ok(None),
+                Some(e) => {
+                    let change: ChangeEvent = serde_json::from_str(&e.data).map_err(|e| {
+                        CliError::Unexpected(format!("an event the CLI cannot read ({e})"))
+                    })?;
+                    say(&change.phase);
+                    if !ended(&change.phase) {
+                        return Ok(None);
+                    }
+                }
+                // The keep-alive: quiet for a while, so every event has come.
+                None => {}
             }
-            let view = read(&mut said)?;
-            Ok((view.phase == "done" || view.phase == "failed").then_some(view))
+            let view = read()?;
+            say(&view.phase);
+            Ok(ended(&view.phase).then_some(view))
         },
         || {
             let view: RestoreView = api.get(&path)?;
