@@ -158,15 +158,32 @@ impl utoipa::Modify for SecuritySchemes {
     }
 }
 
-/// The route table.
+/// The route table: the API, its documentation and the console.
+pub fn router(state: AppState) -> Router {
+    let routes = api_routes()
+        .merge(utoipa_scalar::Scalar::with_url("/docs", ApiDoc::openapi()))
+        .merge(ui::router());
+    layered(routes, state)
+}
+
+/// The API's routes alone, layered as [`router`] layers them: what the console's own calls go
+/// through (`ui::client`), without building the documentation's OpenAPI document or the
+/// console's routes at each call.
+pub(crate) fn api_router(state: AppState) -> Router {
+    layered(api_routes(), state)
+}
+
+/// The API's operations.
 #[allow(
     deprecated,
     reason = "the old bootstrap paths are served as deprecated aliases on purpose"
 )]
-pub fn router(state: AppState) -> Router {
-    let request_id = axum::http::HeaderName::from_static("x-request-id");
+fn api_routes() -> Router<AppState> {
     Router::new()
-        .route("/clusters", get(clusters::list_clusters).post(clusters::create_cluster))
+        .route(
+            "/clusters",
+            get(clusters::list_clusters).post(clusters::create_cluster),
+        )
         .route(
             "/clusters/{id}",
             get(clusters::get_cluster)
@@ -175,22 +192,51 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/clusters/{id}/kubeconfig", get(clusters::get_kubeconfig))
         .route("/clusters/{id}/trust", get(credentials::trust))
-        .route("/clusters/{id}/credentials", axum::routing::post(credentials::mint))
+        .route(
+            "/clusters/{id}/credentials",
+            axum::routing::post(credentials::mint),
+        )
         .route("/clusters/{id}/events", get(events::cluster_events))
-        .route("/clusters/{id}/node-pools", get(pools::list_pools).post(pools::create_pool))
+        .route(
+            "/clusters/{id}/node-pools",
+            get(pools::list_pools).post(pools::create_pool),
+        )
         .route(
             "/clusters/{id}/node-pools/{pool}",
-            get(pools::get_pool).patch(pools::update_pool).delete(pools::delete_pool),
+            get(pools::get_pool)
+                .patch(pools::update_pool)
+                .delete(pools::delete_pool),
         )
-        .route("/clusters/{id}/nodes/{vm_id}/rearm", axum::routing::post(bootstrap::rearm))
-        .route("/clusters/{id}/nodes/{vm_id}", axum::routing::delete(membership::remove_member))
-        .route("/clusters/{id}/nodes/{vm_id}/replace", axum::routing::post(membership::replace_member))
+        .route(
+            "/clusters/{id}/nodes/{vm_id}/rearm",
+            axum::routing::post(bootstrap::rearm),
+        )
+        .route(
+            "/clusters/{id}/nodes/{vm_id}",
+            axum::routing::delete(membership::remove_member),
+        )
+        .route(
+            "/clusters/{id}/nodes/{vm_id}/replace",
+            axum::routing::post(membership::replace_member),
+        )
         .route("/bootstrap/{vm_id}", get(bootstrap::bundle))
-        .route("/bootstrap/{vm_id}/status", axum::routing::post(bootstrap::status))
-        .route("/bootstrap/control-plane/{vm_id}", get(bootstrap::bundle_alias))
-        .route("/bootstrap/control-plane/{vm_id}/status", axum::routing::post(bootstrap::status_alias))
+        .route(
+            "/bootstrap/{vm_id}/status",
+            axum::routing::post(bootstrap::status),
+        )
+        .route(
+            "/bootstrap/control-plane/{vm_id}",
+            get(bootstrap::bundle_alias),
+        )
+        .route(
+            "/bootstrap/control-plane/{vm_id}/status",
+            axum::routing::post(bootstrap::status_alias),
+        )
         .route("/bootstrap/keys", get(bootstrap::keys))
-        .route("/clusters/{id}/rollout", axum::routing::post(nodes::start_rollout))
+        .route(
+            "/clusters/{id}/rollout",
+            axum::routing::post(nodes::start_rollout),
+        )
         .route("/clusters/{id}/certificates", get(certificates::inventory))
         .route(
             "/clusters/{id}/certificates/renew",
@@ -230,7 +276,10 @@ pub fn router(state: AppState) -> Router {
             "/clusters/{id}/snapshots/{sid}",
             get(snapshots::get_snapshot).delete(snapshots::delete_snapshot),
         )
-        .route("/clusters/{id}/snapshots/{sid}/content", get(snapshots::snapshot_content))
+        .route(
+            "/clusters/{id}/snapshots/{sid}/content",
+            get(snapshots::snapshot_content),
+        )
         .route(
             "/nodes/{vm_id}/snapshots/{sid}",
             axum::routing::put(snapshots::upload_snapshot).layer(DefaultBodyLimit::disable()),
@@ -239,8 +288,14 @@ pub fn router(state: AppState) -> Router {
             "/clusters/{id}/restore",
             get(restores::get_restore).post(restores::start_restore),
         )
-        .route("/nodes/{vm_id}/restores/{rid}", axum::routing::put(restores::acknowledge))
-        .route("/nodes/{vm_id}/snapshots/{sid}/content", get(restores::member_content))
+        .route(
+            "/nodes/{vm_id}/restores/{rid}",
+            axum::routing::put(restores::acknowledge),
+        )
+        .route(
+            "/nodes/{vm_id}/snapshots/{sid}/content",
+            get(restores::member_content),
+        )
         .route("/nodes/{vm_id}/generation", get(nodes::generation))
         .route("/nodes/{vm_id}/bundle", get(nodes::bundle))
         .route("/nodes/{vm_id}/status", axum::routing::post(nodes::status))
@@ -249,8 +304,13 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(health::openapi))
-        .merge(utoipa_scalar::Scalar::with_url("/docs", ApiDoc::openapi()))
-        .merge(ui::router())
+}
+
+/// `routes` with the layers every answer goes through: the body limit, metrics, tracing and
+/// the request id.
+fn layered(routes: Router<AppState>, state: AppState) -> Router {
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    routes
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(

@@ -1,4 +1,4 @@
-//! The console's calls of the API, made in-process through the API's own route table with the
+//! The console's calls of the API, made in-process through the API's own route table ([`crate::http::api_router`]) with the
 //! session's token as a `Bearer` token: every change the console makes is the API's request,
 //! checked, authorised, journaled, audited and limited exactly as one from the CLI, and a
 //! refusal is the API's own words ([`Answer::refusal`]). Nothing leaves the process.
@@ -106,7 +106,11 @@ pub(super) async fn call(state: &AppState, console: &Console, call: Call<'_>) ->
         None => Body::empty(),
     };
     let answered = match request.body(body) {
-        Ok(request) => crate::http::router(state.clone()).oneshot(request).await,
+        Ok(request) => {
+            crate::http::api_router(state.clone())
+                .oneshot(request)
+                .await
+        }
         Err(e) => return failed(&e),
     };
     let response = match answered {
