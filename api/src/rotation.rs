@@ -238,7 +238,7 @@ async fn finish(ctx: &Rotator, rotation: &Rotation) -> Result<Option<Advanced>, 
         CaRole::Etcd | CaRole::FrontProxy => None,
     };
     let mut tx = ctx.db.begin().await?;
-    if !db::rotations::finish(&mut tx, cluster_id).await? {
+    if !db::rotations::finish(&mut tx, cluster_id, ctx.clock.unix()).await? {
         return Ok(None);
     }
     if let Some(next) = &next {

@@ -11,12 +11,14 @@
 //! half-filled, the API's own refusal is on the form with what was typed kept and the field
 //! marked invalid; completed, it leads to the new cluster's page, which follows the founding
 //! to `founded` in place; a snapshot asked for there is refused in the API's words (nothing
-//! reports on the dev stack's simulated machines); a delete with the name typed leads back
-//! to the list without it. axe-core (`EXK8S_AXE`, `scripts/test.sh` installs it once per
-//! machine) finds no serious or critical accessibility violation on the login form, the list,
-//! the cluster page, the certificates page, the founding form (before and after its
-//! refusal) or an action's page. The cluster page's screenshot is
-//! kept as `target/console.png`, the refused founding form's as `target/console-found.png`.
+//! reports on the dev stack's simulated machines); its node's agent, run as on the simulated
+//! stack, then reports each phase of its boot and the page follows them in place to
+//! `complete`; a delete with the name typed leads back to the list without it. axe-core
+//! (`EXK8S_AXE`, `scripts/test.sh` installs it once per machine) finds no serious or critical
+//! accessibility violation on the login form, the list, the cluster page, the certificates
+//! page, the founding form (before and after its refusal) or an action's page. The cluster
+//! page's screenshot is kept as `target/console.png`, the refused founding form's as
+//! `target/console-found.png`.
 
 #![allow(
     clippy::unwrap_used,
@@ -102,6 +104,9 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         .env("CONSOLE_THEIRS", &theirs_id)
         .env("CONSOLE_AXE", &axe)
         .env("CONSOLE_SCREENSHOT", &screenshot)
+        .env("CONSOLE_AGENT", binary("exk8s-agent"))
+        .env("CONSOLE_AGENT_KEYS", data.join("trusted-keys"))
+        .env("CONSOLE_AGENT_DIR", dir.path())
         .output()
         .unwrap();
     assert!(
@@ -192,6 +197,34 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
     assert!(
         refused.starts_with("no etcd voter of cluster") && refused.contains("is healthy"),
         "the API's words: {seen}"
+    );
+    // Its node booted by its agent: the page followed the reports in place to `complete`.
+    assert_eq!(
+        seen["agent_status"], 0,
+        "the agent's log is in the test's directory: {seen}"
+    );
+    let node_phases: Vec<&str> = seen["node_phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    eprintln!("the node's phases the page showed: {node_phases:?}");
+    assert!(
+        node_phases.len() >= 2 && node_phases.last().unwrap().starts_with("complete"),
+        "{node_phases:?}"
+    );
+    assert_eq!(seen["node_stayed"], true, "followed in place: {seen}");
+    let reports: std::collections::BTreeSet<&str> = seen["node_reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    eprintln!("the reports the page listed: {reports:?}");
+    assert!(
+        reports.len() >= 4 && reports.iter().any(|r| r.starts_with("complete")),
+        "each phase reported is listed: {reports:?}"
     );
     assert_eq!(url("deleted_url"), format!("{}/ui/clusters", stack.base));
     assert!(

@@ -4,12 +4,15 @@ would with only a keyboard, and prints what it saw as one JSON document on stdou
 Environment: CONSOLE_URL (the API's base URL), CONSOLE_TOKEN (an operator token), CONSOLE_OURS
 (the name of a cluster of that token's org), CONSOLE_THEIRS (another org's cluster id),
 CONSOLE_AXE (axe-core's axe.min.js), CONSOLE_SCREENSHOT (where to save the cluster page; the
-founding form with the API's refusal goes beside it, `-found.png`).
+founding form with the API's refusal goes beside it, `-found.png`), CONSOLE_AGENT (exk8s-agent),
+CONSOLE_AGENT_KEYS (the stack's trusted keys) and CONSOLE_AGENT_DIR (where the agent's root and
+log go: it boots the node of the cluster founded with the form as on the simulated stack).
 Used by tests/tests/console.rs, which judges the result.
 """
 
 import json
 import os
+import subprocess
 import urllib.request
 
 from selenium import webdriver
@@ -61,6 +64,16 @@ def texts(driver, selector):
     return driver.execute_script(
         "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.trim());",
         selector)
+
+
+def node_rows(driver):
+    """The cells of the Nodes table (name, VM, role, phase, ...), read at once."""
+    return driver.execute_script("""
+        const heading = [...document.querySelectorAll('h2')]
+            .find(h => h.textContent.trim() === 'Nodes');
+        if (!heading) { return []; }
+        return [...heading.nextElementSibling.querySelectorAll('tbody tr')]
+            .map(r => [...r.children].map(c => c.textContent.trim()));""")
 
 
 def api(method, path, body):
@@ -204,6 +217,34 @@ def main():
         button, _ = tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Take the snapshot")
         leaves_page(driver, lambda: button.send_keys(Keys.ENTER))
         seen["snapshot_refused"] = texts(driver, "[role=alert]")
+        # Its node boots: the agent, run against a directory as on the simulated stack (host
+        # actions recorded), reports each phase, and the cluster's page follows it in place.
+        driver.get(seen["founded_url"])
+        driver.execute_script("window.exk8sStayed = true;")
+        vm = node_rows(driver)[0][1]
+        directory = os.environ["CONSOLE_AGENT_DIR"]
+        with open(os.path.join(directory, f"agent-{vm}.log"), "wb") as log:
+            agent = subprocess.Popen(
+                [os.environ["CONSOLE_AGENT"], "--keys-dir", os.environ["CONSOLE_AGENT_KEYS"],
+                 "run", "--root", os.path.join(directory, f"vm-{vm}"), "--api-url", URL,
+                 "--imds-url", f"{URL}/sim/imds/{vm}", "--insecure-http"],
+                stdout=log, stderr=log)
+        node_phases = []
+
+        def booted(d):
+            rows = node_rows(d)
+            phase = rows[0][3] if rows else ""
+            if phase and (not node_phases or node_phases[-1] != phase):
+                node_phases.append(phase)
+            return phase.startswith("complete")
+        try:
+            WebDriverWait(driver, 120, poll_frequency=0.05).until(booted)
+        finally:
+            seen["agent_status"] = agent.wait(timeout=120)
+        seen["node_phases"] = node_phases
+        # Each report the agent made is a change the page lists, as it was brought in place.
+        seen["node_reports"] = texts(driver, "table.changes tr.change-report td:nth-child(3)")
+        seen["node_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
         # Delete it: the name must be typed.
         made_id = seen["founded_url"].rsplit("/", 1)[1]
         driver.get(URL + f"/ui/clusters/{made_id}/actions/delete")

@@ -94,6 +94,7 @@ pub async fn insert(
     now: i64,
 ) -> Result<(), DbError> {
     for cert in certs.iter().filter(|c| c.node_id.is_none()) {
+        super::history::cluster_life_ended(tx, cert.cluster_id, cert.name, now).await?;
         sqlx::query(
             "DELETE FROM issued_certificates \
              WHERE cluster_id = $1 AND node_id IS NULL AND name = $2",
@@ -164,9 +165,10 @@ pub async fn insert(
 }
 
 /// Forgets what a node's new bundle of `generation` supersedes: its rows of generations
-/// before `keep_from` (no longer on the node) and those of earlier bundles of `generation`
-/// itself (the inventory reads only the latest row per name of a generation, so they were
-/// dead weight: a node that fetched 10,000 times kept 10,000 bundles' rows).
+/// before `keep_from` (no longer on the node: their lives were kept in the history when the
+/// node applied a newer one) and those of earlier bundles of `generation` itself (the
+/// inventory reads only the latest row per name of a generation, so they were dead weight: a
+/// node that fetched 10,000 times kept 10,000 bundles' rows).
 pub async fn supersede<'c>(
     db: impl Executor<'c, Database = Any>,
     cluster_id: i64,

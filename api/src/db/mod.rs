@@ -9,6 +9,7 @@ pub mod clusters;
 pub mod components;
 pub mod events;
 pub mod health_watch;
+pub mod history;
 pub mod idempotency;
 pub mod issuances;
 pub mod keys;

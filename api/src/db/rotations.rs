@@ -235,7 +235,11 @@ pub async fn insert(
     .bind(now)
     .execute(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() != 1 {
+        return Ok(false);
+    }
+    super::history::rotation_started(tx, cluster_id, ca_name(ca), now).await?;
+    Ok(true)
 }
 
 /// Moves the rotation from `from` to `to` with the new trusted-beside certificate; false when
@@ -259,16 +263,28 @@ pub async fn advance(
     .bind(from.as_str())
     .execute(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() != 1 {
+        return Ok(false);
+    }
+    super::history::rotation_moved(tx, cluster_id, Some(to), now).await?;
+    Ok(true)
 }
 
-/// Ends the rotation (from drop-old); false when it had already ended.
-pub async fn finish(tx: &mut sqlx::AnyConnection, cluster_id: i64) -> Result<bool, DbError> {
+/// Ends the rotation (from drop-old) at `now`; false when it had already ended.
+pub async fn finish(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    now: i64,
+) -> Result<bool, DbError> {
     let done = sqlx::query("DELETE FROM ca_rotations WHERE cluster_id = $1 AND phase = 'drop-old'")
         .bind(cluster_id)
         .execute(&mut *tx)
         .await?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() != 1 {
+        return Ok(false);
+    }
+    super::history::rotation_moved(tx, cluster_id, None, now).await?;
+    Ok(true)
 }
 
 /// Replaces one of a cluster's CAs (certificate and sealed key).

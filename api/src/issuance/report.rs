@@ -90,7 +90,7 @@ pub async fn record(ctx: &Reporter, vm: &Vm, report: &Report<'_>) -> Result<(), 
         phase: report.phase,
         state: report.state,
     };
-    db::nodes::record_report(&mut tx, vm.node.id, phase, generation).await?;
+    db::nodes::record_report(&mut tx, vm.node.id, phase, generation, now).await?;
     db::components::record(&mut tx, vm.node.id, &report.components, now).await?;
     tx.commit().await?;
     if phase.healthy() {

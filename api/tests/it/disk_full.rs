@@ -125,7 +125,10 @@ async fn sqlite_on_a_full_disk_loses_no_journal_row_and_heals_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_with_a_full_tablespace_loses_no_journal_row_and_heals_by_itself() {
     let pg = PrivatePostgres::start();
-    let disk = Tmpfs::mount(4096, Some("postgres:postgres"));
+    // The migrated database takes about 3.5 MiB, the template's catalogs included; the rest is
+    // the room the foundings need once space returns (each first write to a table or index
+    // takes a page of its own: 4 MiB in all left too little once migration 0032 added four).
+    let disk = Tmpfs::mount(6144, Some("postgres:postgres"));
     // Its own admin connection comes before any `Db`: install the drivers here, or the test
     // works only after another test of the process has installed them.
     sqlx::any::install_default_drivers();

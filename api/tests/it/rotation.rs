@@ -175,6 +175,62 @@ async fn the_cluster_ca_rotates_in_three_phases(backend: Backend) {
         rotate(&app, cluster, json!({"ca": "etcd"})).await.status(),
         202
     );
+
+    // The certificates' timeline keeps what was: the rotation that ended with when each of
+    // its phases began, the CA it replaced, and each node's earlier generations.
+    let (cookie, _) =
+        crate::console::session(&crate::console::login(&app, &app.token, Some(&app.url)).await);
+    let timeline = crate::console::page(
+        &app,
+        &format!("/ui/clusters/{cluster}/certificates"),
+        &cookie,
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    let ended = timeline
+        .split("<caption>CA rotations that ended, newest first</caption>")
+        .nth(1)
+        .and_then(|rest| rest.split("</table>").next())
+        .unwrap_or_else(|| panic!("no ended rotations: {timeline}"));
+    assert_eq!(
+        ended.matches("<tr>").count(),
+        2,
+        "the heading and one rotation: {ended}"
+    );
+    assert!(ended.contains("<th scope=\"row\">cluster</th>"), "{ended}");
+    assert_eq!(
+        ended.matches("<time datetime=").count(),
+        4,
+        "four phases' times: {ended}"
+    );
+    assert!(
+        timeline.contains("The etcd CA is being rotated"),
+        "{timeline}"
+    );
+    let ca_row = timeline
+        .split("<tr")
+        .find(|row| row.contains("<th scope=\"row\">cluster-ca</th>"))
+        .unwrap();
+    assert_eq!(
+        ca_row.matches("class=\"earlier\"").count(),
+        1,
+        "the CA the rotation replaced: {ca_row}"
+    );
+    // Each node synced three times: its apiserver certificate has three earlier generations.
+    let apiserver_rows: Vec<&str> = timeline
+        .split("<tr")
+        .filter(|row| row.contains("<th scope=\"row\">apiserver</th>"))
+        .collect();
+    assert_eq!(apiserver_rows.len(), nodes.len(), "{timeline}");
+    for row in apiserver_rows {
+        assert_eq!(row.matches("class=\"earlier\"").count(), 3, "{row}");
+        assert!(
+            row.contains("generation 1: ") && row.contains("generation 3: "),
+            "{row}"
+        );
+    }
 }
 
 both_backends!(the_cluster_ca_rotates_in_three_phases);

@@ -46,12 +46,14 @@ pub async fn take_serial(
 }
 
 /// Records a node's report as [`generations::report`] decides it, on the node's generations read
-/// under its row's lock in `tx`.
+/// under its row's lock in `tx`; a newer generation applied ends the certificates' lives of the
+/// one it replaces (kept in the history, at `at`).
 pub async fn record_report(
     tx: &mut sqlx::AnyConnection,
     node_id: i64,
     phase: NodePhase,
     generation: Option<i64>,
+    at: i64,
 ) -> Result<(), DbError> {
     // The no-op write takes the row's lock (both databases) before it is read.
     sqlx::query("UPDATE cluster_nodes SET applied_generation = applied_generation WHERE id = $1")
@@ -59,8 +61,8 @@ pub async fn record_report(
         .execute(&mut *tx)
         .await?;
     let row = sqlx::query(
-        "SELECT desired_generation, handed_generation, applied_generation, handed_version \
-         FROM cluster_nodes WHERE id = $1",
+        "SELECT cluster_id, desired_generation, handed_generation, applied_generation, \
+         handed_version FROM cluster_nodes WHERE id = $1",
     )
     .bind(node_id)
     .fetch_optional(&mut *tx)
@@ -91,6 +93,10 @@ pub async fn record_report(
     .bind(node_id)
     .execute(&mut *tx)
     .await?;
+    if reported.applied > now.applied && now.applied >= 1 {
+        let cluster_id: i64 = row.try_get("cluster_id")?;
+        crate::db::history::node_lives_ended(tx, cluster_id, node_id, now.applied, at).await?;
+    }
     Ok(())
 }
 
