@@ -59,10 +59,11 @@ fi
 mirror_port=$((port + 1)) registry_port=$((port + 2))
 ensure_packages systemd-nspawn:systemd-container nsenter:util-linux ip:iproute2 python3:python3 \
   jq:jq
-# What the registry's images are made with (scripts/node-registry.sh): a C compiler and static
-# libc (pause, flanneld), objdump, and the test images' busybox, curl and netcat.
-ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev objdump:binutils file:file \
-  busybox:busybox-static curl:curl nc.openbsd:netcat-openbsd
+# What the registry's images are made with (scripts/node-registry.sh): a C compiler, static
+# libc, make and bzip2 (pause, flanneld, BusyBox), objdump, and the test images' curl, netcat
+# and dig.
+ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev make:make bzip2:bzip2 \
+  objdump:binutils file:file curl:curl nc.openbsd:netcat-openbsd dig:bind9-dnsutils
 
 log "the node image, its Debian packages, Kubernetes $k8s_version and etcd $etcd_version, the registry (once per machine)"
 image=${EXK8S_NODE_IMAGE:-$(bash scripts/node-image.sh)}

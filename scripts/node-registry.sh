@@ -44,7 +44,9 @@ die() { printf 'node-registry: %s\n' "$*" >&2; exit 1; }
 
 command -v go >/dev/null || die "go is not installed (the registry and crane build from their Go modules)"
 command -v cc >/dev/null || die "cc is not installed (gcc and libc6-dev build the pause binary)"
-command -v file >/dev/null || die "file is not installed (busybox's image takes a static busybox)"
+command -v file >/dev/null || die "file is not installed (it checks that BusyBox is static)"
+command -v make >/dev/null || die "make is not installed (BusyBox builds from its source)"
+command -v bzip2 >/dev/null || die "bzip2 is not installed (BusyBox's source is a .tar.bz2)"
 command -v objdump >/dev/null || die "objdump is not installed (binutils: kube-proxy's image takes the libraries it names)"
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
 
@@ -180,15 +182,63 @@ for bin_dir in "$@"; do
   bins[$release]=$bin_dir
 done
 # agnhost, the workloads' and the conformance tests' image, from the first release
-# (scripts/e2e-binaries.sh builds it); busybox, theirs too, is Debian's static one (busybox-static).
+# (scripts/e2e-binaries.sh builds it); busybox, theirs too, is built below.
 agnhost=$cache/${releases[0]}-e2e
 [ -x "$agnhost/bin/agnhost" ] || die "no $agnhost/bin/agnhost (scripts/e2e-binaries.sh ${releases[0]} builds it)"
 agnhost_version=$(cat "$agnhost/agnhost-version")
-busybox=$(command -v busybox) || die "busybox is not installed (busybox-static: the busybox test image)"
-file -L "$busybox" | grep -q 'statically linked' || die "$busybox is not static (install busybox-static)"
+# Porter's TLS pair, which upstream's agnhost image carries, from the release's module (kept:
+# the module itself need not stay in Go's cache).
+porter=$cache/${releases[0]}-porter
+copy_porter() {
+  local dir=$1 module
+  module=$(cd "$cache/${releases[0]}/src" && gomod mod download -json k8s.io/kubernetes |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  cp "$module/test/images/agnhost/porter/localhost.crt" \
+    "$module/test/images/agnhost/porter/localhost.key" "$dir/"
+  chmod 0644 "$dir"/localhost.*
+}
+with_lock "$porter" copy_porter
+
+# BusyBox at the suite's version, from its source as Debian archives it (its checksum pinned),
+# configured as upstream's image is (`make defconfig`), static; less `tc`, which no longer
+# builds against current kernel headers. Debian's own busybox-static is configured otherwise:
+# its shell drops the environment's entries whose names are no shell's (`data-1=…`), which two
+# conformance specs pass through `sh -c env`.
+busybox_version=${busybox_e2e_version%-*}
+busybox_sha256=3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4
+debian_mirror=${EXK8S_DEBIAN_MIRROR:-}
+if [ -z "$debian_mirror" ]; then
+  debian_mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
+  debian_mirror=${debian_mirror:-http://deb.debian.org/debian}
+fi
+build_busybox() {
+  local dir=$1 tarball=$1/busybox_$busybox_version.orig.tar.bz2
+  log "building BusyBox $busybox_version (defconfig, static) from $debian_mirror's source"
+  curl -fsS -o "$tarball" "$debian_mirror/pool/main/b/busybox/busybox_$busybox_version.orig.tar.bz2" ||
+    die "could not download BusyBox $busybox_version's source from $debian_mirror"
+  echo "$busybox_sha256  $tarball" | sha256sum -c --quiet - || die "BusyBox's source does not match its pinned checksum"
+  tar -xjf "$tarball" -C "$dir"
+  (
+    cd "$dir/busybox-$busybox_version"
+    make defconfig >"$dir/build.log" 2>&1
+    sed -i 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/; s/^CONFIG_TC=y$/# CONFIG_TC is not set/' .config
+    make -j"$(nproc)" >>"$dir/build.log" 2>&1 || { tail -n 20 "$dir/build.log" >&2; die "BusyBox did not build (its log: $dir/build.log)"; }
+  )
+  mkdir -p "$dir/bin"
+  cp "$dir/busybox-$busybox_version/busybox" "$dir/bin/busybox"
+  rm -rf "$dir/busybox-$busybox_version" "$tarball"
+  file -L "$dir/bin/busybox" | grep -q 'statically linked' || die "the BusyBox built is not static"
+  local said
+  said=$("$dir/bin/busybox" 2>&1 || true)
+  [[ $said == "BusyBox v$busybox_version "* ]] || die "the BusyBox built says '${said%%$'\n'*}', not $busybox_version"
+}
+with_lock "$cache/busybox-$busybox_version" build_busybox
+busybox=$cache/busybox-$busybox_version/bin/busybox
 curl=$(command -v curl) || die "curl is not installed (the agnhost image carries it)"
 dash=$(command -v dash) || die "dash is not installed (the agnhost image's shell)"
 netcat=$(command -v nc.openbsd) || die "nc.openbsd is not installed (netcat-openbsd: the agnhost image carries it)"
+dig=$(command -v dig) || die "dig is not installed (bind9-dnsutils: the agnhost image carries it)"
+getent=$(command -v getent) || die "getent is not installed (libc-bin: the agnhost image carries it)"
 
 node_image=${EXK8S_NODE_IMAGE:-}
 node_packages=${EXK8S_NODE_PACKAGES:-}
@@ -197,7 +247,8 @@ node_packages=${EXK8S_NODE_PACKAGES:-}
 
 # The storage depends on the binaries, the pause source, the packages and this script.
 digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$flannel/bin/flanneld" \
-  "$agnhost/bin/agnhost" "$busybox" "$curl" "$netcat" "$dash" \
+  "$agnhost/bin/agnhost" "$porter/localhost.crt" "$porter/localhost.key" "$busybox" "$curl" "$netcat" "$dash" \
+  "$dig" "$getent" \
   "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
   for release in "${releases[@]}"; do
     sha256sum "${bins[$release]}"/kube-{apiserver,controller-manager,scheduler} \
@@ -319,7 +370,7 @@ iptables_image() {
     --env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin >/dev/null 2>>"$work/crane.log"
   log "  $3 (with iptables and conntrack)"
 }
-# busybox_layer DIR: Debian's static busybox in DIR/bin, with a link per applet.
+# busybox_layer DIR: the BusyBox built above in DIR/bin, with a link per applet.
 busybox_layer() {
   local layer=$1 applet
   mkdir -p "$layer/bin" "$layer/etc" "$layer/tmp"
@@ -330,23 +381,34 @@ busybox_layer() {
 }
 
 # agnhost_image WORK PORT: e2e-test-images/agnhost:<its VERSION>, laid out as upstream's:
-# /agnhost the entrypoint (`pause` by default), a shell and the tools the suite runs in it
-# (`sh -c 'curl …'`, `nc -v -t …`): busybox's applets, and Debian's dash as `sh`, curl and
-# OpenBSD's netcat (busybox's nc lacks the options the suite passes) with exactly the libraries
-# they load (this machine's, found by ldd).
+# /agnhost the entrypoint (`pause` by default) and its link /agnhost-2, porter's TLS pair
+# /localhost.crt and /localhost.key from the module (a readiness probe of the suite reads the
+# former), /uploads, the image's own user-defined-in-image (1000) in group-defined-in-image
+# (50000), a shell and the tools the suite runs in it (`sh -c 'curl …'`, `nc -v -t …`, the DNS
+# specs' `dig` and `getent hosts`): busybox's applets, and Debian's dash as `sh`, curl, OpenBSD's
+# netcat (busybox's nc lacks the options the suite passes), dig and getent with exactly the
+# libraries they load (this machine's, found by ldd; glibc's own hosts lookups need no module).
 agnhost_image() {
   local work=$1 ref=127.0.0.1:$2/e2e-test-images/agnhost:$agnhost_version layer=$1/agnhost lib
   busybox_layer "$layer"
   mkdir -p "$layer/usr/local/bin" "$layer/usr/bin" "$layer/lib/x86_64-linux-gnu" "$layer/lib64"
   cp "$agnhost/bin/agnhost" "$layer/agnhost"
   ln -sfn /agnhost "$layer/usr/local/bin/agnhost"
+  ln -sfn agnhost "$layer/agnhost-2"
+  cp "$porter/localhost.crt" "$porter/localhost.key" "$layer/"
+  mkdir -p "$layer/uploads"
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' \
+    'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >"$layer/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'user-defined-in-image:x:1000:' \
+    'group-defined-in-image:x:50000:user-defined-in-image' >"$layer/etc/group"
   cp "$curl" "$layer/usr/bin/curl"
   cp "$netcat" "$layer/usr/bin/nc"
-  # A shell that finds commands on PATH: Debian's busybox sh runs its own applets first (a
+  # A shell that finds commands on PATH: a busybox sh may run its own applets first (a
   # standalone shell), so its `nc` would win over netcat.
   rm -f "$layer/bin/nc" "$layer/bin/sh"
   cp "$dash" "$layer/bin/sh"
-  for lib in $(ldd "$curl" "$netcat" "$dash" | awk '$3 ~ /^\// {print $3}' | sort -u); do
+  cp "$dig" "$getent" "$layer/usr/bin/"
+  for lib in $(ldd "$curl" "$netcat" "$dash" "$dig" "$getent" | awk '$3 ~ /^\// {print $3}' | sort -u); do
     cp -L "$lib" "$layer/lib/x86_64-linux-gnu/"
   done
   cp -L /lib64/ld-linux-x86-64.so.2 "$layer/lib64/"
@@ -355,10 +417,10 @@ agnhost_image() {
   "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" --set-platform linux/amd64 \
     --entrypoint /agnhost --cmd pause --env PATH=/usr/local/bin:/usr/bin:/bin \
     >/dev/null 2>>"$work/crane.log"
-  log "  e2e-test-images/agnhost:$agnhost_version (with busybox, dash, curl and netcat)"
+  log "  e2e-test-images/agnhost:$agnhost_version (with busybox, dash, curl, netcat, dig and getent)"
 }
 
-# busybox_image WORK PORT: e2e-test-images/busybox:<the suite's tag>, Debian's static busybox
+# busybox_image WORK PORT: e2e-test-images/busybox:<the suite's tag>, the BusyBox of its version
 # with a link per applet in /bin, as upstream's image (no entrypoint; `sh` by default).
 busybox_image() {
   local work=$1 ref=127.0.0.1:$2/e2e-test-images/busybox:$busybox_e2e_version layer=$1/busybox
@@ -367,7 +429,7 @@ busybox_image() {
   "$tools/bin/crane" append --insecure -f "$layer.tar" -t "$ref" >/dev/null 2>>"$work/crane.log"
   "$tools/bin/crane" mutate --insecure "$ref" -t "$ref" --set-platform linux/amd64 \
     --cmd sh --env PATH=/bin >/dev/null 2>>"$work/crane.log"
-  log "  e2e-test-images/busybox:$busybox_e2e_version (Debian's busybox-static)"
+  log "  e2e-test-images/busybox:$busybox_e2e_version (BusyBox $busybox_version from its source)"
 }
 with_lock "$store" fill_store
 

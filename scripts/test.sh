@@ -19,13 +19,13 @@ ensure_packages shellcheck:shellcheck systemd-analyze:systemd python3:python3 \
 ensure_packages psql:postgresql-client
 # kubectl (client-go) reads the kubeconfigs the CLI merges.
 ensure_packages kubectl:kubernetes-client
-# What the node registry's images are built from (scripts/node-registry.sh): busybox-static, a
-# static C toolchain for the sandbox image's pause, and the tools the conformance suite's agnhost
+# What the node registry's images are built from (scripts/node-registry.sh): a static C
+# toolchain, make and bzip2 for the sandbox image's pause and BusyBox, and the tools the conformance suite's agnhost
 # runs; nsenter to enter a booted machine, iptables to show a booted node's rules when a
 # workload check fails; HAProxy, the outside load balancer docs/apiserver-endpoint.md shows,
 # and dnsmasq, the DNS server it follows the control plane's name through.
-ensure_packages busybox:busybox-static cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev \
-  file:file curl:curl nc.openbsd:netcat-openbsd nsenter:util-linux iptables:iptables \
+ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev make:make bzip2:bzip2 \
+  file:file curl:curl nc.openbsd:netcat-openbsd dig:bind9-dnsutils nsenter:util-linux iptables:iptables \
   haproxy:haproxy dnsmasq:dnsmasq-base
 # Machines that boot (tests/src/machine.rs): the node image's root from Debian's packages, booted
 # by systemd-nspawn with systemd as PID 1.

@@ -2,9 +2,10 @@
 //! real `e2e.test` of the cluster's release (`scripts/e2e-binaries.sh`, named by
 //! `EXK8S_E2E_TEST`), from the first machine's LAN with its admin kubeconfig. Services,
 //! networking across nodes, pod DNS settings, pods, ConfigMaps and Secrets, service account
-//! tokens and authorization — each a `[Conformance]` spec whose images the node registry serves
+//! tokens, authorization and an admission webhook (the apiserver reaching a Service from its
+//! host's network) — each a `[Conformance]` spec whose images the node registry serves
 //! (agnhost, busybox, pause). Judged by the suite's own JUnit report: every selected spec ran
-//! and passed.
+//! and passed. The whole suite is `scripts/conformance.sh`'s.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -12,7 +13,7 @@ use std::time::Instant;
 use exk8s_tests::machine::Machine;
 
 /// The selected specs (the start of each name; each is `[Conformance]`).
-const SELECTED: [&str; 12] = [
+const SELECTED: [&str; 13] = [
     "[sig-network] Services should serve a basic endpoint from pods",
     "[sig-network] Services should serve multiport endpoints from pods",
     "[sig-network] Services should be able to create a functioning NodePort service",
@@ -25,6 +26,7 @@ const SELECTED: [&str; 12] = [
     "[sig-storage] Secrets should be consumable from pods in volume [NodeConformance]",
     "[sig-auth] ServiceAccounts should mount an API token into pods",
     "[sig-auth] SubjectReview should support SubjectReview API operations",
+    "[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should be able to deny pod and configmap creation",
 ];
 
 fn e2e_test() -> PathBuf {

@@ -1,6 +1,8 @@
 //! The machines' LAN: a bridge in a network namespace of its own and, per machine, a namespace
-//! with `lo` and `eth0` (a veth on the bridge, the machine's address). Nothing is added to the
-//! host's own namespace. A host service reaches the machines through listeners opened inside a
+//! with `lo` and `eth0` (a veth on the bridge, the machine's address) and a default route
+//! through the subnet's gateway (its first address, on the bridge), as a cloud's subnet has:
+//! packets for anywhere else end at the bridge's namespace, which forwards nothing (a network
+//! with no way out). Nothing is added to the host's own namespace. A host service reaches the machines through listeners opened inside a
 //! machine's namespace ([`listen_in`]): the socket lives there, the tasks serving it here.
 
 use std::net::SocketAddr;
@@ -70,7 +72,11 @@ impl Lan {
     }
 
     /// VM `vm`'s namespace, at `address` on the bridge, with `extra` addresses on its `lo`
-    /// (where the cloud's services answer). A namespace of the same name is replaced.
+    /// (where the cloud's services answer) and its default route through the subnet's gateway.
+    /// A namespace of the same name is replaced. A route a host needs: a program of the host
+    /// connecting to a Service's address (the apiserver calling a webhook) is refused "network
+    /// is unreachable" before kube-proxy's rules can translate the address, unless some route
+    /// covers it.
     pub(super) fn attach(
         &self,
         vm: i64,
@@ -96,6 +102,20 @@ impl Lan {
         ip(&["-n", &node, "link", "set", "eth0", "up"])?;
         ip(&["-n", &switch, "link", "set", &outside, "master", "br0"])?;
         ip(&["-n", &switch, "link", "set", &outside, "up"])?;
+        let gateway = gateway(address, self.prefix)?;
+        let gateway_cidr = format!("{gateway}/{}", self.prefix);
+        ip(&[
+            "-n",
+            &switch,
+            "addr",
+            "replace",
+            &gateway_cidr,
+            "dev",
+            "br0",
+        ])?;
+        ip(&[
+            "-n", &node, "route", "add", "default", "via", &gateway, "dev", "eth0",
+        ])?;
         Ok(())
     }
 
@@ -106,6 +126,17 @@ impl Lan {
             let _ = ip(&["netns", "del", &node]);
         }
     }
+}
+
+/// The gateway of the `/prefix` subnet `address` is in: its first address (the compute
+/// simulator hands out hosts from .11, .1 to .10 being the cloud's).
+fn gateway(address: &str, prefix: u8) -> Result<String, MachineError> {
+    let parsed: std::net::Ipv4Addr = address.parse().map_err(|_| MachineError::Io {
+        what: format!("the machine address {address}"),
+        detail: "not an IPv4 address".into(),
+    })?;
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    Ok(std::net::Ipv4Addr::from((u32::from(parsed) & mask) + 1).to_string())
 }
 
 impl Lan {
@@ -170,5 +201,16 @@ pub(super) async fn relay(listener: tokio::net::TcpListener, port: u16) {
                 let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_gateway_is_the_subnets_first_address() {
+        assert_eq!(super::gateway("10.240.0.11", 24).unwrap(), "10.240.0.1");
+        assert_eq!(super::gateway("10.240.3.200", 20).unwrap(), "10.240.0.1");
+        assert_eq!(super::gateway("127.0.19.14", 28).unwrap(), "127.0.19.1");
+        assert!(super::gateway("vm-101", 24).is_err());
     }
 }

@@ -136,12 +136,17 @@ impl Booted {
             .arg("--bind-ro=/dev/kmsg")
             // systemd as PID 1 once the cgroup v1 controllers, which nspawn mounts read-only,
             // are writable below the machine's own cgroup (runc makes the pods' cgroups
-            // there); nothing to do on cgroup v2, where nspawn delegates the machine's tree.
+            // there; nothing to do on cgroup v2, where nspawn delegates the machine's tree),
+            // and so is /proc/sys/net, the machine's own network namespace's parameters: nspawn
+            // makes it writable for a network it makes itself, not for one it is given (CNI's
+            // portmap sets `route_localnet` on the pods' bridge for every hostPort).
             .args([
                 "/bin/sh",
                 "-c",
                 "for c in /sys/fs/cgroup/*/; do \
                  ! mountpoint -q \"$c\" || mount -o remount,bind,rw \"$c\"; done; \
+                 mount --bind /proc/sys/net /proc/sys/net && \
+                 mount -o remount,bind,rw /proc/sys/net; \
                  exec /sbin/init",
             ])
             .stdin(Stdio::null())

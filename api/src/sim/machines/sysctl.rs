@@ -1,9 +1,10 @@
 //! A machine's network kernel parameters. nspawn mounts a machine's `/proc/sys` read-only, so
 //! its `systemd-sysctl` cannot set what `/etc/sysctl.d` asks of the kernel (the bundle's
-//! `90-exk8s-kubernetes.conf`: forwarding, bridged traffic through iptables). The `net.*`
-//! parameters belong to the machine's own network namespace — on a VM, to its own kernel — so
-//! the provider sets them there from the host, as systemd-sysctl would have, whenever the
-//! machine's files change. Every other parameter is the host kernel's and stays as it is; a
+//! `90-exk8s-kubernetes.conf`: forwarding, bridged traffic through iptables) — but for
+//! `/proc/sys/net`, made writable when the machine boots (`nspawn.rs`). The `net.*` parameters
+//! belong to the machine's own network namespace — on a VM, to its own kernel — so the provider
+//! also sets them there from the host, as systemd-sysctl would, whenever the machine's files
+//! change: nothing waits on when systemd-sysctl runs. Every other parameter is the host kernel's and stays as it is; a
 //! pattern (`net.ipv4.conf.*.rp_filter`) is left to the machine — but for the few the kubelet
 //! itself sets when it starts ([`set_kubelet_kernel`]).
 
