@@ -13,7 +13,8 @@
 //! to `founded` in place; a snapshot asked for there is refused in the API's words (nothing
 //! reports on the dev stack's simulated machines); its node's agent, run as on the simulated
 //! stack, then reports each phase of its boot and the page follows them in place to
-//! `complete`; a delete with the name typed leads back to the list without it. axe-core
+//! `complete`, after which a snapshot asked for is taken (its member asked, listed on the
+//! page); a delete with the name typed leads back to the list without it. axe-core
 //! (`EXK8S_AXE`, `scripts/test.sh` installs it once per machine) finds no serious or critical
 //! accessibility violation on the login form, the list, the cluster page, the certificates
 //! page, the founding form (before and after its refusal) or an action's page. The cluster
@@ -226,6 +227,12 @@ fn the_console_works_in_a_real_browser_with_a_keyboard() {
         reports.len() >= 4 && reports.iter().any(|r| r.starts_with("complete")),
         "each phase reported is listed: {reports:?}"
     );
+    // Then a snapshot asked for is taken: the node's member is asked, and the page lists it.
+    assert_eq!(url("snapshot_taken_url"), url("founded_url"), "{seen}");
+    let snapshots = seen["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), 1, "{seen}");
+    assert_eq!(snapshots[0][1], "requested", "{seen}");
+    assert_eq!(snapshots[0][2], "operator", "{seen}");
     assert_eq!(url("deleted_url"), format!("{}/ui/clusters", stack.base));
     assert!(
         !seen["after_delete"]

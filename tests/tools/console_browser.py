@@ -245,6 +245,15 @@ def main():
         # Each report the agent made is a change the page lists, as it was brought in place.
         seen["node_reports"] = texts(driver, "table.changes tr.change-report td:nth-child(3)")
         seen["node_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
+        # With a voter reporting healthy, a snapshot is taken: asked of it, on the page.
+        link, _ = tab_until(driver, lambda e: e.text == "Take a snapshot")
+        leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
+        button, _ = tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Take the snapshot")
+        leaves_page(driver, lambda: button.send_keys(Keys.ENTER))
+        seen["snapshot_taken_url"] = driver.current_url
+        seen["snapshots"] = driver.execute_script(
+            "return [...document.querySelectorAll('table.snapshots tbody tr')]"
+            ".map(r => [...r.children].map(c => c.textContent.trim()));")
         # Delete it: the name must be typed.
         made_id = seen["founded_url"].rsplit("/", 1)[1]
         driver.get(URL + f"/ui/clusters/{made_id}/actions/delete")
