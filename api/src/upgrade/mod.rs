@@ -192,6 +192,50 @@ fn etcd_of(release: Release) -> exk8s_common::names::Version {
     crate::render::etcd_for(&version)
 }
 
+/// Each release this API offers besides the one `org_id`'s cluster `cluster_id` runs, and why
+/// the skew policy refuses it — the checks [`start`] makes of the release itself (a change
+/// under way, the skew between minors, etcd's, the pools' kubelets), not those of the moment
+/// (every member healthy, no rotation): what an upgrade form offers. Read without the lock.
+pub async fn choices(
+    ctx: &Upgrader,
+    org_id: i64,
+    cluster_id: i64,
+) -> Result<Vec<(Release, Option<String>)>, UpgradeError> {
+    let offered = offered(&ctx.config)?;
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
+        .await?
+        .ok_or(UpgradeError::NotFound)?;
+    let target: Release = cluster.kubernetes_version.parse()?;
+    let nodes = db::nodes::list(&ctx.db.pool, cluster_id).await?;
+    let pools = db::pools::list(&ctx.db.pool, cluster_id).await?;
+    let kubelets = oldest_kubelets(&pools, &nodes, &cluster.kubernetes_version)?;
+    let kubelets: Vec<(&str, Release)> = kubelets.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let cp = ControlPlane::read(target, &nodes);
+    let mut choices: Vec<(Release, Option<String>)> = offered
+        .iter()
+        .filter(|to| **to != target)
+        .map(|&to| {
+            let refused = decide(&cp, &nodes, to, &offered)
+                .map_err(|e| e.to_string())
+                .and_then(|decided| match decided {
+                    Started::RollingBack { .. } => Ok(()),
+                    _ => skew::etcd(
+                        cp.oldest,
+                        to,
+                        etcd_of(cp.oldest).as_str(),
+                        etcd_of(to).as_str(),
+                    )
+                    .and_then(|()| skew::control_plane(cp.oldest, to, &offered, &kubelets))
+                    .map_err(|e| e.to_string()),
+                })
+                .err();
+            (to, refused)
+        })
+        .collect();
+    choices.sort_by_key(|c| std::cmp::Reverse(c.0));
+    Ok(choices)
+}
+
 /// The cluster's target, read again under its lock.
 async fn current_target(
     tx: &mut sqlx::AnyConnection,

@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use exk8s_api_types::{ClusterView, KubernetesVersionView};
 use minijinja::context;
+use serde::Serialize;
 
 use super::client::{self, Answer, Call, Refusal};
 use super::forms::{self, Action, Field, Known};
@@ -132,7 +133,7 @@ pub(super) async fn action_page(
     let principal = console.operator.principal.clone();
     let shown = async {
         let pool = on.pool(&slug);
-        let (action, cluster, versions) = load(&state, &console, id, &slug, pool).await?;
+        let (action, cluster, versions, upgrades) = load(&state, &console, id, &slug, pool).await?;
         let known = Known {
             cluster: Some(&cluster),
             versions: &versions,
@@ -143,7 +144,10 @@ pub(super) async fn action_page(
             &console,
             StatusCode::OK,
             action,
-            Some(&cluster),
+            Some(Target {
+                cluster: &cluster,
+                upgrades: &upgrades,
+            }),
             pool,
             fields,
             None,
@@ -169,7 +173,8 @@ pub(super) async fn act(
         Err(e) => return error_page(Some(&console.operator.principal), &e),
     };
     let pool = on.pool(&slug);
-    let (action, cluster, versions) = match load(&state, &console, id, &slug, pool).await {
+    let (action, cluster, versions, upgrades) = match load(&state, &console, id, &slug, pool).await
+    {
         Ok(loaded) => loaded,
         Err(e) => return error_page(Some(&console.operator.principal), &e),
     };
@@ -180,7 +185,10 @@ pub(super) async fn act(
     };
     let mut fields = forms::fields(action, &known);
     forms::fill(&mut fields, |name| form.get(name).map(str::to_owned));
-    let c = Some(&cluster);
+    let c = Some(Target {
+        cluster: &cluster,
+        upgrades: &upgrades,
+    });
     if action == Action::Delete && form.get("confirm").map(str::trim) != Some(cluster.name.as_str())
     {
         let refusal = Refusal {
@@ -226,7 +234,15 @@ async fn load(
     id: i64,
     slug: &str,
     pool: Option<&str>,
-) -> Result<(Action, ClusterView, Vec<KubernetesVersionView>), ApiError> {
+) -> Result<
+    (
+        Action,
+        ClusterView,
+        Vec<KubernetesVersionView>,
+        Vec<UpgradeChoice>,
+    ),
+    ApiError,
+> {
     let action = Action::of_slug(slug).ok_or(ApiError::NotFound)?;
     let cluster: ClusterView = client::call(state, console, Call::get(format!("/clusters/{id}")))
         .await
@@ -239,12 +255,35 @@ async fn load(
             return Err(ApiError::NotFound);
         }
     }
-    let versions = if action == Action::Upgrade {
-        versions(state, console).await?
+    let (versions, upgrades) = if action == Action::Upgrade {
+        let upgrades = crate::upgrade::choices(&state.upgrader(), console.operator.org_id, id)
+            .await
+            .map_err(ApiError::from)?
+            .into_iter()
+            .map(|(release, refused)| UpgradeChoice {
+                release: release.to_string(),
+                refused,
+            })
+            .collect();
+        (versions(state, console).await?, upgrades)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
-    Ok((action, cluster, versions))
+    Ok((action, cluster, versions, upgrades))
+}
+
+/// A release an upgrade may go to, or why the skew policy refuses it.
+#[derive(Debug, Serialize)]
+struct UpgradeChoice {
+    release: String,
+    refused: Option<String>,
+}
+
+/// The cluster an action's page is about, and the releases its upgrade form offers.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    cluster: &'a ClusterView,
+    upgrades: &'a [UpgradeChoice],
 }
 
 /// The releases the API offers.
@@ -286,11 +325,13 @@ fn form_page(
     console: &Console,
     status: StatusCode,
     action: Action,
-    cluster: Option<&ClusterView>,
+    target: Option<Target<'_>>,
     pool: Option<&str>,
     fields: Vec<Field>,
     refusal: Option<Refusal>,
 ) -> Response {
+    let cluster = target.map(|t| t.cluster);
+    let upgrades = target.map_or(&[][..], |t| t.upgrades);
     page(
         status,
         "action.html",
@@ -302,6 +343,7 @@ fn form_page(
             pool,
             fields,
             refusal,
+            upgrades,
             form_key => console.form_key(),
             attempt => uuid::Uuid::new_v4().to_string(),
         },
