@@ -1,14 +1,14 @@
 //! What a cluster's certificates were and the CA rotations it went through, for the timeline
 //! of its certificates: `certificate_history` keeps a certificate's life once it ended (a
 //! node's generation when the node applied a newer one, a cluster's own certificate when
-//! replaced) and `ca_rotation_history` each rotation with when it entered each phase. Written
-//! in the transaction that ends the life or moves the rotation; the last [`LIVES_KEPT`] lives
-//! per node and name and the last [`ROTATIONS_KEPT`] rotations per cluster are kept.
+//! replaced) and `ca_rotation_history` each rotation with when it entered each phase (written
+//! by [`super::rotations`] as it moves one). Written in the transaction that ends the life or
+//! moves the rotation; the last [`LIVES_KEPT`] lives per node and name and the last
+//! [`ROTATIONS_KEPT`] rotations per cluster are kept.
 
 use sqlx::{Any, Executor, Row as _};
 
 use super::DbError;
-use super::rotations::RotationPhase;
 
 /// Past lives kept per node (or cluster) and certificate name.
 pub const LIVES_KEPT: i64 = 5;
@@ -132,55 +132,6 @@ pub async fn lives<'c>(
         })
         .collect::<Result<_, sqlx::Error>>()
         .map_err(DbError::from)
-}
-
-/// A rotation started: its row, and the oldest beyond [`ROTATIONS_KEPT`] gone.
-pub(super) async fn rotation_started(
-    tx: &mut sqlx::AnyConnection,
-    cluster_id: i64,
-    ca: &str,
-    now: i64,
-) -> Result<(), DbError> {
-    sqlx::query("INSERT INTO ca_rotation_history (cluster_id, ca, started_at) VALUES ($1, $2, $3)")
-        .bind(cluster_id)
-        .bind(ca)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(&format!(
-        "DELETE FROM ca_rotation_history WHERE cluster_id = $1 AND id < ( \
-         SELECT h.id FROM ca_rotation_history h WHERE h.cluster_id = $1 \
-         ORDER BY h.id DESC LIMIT 1 OFFSET {})",
-        ROTATIONS_KEPT - 1
-    ))
-    .bind(cluster_id)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
-}
-
-/// The cluster's rotation under way entered `phase`, or ended (`None`).
-pub(super) async fn rotation_moved(
-    tx: &mut sqlx::AnyConnection,
-    cluster_id: i64,
-    phase: Option<RotationPhase>,
-    now: i64,
-) -> Result<(), DbError> {
-    let column = match phase {
-        Some(RotationPhase::TrustBoth) => return Ok(()),
-        Some(RotationPhase::SignNew) => "sign_new_at",
-        Some(RotationPhase::DropOld) => "drop_old_at",
-        None => "finished_at",
-    };
-    sqlx::query(&format!(
-        "UPDATE ca_rotation_history SET {column} = $1 WHERE id = ( \
-         SELECT max(id) FROM ca_rotation_history WHERE cluster_id = $2 AND finished_at IS NULL)"
-    ))
-    .bind(now)
-    .bind(cluster_id)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
 }
 
 /// A CA rotation as kept: when it started, entered sign-new and drop-old, and ended.

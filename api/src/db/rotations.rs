@@ -238,7 +238,7 @@ pub async fn insert(
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    super::history::rotation_started(tx, cluster_id, ca_name(ca), now).await?;
+    rotation_started(tx, cluster_id, ca_name(ca), now).await?;
     Ok(true)
 }
 
@@ -266,7 +266,7 @@ pub async fn advance(
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    super::history::rotation_moved(tx, cluster_id, Some(to), now).await?;
+    rotation_moved(tx, cluster_id, Some(to), now).await?;
     Ok(true)
 }
 
@@ -283,8 +283,57 @@ pub async fn finish(
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    super::history::rotation_moved(tx, cluster_id, None, now).await?;
+    rotation_moved(tx, cluster_id, None, now).await?;
     Ok(true)
+}
+
+/// A rotation started: its row, and the oldest beyond [`super::history::ROTATIONS_KEPT`] gone.
+async fn rotation_started(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    ca: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query("INSERT INTO ca_rotation_history (cluster_id, ca, started_at) VALUES ($1, $2, $3)")
+        .bind(cluster_id)
+        .bind(ca)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(&format!(
+        "DELETE FROM ca_rotation_history WHERE cluster_id = $1 AND id < ( \
+         SELECT h.id FROM ca_rotation_history h WHERE h.cluster_id = $1 \
+         ORDER BY h.id DESC LIMIT 1 OFFSET {})",
+        super::history::ROTATIONS_KEPT - 1
+    ))
+    .bind(cluster_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// The cluster's rotation under way entered `phase`, or ended (`None`).
+async fn rotation_moved(
+    tx: &mut sqlx::AnyConnection,
+    cluster_id: i64,
+    phase: Option<RotationPhase>,
+    now: i64,
+) -> Result<(), DbError> {
+    let column = match phase {
+        Some(RotationPhase::TrustBoth) => return Ok(()),
+        Some(RotationPhase::SignNew) => "sign_new_at",
+        Some(RotationPhase::DropOld) => "drop_old_at",
+        None => "finished_at",
+    };
+    sqlx::query(&format!(
+        "UPDATE ca_rotation_history SET {column} = $1 WHERE id = ( \
+         SELECT max(id) FROM ca_rotation_history WHERE cluster_id = $2 AND finished_at IS NULL)"
+    ))
+    .bind(now)
+    .bind(cluster_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// Replaces one of a cluster's CAs (certificate and sealed key).

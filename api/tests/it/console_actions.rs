@@ -233,7 +233,10 @@ async fn the_console_acts_through_the_api_with_its_own_forms(backend: Backend) {
         "{upgrade}"
     );
     // The releases offered besides the one it runs, each judged by the skew policy in its words.
-    assert_eq!(version, "v1.35.3", "the test API offers v1.35.3 and v1.34.6");
+    assert_eq!(
+        version, "v1.35.3",
+        "the test API offers v1.35.3 and v1.34.6"
+    );
     assert!(
         upgrade.contains(
             "<tr><th scope=\"row\">v1.34.6</th><td>No: the control plane runs v1.35.3; going \
@@ -241,7 +244,10 @@ async fn the_console_acts_through_the_api_with_its_own_forms(backend: Backend) {
         ),
         "{upgrade}"
     );
-    assert!(!upgrade.contains("<th scope=\"row\">v1.35.3</th>"), "{upgrade}");
+    assert!(
+        !upgrade.contains("<th scope=\"row\">v1.35.3</th>"),
+        "{upgrade}"
+    );
 
     // Renewal made: the cluster's page next, and the API has a rollout going.
     let before = json_of(app.get(&format!("/clusters/{ours}")).send().await.unwrap()).await;
