@@ -57,6 +57,8 @@ if [ ! -x "$tools/registry" ] || [ ! -x "$tools/crane" ]; then
   die "no registry or crane in $tools (scripts/node-registry.sh prints the registry's path)"
 fi
 
+# shellcheck source=scripts/lib/scratch-registry.sh
+source "$root/scripts/lib/scratch-registry.sh"
 # shellcheck source=scripts/lib/cache.sh
 source "$root/scripts/lib/cache.sh"
 gomod() { CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local go "$@"; }
@@ -115,7 +117,7 @@ build_debian() {
 }
 with_lock "$debian" build_debian
 
-digest=$( (sha256sum "$0" "$debian/root.tar" "$bins/bin/"* "$etcd_bin/etcd" "$e2e/bin/agnhost"
+digest=$( (sha256sum "$0" "$root/scripts/lib/scratch-registry.sh" "$debian/root.tar" "$bins/bin/"* "$etcd_bin/etcd" "$e2e/bin/agnhost"
   echo "$node_store") | sha256sum | cut -c1-12)
 store=$cache/conformance-registry-$k8s_version-$digest
 fill_store() {
@@ -124,26 +126,8 @@ fill_store() {
   mkdir -p "$work"
   log "copying the node registry's store"
   cp -a --reflink=auto "$node_store" "$dir/data"
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  cat >"$work/config.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-storage:
-  filesystem:
-    rootdirectory: $dir/data
-http:
-  addr: 127.0.0.1:$port
-EOF
-  "$tools/registry" serve "$work/config.yml" >"$work/registry.log" 2>&1 &
-  registry_pid=$!
-  trap 'kill "$registry_pid" 2>/dev/null || true' EXIT
-  local tries=0
-  until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; do
-    tries=$((tries + 1))
-    [ $tries -lt 100 ] || die "the registry never listened: $(tail -n 5 "$work/registry.log")"
-    sleep 0.1
-  done
+  scratch_registry_start "$tools/registry" "$dir/data" "$work"
+  port=$scratch_registry_port
   local at=127.0.0.1:$port
   crane() { "$tools/crane" --insecure "$@" >/dev/null 2>>"$work/crane.log" || die "crane $1 failed: $(tail -n 3 "$work/crane.log")"; }
   # mutate REF ARGS…: REF's configuration changed, under the same tag.
@@ -210,9 +194,7 @@ EOF
   mutate "$at/etcd:3.6.6-0" --set-platform linux/amd64 --entrypoint /usr/local/bin/etcd
   log "  etcd:3.6.6-0 (etcd $etcd_image_version)"
 
-  kill "$registry_pid"
-  wait "$registry_pid" 2>/dev/null || true
-  trap - EXIT
+  scratch_registry_stop
   rm -rf "$work"
 }
 with_lock "$store" fill_store

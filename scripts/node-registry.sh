@@ -50,6 +50,8 @@ command -v bzip2 >/dev/null || die "bzip2 is not installed (BusyBox's source is 
 command -v objdump >/dev/null || die "objdump is not installed (binutils: kube-proxy's image takes the libraries it names)"
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
 
+# shellcheck source=scripts/lib/scratch-registry.sh
+source "$(dirname "$0")/lib/scratch-registry.sh"
 # shellcheck source=scripts/lib/cache.sh
 source "$(dirname "$0")/lib/cache.sh"
 
@@ -246,7 +248,7 @@ node_packages=${EXK8S_NODE_PACKAGES:-}
 [ -f "$node_packages/Packages" ] || die "EXK8S_NODE_PACKAGES must name the node packages (scripts/node-packages.sh): the kube-proxy image takes iptables from them"
 
 # The storage depends on the binaries, the pause source, the packages and this script.
-digest=$( (sha256sum "$0" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$flannel/bin/flanneld" \
+digest=$( (sha256sum "$0" "$(dirname "$0")/lib/scratch-registry.sh" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$flannel/bin/flanneld" \
   "$agnhost/bin/agnhost" "$porter/localhost.crt" "$porter/localhost.key" "$busybox" "$curl" "$netcat" "$dash" \
   "$dig" "$getent" \
   "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
@@ -261,26 +263,8 @@ fill_store() {
   local dir=$1 work=$1.work port
   rm -rf "$work"
   mkdir -p "$work"
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  cat >"$work/config.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-storage:
-  filesystem:
-    rootdirectory: $dir/data
-http:
-  addr: 127.0.0.1:$port
-EOF
-  "$tools/bin/registry" serve "$work/config.yml" >"$work/registry.log" 2>&1 &
-  registry_pid=$!
-  trap 'kill "$registry_pid" 2>/dev/null || true' EXIT
-  local tries=0
-  until python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; do
-    tries=$((tries + 1))
-    [ $tries -lt 100 ] || die "the registry never listened: $(tail -n 5 "$work/registry.log")"
-    sleep 0.1
-  done
+  scratch_registry_start "$tools/bin/registry" "$dir/data" "$work"
+  port=$scratch_registry_port
   # image NAME:TAG FILE: FILE as /usr/local/bin/<its name>, the image's entrypoint.
   image() {
     local ref=127.0.0.1:$port/$1 file=$2 layer
@@ -311,8 +295,7 @@ EOF
   "$tools/bin/crane" copy --insecure "127.0.0.1:$port/pause:$pause_version" \
     "127.0.0.1:$port/pause:$pause_e2e_version" >/dev/null 2>>"$work/crane.log"
   log "  pause:$pause_e2e_version"
-  kill "$registry_pid"
-  wait "$registry_pid" 2>/dev/null || true
+  scratch_registry_stop
   rm -rf "$work"
 }
 

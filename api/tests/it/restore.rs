@@ -77,6 +77,15 @@ pub(crate) async fn stored(
     (id, snapshot)
 }
 
+/// The cluster's console page, as an operator signed in with the app's token sees it.
+async fn console_page(app: &TestApp, cluster: i64) -> String {
+    let signed_in = crate::console::login(app, &app.token, None).await;
+    let (cookie, _) = crate::console::session(&signed_in);
+    let page = crate::console::page(app, &format!("/ui/clusters/{cluster}"), &cookie).await;
+    assert_eq!(page.status(), 200);
+    page.text().await.unwrap()
+}
+
 /// Every change the cluster could be asked for is refused (409) naming the restore.
 async fn others_refused(app: &TestApp, cluster: i64, snapshot: i64) {
     let asks = [
@@ -203,6 +212,11 @@ async fn a_restore_stops_every_member_then_restores_then_starts_one_at_a_time(ba
         restore_view(&app, cluster).await["error"]["code"],
         "not_found"
     );
+    assert!(
+        console_page(&app, cluster)
+            .await
+            .contains("<p>Never restored.</p>")
+    );
     std::fs::write(&object, &sealed).unwrap();
 
     // Started: every member stops first.
@@ -258,6 +272,18 @@ async fn a_restore_stops_every_member_then_restores_then_starts_one_at_a_time(ba
     );
     assert_eq!(ack(&app, member(1), id, "stop", "").await, 204);
     assert_eq!(restore_view(&app, cluster).await["phase"], "stop");
+    // The cluster's console page shows it, each member where it is.
+    let shown = console_page(&app, cluster).await;
+    assert!(
+        shown.contains(&format!(
+            "Restore {id} of snapshot {snapshot_id}: <strong>stop</strong>"
+        )),
+        "{shown}"
+    );
+    for (i, state) in ["stopped", "stopped", "waiting"].iter().enumerate() {
+        let row = format!("<th scope=\"row\">{}</th><td>{state}</td>", names[i]);
+        assert!(shown.contains(&row), "{row} in {shown}");
+    }
     assert_eq!(ack(&app, member(2), id, "stop", "").await, 204);
 
     // Another API process takes over on the same database: the journal says where it is.
@@ -353,6 +379,13 @@ async fn a_restore_stops_every_member_then_restores_then_starts_one_at_a_time(ba
         "the member and its reason"
     );
     assert_eq!(task(&app, member(0)).await, Value::Null);
+    let shown = console_page(&app, cluster).await;
+    assert!(
+        shown.contains(&format!(
+            "Restore {second} of snapshot {snapshot_id}: <strong>failed</strong>"
+        )) && shown.contains(&format!("<p class=\"message\">{error}</p>")),
+        "{shown}"
+    );
     // Each restore is on the cluster's event stream as it enters each phase, the failure with
     // why.
     let mut stream = crate::events::Stream::open(&app, cluster, None).await;

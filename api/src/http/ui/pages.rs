@@ -13,7 +13,7 @@ use crate::app::AppState;
 use crate::db;
 use crate::http::error::ApiError;
 use crate::http::extract::ApiPath;
-use exk8s_api_types::SnapshotView;
+use exk8s_api_types::{RestoreView, SnapshotView};
 
 pub(super) async fn home() -> Redirect {
     Redirect::to("/ui/clusters")
@@ -86,8 +86,18 @@ struct ListedSnapshot {
     asked: String,
 }
 
-/// One cluster: its conditions, nodes, worker pools, latest snapshots and latest changes;
-/// another org's is not found.
+/// A cluster's latest restore as its page shows it: the API's view, and when it started and
+/// last moved.
+#[derive(Debug, serde::Serialize)]
+struct ShownRestore {
+    #[serde(flatten)]
+    restore: RestoreView,
+    started: String,
+    updated: String,
+}
+
+/// One cluster: its conditions, nodes, worker pools, latest snapshots, latest restore and
+/// latest changes; another org's is not found.
 pub(super) async fn cluster(
     State(state): State<AppState>,
     console: Console,
@@ -123,13 +133,31 @@ pub(super) async fn cluster(
             snapshot: s,
         })
         .collect::<Vec<_>>();
-        Ok::<_, ApiError>((view, changes, last_event, snapshots))
+        // The cluster is the operator's (read above): not found here is "never restored".
+        let restore = client::call(
+            &state,
+            &console,
+            Call::get(format!("/clusters/{id}/restore")),
+        )
+        .await;
+        let restore = match restore.status {
+            StatusCode::NOT_FOUND => None,
+            _ => {
+                let r = restore.json::<RestoreView>()?;
+                Some(ShownRestore {
+                    started: crate::http::conditions::rfc3339(r.started_at),
+                    updated: crate::http::conditions::rfc3339(r.updated_at),
+                    restore: r,
+                })
+            }
+        };
+        Ok::<_, ApiError>((view, changes, last_event, snapshots, restore))
     };
     match shown.await {
-        Ok((c, changes, last_event, snapshots)) => page(
+        Ok((c, changes, last_event, snapshots, restore)) => page(
             StatusCode::OK,
             "cluster.html",
-            context! { principal, c, changes, last_event, snapshots },
+            context! { principal, c, changes, last_event, snapshots, restore },
         ),
         Err(e) => error_page(Some(principal), &e),
     }
