@@ -30,6 +30,8 @@ fn environment() -> &'static Environment<'static> {
         // version), which a page shows as nothing.
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        // Unix seconds (a node's last request) as the RFC 3339 a `<time>` carries.
+        env.add_filter("rfc3339", crate::http::conditions::rfc3339);
         for (name, source) in TEMPLATES {
             // Compiled into the binary and rendered by the console's tests: a syntax error is
             // a build defect, caught before it could ship.
@@ -86,12 +88,28 @@ mod tests {
             "nodes": [
                 {"name": "cp-101", "vm_id": 101, "role": "control-plane", "phase": "complete",
                  "etcd_membership": "voter", "applied_generation": 1, "desired_generation": 1,
-                 "kubernetes_version": "v1.35.3", "private_ipv4": "10.0.0.11"},
+                 "kubernetes_version": "v1.35.3", "private_ipv4": "10.0.0.11",
+                 "last_seen_at": 1_764_633_600_i64,
+                 "conditions": [
+                    {"type": "EtcdMemberHealthy", "status": "True", "reason": "Healthy"},
+                    {"type": "KubeletHealthy", "status": "False", "reason": "KubeletDown",
+                     "message": "<no answer>"}
+                 ]},
                 {"name": "blue-102", "vm_id": 102, "role": "worker", "phase": "pending",
                  "applied_generation": 0, "desired_generation": 1,
-                 "private_ipv4": "10.0.0.12"}
-            ]
+                 "private_ipv4": "10.0.0.12"},
+                {"name": "blue-103", "vm_id": 103, "role": "worker", "phase": "complete",
+                 "applied_generation": 1, "desired_generation": 1,
+                 "private_ipv4": "10.0.0.13", "last_seen_at": 1_764_633_600_i64,
+                 "conditions": [{"type": "KubeletHealthy", "status": "True", "reason": "Healthy"}]}
+            ],
+            "health_policy": policy()
         })
+    }
+
+    /// The default health policy as the view has it.
+    fn policy() -> serde_json::Value {
+        serde_json::to_value(exk8s_api_types::HealthPolicy::default()).unwrap()
     }
 
     fn render(name: &str, ctx: minijinja::Value) -> String {
@@ -141,6 +159,22 @@ mod tests {
             "{one}"
         );
         assert!(one.contains("blue-102") && one.contains("voter"), "{one}");
+        // Each node's health: what is not well and why, or nothing reported yet.
+        assert!(
+            one.contains(
+                "<td class=\"health\">KubeletHealthy: KubeletDown (&lt;no answer&gt;)</td>"
+            ) && one.contains("<td class=\"health\">not reported</td>")
+                && one.contains("<td class=\"health\">healthy</td>")
+                && one.contains("<time datetime=\"2025-12-02T00:00:00Z\">")
+                && one.contains("<td>never</td>"),
+            "{one}"
+        );
+        assert!(
+            one.contains("Remediation is <strong>on</strong>")
+                && one.contains("<td>40% of a set")
+                && one.contains("<td>3 per 86400 s</td>"),
+            "{one}"
+        );
         assert!(
             one.contains("<main id=\"main\" data-live=\"/ui/clusters/1/events?after=7\">")
                 && one.contains("<script src=\"/ui/live.js\" defer></script>"),
