@@ -159,6 +159,17 @@ async fn the_console_shows_the_orgs_clusters_to_its_operators(backend: Backend) 
     for shown in ["Available", "EtcdClusterHealthy", "control-plane", "Nodes"] {
         assert!(one.contains(shown), "{shown}: {one}");
     }
+    // The releases it may be upgraded to, as the skew policy judges them; the default health
+    // policy it is judged by; a node that has not reported yet.
+    assert!(
+        one.contains(
+            "<tr><th scope=\"row\">v1.34.6</th><td>No: the control plane runs v1.35.3; going \
+             down a minor to v1.34.6 is not supported</td></tr>"
+        ) && one.contains("Remediation is <strong>on</strong>")
+            && one.contains("<td class=\"health\">not reported</td>")
+            && one.contains("<p>Never restored.</p>"),
+        "{one}"
+    );
     // Its latest changes, newest first: the founding's phases and its node.
     let changes = &one[one.find("Recent changes").expect("the changes")..];
     let founded = changes.find("<td>founded</td>").expect(changes);

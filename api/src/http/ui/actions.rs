@@ -256,15 +256,7 @@ async fn load(
         }
     }
     let (versions, upgrades) = if action == Action::Upgrade {
-        let upgrades = crate::upgrade::choices(&state.upgrader(), console.operator.org_id, id)
-            .await
-            .map_err(ApiError::from)?
-            .into_iter()
-            .map(|(release, refused)| UpgradeChoice {
-                release: release.to_string(),
-                refused,
-            })
-            .collect();
+        let upgrades = upgrade_choices(state, console, id).await?;
         (versions(state, console).await?, upgrades)
     } else {
         (Vec::new(), Vec::new())
@@ -274,9 +266,28 @@ async fn load(
 
 /// A release an upgrade may go to, or why the skew policy refuses it.
 #[derive(Debug, Serialize)]
-struct UpgradeChoice {
+pub(super) struct UpgradeChoice {
     release: String,
     refused: Option<String>,
+}
+
+/// The releases the API offers for cluster `id`'s upgrade, each with the skew policy's verdict.
+pub(super) async fn upgrade_choices(
+    state: &AppState,
+    console: &Console,
+    id: i64,
+) -> Result<Vec<UpgradeChoice>, ApiError> {
+    Ok(
+        crate::upgrade::choices(&state.upgrader(), console.operator.org_id, id)
+            .await
+            .map_err(ApiError::from)?
+            .into_iter()
+            .map(|(release, refused)| UpgradeChoice {
+                release: release.to_string(),
+                refused,
+            })
+            .collect(),
+    )
 }
 
 /// The cluster an action's page is about, and the releases its upgrade form offers.

@@ -96,8 +96,8 @@ struct ShownRestore {
     updated: String,
 }
 
-/// One cluster: its conditions, nodes, worker pools, latest snapshots, latest restore and
-/// latest changes; another org's is not found.
+/// One cluster: its conditions, nodes, health policy, worker pools, the upgrades offered, latest
+/// snapshots, latest restore and latest changes; another org's is not found.
 pub(super) async fn cluster(
     State(state): State<AppState>,
     console: Console,
@@ -151,13 +151,14 @@ pub(super) async fn cluster(
                 })
             }
         };
-        Ok::<_, ApiError>((view, changes, last_event, snapshots, restore))
+        let upgrades = super::actions::upgrade_choices(&state, &console, id).await?;
+        Ok::<_, ApiError>((view, changes, last_event, snapshots, restore, upgrades))
     };
     match shown.await {
-        Ok((c, changes, last_event, snapshots, restore)) => page(
+        Ok((c, changes, last_event, snapshots, restore, upgrades)) => page(
             StatusCode::OK,
             "cluster.html",
-            context! { principal, c, changes, last_event, snapshots, restore },
+            context! { principal, c, changes, last_event, snapshots, restore, upgrades },
         ),
         Err(e) => error_page(Some(principal), &e),
     }

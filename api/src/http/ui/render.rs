@@ -93,11 +93,15 @@ mod tests {
                  "conditions": [
                     {"type": "EtcdMemberHealthy", "status": "True", "reason": "Healthy"},
                     {"type": "KubeletHealthy", "status": "False", "reason": "KubeletDown",
-                     "message": "<no answer>"}
+                     "message": "<no answer>"},
+                    {"type": "SchedulerPodHealthy", "status": "Unknown", "reason": "NotReported",
+                     "message": "not reported yet"}
                  ]},
                 {"name": "blue-102", "vm_id": 102, "role": "worker", "phase": "pending",
                  "applied_generation": 0, "desired_generation": 1,
-                 "private_ipv4": "10.0.0.12"},
+                 "private_ipv4": "10.0.0.12", "conditions": [
+                    {"type": "KubeletHealthy", "status": "Unknown", "reason": "NotReported",
+                     "message": "not reported yet"}]},
                 {"name": "blue-103", "vm_id": 103, "role": "worker", "phase": "complete",
                  "applied_generation": 1, "desired_generation": 1,
                  "private_ipv4": "10.0.0.13", "last_seen_at": 1_764_633_600_i64,
@@ -162,7 +166,8 @@ mod tests {
         // Each node's health: what is not well and why, or nothing reported yet.
         assert!(
             one.contains(
-                "<td class=\"health\">KubeletHealthy: KubeletDown (&lt;no answer&gt;)</td>"
+                "<td class=\"health\">KubeletHealthy: KubeletDown (&lt;no answer&gt;); \
+                 SchedulerPodHealthy: NotReported</td>"
             ) && one.contains("<td class=\"health\">not reported</td>")
                 && one.contains("<td class=\"health\">healthy</td>")
                 && one.contains("<time datetime=\"2025-12-02T00:00:00Z\">")
