@@ -170,16 +170,44 @@ release_log=$(mktemp)
 chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
 release_builds=$!
 
-log "cargo test (whole workspace)"
+# The booted clusters (tests/tests/boot_cluster.rs: four real clusters, two at a time, about 25
+# minutes, much of it waiting on real control planes) run from here beside everything after
+# them: the rest of the suite runs niced (their waits are the booted machines' to take), and the
+# checks after it. Their output is printed once they end; either failing fails the run.
+boot_bin=$("${linted[@]}" cargo test --locked -p exk8s-tests --test boot_cluster --no-run \
+  --message-format=json |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
+        print(m["executable"])')
+[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not found (cargo test --no-run)" >&2; exit 1; }
+mapfile -t booted_tests < <("$boot_bin" --list --format terse | sed -n 's/: test$//p')
+[ "${#booted_tests[@]}" -gt 0 ] || { echo "$boot_bin lists no test" >&2; exit 1; }
+log "the booted clusters: ${booted_tests[*]} (in the background from here; their output follows the other checks)"
+boot_log=$(mktemp)
+(cd tests && exec "$boot_bin") >"$boot_log" 2>&1 &
+boot_lane=$!
+boot_started=$SECONDS
+# A check below that fails ends the run only once the booted clusters have ended too (their
+# machines stop with them), their output shown.
+trap 'if kill -0 "$boot_lane" 2>/dev/null; then
+  log "a check failed: waiting for the booted clusters to end (their machines stop with them)"
+  wait "$boot_lane" || true
+  cat "$boot_log"
+fi' EXIT
+skip_booted=(--exact)
+for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
+
+log "cargo test (the whole workspace but the booted clusters, beside them, niced)"
 # Kept in a file too: a failing test's panic sits between its captured output (the real
 # control-plane tests print every agent's log) and the other binaries' results, where a log cut to
 # its head and tail loses it; on failure every panic is printed again, last.
 test_log=$(mktemp)
-if ! "${linted[@]}" cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"; then
-  log "cargo test failed; the panics, again:"
-  grep -E -A 14 '^thread .* panicked at ' "$test_log" | cut -c1-2000 >&2 || true
-  grep -E '^---- |^error: .* target' "$test_log" >&2 || true
-  exit 1
+failed=()
+if ! nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast -- "${skip_booted[@]}" 2>&1 |
+  tee "$test_log"; then
+  failed+=("cargo test")
 fi
 
 log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
@@ -212,5 +240,15 @@ bash scripts/test-packaging.sh
 
 log "Debian packages: lintian, install, files and units, remove and purge"
 bash scripts/test-deb.sh
+
+log "waiting for the booted clusters (running for $(( (SECONDS - boot_started) / 60 )) min)"
+wait "$boot_lane" || failed+=("the booted clusters ($boot_bin)")
+tee -a "$test_log" <"$boot_log"
+if [ "${#failed[@]}" -gt 0 ]; then
+  log "failed: ${failed[*]}; the panics, again:"
+  grep -E -A 14 '^thread .* panicked at ' "$test_log" | cut -c1-2000 >&2 || true
+  grep -E '^---- |^error: .* target' "$test_log" >&2 || true
+  exit 1
+fi
 
 log "all checks passed"
