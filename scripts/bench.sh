@@ -3,7 +3,10 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers|floor
+#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers|floor|boot
+#   (boot: issue 67's measure, as root — exk8s and kubeadm founding the same shape on the same
+#   booted machines, alternating, [PAIRS=n] pairs (default 3) of [CONTROL_PLANE=n] (default 3)
+#   members and [WORKERS=n] (default 2) workers: scripts/bench-boot.sh; not part of `all`)
 #   (floor: issue 48's ratio, the API's CPU per bundle ÷ the cryptography's on this machine,
 #   ECDSA and RSA-2048 on SQLite and PostgreSQL; OLD=<commit> [PAIRS=n] adds that commit's API,
 #   alternating; not part of `all`)
@@ -20,6 +23,10 @@ source scripts/lib/ensure.sh
 what=${1:-all}
 out=target/bench
 mkdir -p "$out"
+if [ "$what" = boot ]; then
+  exec bash scripts/bench-boot.sh --pairs "${PAIRS:-3}" --control-plane "${CONTROL_PLANE:-3}" \
+    --workers "${WORKERS:-2}" --out "$out/boot"
+fi
 ensure_packages jq:jq hyperfine:hyperfine curl:curl /usr/bin/time:time
 cargo build --release --locked -p exk8s-api -p exk8s-agent -p exk8s-loadgen
 api=target/release/exk8s-api

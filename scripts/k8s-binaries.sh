@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/k8s-binaries.sh K8S_VERSION [ETCD_VERSION]
+# scripts/k8s-binaries.sh K8S_VERSION [ETCD_VERSION] [--kubeadm]
 #
 # Builds, once per machine and version, the real Kubernetes and etcd binaries the tests run:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl from the Go module
@@ -13,13 +13,20 @@
 # Kubernetes v1.35.3; go.etcd.io/etcd/api/v3 v3.6.10 for etcd v3.6.10).
 #
 # Output: $EXK8S_K8S_CACHE/<k8s version>/bin/* and $EXK8S_K8S_CACHE/etcd-<etcd version>/bin/*
-# (default cache /var/cache/exk8s/k8s). Prints the bin directories on stdout, one per line;
+# (default cache /var/cache/exk8s/k8s). Prints etcd's and Kubernetes' bin directories on stdout,
+# then kube-proxy's binary (and, with --kubeadm, kubeadm's), one per line;
 # everything else goes to stderr. Idempotent (a finished build leaves a stamp and is not
 # repeated) and safe when several callers ask at once (flock per version).
 set -euo pipefail
 
-k8s_version=${1:?usage: k8s-binaries.sh K8S_VERSION [ETCD_VERSION]}
+k8s_version=${1:?usage: k8s-binaries.sh K8S_VERSION [ETCD_VERSION] [--kubeadm]}
 etcd_version=${2:-v3.6.10}
+kubeadm=no
+case "${3:-}" in
+  '') ;;
+  --kubeadm) kubeadm=yes ;;
+  *) echo "k8s-binaries.sh: the third argument may only be --kubeadm, got '$3'" >&2; exit 2 ;;
+esac
 cache=${EXK8S_K8S_CACHE:-/var/cache/exk8s/k8s}
 
 log() { printf '==> k8s-binaries: %s\n' "$*" >&2; }
@@ -112,14 +119,16 @@ build_etcd() {
   done
 }
 
-# kube-proxy, for the addon image a cluster's nodes run (scripts/node-registry.sh), built in a
-# copy of the release's scratch module into a cache of its own (the release's binaries above
-# are cached already on machines that built them before it was asked for).
-build_kube_proxy() {
-  local dir=$1 release=$cache/$k8s_version
+# One more command of the release, built in a copy of its scratch module into a cache of its
+# own (the release's binaries above are cached already on machines that built them before it
+# was asked for): kube-proxy, for the addon image a cluster's nodes run
+# (scripts/node-registry.sh), and kubeadm, which only the boot benchmark runs
+# (scripts/bench-boot.sh), built when asked for.
+build_command() {
+  local cmd=$1 dir=$2 release=$cache/$k8s_version
   mkdir -p "$dir/src" "$dir/bin"
   cp "$release/src/go.mod" "$release/src/go.sum" "$dir/src/"
-  log "building kube-proxy $k8s_version"
+  log "building $cmd $k8s_version"
   (
     cd "$dir/src"
     local pkg ldflags="-s -w"
@@ -128,12 +137,17 @@ build_kube_proxy() {
       ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
       ldflags+=" -X $pkg.gitCommit=0000000000000000000000000000000000000000"
     done
-    go build -trimpath -ldflags "$ldflags" -o "$dir/bin/kube-proxy" k8s.io/kubernetes/cmd/kube-proxy
+    go build -trimpath -ldflags "$ldflags" -o "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
   )
   local out
-  out=$("$dir/bin/kube-proxy" --version 2>&1)
-  [[ $out == *"Kubernetes $k8s_version"* ]] || die "kube-proxy --version says '$out', not Kubernetes $k8s_version"
+  case $cmd in
+    kubeadm) out=$("$dir/bin/kubeadm" version -o short 2>&1) ;;
+    *) out=$("$dir/bin/$cmd" --version 2>&1) ;;
+  esac
+  [[ $out == *"$k8s_version"* ]] || die "$cmd says '$out' of its version, not Kubernetes $k8s_version"
 }
+build_kube_proxy() { build_command kube-proxy "$1"; }
+build_kubeadm() { build_command kubeadm "$1"; }
 
 with_lock "$cache/etcd-$etcd_version" build_etcd
 with_lock "$cache/$k8s_version" build_kubernetes
@@ -141,3 +155,7 @@ with_lock "$cache/$k8s_version-kube-proxy" build_kube_proxy
 echo "$cache/etcd-$etcd_version/bin"
 echo "$cache/$k8s_version/bin"
 echo "$cache/$k8s_version-kube-proxy/bin/kube-proxy"
+if [ "$kubeadm" = yes ]; then
+  with_lock "$cache/$k8s_version-kubeadm" build_kubeadm
+  echo "$cache/$k8s_version-kubeadm/bin/kubeadm"
+fi
