@@ -117,6 +117,8 @@ exk8s() { "$bin_dir/exk8s" "$@"; }
 exk8s login --api "$api" <"$out/stack/operator.token" >/dev/null
 compute=$api/sim/compute
 
+# plural N WORD: WORD, with an s unless N is 1.
+plural() { if [ "$1" = 1 ]; then echo "$2"; else echo "$2s"; fi; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 machine() { curl -fsS "$compute/sim/machines/$1"; }

@@ -3,10 +3,12 @@
 # Run it on an otherwise idle machine.
 #
 #   scripts/bench.sh            # everything
-#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers|floor|boot
+#   scripts/bench.sh pki|load|poll|streams|storm|fleet|found|agent|profile|compare|levers|floor|boot|instructions
 #   (boot: issue 67's measure, as root — exk8s and kubeadm founding the same shape on the same
 #   booted machines, alternating, [PAIRS=n] pairs (default 3) of [CONTROL_PLANE=n] (default 3)
 #   members and [WORKERS=n] (default 2) workers: scripts/bench-boot.sh; not part of `all`)
+#   (instructions: issue 67's steady measure, the API's instructions per bundle ÷ the floor's
+#   calls', counted by callgrind: scripts/bench-instructions.sh; not part of `all`)
 #   (floor: issue 48's ratio, the API's CPU per bundle ÷ the cryptography's on this machine,
 #   ECDSA and RSA-2048 on SQLite and PostgreSQL; OLD=<commit> [PAIRS=n] adds that commit's API,
 #   alternating; not part of `all`)
@@ -26,6 +28,9 @@ mkdir -p "$out"
 if [ "$what" = boot ]; then
   exec bash scripts/bench-boot.sh --pairs "${PAIRS:-3}" --control-plane "${CONTROL_PLANE:-3}" \
     --workers "${WORKERS:-2}" --out "$out/boot"
+fi
+if [ "$what" = instructions ]; then
+  exec bash scripts/bench-instructions.sh --out "$out/instructions"
 fi
 ensure_packages jq:jq hyperfine:hyperfine curl:curl /usr/bin/time:time
 cargo build --release --locked -p exk8s-api -p exk8s-agent -p exk8s-loadgen

@@ -13,13 +13,33 @@ use serde_json::json;
 use crate::fleet::get_text;
 use crate::{Args, proxy};
 
-/// Kills the API when the run ends.
-pub(crate) struct Api(pub Child);
+/// Stops the API when the run ends: SIGTERM first when given time to end by itself
+/// (`--graceful-stop-secs`), killed otherwise or past it.
+pub(crate) struct Api {
+    pub child: Child,
+    pub graceful: Duration,
+}
 
 impl Drop for Api {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if !self.graceful.is_zero() {
+            let pid = rustix::process::Pid::from_child(&self.child);
+            if rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok() {
+                let start = Instant::now();
+                while start.elapsed() < self.graceful {
+                    if !matches!(self.child.try_wait(), Ok(None)) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                eprintln!(
+                    "exk8s-loadgen: the API did not end within {}s of SIGTERM; killing it",
+                    self.graceful.as_secs()
+                );
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -78,7 +98,7 @@ pub(crate) async fn serve(args: &Args, http: &reqwest::Client) -> Result<Served,
         .map_err(|e| e.to_string())?
         .port();
     let base = format!("http://127.0.0.1:{port}");
-    let api = Api(Command::new(&args.api_bin)
+    let child = Command::new(&args.api_bin)
         .args([
             "serve",
             "--listen",
@@ -107,7 +127,11 @@ pub(crate) async fn serve(args: &Args, http: &reqwest::Client) -> Result<Served,
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("starting the API: {e}"))?);
+        .map_err(|e| format!("starting the API: {e}"))?;
+    let api = Api {
+        child,
+        graceful: Duration::from_secs(args.graceful_stop_secs),
+    };
     let start = Instant::now();
     while http.get(format!("{base}/healthz")).send().await.is_err() {
         if start.elapsed() > Duration::from_secs(30) {

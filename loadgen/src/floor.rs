@@ -54,35 +54,75 @@ fn timed(mut round: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
     Ok(fastest)
 }
 
-/// Measures the floor of `algorithm` (`ecdsa-p256`, `rsa-2048`, …) on this machine.
-pub(crate) fn measure(algorithm: &str) -> Result<Floor, String> {
-    let algorithm: KeyAlgorithm = algorithm.parse().map_err(|e| format!("{e}"))?;
-    let now = time::OffsetDateTime::now_utc();
-    let pki = ClusterPki::generate(algorithm, now).map_err(|e| e.to_string())?;
-    let node = NodeAddresses {
-        name: "cp-1.cluster-1.internal"
-            .parse()
-            .map_err(|e| format!("a node name: {e}"))?,
-        private_ipv4: Ipv4Addr::new(10, 0, 0, 11),
-        private_ipv6: None,
-        public_ipv4: None,
-    };
-    let minting_ms = timed(|| {
-        let minted = BundleCerts::mint(&pki, &node, Role::ControlPlane, now);
+/// The floor's calls, ready to repeat: a cluster's PKI, a node's addresses, a signing key.
+struct Calls {
+    pki: ClusterPki,
+    node: NodeAddresses,
+    now: time::OffsetDateTime,
+    key: SigningKey,
+}
+
+impl Calls {
+    fn new(algorithm: &str) -> Result<Self, String> {
+        let algorithm: KeyAlgorithm = algorithm.parse().map_err(|e| format!("{e}"))?;
+        let now = time::OffsetDateTime::now_utc();
+        let pki = ClusterPki::generate(algorithm, now).map_err(|e| e.to_string())?;
+        let node = NodeAddresses {
+            name: "cp-1.cluster-1.internal"
+                .parse()
+                .map_err(|e| format!("a node name: {e}"))?,
+            private_ipv4: Ipv4Addr::new(10, 0, 0, 11),
+            private_ipv6: None,
+            public_ipv4: None,
+        };
+        Ok(Self {
+            pki,
+            node,
+            now,
+            key: SigningKey::from_bytes(&[7; 32]),
+        })
+    }
+
+    /// One bundle's keys and certificate signatures.
+    fn mint(&self) -> Result<(), String> {
+        let minted = BundleCerts::mint(&self.pki, &self.node, Role::ControlPlane, self.now);
         std::hint::black_box(minted.map_err(|e| e.to_string())?);
         Ok(())
-    })?;
-    let key = SigningKey::from_bytes(&[7; 32]);
+    }
+
+    /// One payload's two digests and its envelope's signature.
+    fn seal(&self, payload: &[u8]) {
+        std::hint::black_box(Sha256::digest(payload));
+        std::hint::black_box(Sha256::digest(payload));
+        let pae = exk8s_common::envelope::pae(exk8s_common::BUNDLE_PAYLOAD_TYPE, payload);
+        std::hint::black_box(self.key.sign(&pae));
+    }
+}
+
+/// Measures the floor of `algorithm` (`ecdsa-p256`, `rsa-2048`, …) on this machine.
+pub(crate) fn measure(algorithm: &str) -> Result<Floor, String> {
+    let calls = Calls::new(algorithm)?;
+    let minting_ms = timed(|| calls.mint())?;
     let payload = vec![b'x'; SAMPLE_BYTES];
     let per_sample_ms = timed(|| {
-        std::hint::black_box(Sha256::digest(&payload));
-        std::hint::black_box(Sha256::digest(&payload));
-        let pae = exk8s_common::envelope::pae(exk8s_common::BUNDLE_PAYLOAD_TYPE, &payload);
-        std::hint::black_box(key.sign(&pae));
+        calls.seal(&payload);
         Ok(())
     })?;
     Ok(Floor {
         minting_ms,
         per_kib_ms: per_sample_ms / (SAMPLE_BYTES as f64 / 1024.0),
     })
+}
+
+/// The floor's calls for `rounds` bundles of `payload_bytes` each, untimed: a fixed amount of
+/// work whose instructions `scripts/bench.sh instructions` counts under callgrind (two round
+/// counts apart, so the PKI made first cancels out).
+pub(crate) fn repeat(algorithm: &str, rounds: u32, payload_bytes: usize) -> Result<(), String> {
+    let calls = Calls::new(algorithm)?;
+    let payload = vec![b'x'; payload_bytes];
+    for _ in 0..rounds {
+        calls.mint()?;
+        calls.seal(&payload);
+    }
+    Ok(())
 }

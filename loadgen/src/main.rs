@@ -145,6 +145,18 @@ struct Args {
     /// set then reports the API's CPU per bundle against it (issue 48's ratio).
     #[arg(long)]
     floor: bool,
+    /// Start no API: run the issuance floor's calls for this many bundles of
+    /// `--floor-payload-bytes` (each `--fetches` algorithm in turn) and exit — a fixed amount
+    /// of work for callgrind to count (`scripts/bench.sh instructions`).
+    #[arg(long, requires = "floor_payload_bytes")]
+    floor_rounds: Option<u32>,
+    /// The payload size `--floor-rounds` digests and signs (a fetched bundle's).
+    #[arg(long)]
+    floor_payload_bytes: Option<usize>,
+    /// Stop the API with SIGTERM and wait this long for it to end before killing it (a
+    /// profiler it runs under writes its counts as it ends); 0 kills it at once.
+    #[arg(long, default_value_t = 0)]
+    graceful_stop_secs: u64,
 }
 
 fn pairs(list: &[String]) -> Result<Vec<(String, usize)>, String> {
@@ -320,9 +332,9 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
                 .then(cpu::postgres_ticks)
                 .flatten()
         };
-        let before = (cpu::ticks(api.0.id())?, server());
+        let before = (cpu::ticks(api.child.id())?, server());
         let mut summary = set.play(&http, &base, &keys, args.concurrency).await?;
-        let after = (cpu::ticks(api.0.id())?, server());
+        let after = (cpu::ticks(api.child.id())?, server());
         summary.cpu = Some(per_bundle(
             &summary,
             (before, after),
@@ -330,7 +342,7 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
             floors.get(algorithm),
         ));
         if args.idle_check {
-            let idle = idle::idle_after(api.0.id(), Instant::now()).await?;
+            let idle = idle::idle_after(api.child.id(), Instant::now()).await?;
             match idle {
                 Some(s) => eprintln!(
                     "exk8s-loadgen: {algorithm}: the API's CPU was idle {s:.2} s after the last fetch ended"
@@ -409,8 +421,32 @@ async fn run(args: Args) -> Result<Vec<Summary>, String> {
     Ok(summaries)
 }
 
+/// `--floor-rounds`: the floor's calls for each fetched algorithm, untimed.
+fn floor_rounds(args: &Args, rounds: u32) -> std::process::ExitCode {
+    let payload_bytes = args.floor_payload_bytes.unwrap_or_default();
+    let repeated = pairs(&args.fetches).and_then(|fetches| {
+        fetches.iter().try_for_each(|(algorithm, _)| {
+            floor::repeat(algorithm, rounds, payload_bytes)?;
+            println!(
+                "{algorithm}: the floor's calls for {rounds} bundles of {payload_bytes} bytes"
+            );
+            Ok(())
+        })
+    });
+    match repeated {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("exk8s-loadgen: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if let Some(rounds) = args.floor_rounds {
+        return floor_rounds(&args, rounds);
+    }
     let json_out = args.json.clone();
     let (allow_clean_errors, allow_hung) = (args.allow_clean_errors, args.allow_hung);
     let runtime = match tokio::runtime::Runtime::new() {

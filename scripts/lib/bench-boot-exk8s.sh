@@ -6,7 +6,7 @@
 
 run_exk8s() {
   local pair=$1 name=bench-$1 t0 id vms first netns disk
-  log "exk8s $pair: founding $name ($control_plane control-plane members, $workers workers)"
+  log "exk8s $pair: founding $name ($control_plane control-plane $(plural "$control_plane" member), $workers $(plural "$workers" worker))"
   t0=$(now)
   exk8s -o json clusters create "$name" --control-plane "$control_plane" --image 1 \
     --instance-type dev.small --subnet 1 --pod-network flannel >"$out/exk8s-$pair-cluster.json"

@@ -201,7 +201,7 @@ yaml.safe_dump_all(docs, sys.stdout)' "$out/exk8s-files/flannel.yaml" >"$out/kub
   cidr=$(curl -fsS "$compute/v1/subnets/1" | jq -r .cidr)
   gateway=${cidr%.*/*}.1
   kubeadm_endpoint=$gateway:6443
-  log "kubeadm $pair: $control_plane control-plane machines and $workers workers, through the compute API"
+  log "kubeadm $pair: $control_plane control-plane $(plural "$control_plane" machine) and $workers $(plural "$workers" worker), through the compute API"
   t0=$(now)
   for i in $(seq 1 "$total"); do
     vms+=("$(curl -fsS -X POST "$compute/v1/vms" -H 'content-type: application/json' -d "$(jq -n \

@@ -27,7 +27,9 @@ def main() -> None:
         for flavour, pair, milestone, seconds in csv.reader(f, delimiter="\t"):
             seen[(flavour, pair, milestone)] = float(seconds)
     pairs = sorted({p for (_, p, _) in seen}, key=int)
-    print(f"# Boot: {control_plane} control-plane members and {workers} workers, exk8s and kubeadm\n")
+    members = "member" if control_plane == "1" else "members"
+    workers_word = "worker" if workers == "1" else "workers"
+    print(f"# Boot: {control_plane} control-plane {members} and {workers} {workers_word}, exk8s and kubeadm\n")
     print("Seconds from asking; each pair ran exk8s, then kubeadm, on the same machines.\n")
     print("| milestone | exk8s | kubeadm | exk8s ÷ kubeadm per pair | median ratio |")
     print("|---|---|---|---|---|")

@@ -170,6 +170,15 @@ impl fmt::Display for HostAction<'_> {
 /// Performs or records host actions.
 pub trait Host {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError>;
+    /// Each lane's actions in order, the lanes side by side where the host can (they must not
+    /// depend on each other); the first lane's error wins. Recording runs them one lane after
+    /// another, so a recorded log reads the same every time.
+    fn perform_lanes(&mut self, lanes: &[Vec<HostAction<'_>>]) -> Result<(), AgentError> {
+        lanes
+            .iter()
+            .flatten()
+            .try_for_each(|action| self.perform(action))
+    }
     /// Whether a unit is running (decides start versus restart).
     fn is_active(&mut self, unit: &UnitName) -> Result<bool, AgentError>;
     /// Packages among `names` that are not installed.
@@ -351,6 +360,31 @@ fn systemctl(args: &[&str]) -> Result<(), String> {
 }
 
 impl Host for SystemHost {
+    fn perform_lanes(&mut self, lanes: &[Vec<HostAction<'_>>]) -> Result<(), AgentError> {
+        std::thread::scope(|scope| {
+            let running: Vec<_> = lanes
+                .iter()
+                .map(|lane| {
+                    let mut host = SystemHost {
+                        root: self.root.clone(),
+                        request_timeout: self.request_timeout,
+                    };
+                    scope.spawn(move || lane.iter().try_for_each(|action| host.perform(action)))
+                })
+                .collect();
+            // Every lane is joined before the first error is returned.
+            let ended: Vec<_> = running.into_iter().map(|lane| lane.join()).collect();
+            ended.into_iter().try_for_each(|ended| {
+                ended.unwrap_or_else(|_| {
+                    Err(AgentError::Step {
+                        step: "a lane of host actions".into(),
+                        reason: "its thread panicked".into(),
+                    })
+                })
+            })
+        })
+    }
+
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
         log_info!("{action}");
         let result = match action {

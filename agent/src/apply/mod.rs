@@ -300,7 +300,9 @@ fn put_back(
     }
 }
 
-/// Packages first (the artifacts' tools may need them), then artifacts not already installed.
+/// The packages missing and the artifacts not already installed, side by side: apt-get in one
+/// lane, the downloads (verified by the agent itself, with its own TLS roots) one after another
+/// in the other, as each records itself in the state.
 pub fn prerequisites(
     bundle: &BundlePayload,
     options: &Options,
@@ -308,16 +310,19 @@ pub fn prerequisites(
 ) -> Result<(), AgentError> {
     let names: Vec<_> = bundle.packages.iter().map(|p| &p.name).collect();
     let missing = host.missing_packages(&names)?;
-    if !missing.is_empty() {
-        host.perform(&HostAction::InstallPackages(missing))?;
-    }
+    let packages = if missing.is_empty() {
+        Vec::new()
+    } else {
+        vec![HostAction::InstallPackages(missing)]
+    };
     let state = State::load(&options.root)?;
-    for artifact in &bundle.artifacts {
-        if !artifacts::is_installed(&options.root, &state, artifact) {
-            host.perform(&HostAction::InstallArtifact(artifact))?;
-        }
-    }
-    Ok(())
+    let downloads = bundle
+        .artifacts
+        .iter()
+        .filter(|artifact| !artifacts::is_installed(&options.root, &state, artifact))
+        .map(HostAction::InstallArtifact)
+        .collect();
+    host.perform_lanes(&[packages, downloads])
 }
 
 /// The probe a later `sync` checks etcd with: the plan's own etcd health wait.

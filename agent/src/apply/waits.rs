@@ -2,8 +2,9 @@
 //! certificate, the apiserver's `/readyz` with the identity and CA of a kubeconfig, the
 //! controller-manager's and scheduler's `/healthz` on loopback, this node's Node object, and a
 //! static pod's mirror pod running the inputs its new manifest names (what kubeadm's upgrade
-//! waits for with `kubernetes.io/config.hash`). Each polls every two seconds until healthy or
-//! its deadline (from the plan) passes.
+//! waits for with `kubernetes.io/config.hash`). Each polls every half second (one
+//! request on a kept connection: a wait ends within half a second of what it waits for)
+//! until healthy or its deadline (from the plan) passes.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::http;
 
-const POLL: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(500);
 
 pub use crate::etcd_probe::EtcdProbe;
 

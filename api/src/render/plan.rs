@@ -278,9 +278,9 @@ fn healthz_port(pod: &str) -> Option<u16> {
     }
 }
 
-/// A first boot brings the control plane up one component at a time, each waited for before
-/// the next: the kubelet (which runs the static pods), the apiserver and its `/readyz`, then the
-/// controller-manager and scheduler and their `/healthz`, then this node's registration.
+/// A first boot starts the kubelet (which runs the static pods) and installs every static pod,
+/// then waits for the apiserver's `/readyz`, the controller-manager's and the scheduler's
+/// `/healthz`, and this node's registration.
 fn bring_up(
     input: &RenderInput<'_>,
     static_pods: &[StaticPod],
@@ -291,21 +291,18 @@ fn bring_up(
             manifest: path(pod.manifest)?,
         })
     };
-    let (apiservers, others): (Vec<&StaticPod>, Vec<&StaticPod>) = static_pods
-        .iter()
-        .partition(|pod| pod.name == "kube-apiserver");
+    // Every manifest at once, as kubeadm writes them: the kubelet pulls and starts the three
+    // side by side, and the controller-manager and the scheduler wait for the apiserver on
+    // their own (leader election retries until it answers).
     let mut steps = vec![kubelet_step()?];
-    for pod in apiservers {
+    for pod in static_pods {
         steps.push(install(pod)?);
     }
     steps.push(PlanStep::WaitApiserverReady {
         kubeconfig: admin.clone(),
         timeout_secs: WAIT_APISERVER_SECS,
     });
-    for pod in &others {
-        steps.push(install(pod)?);
-    }
-    for pod in &others {
+    for pod in static_pods {
         if let Some(port) = healthz_port(pod.name) {
             steps.push(PlanStep::WaitComponentHealthy {
                 component: name(pod.name)?,
@@ -405,8 +402,8 @@ fn removals(
 }
 
 /// A control-plane node's plan. Both kinds bring etcd up (or restart it when its files
-/// changed) and wait for it first. A bootstrap bundle then brings the other components up in
-/// order ([`bring_up`]); an update rolls them, the apiserver first ([`roll_components`]).
+/// changed) and wait for it first. A bootstrap bundle then brings the other components up
+/// together ([`bring_up`]); an update rolls them, the apiserver first ([`roll_components`]).
 pub(super) fn steps(
     input: &RenderInput<'_>,
     static_pods: &[StaticPod],
@@ -490,64 +487,64 @@ pub(super) fn steps(
     }
     steps.extend(removals(input, &voters, &admin)?);
     if installs_addons(input) {
-        let versions = &input.cluster.versions;
-        // The binding that makes the admin group cluster-admin needs system:masters.
-        steps.push(PlanStep::KubectlApply {
-            kubeconfig: path(p.super_admin_kubeconfig)?,
-            file: path(p.rbac_manifest)?,
-        });
-        match input.cluster.pod_network {
-            PodNetwork::Cilium => steps.push(PlanStep::HelmInstall {
-                kubeconfig: admin.clone(),
-                release: name("cilium")?,
-                chart: "oci://quay.io/cilium/charts/cilium"
-                    .parse()
-                    .map_err(invalid)?,
-                version: versions.cilium_chart.clone(),
-                namespace: kube_system.clone(),
-                values_file: path(p.cilium_values)?,
-                timeout_secs: ADDON_SECS,
-            }),
-            PodNetwork::Flannel => steps.extend([
-                PlanStep::KubectlApply {
-                    kubeconfig: admin.clone(),
-                    file: path(p.flannel_manifest)?,
-                },
-                PlanStep::WaitRollout {
-                    kubeconfig: admin.clone(),
-                    kind: RolloutKind::DaemonSet,
-                    name: name("kube-flannel")?,
-                    namespace: kube_system.clone(),
-                    timeout_secs: ADDON_SECS,
-                },
-            ]),
-            // The operator's own network, installed after founding.
-            PodNetwork::None => {}
-        }
-        steps.extend([
-            PlanStep::KubectlApply {
-                kubeconfig: admin.clone(),
-                file: path(p.kube_proxy_manifest)?,
-            },
-            PlanStep::WaitRollout {
-                kubeconfig: admin.clone(),
-                kind: RolloutKind::DaemonSet,
-                name: name("kube-proxy")?,
-                namespace: kube_system.clone(),
-                timeout_secs: ADDON_SECS,
-            },
-            PlanStep::KubectlApply {
-                kubeconfig: admin.clone(),
-                file: path(p.coredns_manifest)?,
-            },
-            PlanStep::WaitRollout {
-                kubeconfig: admin,
-                kind: RolloutKind::Deployment,
-                name: name("coredns")?,
-                namespace: kube_system,
-                timeout_secs: ADDON_SECS,
-            },
-        ]);
+        steps.extend(addons(input, &admin, &kube_system)?);
     }
+    Ok(steps)
+}
+
+/// The initial node's addon steps: every manifest applied first, then each rollout waited for,
+/// so the images of the pod network, kube-proxy and CoreDNS are pulled side by side (the pod
+/// network first: every Node's readiness waits on it). The binding that makes the admin group
+/// cluster-admin comes before all of them and needs system:masters.
+fn addons(
+    input: &RenderInput<'_>,
+    admin: &BundlePath,
+    kube_system: &K8sName,
+) -> Result<Vec<PlanStep>, RenderError> {
+    let p = &PATHS;
+    let apply = |file: &str| {
+        Ok::<_, RenderError>(PlanStep::KubectlApply {
+            kubeconfig: admin.clone(),
+            file: path(file)?,
+        })
+    };
+    let rollout = |kind: RolloutKind, workload: &str| {
+        Ok::<_, RenderError>(PlanStep::WaitRollout {
+            kubeconfig: admin.clone(),
+            kind,
+            name: name(workload)?,
+            namespace: kube_system.clone(),
+            timeout_secs: ADDON_SECS,
+        })
+    };
+    let mut steps = vec![PlanStep::KubectlApply {
+        kubeconfig: path(p.super_admin_kubeconfig)?,
+        file: path(p.rbac_manifest)?,
+    }];
+    if input.cluster.pod_network == PodNetwork::Flannel {
+        steps.push(apply(p.flannel_manifest)?);
+    }
+    steps.extend([apply(p.kube_proxy_manifest)?, apply(p.coredns_manifest)?]);
+    match input.cluster.pod_network {
+        // helm's own --wait is the rollout.
+        PodNetwork::Cilium => steps.push(PlanStep::HelmInstall {
+            kubeconfig: admin.clone(),
+            release: name("cilium")?,
+            chart: "oci://quay.io/cilium/charts/cilium"
+                .parse()
+                .map_err(invalid)?,
+            version: input.cluster.versions.cilium_chart.clone(),
+            namespace: kube_system.clone(),
+            values_file: path(p.cilium_values)?,
+            timeout_secs: ADDON_SECS,
+        }),
+        PodNetwork::Flannel => steps.push(rollout(RolloutKind::DaemonSet, "kube-flannel")?),
+        // The operator's own network, installed after founding.
+        PodNetwork::None => {}
+    }
+    steps.extend([
+        rollout(RolloutKind::DaemonSet, "kube-proxy")?,
+        rollout(RolloutKind::Deployment, "coredns")?,
+    ]);
     Ok(steps)
 }

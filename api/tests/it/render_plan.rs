@@ -95,8 +95,8 @@ fn a_cluster_without_a_pod_network_installs_no_cilium() {
         [
             "apply /etc/exk8s/manifests/rbac.yaml",
             "apply /etc/exk8s/manifests/kube-proxy.yaml",
-            "wait kube-proxy",
             "apply /etc/exk8s/manifests/coredns.yaml",
+            "wait kube-proxy",
             "wait coredns",
         ]
     );
@@ -110,17 +110,18 @@ fn a_cluster_without_a_pod_network_installs_no_cilium() {
 }
 
 #[test]
-fn a_flannel_cluster_applies_flannel_before_kube_proxy_and_its_bridge_leaves_room_for_vxlan() {
+fn a_flannel_cluster_applies_every_addon_flannel_first_then_waits_and_its_bridge_leaves_room_for_vxlan()
+ {
     let (bundle, steps) = addon_steps(exk8s_api::cluster::spec::PodNetwork::Flannel);
     assert_eq!(
         steps,
         [
             "apply /etc/exk8s/manifests/rbac.yaml",
             "apply /etc/exk8s/manifests/flannel.yaml",
-            "wait kube-flannel",
             "apply /etc/exk8s/manifests/kube-proxy.yaml",
-            "wait kube-proxy",
             "apply /etc/exk8s/manifests/coredns.yaml",
+            "wait kube-flannel",
+            "wait kube-proxy",
             "wait coredns",
         ]
     );

@@ -49,6 +49,14 @@ pub(super) fn make(image: &Path, disk: &Path, hostname: &str) -> Result<(), Mach
         });
     }
     write(&partial.join("etc/hostname"), &format!("{hostname}\n"))?;
+    // The machine resolves its own name without asking DNS, as Debian's installer and
+    // cloud-init (`manage_etc_hosts`) arrange on a VM (kubeadm's preflight looks it up).
+    let hosts = partial.join("etc/hosts");
+    let mut own = std::fs::read_to_string(&hosts).unwrap_or_default();
+    if !own.is_empty() && !own.ends_with('\n') {
+        own.push('\n');
+    }
+    write(&hosts, &format!("{own}127.0.1.1 {hostname}\n"))?;
     let mut id = [0u8; 16];
     getrandom::fill(&mut id).map_err(|e| MachineError::Io {
         what: "making a machine-id".into(),

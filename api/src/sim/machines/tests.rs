@@ -116,3 +116,21 @@ fn the_records_are_a_hosts_file_a_dns_server_can_answer_from() {
     let entries: Vec<_> = std::fs::read_dir(dir.path().join("dns")).unwrap().collect();
     assert_eq!(entries.len(), 1);
 }
+
+#[test]
+fn a_new_disk_names_its_machine_and_resolves_that_name_without_dns() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("image");
+    std::fs::create_dir_all(image.join("etc")).unwrap();
+    std::fs::write(image.join("etc/hosts"), "127.0.0.1 localhost").unwrap();
+    let disk = dir.path().join("disk");
+    disk::make(&image, &disk, "shop-cp-1").unwrap();
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap();
+    assert_eq!(read(&disk.join("etc/hostname")), "shop-cp-1\n");
+    assert_eq!(
+        read(&disk.join("etc/hosts")),
+        "127.0.0.1 localhost\n127.0.1.1 shop-cp-1\n"
+    );
+    // The image itself is left as it was, for the next machine.
+    assert_eq!(read(&image.join("etc/hosts")), "127.0.0.1 localhost");
+}
