@@ -123,10 +123,7 @@ pub fn apply_file(
         }
         outcome
     } else {
-        let mut host = SystemHost {
-            root: root_dir.clone(),
-            request_timeout: Duration::from_secs(30),
-        };
+        let mut host = SystemHost::new(root_dir.clone(), Duration::from_secs(30));
         apply::apply(bundle.payload(), &options, &mut host, &Reporter::none())?
     };
     Ok(describe_plan(&outcome))
@@ -142,10 +139,7 @@ pub fn prereqs(path: &Path, keys: &Path, root: Option<&Path>) -> Result<(), Agen
         strict_owner: root.is_none(),
         ..Options::new(root_dir.clone(), BootPhase::Complete)
     };
-    let mut system = SystemHost {
-        root: root_dir.clone(),
-        request_timeout: Duration::from_secs(30),
-    };
+    let mut system = SystemHost::new(root_dir.clone(), Duration::from_secs(30));
     if root.is_some() {
         // Packages cannot be installed into a directory tree; an image build installs them.
         let names: Vec<&str> = bundle
@@ -159,9 +153,11 @@ pub fn prereqs(path: &Path, keys: &Path, root: Option<&Path>) -> Result<(), Agen
             names.join(" ")
         );
         let state = State::load(&root_dir)?;
+        // One artifact after another: nothing beside a download can abandon it.
+        let never = std::sync::atomic::AtomicBool::new(false);
         for artifact in &bundle.payload().artifacts {
             if !apply::artifacts::is_installed(&root_dir, &state, artifact) {
-                apply::artifacts::install(&root_dir, artifact, Duration::from_secs(300))?;
+                apply::artifacts::install(&root_dir, artifact, Duration::from_secs(300), &never)?;
             }
         }
         return Ok(());

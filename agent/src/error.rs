@@ -70,6 +70,9 @@ pub enum AgentError {
     },
     #[error("plan step {step}: {reason}")]
     Step { step: String, reason: String },
+    /// Work given up because a step beside it failed; that failure is the one reported.
+    #[error("{what}: abandoned because a step beside it failed")]
+    Abandoned { what: String },
 }
 
 impl AgentError {
@@ -83,7 +86,7 @@ impl AgentError {
             | Self::Artifact { .. }
             | Self::Packages(_)
             | Self::State { .. } => exit::APPLY,
-            Self::Step { .. } => exit::STEP,
+            Self::Step { .. } | Self::Abandoned { .. } => exit::STEP,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustls::ClientConfig;
@@ -238,12 +239,29 @@ fn random_fraction() -> f64 {
 pub fn retry<T>(
     what: &'static str,
     deadline: Duration,
+    op: impl FnMut() -> Attempt<T>,
+) -> Result<T, AgentError> {
+    retry_unless_abandoned(what, deadline, &AtomicBool::new(false), op)
+}
+
+/// [`retry`], given up as soon as `abandoned` is set (checked before each attempt and
+/// throughout each pause): the work it serves is no longer wanted, because a step beside it
+/// failed and the whole phase will be tried again.
+pub fn retry_unless_abandoned<T>(
+    what: &'static str,
+    deadline: Duration,
+    abandoned: &AtomicBool,
     mut op: impl FnMut() -> Attempt<T>,
 ) -> Result<T, AgentError> {
     let start = Instant::now();
     let mut attempts = 0u32;
     let mut backoff = BASE_BACKOFF;
     loop {
+        if abandoned.load(Ordering::Relaxed) {
+            return Err(AgentError::Abandoned {
+                what: what.to_owned(),
+            });
+        }
         attempts += 1;
         let (reason, after) = match op() {
             Attempt::Done(value) => return Ok(value),
@@ -264,7 +282,20 @@ pub fn retry<T>(
             "{what}: attempt {attempts} failed ({reason}); retrying in {:.1}s",
             delay.as_secs_f64()
         );
-        std::thread::sleep(delay);
+        pause(delay, abandoned);
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Sleeps for `delay`, or until `abandoned` is set (looked at every tenth of a second).
+fn pause(delay: Duration, abandoned: &AtomicBool) {
+    const GLANCE: Duration = Duration::from_millis(100);
+    let until = Instant::now() + delay;
+    while !abandoned.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(GLANCE));
     }
 }

@@ -49,10 +49,7 @@ pub fn apply_verified(
         let mut host = RecordingHost::new(&options.root, true);
         apply::apply(bundle.payload(), &options, &mut host, reporter)?;
     } else {
-        let mut host = SystemHost {
-            root: options.root.clone(),
-            request_timeout,
-        };
+        let mut host = SystemHost::new(options.root.clone(), request_timeout);
         apply::apply(bundle.payload(), &options, &mut host, reporter)?;
     }
     Ok(())

@@ -8,13 +8,14 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use exk8s_common::names::Sha256Digest;
 use exk8s_common::payload::Artifact;
 
 use crate::error::AgentError;
-use crate::http::{self, Attempt, classify, read_capped, retry};
+use crate::http::{self, Attempt, classify, read_capped, retry_unless_abandoned};
 use crate::imds::relay;
 use crate::log::log_info;
 use crate::state::{InstalledArtifact, State, write_atomic};
@@ -45,10 +46,16 @@ pub fn is_installed(root: &Path, state: &State, artifact: &Artifact) -> bool {
             .is_ok_and(|bytes| Sha256Digest::of(&bytes).to_hex() == installed.sha256)
 }
 
-fn download(agent: &ureq::Agent, url: &str, limit: u64) -> Result<Vec<u8>, AgentError> {
-    retry(
+fn download(
+    agent: &ureq::Agent,
+    url: &str,
+    limit: u64,
+    abandoned: &AtomicBool,
+) -> Result<Vec<u8>, AgentError> {
+    retry_unless_abandoned(
         "downloading an artifact",
         DOWNLOAD_DEADLINE,
+        abandoned,
         || match classify("artifact download", agent.get(url).call()) {
             Ok(response) => match read_capped(response, limit) {
                 Ok(body) => Attempt::Done(body),
@@ -67,19 +74,24 @@ fn download(agent: &ureq::Agent, url: &str, limit: u64) -> Result<Vec<u8>, Agent
 }
 
 /// The digest the download must have: pinned, or from `<url>.sha256`.
-fn expected_digest(agent: &ureq::Agent, artifact: &Artifact) -> Result<Sha256Digest, AgentError> {
+fn expected_digest(
+    agent: &ureq::Agent,
+    artifact: &Artifact,
+    abandoned: &AtomicBool,
+) -> Result<Sha256Digest, AgentError> {
     if let Some(pinned) = artifact.sha256 {
         return Ok(pinned);
     }
-    let sidecar = download(agent, &format!("{}.sha256", artifact.url), 4096).map_err(|e| {
-        failed(
-            artifact,
-            format!(
-                "no pinned digest and no usable {}.sha256: {e}",
-                artifact.url
-            ),
-        )
-    })?;
+    let sidecar =
+        download(agent, &format!("{}.sha256", artifact.url), 4096, abandoned).map_err(|e| {
+            failed(
+                artifact,
+                format!(
+                    "no pinned digest and no usable {}.sha256: {e}",
+                    artifact.url
+                ),
+            )
+        })?;
     let text = String::from_utf8_lossy(&sidecar);
     text.split_whitespace()
         .next()
@@ -125,11 +137,13 @@ fn extract(artifact: &Artifact, archive: &[u8], member: &str) -> Result<Vec<u8>,
     ))
 }
 
-/// Downloads, verifies and installs one artifact; records it in the state under `root`.
+/// Downloads, verifies and installs one artifact; records it in the state under `root`. The
+/// download's retries stop once `abandoned` is set.
 pub fn install(
     root: &Path,
     artifact: &Artifact,
     request_timeout: Duration,
+    abandoned: &AtomicBool,
 ) -> Result<(), AgentError> {
     let mut state = State::load(root)?;
     if is_installed(root, &state, artifact) {
@@ -142,8 +156,8 @@ pub fn install(
     }
     let tls = http::api_tls(None)?;
     let agent = http::agent(tls, request_timeout.max(Duration::from_secs(300)));
-    let expected = expected_digest(&agent, artifact)?;
-    let body = download(&agent, artifact.url.as_str(), MAX_ARTIFACT_BYTES)?;
+    let expected = expected_digest(&agent, artifact, abandoned)?;
+    let body = download(&agent, artifact.url.as_str(), MAX_ARTIFACT_BYTES, abandoned)?;
     let actual = Sha256Digest::of(&body);
     if actual != expected {
         return Err(failed(

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use exk8s_common::names::{PackageName, UnitName};
@@ -171,7 +173,7 @@ impl fmt::Display for HostAction<'_> {
 pub trait Host {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError>;
     /// Each lane's actions in order, the lanes side by side where the host can (they must not
-    /// depend on each other); the first lane's error wins. Recording runs them one lane after
+    /// depend on each other); a failure's error is returned. Recording runs them one lane after
     /// another, so a recorded log reads the same every time.
     fn perform_lanes(&mut self, lanes: &[Vec<HostAction<'_>>]) -> Result<(), AgentError> {
         lanes
@@ -315,6 +317,32 @@ impl Host for RecordingHost {
 pub struct SystemHost {
     pub root: PathBuf,
     pub request_timeout: Duration,
+    /// Set when a lane beside this one failed: downloads stop retrying, no further action
+    /// starts ([`Host::perform_lanes`]).
+    abandoned: Arc<AtomicBool>,
+}
+
+impl SystemHost {
+    pub fn new(root: PathBuf, request_timeout: Duration) -> Self {
+        Self {
+            root,
+            request_timeout,
+            abandoned: Arc::default(),
+        }
+    }
+
+    /// One lane's actions in order; its failure abandons every lane beside it.
+    fn perform_lane(&mut self, lane: &[HostAction<'_>]) -> Result<(), AgentError> {
+        lane.iter().try_for_each(|action| {
+            if self.abandoned.load(Ordering::Relaxed) {
+                return Err(AgentError::Abandoned {
+                    what: action.to_string(),
+                });
+            }
+            self.perform(action)
+                .inspect_err(|_| self.abandoned.store(true, Ordering::Relaxed))
+        })
+    }
 }
 
 fn step_error(action: &HostAction<'_>, reason: String) -> AgentError {
@@ -360,29 +388,44 @@ fn systemctl(args: &[&str]) -> Result<(), String> {
 }
 
 impl Host for SystemHost {
+    /// Lanes run on threads of their own. The first lane to fail abandons the others (their
+    /// downloads stop retrying, their next action does not start), and its error is the one
+    /// returned: a phase that cannot succeed fails at once instead of after every other lane's
+    /// deadline.
     fn perform_lanes(&mut self, lanes: &[Vec<HostAction<'_>>]) -> Result<(), AgentError> {
-        std::thread::scope(|scope| {
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let ended: Vec<Result<(), AgentError>> = std::thread::scope(|scope| {
             let running: Vec<_> = lanes
                 .iter()
                 .map(|lane| {
                     let mut host = SystemHost {
-                        root: self.root.clone(),
-                        request_timeout: self.request_timeout,
+                        abandoned: Arc::clone(&abandoned),
+                        ..SystemHost::new(self.root.clone(), self.request_timeout)
                     };
-                    scope.spawn(move || lane.iter().try_for_each(|action| host.perform(action)))
+                    scope.spawn(move || host.perform_lane(lane))
                 })
                 .collect();
-            // Every lane is joined before the first error is returned.
-            let ended: Vec<_> = running.into_iter().map(|lane| lane.join()).collect();
-            ended.into_iter().try_for_each(|ended| {
-                ended.unwrap_or_else(|_| {
-                    Err(AgentError::Step {
-                        step: "a lane of host actions".into(),
-                        reason: "its thread panicked".into(),
+            // Every lane is joined before an error is returned.
+            running
+                .into_iter()
+                .map(|lane| {
+                    lane.join().unwrap_or_else(|_| {
+                        Err(AgentError::Step {
+                            step: "a lane of host actions".into(),
+                            reason: "its thread panicked".into(),
+                        })
                     })
                 })
-            })
-        })
+                .collect()
+        });
+        let (abandoned, failed): (Vec<_>, Vec<_>) = ended
+            .into_iter()
+            .filter_map(Result::err)
+            .partition(|e| matches!(e, AgentError::Abandoned { .. }));
+        match failed.into_iter().chain(abandoned).next() {
+            Some(first) => Err(first),
+            None => Ok(()),
+        }
     }
 
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
@@ -404,7 +447,12 @@ impl Host for SystemHost {
                     .map_err(AgentError::Packages);
             }
             HostAction::InstallArtifact(artifact) => {
-                return super::artifacts::install(&self.root, artifact, self.request_timeout);
+                return super::artifacts::install(
+                    &self.root,
+                    artifact,
+                    self.request_timeout,
+                    &self.abandoned,
+                );
             }
             HostAction::WaitEtcd(probe) | HostAction::CheckEtcd(probe) => {
                 waits::etcd(&self.root, probe)

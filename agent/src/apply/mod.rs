@@ -409,9 +409,9 @@ pub fn between_updates(
     if root.is_some() {
         Box::new(host::RecordingHost::new(root_dir, true))
     } else {
-        Box::new(host::SystemHost {
-            root: root_dir.to_path_buf(),
+        Box::new(host::SystemHost::new(
+            root_dir.to_path_buf(),
             request_timeout,
-        })
+        ))
     }
 }
