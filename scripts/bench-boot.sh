@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # scripts/bench-boot.sh [--pairs N] [--control-plane N] [--workers N] [--out DIR] [--port PORT]
-#                       [--bin-dir DIR] [--agent FILE] [--only exk8s|kubeadm]
+#                       [--bin-dir DIR] [--agent FILE] [--only exk8s|kubeadm] [--machine-cpus C]
 #
 # (--only kubeadm takes the files an earlier exk8s run left in DIR/exk8s-files.)
 # How long from asking for a cluster to using it: exk8s and kubeadm side by side on the same
 # booted machines (scripts/dev-cluster.sh's stack), alternating exk8s, kubeadm, exk8s, ... for N
 # pairs (default 3). Linux, as root; run it on an otherwise idle machine (scripts/bench.sh boot).
+# With --machine-cpus C every machine gets at most C cores, as a VM's vCPUs cap it (without it the
+# machines share every core of this host: machines booting side by side slow each other down, and
+# one machine working alone has the whole host).
 #
 # Each run's milestones, in seconds from its start, each the first time a watcher saw it (it looks
 # every half second from the machines' network): every VM running (the compute API); etcd's quorum
@@ -36,6 +39,7 @@ source scripts/lib/ensure.sh
 source scripts/lib/versions.sh
 
 pairs=3 control_plane=3 workers=2 out=target/bench/boot port=8095 bin_dir='' agent='' only=''
+machine_cpus=''
 usage() { sed -n '2,3p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 number() { [[ $2 =~ ^[0-9]+$ ]] || { echo "$1 needs a number, got '$2'" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir=$2 ;;
     --agent) agent=$2 ;;
     --only) case "$2" in exk8s | kubeadm) only=$2 ;; *) echo "--only takes exk8s or kubeadm, got '$2'" >&2; exit 2 ;; esac ;;
+    --machine-cpus) [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--machine-cpus needs a number of cores, got '$2'" >&2; exit 2; }; machine_cpus=$2 ;;
     *) usage ;;
   esac
   shift 2
@@ -90,6 +95,11 @@ bin_dir=$(absolute "$bin_dir")
 stack_args=(--data-dir "$out/stack" --port "$port" --bin-dir "$bin_dir")
 [ -z "$agent" ] || stack_args+=(--agent "$(absolute "$agent")")
 
+if [ -n "$machine_cpus" ]; then
+  # exk8s-api dev --machine-cpus, through dev-cluster.sh.
+  export EXK8S_DEV_MACHINE_CPUS=$machine_cpus
+  log "every machine capped at $machine_cpus cores"
+fi
 log "the dev stack with booted machines on 127.0.0.1:$port (its log: $out/stack.log)"
 rm -rf "$out/stack" "$out/cli"
 setsid bash scripts/dev-cluster.sh "${stack_args[@]}" >"$out/stack.log" 2>&1 &
@@ -226,5 +236,5 @@ for pair in $(seq 1 "$pairs"); do
   [ "$only" = kubeadm ] || run_exk8s "$pair"
   [ "$only" = exk8s ] || run_kubeadm "$pair"
 done
-python3 scripts/lib/bench_boot_summary.py "$out/runs.tsv" "$control_plane" "$workers" >"$out/summary.md"
+python3 scripts/lib/bench_boot_summary.py "$out/runs.tsv" "$control_plane" "$workers" "$machine_cpus" >"$out/summary.md"
 cat "$out/summary.md"

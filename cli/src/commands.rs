@@ -49,7 +49,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), CliError> {
                     control_plane,
                 } => scale(&api, &cluster, control_plane, format),
                 Command::NodePools(p) => day2::pools(&api, p, format),
-                Command::Members(m) => day2::members(&api, m),
+                Command::Members(m) => day2::members(&api, m, format),
                 Command::Snapshots(s) => crate::snapshots::run(&api, s, format),
                 Command::Restore {
                     cluster,

@@ -351,8 +351,10 @@ pub(crate) enum Members {
     },
 }
 
-pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
-    match command {
+/// `members replace|remove`: the request, then the cluster as it is now (its members, the one
+/// leaving among them), as `exk8s scale` shows it.
+pub(crate) fn members(api: &Api, command: Members, format: Format) -> Result<(), CliError> {
+    let id = match command {
         Members::Replace { cluster, vm } => {
             let id = api.cluster_id(&cluster)?;
             api.send::<exk8s_api_types::ScalingView>(
@@ -362,6 +364,7 @@ pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
                 None,
             )?;
             eprintln!("replacing VM {vm}; `exk8s clusters get {cluster}` shows each step");
+            id
         }
         Members::Remove { cluster, vm, yes } => {
             if !yes {
@@ -377,9 +380,11 @@ pub(crate) fn members(api: &Api, command: Members) -> Result<(), CliError> {
                 None,
             )?;
             eprintln!("removing VM {vm}; `exk8s clusters get {cluster}` shows each step");
+            id
         }
-    }
-    Ok(())
+    };
+    let view: exk8s_api_types::ClusterView = api.get(&format!("/clusters/{id}"))?;
+    show(format, &view, crate::clusters::cluster_detail)
 }
 
 /// How often [`wait_pools`] looks.

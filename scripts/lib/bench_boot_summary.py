@@ -3,7 +3,7 @@
 Each milestone's seconds for every exk8s and kubeadm run, their medians, and exk8s ÷ kubeadm
 for each pair with the median of those ratios (the figure BENCHMARKS.md reports).
 
-    python3 bench_boot_summary.py RUNS_TSV CONTROL_PLANE WORKERS
+    python3 bench_boot_summary.py RUNS_TSV CONTROL_PLANE WORKERS [MACHINE_CPUS]
 """
 
 import csv
@@ -22,6 +22,7 @@ MILESTONES = [
 
 def main() -> None:
     path, control_plane, workers = sys.argv[1], sys.argv[2], sys.argv[3]
+    machine_cpus = sys.argv[4] if len(sys.argv) > 4 else ""
     seen: dict[tuple[str, str, str], float] = {}
     with open(path, newline="", encoding="utf-8") as f:
         for flavour, pair, milestone, seconds in csv.reader(f, delimiter="\t"):
@@ -31,6 +32,8 @@ def main() -> None:
     workers_word = "worker" if workers == "1" else "workers"
     print(f"# Boot: {control_plane} control-plane {members} and {workers} {workers_word}, exk8s and kubeadm\n")
     print("Seconds from asking; each pair ran exk8s, then kubeadm, on the same machines.\n")
+    if machine_cpus:
+        print(f"Every machine capped at {machine_cpus} cores (`--machine-cpus`).\n")
     print("| milestone | exk8s | kubeadm | exk8s ÷ kubeadm per pair | median ratio |")
     print("|---|---|---|---|---|")
     for key, label in MILESTONES:

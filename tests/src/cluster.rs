@@ -209,16 +209,6 @@ pub const ETCD_CLIENT: (&str, &str) = (
     "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
 );
 
-/// Three control-plane nodes on a dev stack of their own (data and `api.log` under `dir`,
-/// addresses from `sim_cidr`), each booted by `exk8s-agent run` into `dir/vm-<id>`.
-pub struct Booted {
-    pub stack: Stack,
-    pub founded: Founded,
-    pub roots: Vec<PathBuf>,
-    /// The three members' etcd client URLs.
-    pub endpoints: String,
-}
-
 /// Each of `founded`'s control-plane VMs booted by `exk8s-agent run` into
 /// `dir/<prefix>-<vm>`, in VM order; their roots.
 pub fn run_each(stack: &Stack, founded: &Founded, dir: &Path, prefix: &str) -> Vec<PathBuf> {
@@ -231,43 +221,4 @@ pub fn run_each(stack: &Stack, founded: &Founded, dir: &Path, prefix: &str) -> V
             root
         })
         .collect()
-}
-
-/// [`Booted`]: three control-plane nodes founded on a stack of their own and booted.
-pub fn boot_three(dir: &Path, sim_cidr: &str) -> Booted {
-    let args = crate::dev::MANY_AGENTS;
-    let stack = crate::dev::start_dev(&dir.join("dev"), sim_cidr, &dir.join("api.log"), &args);
-    let founded = found(
-        &stack,
-        dir,
-        &serde_json::json!({"control_plane_count": 3, "control_plane_image_id": 1, "control_plane_instance_type": "dev.small", "subnet_id": 1}),
-    );
-    let roots = run_each(&stack, &founded, dir, "vm");
-    let endpoints = founded
-        .vms
-        .iter()
-        .map(|vm| format!("https://{}:2379", founded.ip_of[vm]))
-        .collect::<Vec<_>>()
-        .join(",");
-    Booted {
-        stack,
-        founded,
-        roots,
-        endpoints,
-    }
-}
-
-/// A copy of `root`'s etcd CA and healthcheck identity under `dir`: a client that keeps the
-/// identity the node has now, whatever the node gets later.
-pub fn keep_etcd_identity(root: &Path, dir: &Path) -> PathBuf {
-    let pki = "etc/exk8s/pki";
-    std::fs::create_dir_all(dir.join(pki)).unwrap();
-    for name in [
-        "etcd-ca.pem",
-        "etcd-healthcheck-client.pem",
-        "etcd-healthcheck-client-key.pem",
-    ] {
-        std::fs::copy(root.join(pki).join(name), dir.join(pki).join(name)).unwrap();
-    }
-    dir.to_owned()
 }

@@ -160,24 +160,6 @@ fn spawn_member(root: &Path, local_port: u16) -> Proc {
     Proc(child)
 }
 
-/// `booted`'s three members started from their rendered units and all healthy, with `key`
-/// written (as `kept`) with the apiserver's etcd client identity: the start of a test that
-/// changes a running etcd cluster and reads its data after.
-pub fn three_with_key(booted: &crate::cluster::Booted, key: &str) -> EtcdCluster {
-    let etcd = EtcdCluster::start(&booted.roots);
-    wait_all_healthy(&booted.roots[0], &booted.endpoints, 3, "at the start");
-    let (client_cert, client_key) = crate::cluster::ETCD_CLIENT;
-    let (ok, out) = etcdctl(
-        &booted.roots[0],
-        &booted.endpoints,
-        client_cert,
-        client_key,
-        &["put", key, "kept"],
-    );
-    assert!(ok, "{out}");
-    etcd
-}
-
 /// etcdctl with TLS files from `root` (paths given as absolute node paths).
 pub fn etcdctl(
     root: &Path,
@@ -223,28 +205,5 @@ pub fn put_keys(root: &Path, endpoint: &str, cert: &str, key: &str, count: usize
             .post(&format!("{}/v3/kv/put", endpoint.trim_end_matches('/')))
             .send_json(serde_json::json!({"key": b64(&format!("/k/{i:04}")), "value": b64("v")}))
             .unwrap();
-    }
-}
-
-/// Waits until a client holding `root`'s etcd healthcheck identity (and trusting its etcd CA
-/// file) finds every one of `members` healthy; panics naming `who` after a minute.
-pub fn wait_all_healthy(root: &Path, endpoints: &str, members: usize, who: &str) {
-    let start = Instant::now();
-    loop {
-        let (ok, said) = etcdctl(
-            root,
-            endpoints,
-            "/etc/exk8s/pki/etcd-healthcheck-client.pem",
-            "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
-            &["endpoint", "health", "--cluster"],
-        );
-        if ok && said.matches("is healthy").count() == members {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{who}: not every member is healthy: {said}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
     }
 }

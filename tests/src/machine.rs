@@ -305,6 +305,33 @@ impl Machine {
             .unwrap_or_else(|e| panic!("{}: systemctl show {unit}: {e}", self.name))
     }
 
+    /// The CFS quota of the machine's own cgroup in the host's `cpu` hierarchy (cgroup v1), in
+    /// microseconds a period: `-1` when its CPU time is not capped.
+    pub fn cpu_quota_us(&self) -> String {
+        let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", self.init)).unwrap();
+        let path = cgroups
+            .lines()
+            .filter_map(|l| {
+                let mut fields = l.splitn(3, ':').skip(1);
+                fields.next().zip(fields.next())
+            })
+            .find(|(controllers, _)| controllers.split(',').any(|c| c == "cpu"))
+            .map(|(controllers, path)| {
+                Path::new("/sys/fs/cgroup")
+                    .join(controllers)
+                    .join(path.trim_start_matches('/'))
+            })
+            .expect("a cgroup v1 cpu hierarchy");
+        let own = path
+            .ancestors()
+            .find(|dir| dir.file_name().is_some_and(|n| *n == *self.netns))
+            .unwrap_or_else(|| panic!("{}: no cgroup of its own in {}", self.name, path.display()));
+        std::fs::read_to_string(own.join("cpu.cfs_quota_us"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
     /// Panics with the machine's console when its PID 1 has ended (the machine went down).
     pub fn assert_up(&self) {
         assert!(

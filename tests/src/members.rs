@@ -1,7 +1,7 @@
 //! Driving a control plane's membership changes against real etcd members run from node
 //! roots: etcd's own member list, a background sampler asserting a voting majority stays
 //! healthy, the real agent performing its etcd steps, and one member joining end to end
-//! (used by tests/tests/scale.rs and tests/tests/replace.rs).
+//! (used by tests/tests/scale.rs and tests/tests/remediation.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,8 +1,8 @@
 //! The node image boots: the dev stack's compute boots every VM it makes from the image an
 //! image builder bakes (Debian 12, the agent baked in by `packaging/bake-image.sh`) under
 //! systemd-nspawn with systemd as PID 1 (`exk8s-api dev --machines nspawn`): two VMs at once,
-//! each with its own hostname (the VM's name), machine-id and the address the compute API gave
-//! it, and every unit of their boot succeeds. The agent's boot unit and sync timer are enabled;
+//! each with its own hostname (the VM's name), machine-id, the address the compute API gave it
+//! and its CPU time capped (`--machine-cpus`), and every unit of their boot succeeds. The agent's boot unit and sync timer are enabled;
 //! without `api_url` the boot unit is skipped, not failed; once an image names an API it cannot
 //! reach, the failed first boot waits to be tried again (`Restart=on-failure`), as systemd
 //! itself reports it. Stopped through the compute API, a machine powers off and says `stopped`;
@@ -37,7 +37,9 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
         &std::fs::read_to_string(packaged).unwrap(),
         |_| {},
     );
-    let args = dev_args(&image, &[]);
+    // Each machine capped at half a core, as a VM's vCPUs cap it.
+    let mut args = dev_args(&image, &[]);
+    args.extend(["--machine-cpus".to_owned(), "0.5".to_owned()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let stack = exk8s_tests::dev::start_dev_on(
         free_port(),
@@ -73,6 +75,12 @@ fn the_baked_node_image_boots_under_systemd_and_its_agent_waits_for_an_api() {
         let state = machine.wait_booted();
         assert_eq!(state, "running", "{}: {}", machine.name, machine.failures());
         assert_eq!(machine.ok("hostname", &[]), machine.name);
+        assert_eq!(
+            machine.cpu_quota_us(),
+            "50000",
+            "{}: half a core",
+            machine.name
+        );
         let vm: Value = http()
             .get(&format!("{}/sim/compute/v1/vms/{}", stack.base, machine.vm))
             .call()

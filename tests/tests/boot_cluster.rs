@@ -89,6 +89,8 @@ mod nodes;
 mod one_node;
 #[path = "boot_cluster/readme.rs"]
 mod readme;
+#[path = "boot_cluster/replace.rs"]
+mod replace;
 #[path = "boot_cluster/sa_key.rs"]
 mod sa_key;
 #[path = "boot_cluster/sampler.rs"]

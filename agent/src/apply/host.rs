@@ -39,6 +39,12 @@ pub enum HostAction<'a> {
     WaitComponent(waits::ComponentProbe),
     WaitNodeRegistered(waits::NodeProbe),
     WaitStaticPod(waits::StaticPodProbe),
+    /// The running static pod `uid` retired before its replacement is written: its manifest
+    /// taken away, then waited for until the kubelet has cleaned it up ([`super::retire`]).
+    RetireStaticPod {
+        manifest: PathBuf,
+        uid: String,
+    },
     /// A helm or kubectl invocation with `KUBECONFIG` set.
     Command {
         program: PathBuf,
@@ -117,6 +123,11 @@ impl fmt::Display for HostAction<'_> {
                     .get(..12)
                     .unwrap_or(&probe.inputs_sha256),
                 probe.timeout.as_secs()
+            ),
+            Self::RetireStaticPod { manifest, uid } => write!(
+                f,
+                "retire static pod {uid} (remove {}) before its replacement",
+                manifest.display()
             ),
             Self::EtcdJoin(m) => write!(
                 f,
@@ -345,6 +356,11 @@ impl SystemHost {
     }
 }
 
+/// `path` (as the bundle names it, from `/`) under `root`.
+fn under_root(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
 fn step_error(action: &HostAction<'_>, reason: String) -> AgentError {
     AgentError::Step {
         step: action.to_string(),
@@ -460,6 +476,9 @@ impl Host for SystemHost {
             HostAction::WaitApiserver(probe) => waits::apiserver(&self.root, probe),
             HostAction::WaitComponent(probe) => waits::component(probe),
             HostAction::WaitNodeRegistered(probe) => waits::node_registered(&self.root, probe),
+            HostAction::RetireStaticPod { manifest, uid } => {
+                super::retire::retire(&self.root, &under_root(&self.root, manifest), uid)
+            }
             HostAction::WaitStaticPod(probe) => waits::static_pod(&self.root, probe).map_err(|e| {
                 match super::kubelet_log::last_error(&probe.mirror_pod, probe.timeout) {
                     Some(said) => format!("{e}; the kubelet's last error for the pod: {said}"),

@@ -19,6 +19,7 @@ mod kubelet_log;
 pub mod membership;
 pub mod releases;
 pub mod restore;
+mod retire;
 mod steps;
 pub mod waits;
 

@@ -137,6 +137,16 @@ fn run_step(step: &PlanStep, run: &Run<'_>, host: &mut dyn Host) -> Result<(), A
                 .iter()
                 .filter(|a| a.file.path == *manifest && a.change != Change::Unchanged);
             for action in pending {
+                // The pod it replaces stops first, so the replacement starts at once.
+                let running = (action.change == Change::Update)
+                    .then(|| super::retire::running_uid(&action.target))
+                    .flatten();
+                if let Some(uid) = running {
+                    host.perform(&HostAction::RetireStaticPod {
+                        manifest: manifest.as_str().into(),
+                        uid,
+                    })?;
+                }
                 log_info!("installing static pod manifest {manifest}");
                 if !run.options.dry_run {
                     files::apply(root, std::slice::from_ref(action), run.options.strict_owner)?;

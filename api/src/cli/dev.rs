@@ -19,7 +19,7 @@ use crate::crypto::Kek;
 use crate::db::{self, Db};
 use crate::dns::Dns;
 use crate::sim::Simulators;
-use crate::sim::machines::{MachineConfig, NspawnMachines};
+use crate::sim::machines::{CpuShare, MachineConfig, NspawnMachines};
 use crate::tokens::{self, Scope};
 
 #[derive(Debug, Args)]
@@ -66,6 +66,10 @@ pub(super) struct DevArgs {
     /// the same port (a package mirror, a registry); the API's own port always is.
     #[arg(long, env = "EXK8S_DEV_MACHINE_FORWARDS", value_delimiter = ',')]
     machine_forward: Vec<u16>,
+    /// `--machines nspawn`: the most CPU time each machine gets, in cores (for example 0.4),
+    /// as a VM's vCPUs cap it; unset, the machines share every core of this host.
+    #[arg(long, env = "EXK8S_DEV_MACHINE_CPUS")]
+    machine_cpus: Option<f64>,
     #[command(flatten)]
     rates: super::limits::NodeRateArgs,
     #[command(flatten)]
@@ -81,8 +85,13 @@ enum MachinesChoice {
 /// The booted machines `--machines nspawn` asks for, checked before anything starts.
 fn machines(args: &DevArgs, sims: &Simulators) -> Result<Option<Arc<NspawnMachines>>, String> {
     if args.machines == MachinesChoice::Sim {
-        if args.node_image.is_some() || !args.machine_forward.is_empty() {
-            return Err("--node-image and --machine-forward need --machines nspawn".into());
+        if args.node_image.is_some()
+            || !args.machine_forward.is_empty()
+            || args.machine_cpus.is_some()
+        {
+            return Err(
+                "--node-image, --machine-forward and --machine-cpus need --machines nspawn".into(),
+            );
         }
         return Ok(None);
     }
@@ -118,11 +127,13 @@ fn machines(args: &DevArgs, sims: &Simulators) -> Result<Option<Arc<NspawnMachin
             .copied()
             .filter(|p| *p != listen.port()),
     );
+    let cpus = args.machine_cpus.map(CpuShare::new).transpose()?;
     let config = MachineConfig {
         image,
         dir: args.data_dir.join("machines"),
         prefix,
         forwards,
+        cpus,
     };
     NspawnMachines::new(config, sims.dns.clone())
         .map(Some)

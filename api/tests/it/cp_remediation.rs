@@ -1,10 +1,12 @@
 //! Control-plane remediation's gate on SQLite and PostgreSQL, with an injected clock and the
-//! compute simulator killing a member's VM (real etcd proves the removal and the join in
-//! tests/tests/remediation.rs): while an upgrade, a CA rotation or a restore runs, the dead
+//! compute simulator killing a member's VM (real etcd proves the removal and the join
+//! in tests/tests/remediation.rs): while an upgrade, a CA rotation or a restore runs, the dead
 //! member is only watched and `RemediationAllowed` says what it waits for; once the upgrade is
 //! rolled back the member leaves etcd first, removed by the oldest healthy member, recorded with its
 //! reason and streamed as a `remediation` change. Taken to its end, a remediation's removal,
-//! then its replacement's join, then its end are changes on the stream, in that order.
+//! then its replacement's join, then its end are changes on the stream, in that order. Two of
+//! three members lost at once are left for an operator, even by a policy that tolerates every
+//! machine unhealthy: removing one would leave one healthy member of two.
 
 use std::sync::Arc;
 
@@ -243,3 +245,48 @@ async fn a_remediation_is_streamed_from_start_to_end(backend: Backend) {
 }
 
 both_backends!(a_remediation_is_streamed_from_start_to_end);
+
+async fn two_members_lost_at_once_are_left_for_an_operator(backend: Backend) {
+    let clock = Arc::new(ManualClock::starting_at(time::OffsetDateTime::now_utc()));
+    let app = spawn_clocked(backend, test_config(), None, clock.clone()).await;
+    let nodes = booted(&app).await;
+    let cluster = nodes[0].0.cluster;
+    let policy = app
+        .put(&format!("/clusters/{cluster}/health-policy"))
+        .json(&json!({"max_unhealthy": "100%"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(policy.status(), 200);
+    for (node, _) in &nodes[..2] {
+        assert!(app.sims.compute.befall(node.vm, VmEvent::Destroy));
+    }
+    health(&app).await;
+    clock.advance(time::Duration::minutes(3));
+    health(&app).await;
+    let refused = view(&app, cluster).await;
+    let allowed = condition(&refused, "RemediationAllowed");
+    assert_eq!(
+        (&allowed["status"], &allowed["reason"]),
+        (&json!("False"), &json!("QuorumAtRisk")),
+        "{allowed}"
+    );
+    assert!(
+        allowed["message"]
+            .as_str()
+            .unwrap()
+            .contains("only 1 of 3 etcd members are healthy"),
+        "{allowed}"
+    );
+    for (node, _) in &nodes {
+        assert_eq!(membership_of(&refused, node.vm), "voter", "nothing removed");
+    }
+    assert!(
+        exk8s_api::db::remediations::since(&app.state.db.pool, cluster, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+both_backends!(two_members_lost_at_once_are_left_for_an_operator);

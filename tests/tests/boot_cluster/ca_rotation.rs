@@ -19,8 +19,12 @@
 //! (`exk8s rotate-ca`, one sync per phase): after each phase the apiserver believes the front
 //! proxy's client certificate of the moment about who calls (`X-Remote-User`, what an
 //! aggregated API server is told); at the end the one from before, signed by the CA dropped,
-//! is not believed. (The etcd CA's rotation runs with three real etcd members of mixed trust
-//! in `tests/tests/rotation.rs`.)
+//! is not believed.
+//!
+//! Then the etcd CA rotates on the three members, sampled the same way: after each phase every
+//! member's etcd answers a client holding any member's identity of the moment; systemd
+//! restarted each member's etcd once a phase; at the end a client certificate signed by the
+//! CA dropped is refused by every member.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +39,7 @@ use serde_json::json;
 use super::control_plane::{hand, kubectl_with};
 use super::haproxy::Haproxy;
 use super::one_node::OneNode;
+use super::sampler::etcd_status_as;
 use super::scale::sampled;
 
 /// Where the first machine reaches HAProxy, in front of every member ([`super::haproxy`]).
@@ -343,4 +348,87 @@ pub(crate) fn rotate_front_proxy(node: &OneNode<'_>) {
         answered, "alice",
         "the front proxy's certificate of the dropped CA is still believed"
     );
+}
+
+/// How many times systemd has started each member's etcd.
+fn etcd_starts(members: &[(Machine, String)]) -> Vec<usize> {
+    members
+        .iter()
+        .map(|(machine, _)| {
+            machine
+                .journal_grep("etcd.service", "^Started ")
+                .lines()
+                .count()
+        })
+        .collect()
+}
+
+/// The etcd CA's rotation on `members` (the module doc's last paragraph).
+pub(crate) fn rotate_etcd_ca(node: &OneNode<'_>, members: &[(Machine, String)]) {
+    let (old_cert, old_key) = keep(node, "etcd-healthcheck-client");
+    let starts_before = etcd_starts(members);
+    let id = node.cluster;
+    let phases = sampled(node, "the etcd CA's rotation", || {
+        let started: serde_json::Value = operator(
+            node.stack,
+            "POST",
+            &format!("/clusters/{id}/certificates/rotate-ca"),
+        )
+        .send_json(json!({"ca": "etcd"}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+        assert_eq!(started["phase"], "trust-both", "{started}");
+        let mut phases = Vec::new();
+        while let Some(now) = phase(node) {
+            assert!(phases.len() < 3, "the rotation does not end: {phases:?}");
+            wait_until(
+                &format!("every member applied the etcd CA's {now} phase"),
+                Duration::from_secs(900),
+                || {
+                    node.machine.assert_up();
+                    phase(node).as_ref() != Some(&now)
+                },
+            );
+            for (holder, _) in members {
+                let pki = holder.root.join("etc/exk8s/pki");
+                for (_, ip) in members {
+                    wait_until(
+                        &format!(
+                            "etcd at {ip} answers {}'s identity after {now}",
+                            holder.name
+                        ),
+                        Duration::from_secs(30),
+                        || etcd_status_as(&node.machine, &pki, ip).is_ok(),
+                    );
+                }
+            }
+            phases.push(now);
+        }
+        phases
+    });
+    assert_eq!(phases, ["trust-both", "sign-new", "drop-old"]);
+    // Each phase changed every member's etcd files: systemd restarted each etcd once a phase.
+    let restarts: Vec<usize> = etcd_starts(members)
+        .iter()
+        .zip(&starts_before)
+        .map(|(after, before)| after - before)
+        .collect();
+    assert_eq!(restarts, [3, 3, 3], "each member's etcd restarts");
+    // The identity from before, trusting the etcd CA of now: refused by every member.
+    let refused = node.dir.join("etcd-refused");
+    std::fs::create_dir_all(&refused).unwrap();
+    std::fs::copy(pki(node, "etcd-ca.pem"), refused.join("etcd-ca.pem")).unwrap();
+    std::fs::copy(&old_cert, refused.join("etcd-healthcheck-client.pem")).unwrap();
+    std::fs::copy(&old_key, refused.join("etcd-healthcheck-client-key.pem")).unwrap();
+    for (machine, ip) in members {
+        let answered = etcd_status_as(&node.machine, &refused, ip);
+        assert!(
+            answered.is_err(),
+            "{}: a client certificate of the dropped etcd CA was accepted: {answered:?}",
+            machine.name
+        );
+        let current = etcd_status_as(&node.machine, &pki(node, ""), ip);
+        assert!(current.is_ok(), "{}: {current:?}", machine.name);
+    }
 }

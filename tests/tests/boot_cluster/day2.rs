@@ -10,13 +10,14 @@ use std::time::Duration;
 use exk8s_tests::bins::{
     ETCD_VERSION, KUBERNETES_VERSION, NEXT_ETCD_VERSION, NEXT_KUBERNETES_VERSION,
 };
-use exk8s_tests::cluster::{operator, view};
+use exk8s_tests::cluster::{operator, operator_kubeconfig, view};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::Machine;
 use serde_json::{Value, json};
 
+use super::control_plane::{hand, kubectl_with};
 use super::nodes;
-use super::sampler::{assert_all_ok, assert_two_ready, sampling};
+use super::sampler::{assert_all_ok, assert_two_ready, etcd_status_as, sampling};
 
 /// `kubectl` on `machine` with its admin kubeconfig (the kubectl of the release the node was
 /// founded at, which stays beside a newer one).
@@ -87,7 +88,9 @@ fn serving(sampler: &Machine, ips: &[String], cp: &[(String, String)]) -> Vec<St
 /// are healthy: in every round of samples the first machine took meanwhile, at least two of
 /// the three apiservers answered `ok` and every request through its node-local balancer, every
 /// other node's and HAProxy was answered, its balancer's own restart included; every apiserver was restarted, and every
-/// apiserver and kubelet serves a new certificate — the one its bundle now carries. `addresses` are the
+/// apiserver, etcd member and kubelet serves a new certificate — the one its bundle now
+/// carries — and a client holding the etcd health-check identity from before is still answered
+/// by every member; the operator kubeconfig minted after it works. `addresses` are the
 /// machines' own, in their order.
 pub(crate) fn renew(
     stack: &Stack,
@@ -104,6 +107,20 @@ pub(crate) fn renew(
     let before = apiserver_starts(sampler, &names);
     assert!(before.values().all(|s| !s.is_empty()), "{before:?}");
     let certs_before = serving(sampler, addresses, cp);
+    let etcd_before: Vec<String> = ips.iter().map(|ip| served(sampler, ip, 2379)).collect();
+    // A client that keeps the health-check identity the first node holds now.
+    let kept = tempfile::tempdir().unwrap();
+    for file in [
+        "etcd-ca.pem",
+        "etcd-healthcheck-client.pem",
+        "etcd-healthcheck-client-key.pem",
+    ] {
+        std::fs::copy(
+            sampler.root.join("etc/exk8s/pki").join(file),
+            kept.path().join(file),
+        )
+        .unwrap();
+    }
     let started = operator(
         stack,
         "POST",
@@ -168,8 +185,46 @@ pub(crate) fn renew(
                 "{}",
                 machine.name
             );
+            // Each etcd member serves its renewed certificate, and a client still holding the
+            // identity from before the renewal (the same CA's) is answered by every member.
+            let etcd_now = served(sampler, &ips[i], 2379);
+            assert_ne!(
+                etcd_now, etcd_before[i],
+                "{}: etcd's certificate",
+                machine.name
+            );
+            assert_eq!(
+                etcd_now,
+                pem("etc/exk8s/pki/etcd-server.pem"),
+                "{}",
+                machine.name
+            );
+            let status = etcd_status_as(sampler, kept.path(), &ips[i]);
+            assert!(
+                status.is_ok(),
+                "{}: the identity from before: {status:?}",
+                machine.name
+            );
         }
     }
+    let healthcheck =
+        |dir: &std::path::Path| std::fs::read(dir.join("etcd-healthcheck-client.pem")).unwrap();
+    assert_ne!(
+        healthcheck(&sampler.root.join("etc/exk8s/pki")),
+        healthcheck(kept.path()),
+        "the health-check identity was not renewed"
+    );
+    // The operator kubeconfig minted now verifies the renewed apiserver, which takes it.
+    let fresh = hand(
+        sampler,
+        "operator-renewed.kubeconfig",
+        &operator_kubeconfig(stack, cluster),
+    );
+    let api = kubectl_with(sampler, &fresh, &["get", "--raw", "/api"]);
+    assert!(
+        api.as_deref().is_ok_and(|a| a.contains("APIVersions")),
+        "{api:?}"
+    );
 }
 
 /// Starts every machine's sync unit (what its timer runs) over and over, all at once, until

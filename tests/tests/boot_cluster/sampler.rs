@@ -115,7 +115,16 @@ fn readyz(sampler: &Machine, ip: &str) -> String {
 /// The status of the etcd member at `ip`, asked over mutual TLS with the sampler's own
 /// health-check client identity (the JSON gateway writes 64-bit numbers as strings).
 fn etcd_status(sampler: &Machine, ip: &str) -> Result<EtcdStatus, String> {
-    let pki = sampler.root.join("etc/exk8s/pki");
+    etcd_status_as(sampler, &sampler.root.join("etc/exk8s/pki"), ip)
+}
+
+/// [`etcd_status`] asked from `sampler`'s LAN with the etcd CA and health-check client
+/// identity held in `pki` (a node's PKI directory, or a copy of one kept from before a change).
+pub(crate) fn etcd_status_as(
+    sampler: &Machine,
+    pki: &std::path::Path,
+    ip: &str,
+) -> Result<EtcdStatus, String> {
     let out = curl(sampler)
         .arg("--cacert")
         .arg(pki.join("etcd-ca.pem"))

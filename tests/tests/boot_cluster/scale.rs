@@ -14,8 +14,9 @@
 //!   machine shuts down as a cloud's delete shuts it down (its apiserver failing `/readyz`
 //!   before its listener closes), and it goes; the first member follows.
 //!
-//! Between the two, the cluster CA rotates through its three phases on the three members, sampled
-//! the same way ([`super::ca_rotation`]).
+//! Between the two, the cluster CA and then the etcd CA rotate through their three phases on the
+//! three members ([`super::ca_rotation`]), and a member whose etcd died is replaced
+//! ([`super::replace`]), each sampled the same way.
 //!
 //! A ConfigMap written before is read through each of the three apiservers, and through the
 //! last one at the end; etcd lists three voters, then one; the first node's balancer logged
@@ -75,6 +76,8 @@ pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
     }
 
     super::ca_rotation::rotate_cluster_ca(node, &outside);
+    super::ca_rotation::rotate_etcd_ca(node, &members);
+    super::replace::replace_a_dead_member(node, &members);
 
     let members = change(node, 1);
     assert_eq!(members.len(), 1);
@@ -82,7 +85,8 @@ pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
     let voters: Value = serde_json::from_slice(&voters.stdout).unwrap();
     assert_eq!(voters["members"].as_array().unwrap().len(), 1, "{voters}");
     assert_eq!(read_through(machine, &node.ip).as_deref(), Ok("yes"));
-    // The first node's balancer followed the name: the two members that came and went. (Asked
+    // The first node's balancer followed the name: the three members that came and went (the
+    // dead one replaced, then two at the shrink). (Asked
     // until its journal says so: read once, right after the view said one member, it once
     // lacked the last "no longer listed" — the cause not settled: journald behind on a loaded
     // host, or the name not yet rewritten; `journal_grep` syncs the journal first.)
@@ -100,15 +104,15 @@ pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut seen = balancer();
-    while seen.1 < 2 && std::time::Instant::now() < deadline {
+    while seen.1 < 3 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_secs(1));
         seen = balancer();
     }
-    assert!(seen.0 >= 3, "itself and two more listed: {seen:?}");
+    assert!(seen.0 >= 4, "itself and three more listed: {seen:?}");
     assert_eq!(
         seen.1,
-        2,
-        "two no longer listed: {}\nthe API said:\n{}\nthe cluster: {}",
+        3,
+        "three no longer listed: {}\nthe API said:\n{}\nthe cluster: {}",
         machine.journal("exk8s-apiserver-balancer.service", 200),
         membership_log(node.dir),
         view(node.stack, node.cluster)
@@ -117,7 +121,7 @@ pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
 
 /// The ConfigMap written before the changes, read through the apiserver at `ip` (the admin
 /// kubeconfig's credentials, that apiserver's address).
-fn read_through(machine: &Machine, ip: &str) -> Result<String, String> {
+pub(crate) fn read_through(machine: &Machine, ip: &str) -> Result<String, String> {
     kubectl_with(
         machine,
         "/etc/exk8s/kubeconfig/admin.kubeconfig",
@@ -253,7 +257,7 @@ fn healthy(phase: &Value) -> bool {
 
 /// Waits until the control plane has `count` members, every one a voter whose last report
 /// succeeded at its newest generation; the members' machines and addresses.
-fn settled(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
+pub(crate) fn settled(node: &OneNode<'_>, count: usize) -> Vec<(Machine, String)> {
     let want = json!({"desired": count, "voters": count, "joining": 0, "leaving": 0});
     wait_until(
         &format!("{count} control-plane members, each up to date"),

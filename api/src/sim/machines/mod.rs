@@ -9,12 +9,14 @@
 //! through its systemd, start boots it again from its disk, delete ends it and removes its
 //! disk; the VM's state says what the machine is doing ([`MachineState`]).
 
+mod cpu;
 mod disk;
 mod hosts;
 mod lan;
 mod nspawn;
 mod sysctl;
 
+pub use cpu::CpuShare;
 use hosts::{write_hosts, write_zone};
 
 use std::collections::BTreeMap;
@@ -102,6 +104,9 @@ pub struct MachineConfig {
     /// Host loopback ports each machine reaches at `127.0.0.1` and the same port (the API's
     /// first).
     pub forwards: Vec<u16>,
+    /// The most CPU time each machine gets, as a VM's vCPUs cap it; unset, machines share
+    /// every core of the host.
+    pub cpus: Option<CpuShare>,
 }
 
 impl MachineConfig {
@@ -333,7 +338,7 @@ impl NspawnMachines {
         // Named as its namespace, which no other stack's machine is: two machines' systemd in
         // one cgroup tree fail each other's units.
         let name = self.lan.netns(id);
-        nspawn::Booted::boot(&disk, &name, &name, &self.console(id))
+        nspawn::Booted::boot(&disk, &name, &name, &self.console(id), self.config.cpus)
     }
 
     /// The listeners of machine `id`'s namespace: every forwarded port and the IMDS.

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::MachineError;
+use super::cpu::CpuShare;
 
 /// How long a machine may take to start systemd, and to power off.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -31,7 +32,7 @@ pub(super) struct Booted {
 
 /// A cgroup of its own for machine `name` in each of this process's hierarchies (cgroups v1
 /// controllers, systemd's named hierarchy and the unified one), below where this process is.
-fn own_cgroups(name: &str) -> Result<Vec<PathBuf>, MachineError> {
+fn own_cgroups(name: &str, cpus: Option<CpuShare>) -> Result<Vec<PathBuf>, MachineError> {
     let mine = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| MachineError::Io {
         what: "reading /proc/self/cgroup".into(),
         detail: e.to_string(),
@@ -63,6 +64,9 @@ fn own_cgroups(name: &str) -> Result<Vec<PathBuf>, MachineError> {
             continue;
         }
         std::fs::create_dir_all(&dir).map_err(failed)?;
+        if let Some(share) = cpus {
+            share.limit(&dir, controllers).map_err(failed)?;
+        }
         if controllers == "cpuset" {
             // A v1 cpuset takes no process before it has CPUs and memory nodes.
             for file in ["cpuset.cpus", "cpuset.mems"] {
@@ -95,15 +99,16 @@ fn remove_cgroups(dirs: &[PathBuf]) -> bool {
 
 impl Booted {
     /// Boots `disk` as machine `name` in the namespace `netns`, its console appended to
-    /// `console`; returns once its PID 1 runs systemd.
+    /// `console`, its CPU time capped at `cpus` when given; returns once its PID 1 runs systemd.
     pub(super) fn boot(
         disk: &Path,
         name: &str,
         netns: &str,
         console: &Path,
+        cpus: Option<CpuShare>,
     ) -> Result<Self, MachineError> {
         let record = console.with_extension("pid");
-        let cgroups = own_cgroups(name)?;
+        let cgroups = own_cgroups(name, cpus)?;
         let open = || {
             std::fs::OpenOptions::new()
                 .create(true)

@@ -74,6 +74,7 @@ fn an_image_without_the_agent_is_refused_naming_what_it_lacks() {
         dir: image.path().join("machines"),
         prefix: 24,
         forwards: vec![8080],
+        cpus: None,
     };
     let refused = config.check().unwrap_err().to_string();
     if rustix::process::geteuid().is_root() {
