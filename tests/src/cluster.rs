@@ -141,58 +141,6 @@ fn agent_arguments<'c>(
         ])
 }
 
-/// [`crate::members::agent_command`]'s arguments and environment added to `agent`, a command that runs
-/// `exk8s-agent` (inside a node's namespace, say).
-pub fn agent_with(
-    mut agent: Command,
-    stack: &Stack,
-    founded: &Founded,
-    root: &Path,
-    vm: i64,
-    command: &str,
-) -> Command {
-    agent_arguments(&mut agent, stack, &founded.keys, root, vm, command)
-        .env("EXK8S_AGENT_TEST_PERFORM_ETCD", "1");
-    agent
-}
-
-/// Where the agent records (`--root`) an artifact it would install: `install artifact <name>
-/// <version> -> <destination>`.
-const INSTALL_ARTIFACT: &str = "install artifact ";
-
-/// Plays the installer for what the agent recorded in `root`: each Kubernetes binary it would
-/// have downloaded (`/opt/exk8s/kubernetes/<release>/<name>`), and `etcdutl`, is linked to the
-/// harness's build of that release, so a later step that runs it (a drain's kubectl, a
-/// restore's etcdutl) finds it.
-pub fn install_recorded_artifacts(root: &Path) {
-    let actions = std::fs::read_to_string(root.join("var/lib/exk8s/recorded-actions.log"))
-        .unwrap_or_default();
-    for line in actions.lines() {
-        let Some((what, destination)) = line
-            .strip_prefix(INSTALL_ARTIFACT)
-            .and_then(|rest| rest.split_once(" -> "))
-        else {
-            continue;
-        };
-        let Some((name, release)) = what.split_once(' ') else {
-            continue;
-        };
-        let built = if destination.starts_with("/opt/exk8s/kubernetes/") {
-            crate::bins::kubernetes_at(release, name)
-        } else if name == "etcdutl" {
-            crate::bins::etcd_at(release, name)
-        } else {
-            continue;
-        };
-        let at = root.join(destination.trim_start_matches('/'));
-        if at.exists() {
-            continue;
-        }
-        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(built, &at).unwrap();
-    }
-}
-
 /// Runs `command` for `vm` and panics with its log unless it succeeds.
 pub fn agent_ok(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command: &str) {
     let out = agent(stack, &founded.keys, root, vm, command, None);
@@ -202,12 +150,6 @@ pub fn agent_ok(stack: &Stack, founded: &Founded, root: &Path, vm: i64, command:
         String::from_utf8_lossy(&out.stderr)
     );
 }
-
-/// The apiserver's etcd client identity (certificate, key): what reads and writes data.
-pub const ETCD_CLIENT: (&str, &str) = (
-    "/etc/exk8s/pki/apiserver-etcd-client.pem",
-    "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
-);
 
 /// Each of `founded`'s control-plane VMs booted by `exk8s-agent run` into
 /// `dir/<prefix>-<vm>`, in VM order; their roots.

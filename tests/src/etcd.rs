@@ -1,6 +1,7 @@
-//! Real etcd members started from rendered node roots: each with the exact ExecStart flags of
-//! its root's `etcd.service`, the environment of its `EnvironmentFile` and the certificate files
-//! in that root. Only what three members on
+//! Real etcd members started from rendered node roots, to check the rendering in seconds (a
+//! booted machine's systemd runs the same unit: `tests/tests/boot_cluster.rs`): each with the
+//! exact ExecStart flags of its root's `etcd.service`, the environment of its `EnvironmentFile`
+//! and the certificate files in that root. Only what three members on
 //! one host require is remapped: file paths are prefixed with the root, the data dir moves into
 //! the root, and the `127.0.0.1:2379` listener every member would share gets a free port.
 
@@ -65,21 +66,6 @@ pub struct EtcdCluster {
 }
 
 impl EtcdCluster {
-    /// Starts one more member from `root` (a member joining: its unit says `existing`).
-    pub fn add(&mut self, root: &Path) {
-        let port = free_port();
-        self.members.push(spawn_member(root, port));
-        self.roots.push(root.to_owned());
-        self.local_ports.push(port);
-    }
-
-    /// Stops member `i` for good (its VM was deleted).
-    pub fn stop(&mut self, i: usize) {
-        let member = &mut self.members[i].0;
-        let _ = member.kill();
-        let _ = member.wait();
-    }
-
     /// Starts one member per root (the etcd the nodes run, [`crate::bins::ETCD_VERSION`]).
     pub fn start(roots: &[PathBuf]) -> Self {
         let mut members = Vec::new();
@@ -94,15 +80,6 @@ impl EtcdCluster {
             roots: roots.to_vec(),
             local_ports,
         }
-    }
-
-    /// Stops member `i` and starts it again from its root, on the same ports — what the
-    /// agent's `systemctl restart etcd.service` does on a node after its files changed.
-    pub fn restart(&mut self, i: usize) {
-        let member = &mut self.members[i].0;
-        let _ = member.kill();
-        let _ = member.wait();
-        self.members[i] = spawn_member(&self.roots[i], self.local_ports[i]);
     }
 
     /// Polls `endpoint health --cluster` until every member is healthy; panics with the

@@ -178,6 +178,13 @@ impl Machine {
         (info["state"] == "running").then(|| Self::running(stack, vm, &info))
     }
 
+    /// The path VM `vm`'s disk has (or will have, once the image's copy is renamed into
+    /// place), while the compute API knows the VM.
+    pub fn disk_of(stack: &Stack, vm: i64) -> Option<PathBuf> {
+        let info = info(stack, vm)?;
+        Some(PathBuf::from(info["disk"].as_str().unwrap()))
+    }
+
     /// The running machine the simulator's `info` describes.
     fn running(stack: &Stack, vm: i64, info: &Value) -> Self {
         Self {

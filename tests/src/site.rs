@@ -98,6 +98,19 @@ pub fn nodes(stack: &Stack, cluster: i64) -> Vec<Value> {
     view(stack, cluster)["nodes"].as_array().unwrap().clone()
 }
 
+/// The ids of the VMs the compute API knows, in order.
+pub fn sim_vm_ids(stack: &Stack) -> Vec<i64> {
+    let vms: Vec<Value> = crate::dev::http()
+        .get(&format!("{}/sim/compute/v1/vms", stack.base))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let mut ids: Vec<i64> = vms.iter().map(|vm| vm["id"].as_i64().unwrap()).collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// Waits until the machine of each of `vms` has booted and every node of `cluster` reports
 /// its first boot `complete` (within `within`); the machines, in `vms`' order.
 pub fn wait_complete(stack: &Stack, cluster: i64, vms: &[i64], within: Duration) -> Vec<Machine> {

@@ -39,8 +39,10 @@
 //! ([`failed_upgrade`]); then a minor Kubernetes upgrade (its preflight etcd snapshot stored, then etcd, the
 //! kubelet and the static pods of the next release from the mirror and the registry, one
 //! member at a time, sampled the same way; the pool replaced by workers booted at the new
-//! release). Stopped, each machine's kubelet stops
-//! its pods before systemd would have to.
+//! release); then the last member's VM is destroyed behind exk8s's back and the API remediates
+//! it with no operator call ([`remediation`]), and a fifth member's join whose etcd can never
+//! start is abandoned at the API's deadline ([`abandoned_join`]), both sampled the same way.
+//! Stopped, each machine's kubelet stops its pods before systemd would have to.
 //!
 //! A third cluster, one booted member with no pod network ([`one_node`]), takes a snapshot into
 //! a bucket of a real S3 server, an in-place restore of it after its etcd's data is destroyed,
@@ -69,6 +71,8 @@ use exk8s_tests::machine::Machine;
 use exk8s_tests::site::{Site, nodes};
 use serde_json::{Value, json};
 
+#[path = "boot_cluster/abandoned_join.rs"]
+mod abandoned_join;
 #[path = "boot_cluster/ca_rotation.rs"]
 mod ca_rotation;
 #[path = "boot_cluster/conformance.rs"]
@@ -89,6 +93,8 @@ mod nodes;
 mod one_node;
 #[path = "boot_cluster/readme.rs"]
 mod readme;
+#[path = "boot_cluster/remediation.rs"]
+mod remediation;
 #[path = "boot_cluster/replace.rs"]
 mod replace;
 #[path = "boot_cluster/sa_key.rs"]
@@ -99,7 +105,6 @@ mod sampler;
 mod scale;
 #[path = "boot_cluster/workloads.rs"]
 mod workloads;
-use day2::{reboot_the_last_member, renew, upgrade};
 
 /// The cluster's shape and where its machines live.
 struct Shape {
@@ -174,14 +179,27 @@ fn boot_and_check(shape: &Shape) {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let mut site = Site::prepare(dir, shape.mirror_away_first);
-    // The day-2 cluster's updates wait a shorter while for what they restart: its failed
-    // upgrade waits that long for an apiserver that cannot start.
-    let update_wait: &[&str] = if shape.control_planes == 3 {
-        &["--update-wait-secs", failed_upgrade::UPDATE_WAIT_SECS]
+    // The day-2 cluster's updates wait a shorter while for what they restart (its failed
+    // upgrade waits that long for an apiserver that cannot start); its health pass runs every
+    // two seconds on a clock the remediation moves.
+    let clock = remediation::clock_file(dir);
+    let clock = clock.to_str().unwrap();
+    let (day2_flags, day2_env): (&[&str], &[(&str, &str)]) = if shape.control_planes == 3 {
+        (
+            &[
+                "--update-wait-secs",
+                failed_upgrade::UPDATE_WAIT_SECS,
+                "--reconcile-interval-secs",
+                "2",
+                "--member-join-timeout-secs",
+                abandoned_join::JOIN_TIMEOUT_SECS,
+            ],
+            &[(remediation::CLOCK_HOOK, clock)],
+        )
     } else {
-        &[]
+        (&[], &[])
     };
-    let stack = site.start_stack(dir, shape.sim_cidr, update_wait, &[]);
+    let stack = site.start_stack(dir, shape.sim_cidr, day2_flags, day2_env);
     let founded = found(
         &stack,
         dir,
@@ -445,24 +463,36 @@ fn boot_and_check(shape: &Shape) {
         let listed = kubectl(&["get", "nodes", "-o", &format!("jsonpath={ready}")]);
         listed.lines().map(str::to_owned).collect::<BTreeSet<_>>() == all_ready
     });
-    let phases = kubectl(&[
-        "get",
-        "pods",
-        "--namespace",
-        "kube-system",
-        "-o",
-        r#"jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}"#,
-    ]);
-    for (vm, _, _) in &vms[..shape.control_planes] {
-        for component in [
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-        ] {
-            let line = format!("{component}-{}=Running", names[vm]);
-            assert!(phases.lines().any(|l| l == line), "{line} in {phases}");
-        }
-    }
+    // Each control-plane node's components as mirror pods (asked until they are: a mirror pod
+    // made before its node was registered is deleted by the pod garbage collector as an
+    // orphan, and its kubelet makes it again).
+    let wanted: Vec<String> = vms[..shape.control_planes]
+        .iter()
+        .flat_map(|(vm, _, _)| {
+            [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ]
+            .map(|component| format!("{component}-{}=Running", names[vm]))
+        })
+        .collect();
+    let mut phases = String::new();
+    exk8s_tests::procs::wait_until(
+        "the control plane's mirror pods",
+        Duration::from_secs(120),
+        || {
+            phases = kubectl(&[
+                "get",
+                "pods",
+                "--namespace",
+                "kube-system",
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}"#,
+            ]);
+            wanted.iter().all(|line| phases.lines().any(|l| l == line))
+        },
+    );
     let members: Vec<(&Machine, &str)> = control_plane
         .iter()
         .zip(&vms)
@@ -505,45 +535,7 @@ fn boot_and_check(shape: &Shape) {
             conformance::run_conformance(first, dir);
         }
     } else {
-        // The first node's boot is tried again while its addons fail: each attempt resumes with
-        // the bundle the first one fetched, so its files stay as they were and the kubelet never
-        // restarts the control plane (a fresh bundle's new certificates would change them all).
-        exk8s_tests::procs::wait_until("a resumed attempt", Duration::from_secs(120), || {
-            first
-                .journal_grep("exk8s-agent.service", "resuming with the bundle")
-                .contains("resuming with the bundle a failed attempt fetched")
-        });
-        let restarts = kubectl(&[
-            "get",
-            "pods",
-            "--namespace",
-            "kube-system",
-            "--field-selector",
-            &format!("spec.nodeName={}", names[&vms[0].0]),
-            "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
-        ]);
-        // The control plane's three static pods (kube-proxy and CoreDNS, applied before the
-        // pod network's failing step, are on the node too).
-        let static_pods: Vec<&str> = restarts
-            .lines()
-            .filter(|l| {
-                [
-                    "kube-apiserver-",
-                    "kube-controller-manager-",
-                    "kube-scheduler-",
-                ]
-                .iter()
-                .any(|pod| l.starts_with(pod))
-            })
-            .collect();
-        assert_eq!(static_pods.len(), 3, "{restarts}");
-        for line in static_pods {
-            assert!(
-                line.ends_with("=0"),
-                "restarted by a retried boot: {restarts}"
-            );
-        }
+        nodes::resumed_without_restarts(first, &names[&vms[0].0]);
     }
     let pressures = kubectl(&[
         "get",
@@ -567,49 +559,16 @@ fn boot_and_check(shape: &Shape) {
         );
     }
     if shape.control_planes == 3 {
-        let cp: Vec<(String, String)> = vms[..3]
-            .iter()
-            .map(|(vm, ip, _)| (ip.clone(), names[vm].clone()))
-            .collect();
-        let addresses: Vec<String> = vms.iter().map(|(_, ip, _)| ip.clone()).collect();
-        let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
-        let ca = haproxy::trust_file(&stack, cluster, dir);
-        let outside = haproxy::Haproxy::listing(&machines[0], &members, &ca, dir);
-        renew(&stack, cluster, &machines, &addresses, &cp);
-        reboot_the_last_member(&stack, &mut machines, &vms, &names);
-        failed_upgrade::fail_and_roll_back(&stack, cluster, &mut site.registry, &machines, &cp);
-        upgrade(&stack, cluster, &mut machines, &cp);
-        drop(outside);
-    }
-
-    // Each kubelet holds the machine's shutdown (a logind delay lock) to stop its pods first:
-    // powered off, no pod's scope is left for systemd to wait on (without it two of a
-    // control-plane node's waited out systemd's 90 s stop timeout).
-    // (A retried first boot restarts the kubelet, which takes its lock again: asked until
-    // it holds it.)
-    for machine in &machines {
-        exk8s_tests::procs::wait_until(
-            "the kubelet's shutdown lock",
-            Duration::from_secs(60),
-            || {
-                let locks = machine.ok("systemd-inhibit", &["--list", "--no-legend"]);
-                locks.lines().any(|l| {
-                    l.starts_with("kubelet ") && l.contains("shutdown") && l.ends_with("delay")
-                })
-            },
+        let vm_ips: Vec<(i64, String)> = vms.iter().map(|(vm, ip, _)| (*vm, ip.clone())).collect();
+        day2::day_two(
+            &stack,
+            cluster,
+            dir,
+            &mut site.registry,
+            &mut machines,
+            &vm_ips,
+            &names,
         );
     }
-    std::thread::scope(|s| {
-        for machine in machines {
-            s.spawn(move || {
-                let (console, name) = (machine.console.clone(), machine.name.clone());
-                machine.stop();
-                let console = std::fs::read_to_string(console).unwrap();
-                assert!(
-                    !console.contains(".scope/stop running"),
-                    "{name}: systemd waited on a pod's scope: {console}"
-                );
-            });
-        }
-    });
+    nodes::power_off(machines);
 }

@@ -1,9 +1,10 @@
 //! The whole boot path with real binaries: `exk8s-api` (the dev stack on SQLite; `serve` with
 //! the simulators on PostgreSQL) founds a 3-node cluster over HTTP; `exk8s-agent run` boots each
 //! VM into its own root against the simulated IMDS (host actions recorded); then the roots are
-//! checked file by file, three real etcd members run from them, a root's admin kubeconfig is
-//! checked against a TLS endpoint serving the rendered apiserver certificate, and deleting the
-//! cluster leaves nothing in the simulator and refuses the next agent run.
+//! checked file by file, a root's admin kubeconfig is checked against a TLS endpoint serving the
+//! rendered apiserver certificate, and deleting the cluster leaves nothing in the simulator and
+//! refuses the next agent run. (etcd and the control plane running from what the agent writes,
+//! under systemd and the kubelet, is `boot_cluster.rs`'s.)
 
 #![allow(
     clippy::unwrap_used,
@@ -14,12 +15,10 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::time::Duration;
 
 use exk8s_common::names::Sha256Digest;
 use exk8s_tests::cluster::{agent, found, view};
 use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev, start_postgres_serve};
-use exk8s_tests::etcd::{EtcdCluster, etcdctl};
 use exk8s_tests::tls::{self, KubeconfigIdentity};
 use serde_json::{Value, json};
 
@@ -132,60 +131,7 @@ fn boot_path(stack: Stack, dir: &Path) {
     );
     assert_eq!(status["ready"], true, "{status}");
 
-    // REAL etcd from the three roots.
-    let mut etcd = EtcdCluster::start(&roots);
-    let endpoints: String = vms
-        .iter()
-        .map(|vm| format!("https://{}:2379", ip_of[vm]))
-        .collect::<Vec<_>>()
-        .join(",");
-    etcd.wait_healthy(
-        &endpoints,
-        "/etc/exk8s/pki/etcd-healthcheck-client.pem",
-        "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
-        Duration::from_secs(60),
-    );
-    let (cert, key) = (
-        "/etc/exk8s/pki/apiserver-etcd-client.pem",
-        "/etc/exk8s/pki/apiserver-etcd-client-key.pem",
-    );
-    let (ok, out) = etcdctl(
-        &roots[0],
-        &format!("https://{}:2379", ip_of[&vms[0]]),
-        cert,
-        key,
-        &["put", "/e2e", "booted"],
-    );
-    assert!(ok, "{out}");
-    let (ok, out) = etcdctl(
-        &roots[2],
-        &format!("https://{}:2379", ip_of[&vms[2]]),
-        cert,
-        key,
-        &["get", "/e2e", "--print-value-only"],
-    );
-    assert!(ok && out.trim() == "booted", "{out}");
-    drop(etcd);
-
     rollout(&stack, &keys, cluster, &vms, &roots);
-
-    // REAL etcd again, from the updated roots: still one cluster, with the data written before.
-    let mut etcd = EtcdCluster::start(&roots);
-    etcd.wait_healthy(
-        &endpoints,
-        "/etc/exk8s/pki/etcd-healthcheck-client.pem",
-        "/etc/exk8s/pki/etcd-healthcheck-client-key.pem",
-        Duration::from_secs(60),
-    );
-    let (ok, out) = etcdctl(
-        &roots[1],
-        &format!("https://{}:2379", ip_of[&vms[1]]),
-        cert,
-        key,
-        &["get", "/e2e", "--print-value-only"],
-    );
-    assert!(ok && out.trim() == "booted", "after the rollout: {out}");
-    drop(etcd);
 
     // A root's admin kubeconfig against an endpoint serving that root's apiserver certificate.
     let pki = roots[0].join("etc/exk8s/pki");

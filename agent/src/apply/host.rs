@@ -239,12 +239,6 @@ impl RecordingHost {
 const FAIL_ACTION_HOOK: &str = "EXK8S_AGENT_TEST_FAIL_ACTION";
 static FAILED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Test hook: when set (to anything), a [`RecordingHost`] with a root performs the etcd
-/// membership steps, snapshots and restores of etcd's data directory, and a sync's etcd
-/// health check for real — against etcd members a test runs from the roots — and records
-/// them too; every other action stays recorded only. Unset in production.
-const PERFORM_ETCD_HOOK: &str = "EXK8S_AGENT_TEST_PERFORM_ETCD";
-
 impl Host for RecordingHost {
     fn perform(&mut self, action: &HostAction<'_>) -> Result<(), AgentError> {
         let line = action.to_string();
@@ -258,35 +252,7 @@ impl Host for RecordingHost {
                 format!("failed on purpose ({FAIL_ACTION_HOOK}={fail})"),
             ));
         }
-        let perform_etcd = std::env::var_os(PERFORM_ETCD_HOOK).is_some();
-        let performed = match (&self.root, action) {
-            (Some(root), HostAction::EtcdJoin(m)) if perform_etcd => {
-                Some(super::membership::join(root, m))
-            }
-            (Some(root), HostAction::EtcdPromote(m)) if perform_etcd => {
-                Some(super::membership::promote(root, m))
-            }
-            (Some(root), HostAction::EtcdRemove(m, leaving)) if perform_etcd => {
-                Some(super::membership::remove(root, m, leaving))
-            }
-            (Some(root), HostAction::CheckEtcd(probe)) if perform_etcd => {
-                Some(waits::etcd(root, probe))
-            }
-            (Some(root), HostAction::SaveEtcdSnapshot { probe, to, meta }) if perform_etcd => {
-                Some(crate::snapshot::save(root, probe, to, meta))
-            }
-            (Some(root), HostAction::RestoreEtcd(restore)) if perform_etcd => {
-                Some(super::etcd_data::restore_data_dir(root, restore))
-            }
-            _ => None,
-        };
-        match performed {
-            Some(result) => {
-                result.map_err(|reason| step_error(action, reason))?;
-                log_info!("performed and recorded (a test hook): {line}");
-            }
-            None => log_info!("recorded (not performed): {line}"),
-        }
+        log_info!("recorded (not performed): {line}");
         if let Some(root) = &self.root {
             let dir = StateDir::open(root, true)?.ok_or_else(|| AgentError::State {
                 path: state_dir(root),

@@ -1,5 +1,6 @@
 //! Shrinking a running control plane through the API, on SQLite and PostgreSQL (the agents'
-//! side acted by the test; real etcd proves it in tests/tests/scale.rs): `PATCH` from 3 to 1
+//! side acted by the test; booted machines prove it in tests/tests/boot_cluster/scale.rs), and
+//! growing one to five and back: `PATCH` from 3 to 1
 //! removes the newest member first, one at a time — the oldest voter's next bundle drains it
 //! and removes it from etcd through the members that stay; once that bundle is reported
 //! applied the shared DNS name stops listing it, and only then does its VM go; every other
@@ -329,6 +330,85 @@ async fn one_member_is_removed_even_a_dead_one_and_never_the_last(backend: Backe
 }
 
 both_backends!(one_member_is_removed_even_a_dead_one_and_never_the_last);
+
+/// Five members and back: two joins one at a time (each a voter before the next starts), then
+/// the two newest leave, each removed from etcd by the oldest member's update through the
+/// members that stay; the shared name and the compute API follow every step.
+async fn a_control_plane_goes_three_five_three(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (cluster, mut members) = crate::replace::founded(&app, 3).await;
+    let dns_name = view(&app, cluster).await["control_plane_dns_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let listed = || app.sims.dns.records().get(&dns_name).map_or(0, Vec::len);
+    let started = scale(&app, cluster, json!({"control_plane_count": 5})).await;
+    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
+    for voters in [3, 4] {
+        let counted = view(&app, cluster).await["control_plane_members"].clone();
+        assert_eq!(
+            (&counted["desired"], &counted["voters"]),
+            (&json!(5), &json!(voters)),
+            "{counted}"
+        );
+        crate::replace::joins(&app, cluster, &mut members).await;
+        wait_until(
+            "the name lists the new member",
+            Duration::from_secs(20),
+            || async { listed() == voters + 1 },
+        )
+        .await;
+    }
+    let five = view(&app, cluster).await;
+    assert_eq!(
+        five["control_plane_members"],
+        json!({"desired": 5, "voters": 5, "joining": 0, "leaving": 0})
+    );
+    assert_eq!(condition(&five, "ScalingUp")["reason"], "AtDesiredSize");
+    assert_eq!(app.sims.compute.vms().len(), 5);
+
+    let started = scale(&app, cluster, json!({"control_plane_count": 3})).await;
+    assert_eq!(started.status(), 202, "{}", started.text().await.unwrap());
+    for left in [4, 3] {
+        let leaving_vm = members[left].0.vm;
+        wait_until(
+            "the newest member leaving",
+            Duration::from_secs(20),
+            || async {
+                control_plane(&view(&app, cluster).await)
+                    .iter()
+                    .any(|n| n["vm_id"] == leaving_vm && n["etcd_membership"] == "leaving")
+            },
+        )
+        .await;
+        let leaving = control_plane(&view(&app, cluster).await)
+            .into_iter()
+            .find(|n| n["vm_id"] == leaving_vm)
+            .unwrap();
+        let ip = leaving["private_ipv4"].as_str().unwrap();
+        let (removes_it, generation) = removes(&app, &members[0], ip).await;
+        assert!(removes_it, "the oldest member's update removes {ip}");
+        let (remover, key) = &members[0];
+        sync_report(&app, remover, key, "succeeded", generation).await;
+        wait_until("the member gone", Duration::from_secs(20), || async {
+            control_plane(&view(&app, cluster).await).len() == left
+        })
+        .await;
+        assert!(app.sims.compute.vms().iter().all(|vm| vm.id != leaving_vm));
+        assert_eq!(listed(), left);
+        members.truncate(left);
+        roll(&app, &members).await;
+    }
+    let done = view(&app, cluster).await;
+    assert_eq!(
+        done["control_plane_members"],
+        json!({"desired": 3, "voters": 3, "joining": 0, "leaving": 0})
+    );
+    assert_eq!(condition(&done, "ScalingDown")["reason"], "AtDesiredSize");
+    assert_eq!(app.sims.compute.vms().len(), 3);
+}
+
+both_backends!(a_control_plane_goes_three_five_three);
 
 async fn another_orgs_day_two_requests_find_nothing(backend: Backend) {
     let app = spawn_app(backend).await;

@@ -1,7 +1,9 @@
-//! Day 2 on a booted three-member cluster: a forced renewal of every certificate, each node's
-//! sync unit started as its timer starts it, a reboot, and a minor Kubernetes upgrade (after
-//! a failed one: [`super::failed_upgrade`]) — each while the first machine samples every
-//! other apiserver's `/readyz`.
+//! Day 2 on a booted three-member cluster ([`day_two`]): a forced renewal of every certificate,
+//! each node's sync unit started as its timer starts it, a reboot, a minor Kubernetes upgrade
+//! (after a failed one: [`super::failed_upgrade`]), a lost member remediated
+//! ([`super::remediation`]) and a join abandoned ([`super::abandoned_join`]) — each while the
+//! first machine samples the apiservers' `/readyz` and requests through the balancers and
+//! HAProxy ([`super::haproxy`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +20,40 @@ use serde_json::{Value, json};
 use super::control_plane::{hand, kubectl_with};
 use super::nodes;
 use super::sampler::{assert_all_ok, assert_two_ready, etcd_status_as, sampling};
+
+/// The module doc's changes, in that order, on the cluster whose nodes are `vms` (id and
+/// address, the three members first) booted as `machines`, named `names`; the stack's clock
+/// hook file is in `dir`. `machines` then holds the machines that run at the end.
+pub(crate) fn day_two(
+    stack: &Stack,
+    cluster: i64,
+    dir: &std::path::Path,
+    registry: &mut exk8s_tests::registry::Registry,
+    machines: &mut Vec<Machine>,
+    vms: &[(i64, String)],
+    names: &BTreeMap<i64, String>,
+) {
+    let cp: Vec<(String, String)> = vms[..3]
+        .iter()
+        .map(|(vm, ip)| (ip.clone(), names[vm].clone()))
+        .collect();
+    let addresses: Vec<String> = vms.iter().map(|(_, ip)| ip.clone()).collect();
+    let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
+    let ca = super::haproxy::trust_file(stack, cluster, dir);
+    let outside = super::haproxy::Haproxy::listing(&machines[0], &members, &ca, dir);
+    renew(stack, cluster, machines, &addresses, &cp);
+    reboot_the_last_member(stack, machines, vms, names);
+    super::failed_upgrade::fail_and_roll_back(stack, cluster, registry, machines, &cp);
+    upgrade(stack, cluster, machines, &cp);
+    super::remediation::remediate_a_lost_member(stack, cluster, dir, machines, &cp);
+    let members: Vec<String> = exk8s_tests::site::nodes(stack, cluster)
+        .iter()
+        .filter(|n| n["role"] == "control-plane")
+        .map(|n| n["private_ipv4"].as_str().unwrap().to_owned())
+        .collect();
+    super::abandoned_join::abandon_a_join(stack, cluster, dir, machines, &members);
+    drop(outside);
+}
 
 /// `kubectl` on `machine` with its admin kubeconfig (the kubectl of the release the node was
 /// founded at, which stays beside a newer one).
@@ -92,7 +128,7 @@ fn serving(sampler: &Machine, ips: &[String], cp: &[(String, String)]) -> Vec<St
 /// carries — and a client holding the etcd health-check identity from before is still answered
 /// by every member; the operator kubeconfig minted after it works. `addresses` are the
 /// machines' own, in their order.
-pub(crate) fn renew(
+fn renew(
     stack: &Stack,
     cluster: i64,
     machines: &[Machine],
@@ -259,12 +295,7 @@ pub(crate) fn syncing(machines: &[Machine], done: impl Fn() -> bool) {
 /// and every kubelet runs the new release, every node is Ready, and the kubelets run the static
 /// pods under the UIDs their manifests name. `machines` then holds the new workers in the old
 /// ones' place.
-pub(crate) fn upgrade(
-    stack: &Stack,
-    cluster: i64,
-    machines: &mut Vec<Machine>,
-    cp: &[(String, String)],
-) {
+fn upgrade(stack: &Stack, cluster: i64, machines: &mut Vec<Machine>, cp: &[(String, String)]) {
     let ips: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
     let old_workers: Vec<i64> = machines[cp.len()..].iter().map(|m| m.vm).collect();
     let count = machines.len();
@@ -410,15 +441,15 @@ pub(crate) fn upgrade(
 /// every answer is `ok`. Booted again from its disk, its boot unit finds
 /// `bootstrap.done` and syncs, etcd, containerd and the kubelet come back, and its node is
 /// Ready again.
-pub(crate) fn reboot_the_last_member(
+fn reboot_the_last_member(
     stack: &Stack,
     machines: &mut Vec<Machine>,
-    vms: &[(i64, String, &str)],
+    vms: &[(i64, String)],
     names: &BTreeMap<i64, String>,
 ) {
     let rebooted = machines.remove(2);
     let vm = rebooted.vm;
-    let others: Vec<String> = vms[..2].iter().map(|(_, ip, _)| ip.clone()).collect();
+    let others: Vec<String> = vms[..2].iter().map(|(_, ip)| ip.clone()).collect();
     let sampler = &machines[0];
     let (again, rounds) = sampling(sampler, &others, machines, || {
         rebooted.stop();

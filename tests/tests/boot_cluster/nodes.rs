@@ -5,7 +5,10 @@
 //! each kubelet serves the certificate its bundle carried; a pod placed on a worker by the
 //! pool's label (and toleration) gets its address from that worker's block through the bridge
 //! configuration containerd wrote from the rendered template; `kubectl logs` and `exec` reach
-//! it through the apiserver's kubelet client certificate.
+//! it through the apiserver's kubelet client certificate. At the end every machine is powered
+//! off with its kubelet's shutdown lock held ([`power_off`]).
+
+use std::time::Duration;
 
 use exk8s_tests::machine::Machine;
 use serde_json::{Value, json};
@@ -199,4 +202,85 @@ pub(crate) fn check_nodes(control_plane: &[Node<'_>], workers: &[Node<'_>], pool
         "exec works\n"
     );
     get(first, &["delete", "pod", "hello", "--wait=false"]);
+}
+
+/// Powers every machine off through the compute API, all at once. Each kubelet holds the
+/// machine's shutdown (a logind delay lock) to stop its pods first: powered off, no pod's scope
+/// is left for systemd to wait on (without it two of a control-plane node's waited out
+/// systemd's 90 s stop timeout). (A retried first boot restarts the kubelet, which takes its
+/// lock again: asked until it holds it.)
+pub(crate) fn power_off(machines: Vec<Machine>) {
+    for machine in &machines {
+        exk8s_tests::procs::wait_until(
+            "the kubelet's shutdown lock",
+            Duration::from_secs(60),
+            || {
+                let locks = machine.ok("systemd-inhibit", &["--list", "--no-legend"]);
+                locks.lines().any(|l| {
+                    l.starts_with("kubelet ") && l.contains("shutdown") && l.ends_with("delay")
+                })
+            },
+        );
+    }
+    std::thread::scope(|s| {
+        for machine in machines {
+            s.spawn(move || {
+                let (console, name) = (machine.console.clone(), machine.name.clone());
+                machine.stop();
+                let console = std::fs::read_to_string(console).unwrap();
+                assert!(
+                    !console.contains(".scope/stop running"),
+                    "{name}: systemd waited on a pod's scope: {console}"
+                );
+            });
+        }
+    });
+}
+
+/// The first node (`first`, named `name`) whose boot is tried again while its addons fail:
+/// each attempt resumes with the bundle the first one fetched, so its files stay as they were
+/// and the kubelet never restarts the control plane (a fresh bundle's new certificates would
+/// change them all).
+pub(crate) fn resumed_without_restarts(first: &Machine, name: &str) {
+    exk8s_tests::procs::wait_until("a resumed attempt", Duration::from_secs(120), || {
+        first
+            .journal_grep("exk8s-agent.service", "resuming with the bundle")
+            .contains("resuming with the bundle a failed attempt fetched")
+    });
+    let restarts = kubectl(
+        first,
+        &[
+            "get",
+            "pods",
+            "--namespace",
+            "kube-system",
+            "--field-selector",
+            &format!("spec.nodeName={name}"),
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
+        ],
+    );
+    assert!(restarts.status.success(), "{restarts:?}");
+    let restarts = String::from_utf8_lossy(&restarts.stdout);
+    // The control plane's three static pods (kube-proxy and CoreDNS, applied before the
+    // pod network's failing step, are on the node too).
+    let static_pods: Vec<&str> = restarts
+        .lines()
+        .filter(|l| {
+            [
+                "kube-apiserver-",
+                "kube-controller-manager-",
+                "kube-scheduler-",
+            ]
+            .iter()
+            .any(|pod| l.starts_with(pod))
+        })
+        .collect();
+    assert_eq!(static_pods.len(), 3, "{restarts}");
+    for line in static_pods {
+        assert!(
+            line.ends_with("=0"),
+            "restarted by a retried boot: {restarts}"
+        );
+    }
 }

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use exk8s_tests::cluster::view;
 use exk8s_tests::machine::Machine;
-use exk8s_tests::members::sim_vm_ids;
 use exk8s_tests::procs::wait_until;
 use exk8s_tests::site::nodes;
+use exk8s_tests::site::sim_vm_ids;
 use serde_json::Value;
 
 use super::control_plane::etcdctl;
