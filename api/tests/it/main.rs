@@ -57,6 +57,7 @@ mod render_worker;
 mod renewal;
 mod replace;
 mod restore;
+mod restore_from;
 mod retention;
 mod rotation;
 mod sa_rotation;

@@ -190,6 +190,40 @@ fn fresh_operator_kubeconfig(node: &OneNode<'_>, name: &str) -> String {
 
 /// The module doc's rotation on `node`'s cluster, which has three members, with `outside` (the
 /// DNS-following HAProxy) in front of them.
+/// Rotates `ca` (`cluster` or `etcd`) through its three phases, sampled ([`sampled`]): after
+/// every member applied each phase, `after_phase` checks what that phase must leave working.
+fn rotate_sampled(node: &OneNode<'_>, ca: &str, after_phase: impl Fn(&str)) {
+    let id = node.cluster;
+    let phases = sampled(node, &format!("the {ca} CA's rotation"), || {
+        let started: serde_json::Value = operator(
+            node.stack,
+            "POST",
+            &format!("/clusters/{id}/certificates/rotate-ca"),
+        )
+        .send_json(json!({ "ca": ca }))
+        .unwrap()
+        .into_json()
+        .unwrap();
+        assert_eq!(started["phase"], "trust-both", "{started}");
+        let mut phases = Vec::new();
+        while let Some(now) = phase(node) {
+            assert!(phases.len() < 3, "the rotation does not end: {phases:?}");
+            wait_until(
+                &format!("every member applied the {ca} CA's {now} phase"),
+                Duration::from_secs(900),
+                || {
+                    node.machine.assert_up();
+                    phase(node).as_ref() != Some(&now)
+                },
+            );
+            after_phase(&now);
+            phases.push(now);
+        }
+        phases
+    });
+    assert_eq!(phases, ["trust-both", "sign-new", "drop-old"]);
+}
+
 pub(crate) fn rotate_cluster_ca(node: &OneNode<'_>, outside: &Haproxy) {
     let without_members = outside.times_without_members();
     let operator_before = fresh_operator_kubeconfig(node, "operator-before.kubeconfig");
@@ -202,39 +236,13 @@ pub(crate) fn rotate_cluster_ca(node: &OneNode<'_>, outside: &Haproxy) {
         "the cached credential is reused"
     );
 
-    let id = node.cluster;
-    let phases = sampled(node, "the cluster CA's rotation", || {
-        let started: serde_json::Value = operator(
-            node.stack,
-            "POST",
-            &format!("/clusters/{id}/certificates/rotate-ca"),
-        )
-        .send_json(json!({"ca": "cluster"}))
-        .unwrap()
-        .into_json()
-        .unwrap();
-        assert_eq!(started["phase"], "trust-both", "{started}");
-        let mut phases = Vec::new();
-        while let Some(now) = phase(node) {
-            assert!(phases.len() < 3, "the rotation does not end: {phases:?}");
-            wait_until(
-                &format!("every member applied the {now} phase"),
-                Duration::from_secs(900),
-                || {
-                    node.machine.assert_up();
-                    phase(node).as_ref() != Some(&now)
-                },
-            );
-            plugin.works(&format!("after the {now} phase"));
-            plugin.works_through(
-                &plugin.frozen_before,
-                &format!("its trust file from before, after the {now} phase"),
-            );
-            phases.push(now);
-        }
-        phases
+    rotate_sampled(node, "cluster", |now| {
+        plugin.works(&format!("after the {now} phase"));
+        plugin.works_through(
+            &plugin.frozen_before,
+            &format!("its trust file from before, after the {now} phase"),
+        );
     });
-    assert_eq!(phases, ["trust-both", "sign-new", "drop-old"]);
     // HAProxy's checks verify the members with the trust written before the rotation: its
     // standby is the new CA, so they pass throughout (were it missing, every member would fail
     // its check from sign-new on, and requests would go to the unchecked backend).
@@ -367,47 +375,21 @@ fn etcd_starts(members: &[(Machine, String)]) -> Vec<usize> {
 pub(crate) fn rotate_etcd_ca(node: &OneNode<'_>, members: &[(Machine, String)]) {
     let (old_cert, old_key) = keep(node, "etcd-healthcheck-client");
     let starts_before = etcd_starts(members);
-    let id = node.cluster;
-    let phases = sampled(node, "the etcd CA's rotation", || {
-        let started: serde_json::Value = operator(
-            node.stack,
-            "POST",
-            &format!("/clusters/{id}/certificates/rotate-ca"),
-        )
-        .send_json(json!({"ca": "etcd"}))
-        .unwrap()
-        .into_json()
-        .unwrap();
-        assert_eq!(started["phase"], "trust-both", "{started}");
-        let mut phases = Vec::new();
-        while let Some(now) = phase(node) {
-            assert!(phases.len() < 3, "the rotation does not end: {phases:?}");
-            wait_until(
-                &format!("every member applied the etcd CA's {now} phase"),
-                Duration::from_secs(900),
-                || {
-                    node.machine.assert_up();
-                    phase(node).as_ref() != Some(&now)
-                },
-            );
-            for (holder, _) in members {
-                let pki = holder.root.join("etc/exk8s/pki");
-                for (_, ip) in members {
-                    wait_until(
-                        &format!(
-                            "etcd at {ip} answers {}'s identity after {now}",
-                            holder.name
-                        ),
-                        Duration::from_secs(30),
-                        || etcd_status_as(&node.machine, &pki, ip).is_ok(),
-                    );
-                }
+    rotate_sampled(node, "etcd", |now| {
+        for (holder, _) in members {
+            let pki = holder.root.join("etc/exk8s/pki");
+            for (_, ip) in members {
+                wait_until(
+                    &format!(
+                        "etcd at {ip} answers {}'s identity after {now}",
+                        holder.name
+                    ),
+                    Duration::from_secs(30),
+                    || etcd_status_as(&node.machine, &pki, ip).is_ok(),
+                );
             }
-            phases.push(now);
         }
-        phases
     });
-    assert_eq!(phases, ["trust-both", "sign-new", "drop-old"]);
     // Each phase changed every member's etcd files: systemd restarted each etcd once a phase.
     let restarts: Vec<usize> = etcd_starts(members)
         .iter()

@@ -26,11 +26,8 @@ use super::control_plane::etcdctl;
 use super::one_node::OneNode;
 use super::scale::{read_through, sampled, settled};
 
-/// The module doc's replacement of the last of `members`; the members after it.
-pub(crate) fn replace_a_dead_member(
-    node: &OneNode<'_>,
-    members: &[(Machine, String)],
-) -> Vec<(Machine, String)> {
+/// The module doc's replacement of the last of `members`.
+pub(crate) fn replace_a_dead_member(node: &OneNode<'_>, members: &[(Machine, String)]) {
     let (dead, dead_ip) = members.last().unwrap();
     assert_ne!(dead.vm, node.machine.vm, "the sampling machine stays");
     let cluster = node.cluster.to_string();
@@ -110,5 +107,4 @@ pub(crate) fn replace_a_dead_member(
     }
     let members = view(node.stack, node.cluster)["control_plane_members"].clone();
     assert_eq!(members["voters"], 3, "{members}");
-    replaced
 }
