@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::http::error::ApiError;
 
-const TEMPLATES: [(&str, &str); 7] = [
+const TEMPLATES: [(&str, &str); 8] = [
     ("layout.html", include_str!("templates/layout.html")),
     ("login.html", include_str!("templates/login.html")),
     ("clusters.html", include_str!("templates/clusters.html")),
@@ -21,6 +21,7 @@ const TEMPLATES: [(&str, &str); 7] = [
     ),
     ("error.html", include_str!("templates/error.html")),
     ("action.html", include_str!("templates/action.html")),
+    ("upgrades.html", include_str!("templates/upgrades.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {
