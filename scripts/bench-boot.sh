@@ -37,6 +37,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib/ensure.sh
 # shellcheck source=scripts/lib/versions.sh
 source scripts/lib/versions.sh
+# shellcheck source=scripts/lib/dev-stack.sh
+source scripts/lib/dev-stack.sh
 
 pairs=3 control_plane=3 workers=2 out=target/bench/boot port=8095 bin_dir='' agent='' only=''
 machine_cpus=''
@@ -92,7 +94,7 @@ if [ -z "$bin_dir" ]; then
   bin_dir=$PWD/target/release
 fi
 bin_dir=$(absolute "$bin_dir")
-stack_args=(--data-dir "$out/stack" --port "$port" --bin-dir "$bin_dir")
+stack_args=(--bin-dir "$bin_dir")
 [ -z "$agent" ] || stack_args+=(--agent "$(absolute "$agent")")
 
 if [ -n "$machine_cpus" ]; then
@@ -100,28 +102,15 @@ if [ -n "$machine_cpus" ]; then
   export EXK8S_DEV_MACHINE_CPUS=$machine_cpus
   log "every machine capped at $machine_cpus cores"
 fi
-log "the dev stack with booted machines on 127.0.0.1:$port (its log: $out/stack.log)"
-rm -rf "$out/stack" "$out/cli"
-setsid bash scripts/dev-cluster.sh "${stack_args[@]}" >"$out/stack.log" 2>&1 &
-stack=$!
 balancer=''
 # shellcheck disable=SC2317 # called by the trap
 stop_all() {
   [ -z "$balancer" ] || kill "$balancer" 2>/dev/null || true
-  if kill -0 "$stack" 2>/dev/null; then
-    log "stopping the stack (its machines power off)"
-    kill -INT -- "-$stack" 2>/dev/null || true
-    local waited=0
-    while kill -0 "$stack" 2>/dev/null && [ "$waited" -lt 180 ]; do sleep 1; waited=$((waited + 1)); done
-    kill -KILL -- "-$stack" 2>/dev/null || true
-  fi
+  stop_dev_stack
 }
 trap stop_all EXIT
+start_dev_stack "$out" "$port" "${stack_args[@]}"
 api=http://127.0.0.1:$port
-until [ -f "$out/stack/operator.token" ] && curl -fsS "$api/readyz" >/dev/null 2>&1; do
-  kill -0 "$stack" 2>/dev/null || { tail -n 30 "$out/stack.log" >&2; echo "the stack ended (its log: $out/stack.log)" >&2; exit 1; }
-  sleep 2
-done
 export EXK8S_CONFIG=$out/cli/config.toml
 exk8s() { "$bin_dir/exk8s" "$@"; }
 exk8s login --api "$api" <"$out/stack/operator.token" >/dev/null

@@ -31,6 +31,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib/ensure.sh
 # shellcheck source=scripts/lib/versions.sh
 source scripts/lib/versions.sh
+# shellcheck source=scripts/lib/dev-stack.sh
+source scripts/lib/dev-stack.sh
 
 out=./conformance-results procs=4 focus='\[Conformance\]' skip='' control_plane=3 workers=2
 port=8090 bin_dir='' agent=''
@@ -89,28 +91,10 @@ if [ -z "$bin_dir" ]; then
 fi
 bin_dir=$(absolute "$bin_dir")
 [ -x "$bin_dir/exk8s" ] || { echo "--bin-dir $bin_dir: no exk8s in it" >&2; exit 2; }
-stack_args=(--data-dir "$out/stack" --port "$port" --bin-dir "$bin_dir")
+stack_args=(--bin-dir "$bin_dir")
 [ -z "$agent" ] || stack_args+=(--agent "$(absolute "$agent")")
-
-log "the dev stack with booted machines on 127.0.0.1:$port (its log: $out/stack.log)"
-rm -rf "$out/stack" "$out/cli"
-setsid bash scripts/dev-cluster.sh "${stack_args[@]}" >"$out/stack.log" 2>&1 &
-stack=$!
-# shellcheck disable=SC2317 # called by the trap
-stop_stack() {
-  if kill -0 "$stack" 2>/dev/null; then
-    log "stopping the stack (its machines power off)"
-    kill -INT -- "-$stack" 2>/dev/null || true
-    local waited=0
-    while kill -0 "$stack" 2>/dev/null && [ "$waited" -lt 180 ]; do sleep 1; waited=$((waited + 1)); done
-    kill -KILL -- "-$stack" 2>/dev/null || true
-  fi
-}
-trap stop_stack EXIT
-until [ -f "$out/stack/operator.token" ] && curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
-  kill -0 "$stack" 2>/dev/null || { tail -n 30 "$out/stack.log" >&2; echo "the stack ended (its log: $out/stack.log)" >&2; exit 1; }
-  sleep 2
-done
+trap stop_dev_stack EXIT
+start_dev_stack "$out" "$port" "${stack_args[@]}"
 
 export EXK8S_CONFIG=$out/cli/config.toml
 exk8s() { "$bin_dir/exk8s" "$@"; }

@@ -1,6 +1,7 @@
-//! A joining control-plane node's etcd steps, as host actions (recorded under `--root`):
-//! [`join`] before its etcd starts, [`promote`] once it runs — through the voters the bundle
-//! names, with the client identity in the bundle's files ([`crate::etcd_members`]).
+//! A control-plane node's etcd membership steps, as the machine's host performs them (under
+//! `--root` they are only recorded): [`join`] before its etcd starts, [`promote`] once it runs,
+//! [`remove`] for a leaving member — through the voters the bundle names, with the client
+//! identity in the bundle's files ([`crate::etcd_members`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

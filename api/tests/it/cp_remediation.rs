@@ -1,6 +1,6 @@
 //! Control-plane remediation's gate on SQLite and PostgreSQL, with an injected clock and the
-//! compute simulator killing a member's VM (real etcd proves the removal and the join
-//! in tests/tests/remediation.rs): while an upgrade, a CA rotation or a restore runs, the dead
+//! compute simulator killing a member's VM (booted machines prove the removal and the join in
+//! tests/tests/boot_cluster/remediation.rs): while an upgrade, a CA rotation or a restore runs, the dead
 //! member is only watched and `RemediationAllowed` says what it waits for; once the upgrade is
 //! rolled back the member leaves etcd first, removed by the oldest healthy member, recorded with its
 //! reason and streamed as a `remediation` change. Taken to its end, a remediation's removal,
