@@ -1,7 +1,7 @@
 //! `exk8s-tests` holds what tests need across crates: the dev stack as a child process
 //! ([`dev`]), a cluster
-//! founded on it and booted by the real agent ([`cluster`]), real etcd members started from
-//! rendered bundles to check the rendering ([`etcd`]), machines that boot the node image under systemd ([`machine`]) and the site they boot on
+//! founded on it and booted by the real agent ([`cluster`]), etcd's own clients
+//! ([`etcd`]), machines that boot the node image under systemd ([`machine`]) and the site they boot on
 //! ([`site`]: the mirror, the registry they pull from ([`registry`]), the baked image, the
 //! stack), finding and running the workspace's binaries ([`procs`]), a TLS endpoint serving a rendered certificate
 //! ([`tls`]), a private PostgreSQL server tests may stop ([`postgres`]), a real S3 server
@@ -28,5 +28,4 @@ pub mod s3;
 pub mod site;
 pub mod tls;
 pub mod tmpfs;
-pub mod units;
 pub mod workers;

@@ -25,7 +25,6 @@ mod db_faults;
 mod delete_race;
 mod disk_full;
 mod durability;
-mod etcd_cluster;
 mod events;
 mod founding;
 mod health;

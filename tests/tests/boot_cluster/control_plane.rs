@@ -5,7 +5,8 @@
 //! the Node authorizer lets it write its own Node but not another's; a service-account token
 //! is minted and authenticates; a Secret is stored encrypted (`k8s:enc:` read back from etcd);
 //! the audit log gets the policy's entries; the aggregation layer's `apiservices` list. With
-//! three members: etcd has three voters, and what one apiserver writes another reads.
+//! three members: etcd has three voters, and what one apiserver writes another reads. etcd
+//! refuses an identity of the cluster CA.
 
 use std::process::Output;
 
@@ -255,6 +256,25 @@ pub(crate) fn check_control_plane(
     let voters = listed["members"].as_array().unwrap();
     assert_eq!(voters.len(), members.len(), "{listed}");
     assert!(voters.iter().all(|m| m["isLearner"] != true), "{listed}");
+    // etcd trusts its own CA only: the apiserver's kubelet client identity (the cluster CA's)
+    // is refused.
+    let pki = |name: &str| last.root.join("etc/exk8s/pki").join(name);
+    let refused = last
+        .on_lan("curl")
+        .args(["-sS", "--max-time", "5", "-X", "POST", "-d", "{}"])
+        .arg("--cacert")
+        .arg(pki("etcd-ca.pem"))
+        .arg("--cert")
+        .arg(pki("apiserver-kubelet-client.pem"))
+        .arg("--key")
+        .arg(pki("apiserver-kubelet-client-key.pem"))
+        .arg(format!("https://{last_ip}:2379/v3/maintenance/status"))
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success() && !String::from_utf8_lossy(&refused.stdout).contains("raftTerm"),
+        "a cluster-CA identity was answered: {refused:?}"
+    );
     if members.len() > 1 {
         // Written through the first apiserver, read through the last one.
         let at = |ip: &str| format!("--server=https://{ip}:6443");
