@@ -53,6 +53,11 @@ fn slow_compute_and_database_every_fetch_and_poll_succeeds() {
             "2",
             "--timeout-secs",
             "20",
+            // The API's own deadline just inside the client's: this test slows the compute
+            // API and the database, and on a host also booting clusters (CI runs it beside
+            // them) the default 10 s deadline once refused 3 of 240 fetches (clean 503s, p99
+            // at the deadline) before any client gave up.
+            "--api-arg=--bootstrap-deadline-ms=19000",
             "--polls",
             "120",
         ],
