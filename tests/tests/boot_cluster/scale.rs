@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 use super::control_plane::{admin, etcdctl, kubectl_with};
 use super::haproxy::{DnsServer, Haproxy};
 use super::one_node::OneNode;
-use super::sampler::THROUGH;
+use super::sampler::{REQUEST_TIMEOUT, THROUGH};
 
 /// The module doc's two changes on `node`'s cluster.
 pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
@@ -209,7 +209,14 @@ fn membership_log(dir: &std::path::Path) -> String {
 fn version_through(machine: &Machine, url: &str) -> String {
     let out = machine
         .on_lan("curl")
-        .args(["-sSk", "--max-time", "5", "-w", "\n%{http_code}", url])
+        .args([
+            "-sSk",
+            "--max-time",
+            REQUEST_TIMEOUT,
+            "-w",
+            "\n%{http_code}",
+            url,
+        ])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
