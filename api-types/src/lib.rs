@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod kept;
 pub mod phase;
 pub mod pools;
 mod secret;
@@ -27,6 +28,7 @@ pub use cluster::{
 pub use error::{ErrorBody, ErrorDetail};
 pub use events::{ChangeEvent, StatusEvent, StreamEnd};
 pub use health::{HealthPolicy, MaxUnhealthy, PoolHealthPolicy};
+pub use kept::DeletedClusterView;
 pub use phase::{ClusterPhase, EtcdMembership, Removal};
 pub use pools::{CreatePoolRequest, PoolNodeView, PoolView, TaintRequest, UpdatePoolRequest};
 pub use secret::SecretPem;

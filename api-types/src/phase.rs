@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Where a cluster stands: `provisioning` → `founded` | (`compensating` →) `failed`;
-/// `deleting` while its resources are released.
+/// `deleting` while its resources are released, then `deleted`: only what recovery needs is
+/// kept (its trust and stored snapshots) until it is purged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
@@ -15,15 +16,17 @@ pub enum ClusterPhase {
     Compensating,
     Failed,
     Deleting,
+    Deleted,
 }
 
 impl ClusterPhase {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Provisioning,
         Self::Founded,
         Self::Compensating,
         Self::Failed,
         Self::Deleting,
+        Self::Deleted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -33,6 +36,7 @@ impl ClusterPhase {
             Self::Compensating => "compensating",
             Self::Failed => "failed",
             Self::Deleting => "deleting",
+            Self::Deleted => "deleted",
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct ApiConfig {
     pub founding_workers: usize,
     /// Foundings accepted at once (running or waiting); beyond it `POST /clusters` is 503.
     pub founding_queue: usize,
+    /// How long a deleted cluster's trust and stored snapshots are kept (`--keep-deleted-days`).
+    pub keep_deleted: Duration,
     /// How long `/healthz` answers 418 before the server stops accepting.
     pub drain: Duration,
     /// Bundle lifetime.
@@ -96,6 +98,7 @@ impl Default for ApiConfig {
             reconcile_interval: Duration::from_secs(60),
             node_drain_timeout: Duration::from_secs(600),
             member_join_timeout: Duration::from_secs(1800),
+            keep_deleted: Duration::from_secs(30 * 86_400),
             update_wait: Duration::from_secs(u64::from(crate::render::DEFAULT_UPDATE_WAIT_SECS)),
             cpu_queue_per_core: crate::cpu::CpuPool::QUEUE_PER_SLOT,
             key_pool_max: crate::keypool::DEFAULT_MAX_KEYS,

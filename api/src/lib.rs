@@ -32,6 +32,7 @@ pub mod founding;
 pub mod health;
 pub mod http;
 pub mod issuance;
+pub mod kept;
 pub mod keyfiles;
 pub mod keypool;
 pub mod labels;

@@ -35,7 +35,8 @@ pub struct Ask {
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error(
     "this org's {what} quota is {limit}; it uses {used} and this asks for {asked} more \
-     (delete some, or ask the operator of this API to raise --quota-{what})"
+     (delete some{}, or ask the operator of this API to raise --quota-{what})",
+    if *what == "clusters" { " — a deleted cluster counts until it is purged: `exk8s clusters purge`" } else { "" }
 )]
 pub struct Exceeded {
     pub what: &'static str,

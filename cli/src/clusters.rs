@@ -1,11 +1,11 @@
-//! `exk8s clusters`: list, show, create (following the founding with `--wait`), delete — the
-//! tables operators read and the requests the API takes.
+//! `exk8s clusters`: list (the deleted ones kept, too), show, create (following the founding
+//! with `--wait`), delete, purge — the tables operators read and the requests the API takes.
 
 use std::time::Duration;
 
 use exk8s_api_types::{
-    ClusterCreated, ClusterView, CreateClusterRequest, SecretPem, SuppliedCaRequest,
-    SuppliedCasRequest,
+    ClusterCreated, ClusterView, CreateClusterRequest, DeletedClusterView, SecretPem,
+    SuppliedCaRequest, SuppliedCasRequest,
 };
 
 use crate::client::Api;
@@ -15,10 +15,15 @@ use crate::{Clusters, CreateArgs, watch};
 
 pub(crate) fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(), CliError> {
     match command {
-        Clusters::List => {
+        Clusters::List { deleted: false } => {
             let list: Vec<ClusterView> = api.get_all("/clusters")?;
             show(format, &list, cluster_table)
         }
+        Clusters::List { deleted: true } => {
+            let list: Vec<DeletedClusterView> = api.get("/deleted-clusters")?;
+            show(format, &list, deleted_table)
+        }
+        Clusters::Purge { cluster, yes } => purge(api, &cluster, yes),
         Clusters::Get { cluster } => {
             let id = api.cluster_id(&cluster)?;
             let view: ClusterView = api.get(&format!("/clusters/{id}"))?;
@@ -45,6 +50,64 @@ pub(crate) fn clusters(api: &Api, command: Clusters, format: Format) -> Result<(
             Ok(())
         }
     }
+}
+
+/// Purges deleted cluster `cluster` (an id or a name), naming it to the API as it asks.
+fn purge(api: &Api, cluster: &str, yes: bool) -> Result<(), CliError> {
+    let list: Vec<DeletedClusterView> = api.get("/deleted-clusters")?;
+    let kept = list
+        .iter()
+        .find(|c| c.name == cluster || c.cluster_id.to_string() == cluster)
+        .ok_or_else(|| {
+            CliError::Failed(format!(
+                "no deleted cluster `{cluster}` is kept (`exk8s clusters list --deleted`)"
+            ))
+        })?;
+    if !yes {
+        return Err(CliError::Usage(format!(
+            "purging deleted cluster {cluster} drops its trust and {} snapshot(s): no cluster \
+             can be founded from it any more; run again with --yes",
+            kept.snapshots
+        )));
+    }
+    // A cluster's name is a-z, 0-9 and '-' (the API names an unnamed one `exk8s-<org>-<id>`):
+    // nothing in it needs escaping in a query.
+    let _: Option<serde_json::Value> = api.send(
+        "DELETE",
+        &format!(
+            "/deleted-clusters/{}?confirm={}",
+            kept.cluster_id, kept.name
+        ),
+        None::<&()>,
+        None,
+    )?;
+    eprintln!("deleted cluster {cluster} purged");
+    Ok(())
+}
+
+fn deleted_table(list: &Vec<DeletedClusterView>) -> comfy_table::Table {
+    let mut t = table(&[
+        "id",
+        "name",
+        "version",
+        "deleted",
+        "kept",
+        "snapshots",
+        "kept until",
+    ]);
+    let now = output::now();
+    for c in list {
+        t.add_row(vec![
+            c.cluster_id.to_string(),
+            c.name.clone(),
+            c.kubernetes_version.clone(),
+            format!("{} ago", age(c.deleted_at, now)),
+            c.kept.join(", "),
+            format!("{} ({} bytes)", c.snapshots, c.snapshot_bytes),
+            output::date(c.kept_until),
+        ]);
+    }
+    t
 }
 
 fn cluster_table(list: &Vec<ClusterView>) -> comfy_table::Table {

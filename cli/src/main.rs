@@ -196,16 +196,28 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum Clusters {
-    /// Every cluster of your organisation.
-    List,
+    /// Every cluster of your organisation; with --deleted, the deleted ones still kept.
+    List {
+        /// The deleted clusters whose trust and snapshots are kept (to found a cluster from
+        /// one of them: `clusters create --restore-from`), and until when.
+        #[arg(long)]
+        deleted: bool,
+    },
     /// One cluster, by id or name.
     Get { cluster: String },
     /// Found a cluster; with --wait, follow it until it is ready.
     Create(Box<CreateArgs>),
-    /// Delete a cluster and its VMs.
+    /// Delete a cluster and its VMs (its trust and snapshots are kept until the purge).
     Delete {
         cluster: String,
         /// Confirm: the cluster's VMs and data are destroyed.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Purge a deleted cluster now: its kept trust and snapshots, by id or name.
+    Purge {
+        cluster: String,
+        /// Confirm: no cluster can be founded from its snapshots any more.
         #[arg(long)]
         yes: bool,
     },

@@ -209,6 +209,7 @@ pub(super) async fn dev(args: DevArgs) -> Result<(), String> {
         source_ipv6_prefix: args.rates.ipv6_prefix,
         reconcile_interval: args.changes.reconcile_interval(),
         member_join_timeout: args.changes.member_join_timeout(),
+        keep_deleted: args.changes.keep_deleted(),
         update_wait: args.changes.update_wait(),
         cpu_queue_per_core: args.rates.cpu_queue_per_core,
         key_pool_max: args.rates.key_pool_max,

@@ -72,9 +72,20 @@ pub(super) struct ChangeArgs {
     /// it answers 503 with Retry-After.
     #[arg(long, env = "EXK8S_FOUNDING_QUEUE", default_value_t = crate::config::DEFAULT_FOUNDING_QUEUE)]
     founding_queue: usize,
+    /// Days a deleted cluster's trust and stored snapshots are kept, so a cluster can be
+    /// founded from it (`restore_from`), before the reconciler purges them; 0 purges them at
+    /// its next pass.
+    #[arg(long, env = "EXK8S_KEEP_DELETED_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(0..=3650))]
+    keep_deleted_days: u32,
 }
 
 impl ChangeArgs {
+    /// How long a deleted cluster is kept.
+    pub(super) fn keep_deleted(&self) -> Duration {
+        Duration::from_secs(u64::from(self.keep_deleted_days) * 86_400)
+    }
+
     /// How often the reconciler runs (at least once a second).
     pub(super) fn reconcile_interval(&self) -> Duration {
         Duration::from_secs(self.reconcile_interval_secs.max(1))

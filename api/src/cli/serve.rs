@@ -190,6 +190,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), String> {
         renew_at: args.renew_when_remaining,
         node_drain_timeout: Duration::from_secs(args.node_drain_timeout_secs),
         member_join_timeout: args.changes.member_join_timeout(),
+        keep_deleted: args.changes.keep_deleted(),
         update_wait: args.changes.update_wait(),
         cpu_queue_per_core: args.rates.cpu_queue_per_core,
         key_pool_max: args.rates.key_pool_max,

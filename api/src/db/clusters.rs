@@ -1,6 +1,6 @@
 //! `clusters`: one row per cluster, its phase (`provisioning` → `founded` | `failed`, and
-//! `compensating` / `deleting` in between), its network facts, and its trust (CA certificates in
-//! clear, every private key sealed).
+//! `compensating` / `deleting` in between, `deleted` while it is kept: [`super::kept`]), its
+//! network facts, and its trust (CA certificates in clear, every private key sealed).
 
 use sqlx::{Any, Executor, Row};
 
@@ -362,8 +362,26 @@ pub async fn set_dns<'c>(
     Ok(())
 }
 
-/// A cluster of `org_id`; another org's cluster is simply not found.
+/// A cluster of `org_id`; another org's cluster, or a deleted one ([`super::kept`]), is simply
+/// not found.
 pub async fn get<'c>(
+    db: impl Executor<'c, Database = Any>,
+    org_id: i64,
+    id: i64,
+) -> Result<Option<ClusterRow>, DbError> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM clusters WHERE id = $1 AND org_id = $2 AND phase <> 'deleted'"
+    ))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// A cluster of `org_id` as [`get`] finds it, or a deleted one it keeps for recovery (what
+/// `restore_from` and a kept cluster's snapshots read).
+pub async fn get_or_kept<'c>(
     db: impl Executor<'c, Database = Any>,
     org_id: i64,
     id: i64,
@@ -402,7 +420,7 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
     sa_key_auto_rotate, upgrade_snapshot_id, health_policy, remediation_blocked";
 
-/// At most `limit` of the org's clusters with an id above `after`, in id order (one page of
+/// At most `limit` of the org's clusters (not the deleted ones) with an id above `after`, in id order (one page of
 /// `GET /clusters`; the `(org_id, id)` index serves it without a sort).
 /// Read with [`VIEW_COLUMNS`].
 pub async fn list_page<'c>(
@@ -412,7 +430,8 @@ pub async fn list_page<'c>(
     limit: i64,
 ) -> Result<Vec<ClusterRow>, DbError> {
     let rows = sqlx::query(&format!(
-        "SELECT {VIEW_COLUMNS} FROM clusters WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        "SELECT {VIEW_COLUMNS} FROM clusters WHERE org_id = $1 AND id > $2 \
+         AND phase <> 'deleted' ORDER BY id LIMIT $3"
     ))
     .bind(org_id)
     .bind(after)
@@ -441,14 +460,6 @@ pub async fn claim_stale<'c>(
     .fetch_optional(db)
     .await?;
     Ok(row.map(|r| r.try_get("id")).transpose()?)
-}
-
-pub async fn delete<'c>(db: impl Executor<'c, Database = Any>, id: i64) -> Result<(), DbError> {
-    sqlx::query("DELETE FROM clusters WHERE id = $1")
-        .bind(id)
-        .execute(db)
-        .await?;
-    Ok(())
 }
 
 /// Clusters left `deleting` (a delete that could not finish, or a process that died in one).

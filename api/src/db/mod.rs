@@ -12,6 +12,7 @@ pub mod health_watch;
 pub mod history;
 pub mod idempotency;
 pub mod issuances;
+pub mod kept;
 pub mod keys;
 pub mod leases;
 pub mod membership;

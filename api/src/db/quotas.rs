@@ -8,7 +8,8 @@ use super::DbError;
 /// An org's use of what quotas bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Clusters that are not `failed` (a failed one holds no VM).
+    /// Clusters that are not `failed` (a failed one holds no VM); a deleted one counts while it
+    /// is kept ([`super::kept`]).
     pub clusters: i64,
     pub pools: i64,
     /// For each cluster and pool, the larger of the VMs it asked for and those it has (journaled

@@ -3,7 +3,9 @@
 //! membership lease and every pool's lease, waiting for the convergences holding them to stop (each
 //! checks the phase between steps; a dead holder's lease runs out within [`crate::lease::TTL`]),
 //! so no VM is being made while it releases everything the journal knows — the VMs made after
-//! the delete began included — and only then are the rows deleted. A delete that cannot finish
+//! the delete began included — and only then are the rows deleted, but for what recovery needs:
+//! the cluster ends `deleted`, its trust and stored snapshots kept until [`crate::kept`] purges
+//! them. A delete that cannot finish
 //! now (a convergence still in its step, the compute API failing) leaves the cluster `deleting`,
 //! and the reconciler finishes it ([`finish_all`]), after a crash too.
 
@@ -25,7 +27,7 @@ pub enum DeleteError {
 /// How a delete ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
-    /// Everything released, the rows gone.
+    /// Everything released, the rows gone but what is kept (the cluster `deleted`).
     Done,
     /// A convergence still holds a lease: the cluster is `deleting`, the reconciler finishes.
     Pending,
@@ -75,10 +77,17 @@ pub async fn delete(
         return Err(e.into());
     }
     db::resources::delete_for_cluster(&machines.db.pool, cluster_id).await?;
-    db::clusters::delete(&machines.db.pool, cluster_id).await?;
+    let now = db::now();
+    let kept_until = now
+        .saturating_add(i64::try_from(machines.config.keep_deleted.as_secs()).unwrap_or(i64::MAX));
+    db::kept::keep(&machines.db, cluster_id, now, kept_until).await?;
     // The rows the leases were on are gone: nothing to give back.
     drop(held);
-    tracing::info!(cluster_id, "cluster deleted");
+    tracing::info!(
+        cluster_id,
+        kept_until,
+        "cluster deleted: its trust and stored snapshots are kept until the purge"
+    );
     Ok(Deleted::Done)
 }
 

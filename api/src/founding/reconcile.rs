@@ -236,7 +236,7 @@ pub async fn prune(ctx: &Reconciler) {
     }
 }
 
-/// Runs [`pass`], the certificate renewal pass, CA rotations, pools, control-plane changes,
+/// Runs [`pass`], the deletes left to finish and the purges due ([`crate::kept`]), the certificate renewal pass, CA rotations, pools, control-plane changes,
 /// the health pass (each cluster's VM states), scheduled etcd snapshots, the key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
 /// process stops.
 pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
@@ -244,6 +244,7 @@ pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
         loop {
             pass(&ctx).await;
             super::delete::finish_all(&ctx.machines).await;
+            crate::kept::purge_due(&ctx.snapshots).await;
             if let Err(e) = crate::renewal::pass(&ctx.renewer).await {
                 tracing::warn!(error = %crate::error_chain(&e), "reconciler: certificate renewal pass failed");
             }

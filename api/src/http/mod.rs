@@ -15,6 +15,7 @@ pub mod extract;
 pub mod health;
 pub mod health_policy;
 mod idempotent;
+pub mod kept;
 pub mod membership;
 pub mod nodes;
 pub mod paging;
@@ -70,6 +71,9 @@ use crate::app::AppState;
         health_policy::put_pool_health_policy,
         health_policy::delete_pool_health_policy,
         clusters::delete_cluster,
+        kept::list_deleted_clusters,
+        kept::get_deleted_cluster,
+        kept::purge_deleted_cluster,
         patch::patch_cluster,
         membership::remove_member,
         membership::replace_member,
@@ -263,6 +267,11 @@ fn api_routes() -> Router<AppState> {
             get(health_policy::get_pool_health_policy)
                 .put(health_policy::put_pool_health_policy)
                 .delete(health_policy::delete_pool_health_policy),
+        )
+        .route("/deleted-clusters", get(kept::list_deleted_clusters))
+        .route(
+            "/deleted-clusters/{id}",
+            get(kept::get_deleted_cluster).delete(kept::purge_deleted_cluster),
         )
         .route(
             "/clusters/{id}/snapshots",

@@ -105,7 +105,8 @@ pub async fn start(
 }
 
 /// What `POST /clusters` with `restore_from` names, checked before anything is made: the
-/// org's founded cluster `source`, not between service-account keys
+/// org's founded cluster `source` (or a deleted one it keeps: [`crate::kept`]), not between
+/// service-account keys
 /// ([`crate::sa_rotation::not_carried_whole`]), and its stored snapshot `snapshot_id`, read
 /// back intact. The source cluster.
 pub async fn check_source(
@@ -114,10 +115,10 @@ pub async fn check_source(
     source: i64,
     snapshot_id: i64,
 ) -> Result<db::clusters::ClusterRow, RestoreError> {
-    let cluster = db::clusters::get(&ctx.db.pool, org_id, source)
+    let cluster = db::clusters::get_or_kept(&ctx.db.pool, org_id, source)
         .await?
         .ok_or(RestoreError::NotFound)?;
-    if cluster.phase != ClusterPhase::Founded {
+    if !matches!(cluster.phase, ClusterPhase::Founded | ClusterPhase::Deleted) {
         return Err(RestoreError::NotFounded {
             id: source,
             phase: cluster.phase,

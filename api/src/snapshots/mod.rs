@@ -167,13 +167,14 @@ async fn request_of(
     Ok(row)
 }
 
-/// The cluster's snapshots, newest first (those whose member missed its deadline failed).
+/// The cluster's snapshots, newest first (those whose member missed its deadline failed); a
+/// deleted cluster's are those it keeps ([`crate::kept`]).
 pub async fn list(
     ctx: &Snapshots,
     org_id: i64,
     cluster_id: i64,
 ) -> Result<Vec<SnapshotRow>, SnapshotError> {
-    db::clusters::get(&ctx.db.pool, org_id, cluster_id)
+    db::clusters::get_or_kept(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(SnapshotError::NotFound)?;
     db::snapshots::expire(&ctx.db.pool, cluster_id, ctx.clock.unix()).await?;

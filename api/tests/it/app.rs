@@ -329,9 +329,10 @@ impl TestApp {
         answer.text().await.unwrap()
     }
 
+    /// Clusters that are not deleted (a deleted one's row is kept: `db::kept`).
     pub async fn cluster_count(&self) -> i64 {
         use sqlx::Row as _;
-        sqlx::query("SELECT COUNT(*) AS n FROM clusters")
+        sqlx::query("SELECT COUNT(*) AS n FROM clusters WHERE phase <> 'deleted'")
             .fetch_one(&self.state.db.pool)
             .await
             .unwrap()

@@ -51,7 +51,17 @@ async fn a_delete_during_a_pool_scale_up_leaves_nothing(backend: Backend) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    assert_eq!(app.cluster_count().await, 0, "the cluster row is gone");
+    assert_eq!(app.cluster_count().await, 0, "the cluster is deleted");
+    for table in ["cluster_nodes", "node_pools", "issued_certificates"] {
+        let rows: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {table} WHERE cluster_id = $1"
+        ))
+        .bind(cluster)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+        assert_eq!(rows, 0, "{table}: only what recovery needs is kept");
+    }
     // Nothing the pool's convergence was making when the delete came survives it.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_nothing_left(&app);

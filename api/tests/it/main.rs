@@ -32,6 +32,7 @@ mod helpers;
 mod idempotency;
 mod idle_ping;
 mod issuers;
+mod kept_after_delete;
 mod key_helper;
 mod key_pool;
 mod limits;

@@ -215,11 +215,13 @@ async fn killed_during_a_delete_then_the_delete_is_finished(backend: Backend) {
     stack.set_faults(json!({})).await;
     let _second = stack.start_api(&dir.path().join("api-2.log")).await;
     wait_until("the delete finished", Duration::from_secs(90), || async {
-        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM clusters WHERE id = $1")
-            .bind(cluster)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+        let rows: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM clusters WHERE id = $1 AND phase <> 'deleted'",
+        )
+        .bind(cluster)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
         rows == 0
             && stack.sim_list("vms").await.is_empty()
             && stack.sim_list("security-groups").await.is_empty()

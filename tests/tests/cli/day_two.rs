@@ -312,4 +312,49 @@ pub(crate) fn run(dir: &Path, stack: &Stack, founded: &Founded, cluster_name: &s
         .args(["clusters", "delete", cluster_name, "--yes"])
         .output()
         .unwrap());
+
+    // Kept, listed with --deleted; the purge asks for --yes, then it is gone.
+    let listed = ok(&exk8s(dir)
+        .args(["clusters", "list", "--deleted", "-o", "json"])
+        .output()
+        .unwrap());
+    let kept: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(kept[0]["name"], cluster_name, "{kept}");
+    assert_eq!(kept[0]["kept"][0], "trust", "{kept}");
+    let table = ok(&exk8s(dir)
+        .args(["clusters", "list", "--deleted"])
+        .output()
+        .unwrap());
+    assert!(
+        table.contains(cluster_name) && table.contains("KEPT UNTIL"),
+        "{table}"
+    );
+    let out = exk8s(dir)
+        .args(["clusters", "purge", cluster_name])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--yes"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ok(&exk8s(dir)
+        .args(["clusters", "purge", cluster_name, "--yes"])
+        .output()
+        .unwrap());
+    let listed = ok(&exk8s(dir)
+        .args(["clusters", "list", "--deleted", "-o", "json"])
+        .output()
+        .unwrap());
+    assert_eq!(listed.trim(), "[]", "purged");
+    let out = exk8s(dir)
+        .args(["clusters", "purge", cluster_name, "--yes"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no deleted cluster"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
