@@ -1,12 +1,16 @@
 //! A cluster founded from another's snapshot on a booted machine (`POST /clusters` with
-//! `restore_from`), the source powered off first: the new node boots from its own bundle (a
+//! `restore_from`), the source deleted first (its machine released; the API keeps its trust and
+//! stored snapshots: `crate::kept` of the API): the new node boots from its own bundle (a
 //! new name, address and DNS name) with the source's CAs, service-account key and
 //! secrets-encryption key; once it reported up, the API restores the source's snapshot onto
 //! it, its sync unit running the three steps. Then it serves the source's ConfigMap and
 //! Secret, the source's operator kubeconfig (its CA and client certificate) works against the
 //! new DNS name, and a token the source issued authenticates.
 
+use std::time::Duration;
+
 use exk8s_tests::cluster::{found, operator, operator_kubeconfig};
+use exk8s_tests::procs::wait_until;
 use serde_json::{Value, json};
 
 use super::control_plane::{admin, hand, kubectl_with};
@@ -17,8 +21,29 @@ use super::one_node::OneNode;
 pub(crate) fn found_from(source: OneNode<'_>, snapshot: i64, token: &str) {
     let (stack, dir) = (source.stack, source.dir);
     let old_kubeconfig = operator_kubeconfig(stack, source.cluster);
-    // The source is lost.
-    source.machine.stop();
+    // The source is lost: deleted by mistake, its machine released; what recovery needs is kept.
+    let id = source.cluster.to_string();
+    let deleted = stack.exk8s(dir, &["clusters", "delete", &id, "--yes"]);
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    wait_until("the source's delete", Duration::from_secs(120), || {
+        operator(stack, "GET", &format!("/deleted-clusters/{id}"))
+            .call()
+            .is_ok()
+    });
+    let kept: Value = operator(stack, "GET", &format!("/deleted-clusters/{id}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(kept["kept"], json!(["trust", "snapshots"]), "{kept}");
+    assert!(
+        !exk8s_tests::site::sim_vm_ids(stack).contains(&source.machine.vm),
+        "the source's machine is released"
+    );
 
     let target_dir = dir.join("target");
     std::fs::create_dir_all(&target_dir).unwrap();

@@ -210,6 +210,15 @@ pub(crate) fn run() {
         String::from_utf8_lossy(&deleted.stderr)
     );
     assert!(!snapshot.object.exists());
+    // The deleted source, its snapshot gone, is purged: nothing of it is kept.
+    let purged = stack.exk8s(dir, &["clusters", "purge", &name, "--yes"]);
+    assert!(
+        purged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&purged.stderr)
+    );
+    let kept = stack.exk8s(dir, &["clusters", "list", "--deleted", "-o", "json"]);
+    assert_eq!(String::from_utf8_lossy(&kept.stdout).trim(), "[]");
     bucket.server.terminate(Duration::from_secs(5));
 }
 
