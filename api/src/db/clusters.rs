@@ -420,8 +420,8 @@ const VIEW_COLUMNS: &str = "id, org_id, name, phase, spec_json, key_algorithm, \
     snapshot_every_secs, snapshot_retain, sa_key_created_at, sa_key_max_age_days, \
     sa_key_auto_rotate, upgrade_snapshot_id, health_policy, remediation_blocked";
 
-/// At most `limit` of the org's clusters (not the deleted ones) with an id above `after`, in id order (one page of
-/// `GET /clusters`; the `(org_id, id)` index serves it without a sort).
+/// At most `limit` of the org's clusters (not the deleted ones) with an id above `after`, in id
+/// order (one page of `GET /clusters`; the `(org_id, id)` index serves it without a sort).
 /// Read with [`VIEW_COLUMNS`].
 pub async fn list_page<'c>(
     db: impl Executor<'c, Database = Any>,

@@ -5,9 +5,9 @@
 //! so no VM is being made while it releases everything the journal knows — the VMs made after
 //! the delete began included — and only then are the rows deleted, but for what recovery needs:
 //! the cluster ends `deleted`, its trust and stored snapshots kept until [`crate::kept`] purges
-//! them. A delete that cannot finish
-//! now (a convergence still in its step, the compute API failing) leaves the cluster `deleting`,
-//! and the reconciler finishes it ([`finish_all`]), after a crash too.
+//! them. A delete that cannot finish now (a convergence still in its step, the compute API
+//! failing) leaves the cluster `deleting`, and the reconciler finishes it ([`finish_all`]),
+//! after a crash too.
 
 use std::time::{Duration, Instant};
 

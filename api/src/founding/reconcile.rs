@@ -236,9 +236,10 @@ pub async fn prune(ctx: &Reconciler) {
     }
 }
 
-/// Runs [`pass`], the deletes left to finish and the purges due ([`crate::kept`]), the certificate renewal pass, CA rotations, pools, control-plane changes,
-/// the health pass (each cluster's VM states), scheduled etcd snapshots, the key pool's demand and [`prune`] now and then every `reconcile_interval`, until the
-/// process stops.
+/// Runs [`pass`], the deletes left to finish and the purges due ([`crate::kept`]), the
+/// certificate renewal pass, CA rotations, pools, control-plane changes, the health pass (each
+/// cluster's VM states), scheduled etcd snapshots, the key pool's demand and [`prune`] now and
+/// then every `reconcile_interval`, until the process stops.
 pub fn spawn(ctx: Reconciler) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
