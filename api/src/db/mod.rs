@@ -134,6 +134,9 @@ pub(crate) const SQLITE_SYNC_FULL: &str = "PRAGMA synchronous = FULL";
 /// How long a connection may sit in the pool before it is pinged again when taken.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
+/// How long [`Db::migrate`] waits for a database that does not answer before it gives up.
+const MIGRATE_WAIT: Duration = Duration::from_secs(60);
+
 /// The shared pool and its dialect.
 #[derive(Debug, Clone)]
 pub struct Db {
@@ -208,8 +211,24 @@ impl Db {
         })
     }
 
-    /// Applies the dialect's migrations.
+    /// Applies the dialect's migrations, waiting up to [`MIGRATE_WAIT`] for a database that
+    /// does not answer yet — one starting beside this process, or a disk so busy that opening a
+    /// connection outlasts the pool's acquire timeout — and saying so each second it waits. Each
+    /// migration is its own transaction, so a try cut short is taken up where it stopped.
     pub async fn migrate(&self) -> Result<(), DbError> {
+        let deadline = std::time::Instant::now() + MIGRATE_WAIT;
+        loop {
+            match self.migrate_once().await {
+                Err(DbError::Unavailable(e)) if std::time::Instant::now() < deadline => {
+                    tracing::warn!(error = %crate::error_chain(&e), "the database does not answer yet: the migrations wait for it");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn migrate_once(&self) -> Result<(), DbError> {
         let migrator = match self.backend {
             Backend::Sqlite => sqlx::migrate!("../migrations/sqlite"),
             Backend::Postgres => sqlx::migrate!("../migrations/postgres"),

@@ -275,3 +275,45 @@ both_backends!(
     rows_from_before_the_node_model_migrate,
     superseded_certificate_rows_are_dropped
 );
+
+/// A database that first answers only after the pool's acquire timeout (5 s) has passed — a
+/// server started beside its database, or a disk busy enough that opening a connection takes
+/// that long: the migrations wait for it instead of failing the start. The database is reached
+/// through a port nothing listens on until a forwarder opens it, 7 s in.
+#[tokio::test]
+async fn the_migrations_wait_for_a_database_that_answers_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut url =
+        reqwest::Url::parse(&fresh_database(Backend::Postgres, dir.path()).await).unwrap();
+    let real = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    url.set_port(Some(port)).unwrap();
+    let late = std::time::Duration::from_secs(7);
+    tokio::spawn(async move {
+        tokio::time::sleep(late).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let real = real.clone();
+            tokio::spawn(async move {
+                let mut server = tokio::net::TcpStream::connect(real).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    let started = std::time::Instant::now();
+    let db = Db::connect(url.as_str()).unwrap();
+    db.migrate().await.unwrap();
+    assert!(started.elapsed() >= late, "{:?}", started.elapsed());
+    let migrated: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(migrated > 30, "{migrated}");
+}
