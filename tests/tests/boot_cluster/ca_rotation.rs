@@ -225,7 +225,7 @@ fn rotate_sampled(node: &OneNode<'_>, ca: &str, after_phase: impl Fn(&str)) {
 }
 
 pub(crate) fn rotate_cluster_ca(node: &OneNode<'_>, outside: &Haproxy) {
-    let without_members = outside.times_without_members();
+    let tls_failures = outside.tls_check_failures();
     let operator_before = fresh_operator_kubeconfig(node, "operator-before.kubeconfig");
     let plugin = Plugin::new(node);
     let first_credential = plugin.cached_certificate();
@@ -244,12 +244,13 @@ pub(crate) fn rotate_cluster_ca(node: &OneNode<'_>, outside: &Haproxy) {
         );
     });
     // HAProxy's checks verify the members with the trust written before the rotation: its
-    // standby is the new CA, so they pass throughout (were it missing, every member would fail
-    // its check from sign-new on, and requests would go to the unchecked backend).
+    // standby is the new CA, so no check fails at TLS throughout (were it missing, every
+    // member's would from sign-new on, and requests would go to the unchecked backend). A
+    // check may fail at `/readyz` while a member restarts or etcd is slow on a loaded host.
     assert_eq!(
-        outside.times_without_members(),
-        without_members,
-        "HAProxy lost every member's check during the rotation"
+        outside.tls_check_failures(),
+        tls_failures,
+        "HAProxy's checks failed to verify a member with the trust from before the rotation"
     );
 
     let refused = api_through(node, &operator_before);

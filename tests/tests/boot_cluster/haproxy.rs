@@ -176,13 +176,15 @@ impl Haproxy {
 }
 
 impl Haproxy {
-    /// How many times its log says the checked backend had no member left (every member
-    /// failing its check: requests then go to the unchecked backend, members still starting
-    /// included).
-    pub(crate) fn times_without_members(&self) -> usize {
+    /// How many checks its log says failed at TLS (`Layer6`: the handshake, the member's
+    /// certificate not verified with the CA file): what a trust file missing the CA a member
+    /// serves under shows as. A member whose `/readyz` answered 500 or not in time (its etcd
+    /// check, a loaded host) fails at `Layer7`, which says nothing of the trust.
+    pub(crate) fn tls_check_failures(&self) -> usize {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
-            .matches("backend apiservers has no server available")
+            .lines()
+            .filter(|l| l.contains("is DOWN, reason: Layer6") || l.contains("SSL handshake"))
             .count()
     }
 }
