@@ -211,17 +211,16 @@ impl Watch {
                 () = tokio::time::sleep(STATUS_EVERY.min(self.config.token_recheck)) => None,
             };
             // After a read that brought this cluster's changes, the status follows them; now and
-            // then it is recomputed anyway (conditions also move with time).
+            // then it is recomputed anyway (conditions also move with time) — but only at the
+            // end of a read too (the feed ends one every `POLL` while anyone listens), so a
+            // status never shows a change whose event has not been sent before it.
             match read {
-                Some(read_at) if self.changed => {
+                Some(read_at)
+                    if self.changed
+                        || self.status_at.is_none_or(|at| at.elapsed() >= STATUS_EVERY) =>
+                {
                     self.changed = false;
                     self.read_status(read_at).await;
-                }
-                _ if self.status_at.is_none_or(|at| at.elapsed() >= STATUS_EVERY) => {
-                    let fresh_since = Instant::now()
-                        .checked_sub(STATUS_EVERY)
-                        .unwrap_or_else(Instant::now);
-                    self.read_status(fresh_since).await;
                 }
                 _ => {}
             }
