@@ -34,7 +34,7 @@ build_e2e() {
   log "building agnhost and e2e.test from Kubernetes $k8s_version"
   (
     cd "$dir/src"
-    export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    export CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local
     go build -trimpath -ldflags "-s -w" -o "$dir/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
     go test -c -trimpath -ldflags "-s -w" -o "$dir/bin/e2e.test" k8s.io/kubernetes/test/e2e
     tr -d '[:space:]' <"$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION" \

@@ -56,7 +56,7 @@ source "$(dirname "$0")/lib/scratch-registry.sh"
 source "$(dirname "$0")/lib/cache.sh"
 
 # go with what every build here sets: no cgo, modules resolved as needed, the local toolchain.
-gomod() { CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local go "$@"; }
+gomod() { CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go "$@"; }
 
 # The registry is distribution's cmd/registry with the one storage driver the tests use
 # (filesystem): its cloud drivers' SDKs (S3, Azure, GCS) are half of its packages to compile.
@@ -159,7 +159,7 @@ build_flannel() {
     go mod init exk8s.test/flannel >/dev/null 2>&1
     go mod edit -go=1.25 -require="github.com/flannel-io/flannel@$flannel_version" \
       -require=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/common@v1.3.211
-    CGO_ENABLED=1 GOFLAGS=-mod=mod GOTOOLCHAIN=local go build -trimpath -tags netgo,osusergo \
+    CGO_ENABLED=1 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go build -trimpath -tags netgo,osusergo \
       -ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
       -o "$dir/bin/flanneld" github.com/flannel-io/flannel
   )

@@ -164,7 +164,14 @@ fi
 
 # The release builds the packaging checks need, beside the tests under SCHED_IDLE: they take only
 # the cores the tests leave idle (a real control plane waits on its components much of the
-# time), so they never slow a test, and packaging later finds them built.
+# time), so they never slow a test, and packaging later finds them built. Optimised lightly
+# here (level 1, no LTO; exported, so the packaging scripts' own builds find them built): the
+# checks are of what the packages hold, install and run, not of speed, and on a fresh machine
+# the release profile's full optimisation of every dependency comes after the booted clusters,
+# at the end of the run.
+# `scripts/package.sh` run by itself builds with the release profile as it ships.
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=false \
+  CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 log "release builds for packaging (in the background, SCHED_IDLE: only idle cores)"
 release_log=$(mktemp)
 chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &

@@ -1,10 +1,13 @@
 //! Deleted clusters kept for recovery. A delete keeps what founding a cluster from it needs
 //! (`restore_from`): its sealed trust — the CAs, the service-account keys, the
-//! secrets-encryption key, the CA standby — and its stored snapshots, for `--keep-deleted-days`
-//! ([`crate::db::kept`]). An operator purges one early, naming it to confirm; the reconciler
+//! secrets-encryption key, the CA standby — and its stored snapshots, for its org's
+//! `exk8s-api orgs set --keep-deleted-days` or else the API's `--keep-deleted-days`
+//! ([`crate::db::kept`], [`kept_until`]). An operator purges one early, naming it to confirm; the reconciler
 //! purges those whose time is up ([`purge_due`]). A purge deletes the snapshots' objects from
 //! the store first, then the rows: one that fails part-way is retried whole, and a cluster being
 //! restored from a kept one keeps it until its restore is done.
+
+use std::time::Duration;
 
 use crate::db::kept::KeptRow;
 use crate::db::{self, DbError};
@@ -26,6 +29,20 @@ pub enum PurgeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Db(#[from] DbError),
+}
+
+/// Until when cluster `cluster_id`, deleted at `now`, is kept: its org's days, or else `default`.
+pub async fn kept_until(
+    db: &sqlx::AnyPool,
+    cluster_id: i64,
+    default: Duration,
+    now: i64,
+) -> Result<i64, DbError> {
+    let keep = match db::orgs::keep_deleted_days_of_cluster(db, cluster_id).await? {
+        Some(days) => Duration::from_secs(u64::from(days) * 86_400),
+        None => default,
+    };
+    Ok(now.saturating_add(i64::try_from(keep.as_secs()).unwrap_or(i64::MAX)))
 }
 
 /// The org's kept clusters, the soonest purged first.

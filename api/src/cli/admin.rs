@@ -1,5 +1,6 @@
-//! `exk8s-api tokens` and `exk8s-api keys`: principal tokens (printed once, stored hashed) and
-//! the key files (written 0600, never over an existing file).
+//! `exk8s-api tokens`, `exk8s-api orgs` and `exk8s-api keys`: principal tokens (printed once,
+//! stored hashed), an org's own settings, and the key files (written 0600, never over an
+//! existing file).
 
 use std::path::PathBuf;
 
@@ -38,6 +39,34 @@ pub(super) enum TokensCommand {
         db: DbArgs,
         #[arg(long)]
         id: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum OrgsCommand {
+    /// Set an org's own settings (the API's hold for what it does not set).
+    Set {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        org: i64,
+        /// Days the org's deleted clusters are kept for recovery, instead of the API's
+        /// --keep-deleted-days; 0 purges them at the reconciler's next pass. A cluster's time
+        /// is fixed when it is deleted: this applies to later deletes.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=3650))]
+        keep_deleted_days: u32,
+    },
+    /// Forget an org's own settings: the API's hold again.
+    Reset {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        org: i64,
+    },
+    /// List the orgs with settings of their own.
+    List {
+        #[command(flatten)]
+        db: DbArgs,
     },
 }
 
@@ -151,6 +180,53 @@ pub(super) async fn tokens_command(command: TokensCommand) -> Result<(), String>
             }
         }
     }
+}
+
+#[allow(clippy::print_stdout, reason = "the settings are the list's output")]
+pub(super) async fn orgs_command(command: OrgsCommand) -> Result<(), String> {
+    let fail = |e: db::DbError| crate::error_chain(&e);
+    match command {
+        OrgsCommand::Set {
+            db,
+            org,
+            keep_deleted_days,
+        } => {
+            let db = open_for_org(&db, org).await?;
+            db::orgs::set_keep_deleted_days(&db.pool, org, Some(keep_deleted_days), db::now())
+                .await
+                .map_err(fail)?;
+            eprintln!("org {org}: its deleted clusters are kept {keep_deleted_days} days");
+        }
+        OrgsCommand::Reset { db, org } => {
+            let db = open_for_org(&db, org).await?;
+            if db::orgs::reset(&db.pool, org).await.map_err(fail)? {
+                eprintln!("org {org}: the API's settings hold again");
+            } else {
+                eprintln!("org {org} had no settings of its own");
+            }
+        }
+        OrgsCommand::List { db } => {
+            let db = Db::connect(&db.url()?).map_err(|e| crate::error_chain(&e))?;
+            println!("   org keep_deleted_days   updated_at");
+            for o in db::orgs::list(&db.pool).await.map_err(fail)? {
+                let days = o
+                    .keep_deleted_days
+                    .map_or_else(|| "api".to_owned(), |d| d.to_string());
+                println!("{:>6} {:>17} {:>12}", o.org_id, days, o.updated_at);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The database, migrated, for a change to org `org` (which must be positive).
+async fn open_for_org(db: &DbArgs, org: i64) -> Result<Db, String> {
+    if org <= 0 {
+        return Err("--org must be positive".into());
+    }
+    let db = Db::connect(&db.url()?).map_err(|e| crate::error_chain(&e))?;
+    db.migrate().await.map_err(|e| crate::error_chain(&e))?;
+    Ok(db)
 }
 
 #[allow(clippy::print_stdout, reason = "public keys are the commands' output")]

@@ -15,7 +15,7 @@ mod dev;
 mod limits;
 mod serve;
 
-use admin::{KeysCommand, TokensCommand, keys_command, tokens_command};
+use admin::{KeysCommand, OrgsCommand, TokensCommand, keys_command, orgs_command, tokens_command};
 use dev::{DevArgs, dev};
 use serve::{ServeArgs, serve};
 
@@ -60,6 +60,9 @@ enum Command {
     /// Manage principal tokens.
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Manage an org's own settings (how long its deleted clusters are kept).
+    #[command(subcommand)]
+    Orgs(OrgsCommand),
     /// Manage the bundle-signing key and the key-encryption key.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -285,6 +288,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Tokens(command) => tokens_command(command).await,
+        Command::Orgs(command) => orgs_command(command).await,
         Command::Dev(args) => dev(*args).await,
         Command::Keys(command) => keys_command(command),
         Command::Keygen { algorithm } => keygen(&algorithm),

@@ -18,6 +18,7 @@ pub mod leases;
 pub mod membership;
 pub mod nodes;
 pub mod nonces;
+pub mod orgs;
 pub mod pages;
 pub mod resources;
 pub mod tokens;

@@ -78,8 +78,13 @@ pub async fn delete(
     }
     db::resources::delete_for_cluster(&machines.db.pool, cluster_id).await?;
     let now = db::now();
-    let kept_until = now
-        .saturating_add(i64::try_from(machines.config.keep_deleted.as_secs()).unwrap_or(i64::MAX));
+    let kept_until = crate::kept::kept_until(
+        &machines.db.pool,
+        cluster_id,
+        machines.config.keep_deleted,
+        now,
+    )
+    .await?;
     db::kept::keep(&machines.db, cluster_id, now, kept_until).await?;
     // The rows the leases were on are gone: nothing to give back.
     drop(held);

@@ -1,7 +1,8 @@
 //! A deleted cluster keeps what recovery needs (its trust and stored snapshots) until it is
 //! purged, on SQLite and PostgreSQL: listed with `/deleted-clusters`, its name free again, a
 //! cluster founded from its snapshot, the purge refused unconfirmed and while a restore reads
-//! from it, and at its time the reconciler's purge drops the rows and the stored objects.
+//! from it, and at its time the reconciler's purge drops the rows and the stored objects; an
+//! org's own retention (`exk8s-api orgs`) applies to its later deletes.
 
 use std::sync::Arc;
 
@@ -248,5 +249,85 @@ async fn every_table_of_a_cluster_is_kept_or_goes(backend: Backend) {
     assert_eq!(referring, classified);
 }
 
+/// `exk8s-api orgs` against the app's database: its exit status and what it said.
+fn orgs(app: &TestApp, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["orgs", args[0], "--database-url", &app.db_url];
+    all.extend(&args[1..]);
+    let out = crate::crash::api(&all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Founds a one-node cluster of org 7, deletes it, and says how many days it is kept.
+async fn kept_days_of_a_delete(app: &TestApp) -> i64 {
+    let created = app.found(1, json!({})).await;
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    let id = json_of(created).await["cluster_id"].as_i64().unwrap();
+    let deleted = app.delete(&format!("/clusters/{id}")).send().await.unwrap();
+    assert_eq!(deleted.status(), 204);
+    let now = exk8s_api::db::now();
+    let (_, kept) = get_json(app, &format!("/deleted-clusters/{id}")).await;
+    let until = kept["kept_until"].as_i64().unwrap();
+    // Whole days, read a moment after the delete.
+    (until - now + DAY / 2).div_euclid(DAY)
+}
+
+/// An org's own retention, set with `exk8s-api orgs`, holds for its deletes from then on; reset,
+/// the API's holds again. Bad input is refused by name.
+async fn an_org_keeps_its_deleted_clusters_for_its_own_days(backend: Backend) {
+    let app = spawn_app(backend).await;
+    assert_eq!(kept_days_of_a_delete(&app).await, 30, "the API's default");
+
+    let (ok, _, said) = orgs(&app, &["set", "--org", "7", "--keep-deleted-days", "3"]);
+    assert!(ok, "{said}");
+    assert!(
+        said.contains("org 7: its deleted clusters are kept 3 days"),
+        "{said}"
+    );
+    let (ok, listed, said) = orgs(&app, &["list"]);
+    assert!(ok, "{said}");
+    let row: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..2], ["7", "3"], "{listed}");
+    assert_eq!(kept_days_of_a_delete(&app).await, 3, "org 7's own");
+
+    // Zero: purged at the reconciler's next pass.
+    assert!(orgs(&app, &["set", "--org", "7", "--keep-deleted-days", "0"]).0);
+    assert_eq!(kept_days_of_a_delete(&app).await, 0);
+    assert_eq!(purge_pass(&app, 0).await, 1, "the one kept 0 days");
+
+    let (ok, _, said) = orgs(&app, &["reset", "--org", "7"]);
+    assert!(ok, "{said}");
+    assert!(said.contains("the API's settings hold again"), "{said}");
+    assert_eq!(kept_days_of_a_delete(&app).await, 30);
+    let (_, listed, _) = orgs(&app, &["list"]);
+    assert_eq!(listed.lines().count(), 1, "only the header: {listed}");
+    let (ok, _, said) = orgs(&app, &["reset", "--org", "7"]);
+    assert!(ok && said.contains("had no settings of its own"), "{said}");
+
+    for (args, named) in [
+        (
+            &["set", "--org", "7", "--keep-deleted-days", "3651"][..],
+            "--keep-deleted-days",
+        ),
+        (
+            &["set", "--org", "7", "--keep-deleted-days", "-1"][..],
+            "--keep-deleted-days",
+        ),
+        (
+            &["set", "--org", "0", "--keep-deleted-days", "3"][..],
+            "--org",
+        ),
+        (&["set", "--org", "7"][..], "--keep-deleted-days"),
+    ] {
+        let (ok, _, said) = orgs(&app, args);
+        assert!(!ok, "{args:?} was taken");
+        assert!(said.contains(named), "{args:?}: {said}");
+    }
+}
+
 both_backends!(a_deleted_cluster_keeps_its_trust_and_snapshots_until_it_is_purged);
+both_backends!(an_org_keeps_its_deleted_clusters_for_its_own_days);
 both_backends!(every_table_of_a_cluster_is_kept_or_goes);
