@@ -192,7 +192,7 @@ pub(super) async fn orgs_command(command: OrgsCommand) -> Result<(), String> {
             keep_deleted_days,
         } => {
             let db = open_for_org(&db, org).await?;
-            db::orgs::set_keep_deleted_days(&db.pool, org, Some(keep_deleted_days), db::now())
+            db::orgs::set_keep_deleted_days(&db.pool, org, keep_deleted_days, db::now())
                 .await
                 .map_err(fail)?;
             eprintln!("org {org}: its deleted clusters are kept {keep_deleted_days} days");

@@ -23,18 +23,6 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<OrgSettings, sqlx::Error> {
     })
 }
 
-/// Org `org_id`'s settings, if it has any of its own.
-pub async fn get(db: &sqlx::AnyPool, org_id: i64) -> Result<Option<OrgSettings>, DbError> {
-    let row = sqlx::query(
-        "SELECT org_id, CAST(keep_deleted_days AS BIGINT) AS keep_deleted_days, updated_at \
-         FROM org_settings WHERE org_id = $1",
-    )
-    .bind(org_id)
-    .fetch_optional(db)
-    .await?;
-    Ok(row.as_ref().map(from_row).transpose()?)
-}
-
 /// Every org with settings of its own, by id.
 pub async fn list(db: &sqlx::AnyPool) -> Result<Vec<OrgSettings>, DbError> {
     let rows = sqlx::query(
@@ -46,11 +34,11 @@ pub async fn list(db: &sqlx::AnyPool) -> Result<Vec<OrgSettings>, DbError> {
     Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
 }
 
-/// Sets how long org `org_id`'s deleted clusters are kept (`None`: the API's setting).
+/// Sets how long org `org_id`'s deleted clusters are kept.
 pub async fn set_keep_deleted_days(
     db: &sqlx::AnyPool,
     org_id: i64,
-    days: Option<u32>,
+    days: u32,
     now: i64,
 ) -> Result<(), DbError> {
     sqlx::query(
@@ -59,7 +47,7 @@ pub async fn set_keep_deleted_days(
          updated_at = excluded.updated_at",
     )
     .bind(org_id)
-    .bind(days.map(i64::from))
+    .bind(i64::from(days))
     .bind(now)
     .execute(db)
     .await?;
