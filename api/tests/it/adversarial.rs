@@ -87,6 +87,10 @@ async fn a_credential_flood_never_rate_limits_the_real_vm(backend: Backend) {
 /// each) while `/healthz` is polled: it keeps answering promptly, because key generation runs
 /// on the bounded CPU pool, never on the async workers. Before the fix every probe waited for a
 /// key (about a second each).
+///
+/// "Promptly" is judged against the mints themselves, not a wall-clock constant: on a host busy
+/// with other work both slow down alike, while a probe stuck behind key generation waits about
+/// as long as a mint does. The slowest probe must stay under a third of the quickest mint.
 async fn healthz_stays_prompt_while_rsa_kubeconfigs_are_minted(backend: Backend) {
     let app = spawn_with(backend, test_config(), None).await;
     let response = app.found(1, json!({"key_algorithm": "rsa-4096"})).await;
@@ -97,7 +101,11 @@ async fn healthz_stays_prompt_while_rsa_kubeconfigs_are_minted(backend: Backend)
     let minting: Vec<_> = (0..6)
         .map(|_| {
             let request = app.get(&format!("/clusters/{id}/kubeconfig"));
-            tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let status = request.send().await.unwrap().status().as_u16();
+                (status, start.elapsed())
+            })
         })
         .collect();
     // Let the mints start before probing.
@@ -118,16 +126,20 @@ async fn healthz_stays_prompt_while_rsa_kubeconfigs_are_minted(backend: Backend)
         probes += 1;
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    let mut quickest_mint = Duration::MAX;
     for mint in minting {
-        assert_eq!(mint.await.unwrap(), 200);
+        let (status, took) = mint.await.unwrap();
+        assert_eq!(status, 200);
+        quickest_mint = quickest_mint.min(took);
     }
     assert!(
         probes >= 3,
         "the kubeconfigs were minted before /healthz could be probed"
     );
     assert!(
-        slowest < Duration::from_millis(400),
-        "/healthz took {slowest:?} while keys were generated: key generation blocks the async workers"
+        slowest * 3 < quickest_mint,
+        "/healthz took {slowest:?} while keys were generated (the quickest mint took \
+         {quickest_mint:?}): key generation blocks the async workers"
     );
 }
 
