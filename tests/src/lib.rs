@@ -5,7 +5,7 @@
 //! ([`site`]: the mirror, the registry they pull from ([`registry`]), the baked image, the
 //! stack), finding and running the workspace's binaries ([`procs`]), a TLS endpoint serving a rendered certificate
 //! ([`tls`]), a private PostgreSQL server tests may stop ([`postgres`]), a real S3 server
-//! ([`s3`]), a small real filesystem to fill ([`tmpfs`]), a worker pool as the API shows it
+//! ([`s3`]), a long test's phases shown as they happen ([`timeline`]), a small real filesystem to fill ([`tmpfs`]), a worker pool as the API shows it
 //! ([`workers`]), and the README's quick starts as shells ([`readme`]). The end-to-end test lives in `tests/`.
 
 #![allow(
@@ -26,6 +26,7 @@ pub mod readme;
 pub mod registry;
 pub mod s3;
 pub mod site;
+pub mod timeline;
 pub mod tls;
 pub mod tmpfs;
 pub mod workers;

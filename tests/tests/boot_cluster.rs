@@ -69,6 +69,7 @@ use exk8s_tests::bins::{KUBERNETES_VERSION, kubernetes};
 use exk8s_tests::cluster::{found, operator, view};
 use exk8s_tests::machine::Machine;
 use exk8s_tests::site::{Site, nodes};
+use exk8s_tests::timeline::{self, mark};
 use serde_json::{Value, json};
 
 #[path = "boot_cluster/abandoned_join.rs"]
@@ -134,6 +135,7 @@ impl Shape {
 
 #[test]
 fn one_control_plane_node_and_a_worker_boot_and_run_their_cluster() {
+    let _timeline = timeline::begin("1+1");
     boot_and_check(&Shape {
         sim_cidr: "10.237.0.0/24",
         control_planes: 1,
@@ -148,6 +150,7 @@ fn one_control_plane_node_and_a_worker_boot_and_run_their_cluster() {
 
 #[test]
 fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
+    let _timeline = timeline::begin("3+2");
     boot_and_check(&Shape {
         sim_cidr: "10.236.0.0/24",
         control_planes: 3,
@@ -165,6 +168,7 @@ fn three_control_plane_nodes_and_two_workers_boot_and_run_their_cluster() {
 /// run side by side.
 #[test]
 fn a_booted_node_takes_tokens_snapshots_a_restore_and_scales() {
+    let _timeline = timeline::begin("one node");
     one_node::run();
 }
 
@@ -172,6 +176,7 @@ fn a_booted_node_takes_tokens_snapshots_a_restore_and_scales() {
 /// beside the one-member cluster's long day 2 once the three-member cluster has started.
 #[test]
 fn with_the_readme_a_real_local_cluster_boots() {
+    let _timeline = timeline::begin("README");
     readme::run();
 }
 
@@ -200,6 +205,7 @@ fn boot_and_check(shape: &Shape) {
         (&[], &[])
     };
     let stack = site.start_stack(dir, shape.sim_cidr, day2_flags, day2_env);
+    mark("the stack serves");
     let founded = found(
         &stack,
         dir,
@@ -249,6 +255,7 @@ fn boot_and_check(shape: &Shape) {
         .map(|vm| (*vm, founded.ip_of[vm].clone(), "cp"))
         .collect();
     vms.extend(workers.iter().map(|(vm, ip)| (*vm, ip.clone(), "worker")));
+    mark("founded; the machines boot");
     let mut machines: Vec<Machine> = vms
         .iter()
         .map(|(vm, ..)| Machine::of(&stack, *vm))
@@ -312,6 +319,7 @@ fn boot_and_check(shape: &Shape) {
     }
     // Every node completes its first boot (the first one too once its addons run).
     let completing = |n: &&Value| shape.addons_complete() || n["vm_id"] != vms[0].0;
+    mark("waiting for every node's first boot");
     exk8s_tests::procs::wait_until("every node's first boot", Duration::from_secs(400), || {
         machines.iter().for_each(Machine::assert_up);
         let phases: Vec<Value> = nodes(&stack, cluster)
@@ -459,6 +467,7 @@ fn boot_and_check(shape: &Shape) {
     };
     let ready = r#"{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#;
     let all_ready: BTreeSet<String> = names.values().map(|n| format!("{n}=True")).collect();
+    mark("every first boot complete; waiting for every node Ready");
     exk8s_tests::procs::wait_until("every node Ready", Duration::from_secs(120), || {
         let listed = kubectl(&["get", "nodes", "-o", &format!("jsonpath={ready}")]);
         listed.lines().map(str::to_owned).collect::<BTreeSet<_>>() == all_ready
@@ -502,6 +511,7 @@ fn boot_and_check(shape: &Shape) {
         .iter()
         .map(|(vm, ..)| names[vm].as_str())
         .collect();
+    mark("the control plane's checks");
     control_plane::check_control_plane(&stack, cluster, dns_name, &members, &member_names);
     let all: Vec<nodes::Node<'_>> = machines
         .iter()
@@ -509,6 +519,7 @@ fn boot_and_check(shape: &Shape) {
         .map(|(machine, (vm, ip, _))| (machine, names[vm].as_str(), ip.as_str()))
         .collect();
     let (cp_nodes, worker_nodes) = all.split_at(shape.control_planes);
+    mark("the nodes' checks");
     nodes::check_nodes(cp_nodes, worker_nodes, &pool_asked);
     if shape.addons_complete() {
         // The addons run: kube-proxy on every node, CoreDNS's two replicas, each from the
@@ -531,7 +542,9 @@ fn boot_and_check(shape: &Shape) {
                 .zip(&machines[shape.control_planes..])
                 .map(|((vm, ip, _), machine)| (names[vm].clone(), ip.clone(), machine))
                 .collect();
+            mark("workloads");
             workloads::run_workloads(first, &workers);
+            mark("conformance");
             conformance::run_conformance(first, dir);
         }
     } else {
@@ -560,6 +573,7 @@ fn boot_and_check(shape: &Shape) {
     }
     if shape.control_planes == 3 {
         let vm_ips: Vec<(i64, String)> = vms.iter().map(|(vm, ip, _)| (*vm, ip.clone())).collect();
+        mark("day 2");
         day2::day_two(
             &stack,
             cluster,
@@ -570,5 +584,6 @@ fn boot_and_check(shape: &Shape) {
             &names,
         );
     }
+    mark("powering off");
     nodes::power_off(machines);
 }

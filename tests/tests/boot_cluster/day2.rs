@@ -15,6 +15,7 @@ use exk8s_tests::bins::{
 use exk8s_tests::cluster::{operator, operator_kubeconfig, view};
 use exk8s_tests::dev::Stack;
 use exk8s_tests::machine::Machine;
+use exk8s_tests::timeline::mark;
 use serde_json::{Value, json};
 
 use super::control_plane::{hand, kubectl_with};
@@ -41,16 +42,22 @@ pub(crate) fn day_two(
     let members: Vec<String> = cp.iter().map(|(ip, _)| ip.clone()).collect();
     let ca = super::haproxy::trust_file(stack, cluster, dir);
     let outside = super::haproxy::Haproxy::listing(&machines[0], &members, &ca, dir);
+    mark("day 2: renewal");
     renew(stack, cluster, machines, &addresses, &cp);
+    mark("day 2: a member stopped and started");
     reboot_the_last_member(stack, machines, vms, names);
+    mark("day 2: a failed upgrade");
     super::failed_upgrade::fail_and_roll_back(stack, cluster, registry, machines, &cp);
+    mark("day 2: a minor upgrade");
     upgrade(stack, cluster, machines, &cp);
+    mark("day 2: remediation of a lost member");
     super::remediation::remediate_a_lost_member(stack, cluster, dir, machines, &cp);
     let members: Vec<String> = exk8s_tests::site::nodes(stack, cluster)
         .iter()
         .filter(|n| n["role"] == "control-plane")
         .map(|n| n["private_ipv4"].as_str().unwrap().to_owned())
         .collect();
+    mark("day 2: an abandoned join");
     super::abandoned_join::abandon_a_join(stack, cluster, dir, machines, &members);
     drop(outside);
 }

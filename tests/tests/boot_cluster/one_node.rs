@@ -36,6 +36,7 @@ use exk8s_tests::machine::Machine;
 use exk8s_tests::procs::{Proc, free_port, wait_until};
 use exk8s_tests::s3;
 use exk8s_tests::site::{Site, wait_complete};
+use exk8s_tests::timeline::mark;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
@@ -159,7 +160,9 @@ pub(crate) fn run() {
                 "control_plane_instance_type": "dev.small", "subnet_id": 1,
                 "pod_network": "none"}),
     );
+    mark("founded; the machine boots");
     let node = OneNode::booted(&stack, &founded, dir);
+    mark("booted; a snapshot");
 
     // What the snapshot holds: 1,000 ConfigMaps, one more by name, a Secret, and a service
     // account's token.
@@ -191,11 +194,17 @@ pub(crate) fn run() {
     );
 
     let snapshot = snapshot(&node, &dir.join(format!("s3/{}/prod", s3::BUCKET)));
+    mark("an in-place restore");
     restore_in_place(&node, snapshot.id, &token);
+    mark("a service-account key rotation");
     let token = super::sa_key::rotate(&node, &token);
+    mark("the front proxy CA's rotation");
     super::ca_rotation::rotate_front_proxy(&node);
+    mark("grow to three, rotate the CA, shrink");
     super::scale::grow_and_shrink(&node);
+    mark("a cluster founded from the snapshot");
     super::from_snapshot::found_from(node, snapshot.id, &token);
+    mark("delete and purge");
 
     // Deleting asks for confirmation, then removes the object too.
     let id = snapshot.id.to_string();

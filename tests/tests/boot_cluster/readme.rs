@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use exk8s_tests::procs::{binary, free_port, wait_until};
 use exk8s_tests::readme::{self, Group, code_blocks, shells};
+use exk8s_tests::timeline::mark;
 
 /// A port whose next two are free too (the script serves its mirror and registry there).
 fn three_free_ports() -> u16 {
@@ -81,6 +82,7 @@ pub(crate) fn run() {
             && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
 
+    mark("dev-cluster.sh's stack serves; the second shell");
     let second_log = dir.join("shell-2.log");
     let second = readme::bash(dir, &root(&shells[1]), &second_log)
         .status()
@@ -100,6 +102,7 @@ pub(crate) fn run() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(kubectl.contains("get nodes"), "{kubectl}");
+    mark("waiting for both nodes Ready");
     wait_until("both nodes Ready", Duration::from_secs(900), || {
         let out = readme::bash(dir, &root(&kubectl), &dir.join("kubectl.log"))
             .status()
@@ -112,6 +115,7 @@ pub(crate) fn run() {
         "the README's real local cluster:\n{}",
         log(&dir.join("kubectl.log"))
     );
+    mark("Ctrl-C");
     drop(stack);
     // Ctrl-C powered the machines off: no machine booted from the stack's image is left.
     let left = Command::new("pgrep")
