@@ -33,6 +33,7 @@ pub mod renewal;
 pub mod restores;
 pub mod rotations;
 pub mod sa_rotations;
+pub mod schema;
 pub mod snapshots;
 pub mod standby;
 mod tx;
@@ -76,6 +77,13 @@ pub enum DbError {
     Duplicate(#[source] sqlx::Error),
     #[error("running migrations")]
     Migrate(#[source] sqlx::migrate::MigrateError),
+    /// A newer binary migrated the schema past what this one may run against.
+    #[error(
+        "the database's schema was migrated by a newer exk8s-api that binaries before migration \
+         {needs} cannot run against; this binary knows migrations up to {knows}: run that newer \
+         release (docs/upgrading-exk8s.md, \"Migrations\")"
+    )]
+    SchemaTooNew { needs: i64, knows: i64 },
     #[error("unsupported database URL (expected sqlite:… or postgres://…)")]
     UnsupportedUrl,
     /// A commit failed moments ago (a full disk, a lost connection): not ready for writes.
@@ -134,9 +142,6 @@ pub(crate) const SQLITE_SYNC_FULL: &str = "PRAGMA synchronous = FULL";
 
 /// How long a connection may sit in the pool before it is pinged again when taken.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
-
-/// How long [`Db::migrate`] waits for a database that does not answer before it gives up.
-const MIGRATE_WAIT: Duration = Duration::from_secs(60);
 
 /// The shared pool and its dialect.
 #[derive(Debug, Clone)]
@@ -209,40 +214,6 @@ impl Db {
             backend,
             instance: i64::from(uuid::Uuid::new_v4().as_u128() as u32),
             health,
-        })
-    }
-
-    /// Applies the dialect's migrations, waiting up to [`MIGRATE_WAIT`] for a database that
-    /// does not answer yet — one starting beside this process, or a disk so busy that opening a
-    /// connection outlasts the pool's acquire timeout — and saying so each second it waits. Each
-    /// migration is its own transaction, so a try cut short is taken up where it stopped.
-    pub async fn migrate(&self) -> Result<(), DbError> {
-        let deadline = std::time::Instant::now() + MIGRATE_WAIT;
-        loop {
-            match self.migrate_once().await {
-                Err(DbError::Unavailable(e)) if std::time::Instant::now() < deadline => {
-                    tracing::warn!(error = %crate::error_chain(&e), "the database does not answer yet: the migrations wait for it");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                done => return done,
-            }
-        }
-    }
-
-    async fn migrate_once(&self) -> Result<(), DbError> {
-        let migrator = match self.backend {
-            Backend::Sqlite => sqlx::migrate!("../migrations/sqlite"),
-            Backend::Postgres => sqlx::migrate!("../migrations/postgres"),
-        };
-        migrator.run(&self.pool).await.map_err(|e| match e {
-            sqlx::migrate::MigrateError::Execute(inner) => match DbError::from(inner) {
-                DbError::Unavailable(inner) => DbError::Unavailable(inner),
-                DbError::Query(inner) => {
-                    DbError::Migrate(sqlx::migrate::MigrateError::Execute(inner))
-                }
-                other => other,
-            },
-            other => DbError::Migrate(other),
         })
     }
 

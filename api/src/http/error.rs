@@ -126,9 +126,11 @@ impl From<DbError> for ApiError {
             DbError::Duplicate(_) => {
                 Self::Conflict("the request collides with a record that already exists".into())
             }
-            DbError::Query(_) | DbError::Migrate(_) | DbError::UnsupportedUrl | DbError::Random => {
-                Self::internal(e)
-            }
+            DbError::Query(_)
+            | DbError::Migrate(_)
+            | DbError::SchemaTooNew { .. }
+            | DbError::UnsupportedUrl
+            | DbError::Random => Self::internal(e),
         }
     }
 }

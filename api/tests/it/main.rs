@@ -59,6 +59,7 @@ mod replace;
 mod restore;
 mod restore_from;
 mod retention;
+mod rolling_deploy;
 mod rotation;
 mod sa_rotation;
 mod schema;
