@@ -1,9 +1,12 @@
-//! Fetching this VM's bundle from the API with both credentials and a fresh nonce. The body is
+//! Fetching this VM's bundle from the API with both credentials and a fresh nonce, saying
+//! which bundle format this agent reads (`Accept`: the API refuses, with the reason, rather
+//! than hand it one it cannot read; docs/upgrading-exk8s.md, "The agents"). The body is
 //! capped at the envelope limit while it streams, so a huge or endless response costs bounded
 //! memory and time.
 
 use std::time::Duration;
 
+use exk8s_common::BUNDLE_PAYLOAD_TYPE;
 use exk8s_common::limits::MAX_ENVELOPE_BYTES;
 use exk8s_common::names::Nonce;
 use exk8s_common::node_auth::{NODE_KEY_HEADER, NodePublicKey};
@@ -60,7 +63,8 @@ pub fn bundle(
                 &format!("Bearer {}", identity.access_token.expose()),
             )
             .set(NONCE_HEADER, nonce.as_str())
-            .set(NODE_KEY_HEADER, &node_key);
+            .set(NODE_KEY_HEADER, &node_key)
+            .set("Accept", BUNDLE_PAYLOAD_TYPE);
         let response = match classify("bundle", request.call()) {
             Ok(r) => r,
             Err(attempt) => return relay(attempt),

@@ -16,8 +16,10 @@ use crate::log::log_warn;
 /// First retry delay; doubles up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// The most of a refusal body quoted in an error.
-const QUOTED_BODY: usize = 300;
+/// The most of a refusal body quoted in an error (a node report carries up to 1000).
+const QUOTED_BODY: usize = 600;
+/// What every request of this agent says it is (`User-Agent`): the API records the release.
+const USER_AGENT: &str = concat!("exk8s-agent/", env!("CARGO_PKG_VERSION"));
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -154,6 +156,7 @@ impl rustls::client::danger::ServerCertVerifier for SelfSignedLoopback {
 /// covering the whole exchange including the body.
 pub fn agent(tls: Arc<ClientConfig>, request_timeout: Duration) -> ureq::Agent {
     ureq::AgentBuilder::new()
+        .user_agent(USER_AGENT)
         .tls_config(tls)
         .timeout_connect(request_timeout.min(Duration::from_secs(10)))
         .timeout(request_timeout)
@@ -203,12 +206,7 @@ pub fn classify(
         }),
         Err(ureq::Error::Status(status, response)) => {
             let body = read_capped(response, 4096)
-                .map(|b| {
-                    String::from_utf8_lossy(&b)
-                        .chars()
-                        .take(QUOTED_BODY)
-                        .collect()
-                })
+                .map(|b| refusal_text(&b))
                 .unwrap_or_default();
             Err(Attempt::Fatal(AgentError::Rejected { what, status, body }))
         }
@@ -217,6 +215,19 @@ pub fn classify(
             after: None,
         }),
     }
+}
+
+/// What a refusal says: the API's `error.message` when the body is its error shape (the reason
+/// a node reports), otherwise the body's text; at most [`QUOTED_BODY`] characters.
+fn refusal_text(body: &[u8]) -> String {
+    let message = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned));
+    message
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+        .chars()
+        .take(QUOTED_BODY)
+        .collect()
 }
 
 fn retry_after(response: &ureq::Response) -> Option<Duration> {
@@ -297,5 +308,19 @@ fn pause(delay: Duration, abandoned: &AtomicBool) {
             return;
         }
         std::thread::sleep(left.min(GLANCE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_quotes_the_apis_reason_or_the_body() {
+        let api = br#"{"error":{"code":"not_acceptable","message":"this agent reads \"v9\"","field":null}}"#;
+        assert_eq!(refusal_text(api), "this agent reads \"v9\"");
+        assert_eq!(refusal_text(b"plain words"), "plain words");
+        let long = "x".repeat(QUOTED_BODY * 2);
+        assert_eq!(refusal_text(long.as_bytes()).len(), QUOTED_BODY);
     }
 }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use exk8s_common::BUNDLE_PAYLOAD_TYPE;
 use exk8s_common::contract::{
     ETCD_REVISION_HEADER, ETCD_VERSION_HEADER, IMDS_TOKEN_HEADER, NONCE_HEADER, PhaseReport,
     RestoreAck, RestoreStep, SNAPSHOT_FAILURE_HEADER,
@@ -142,7 +143,7 @@ impl NodeApi<'_> {
     pub fn update(&self, deadline: Duration) -> Result<Update, AgentError> {
         retry("fetching the update bundle", deadline, || {
             let (request, nonce) = match self.signed("GET", "bundle", b"") {
-                Ok(signed) => signed,
+                Ok((request, nonce)) => (request.set("Accept", BUNDLE_PAYLOAD_TYPE), nonce),
                 Err(e) => return Attempt::Fatal(e),
             };
             let response = match request.call() {

@@ -62,6 +62,10 @@ pub struct NodeView {
     /// its first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen_at: Option<i64>,
+    /// The release of its agent (`exk8s-agent --version`) at its last bundle fetch; absent
+    /// before that, and for agents older than 0.1 that do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
     /// Its components' health as its agent last reported it: `EtcdMemberHealthy`,
     /// `APIServerPodHealthy`, `ControllerManagerPodHealthy`, `SchedulerPodHealthy` and
     /// `KubeletHealthy` (a worker: `KubeletHealthy`); then `HealthCheckSucceeded`, the machine

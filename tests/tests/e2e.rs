@@ -130,6 +130,15 @@ fn boot_path(stack: Stack, dir: &Path) {
         "{status}"
     );
     assert_eq!(status["ready"], true, "{status}");
+    // Each agent said which release it is (its User-Agent), and its node shows it.
+    assert!(
+        status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["agent_version"] == env!("CARGO_PKG_VERSION")),
+        "{status}"
+    );
 
     rollout(&stack, &keys, cluster, &vms, &roots);
 

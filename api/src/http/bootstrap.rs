@@ -111,6 +111,9 @@ enum BundleAnswers {
     Forbidden(ErrorBody),
     #[response(status = 404)]
     NotFound(ErrorBody),
+    /// the agent's `Accept` names none of the formats this API renders
+    #[response(status = 406)]
+    NotAcceptable(ErrorBody),
     #[response(status = 410)]
     Gone(ErrorBody),
     #[response(status = 429)]
@@ -142,7 +145,7 @@ enum StatusAnswers {
 /// The signed bundle for exactly this VM, whatever its role.
 #[utoipa::path(
     get, path = "/bootstrap/{vm_id}",
-    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
+    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload"), ("Accept" = Option<String>, Header, description = "the bundle formats the agent reads (application/vnd.exk8s.bundle.v2+json); absent: v2")),
     responses(BundleAnswers),
     security(("imds_token" = [], "bootstrap_token" = [])),
 )]
@@ -153,11 +156,15 @@ pub async fn bundle(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     limit_source(&state, peer.ip())?;
+    let agent_version = super::agent_format::check(&headers)?;
     let source = peer.ip().to_string();
     let deadline = state.config.bootstrap_deadline;
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let envelope = tokio::time::timeout(deadline, async {
         let vm = bootstrap_vm(&state, &headers, vm_id, &source).await?;
+        if let Some(version) = &agent_version {
+            db::nodes::set_agent_version(&state.db.pool, vm.node.id, version).await?;
+        }
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let node_key = headers.get(NODE_KEY_HEADER).and_then(|v| v.to_str().ok());
         Ok::<_, ApiError>(issuance::issue(&state.issuer(), &vm, nonce, node_key, &source).await?)
@@ -222,7 +229,7 @@ pub async fn status(
 /// an alias of `GET /bootstrap/{vm_id}`, served until the next bundle payload version.
 #[utoipa::path(
     get, path = "/bootstrap/control-plane/{vm_id}",
-    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload")),
+    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, echoed in the payload"), ("Accept" = Option<String>, Header, description = "the bundle formats the agent reads (application/vnd.exk8s.bundle.v2+json); absent: v2")),
     responses(BundleAnswers),
     security(("imds_token" = [], "bootstrap_token" = [])),
 )]

@@ -40,6 +40,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("the request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
+    /// The caller reads none of the formats the answer comes in (an agent and its bundle).
+    #[error("{0}")]
+    NotAcceptable(String),
     #[error("too many requests")]
     RateLimited { retry_after_secs: u64 },
     /// A per-org quota would be passed (409: it clears as the org deletes things).
@@ -83,6 +86,7 @@ impl ApiError {
             Self::Wait { .. } => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::QuotaExceeded(_) => StatusCode::CONFLICT,
@@ -104,6 +108,7 @@ impl ApiError {
             Self::Wait { .. } => "wait",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::NotAcceptable(_) => "not_acceptable",
             Self::RateLimited { .. } => "rate_limited",
             Self::TooManyStreams { .. } => "too_many_streams",
             Self::QuotaExceeded(_) => "quota_exceeded",

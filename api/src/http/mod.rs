@@ -1,6 +1,7 @@
 //! The HTTP surface: the route table ([`router`]), thin handlers, errors and extractors, and
 //! the operator console's pages ([`ui`]).
 
+mod agent_format;
 pub mod bootstrap;
 pub mod certificates;
 mod cluster_view;

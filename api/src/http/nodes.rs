@@ -48,11 +48,12 @@ pub async fn generation(
 /// must wait for another control-plane node.
 #[utoipa::path(
     get, path = "/nodes/{vm_id}/bundle",
-    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, signed and echoed in the payload")),
+    params(("vm_id" = i64, Path), ("X-Exk8s-Nonce" = String, Header, description = "16–64 URL-safe characters, signed and echoed in the payload"), ("Accept" = Option<String>, Header, description = "the bundle formats the agent reads (application/vnd.exk8s.bundle.v2+json); absent: v2")),
     responses(
         (status = 200, description = "DSSE envelope around an application/vnd.exk8s.bundle.v2+json payload of kind `update`"),
         (status = 204, description = "the node runs its desired generation"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 406, body = ErrorBody, description = "the agent's `Accept` names none of the formats this API renders"),
         (status = 409, body = ErrorBody, description = "wait for the rollout (Retry-After)"),
         (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
@@ -65,8 +66,12 @@ pub async fn bundle(
     let SignedNode {
         vm, peer, headers, ..
     } = signed;
+    let agent_version = super::agent_format::check(&headers)?;
     let deadline = state.config.bootstrap_deadline;
     let work = async {
+        if let Some(version) = &agent_version {
+            crate::db::nodes::set_agent_version(&state.db.pool, vm.node.id, version).await?;
+        }
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
         let source = peer.ip().to_string();
         Ok::<_, ApiError>(issuance::issue_update(&state.issuer(), &vm, nonce, &source).await?)

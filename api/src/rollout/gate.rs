@@ -121,6 +121,7 @@ mod tests {
             handed_version: None,
             kubernetes_version: None,
             last_seen_at: None,
+            agent_version: None,
             vm_state: None,
             vm_down_since: None,
             silence_counts_from: None,

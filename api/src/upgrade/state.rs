@@ -146,6 +146,7 @@ pub(crate) mod tests {
             handed_version: Some(runs.into()),
             kubernetes_version: Some(runs.into()),
             last_seen_at: None,
+            agent_version: None,
             vm_state: None,
             vm_down_since: None,
             silence_counts_from: None,

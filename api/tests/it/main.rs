@@ -9,6 +9,7 @@
 
 mod admission;
 mod adversarial;
+mod agent_skew;
 mod app;
 mod background;
 mod bad_input;

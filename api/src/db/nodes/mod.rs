@@ -65,6 +65,8 @@ pub struct NodeRow {
     /// The last signed request of the node's agent, to [`HEARTBEAT_EVERY`] (None: not seen
     /// since heartbeats were kept).
     pub last_seen_at: Option<i64>,
+    /// The release its agent said it is at its last bundle fetch (None: not said yet).
+    pub agent_version: Option<String>,
     /// What the compute API last said of its VM when not running (`gone`, `stopped`, ...),
     /// and since when a health pass has seen it so; both None while it runs.
     pub vm_state: Option<String>,
@@ -99,7 +101,7 @@ pub(super) const COLUMNS: &str = "id, cluster_id, ordinal, vm_id, node_name, pri
     is_initial, serial, issuance_allowed, role, phase, phase_state, desired_generation, \
     handed_generation, applied_generation, node_key, pool_id, removal, removal_since, \
     drain_by, drain_generation, etcd_membership, replace_since, handed_version, \
-    kubernetes_version, last_seen_at, vm_state, vm_down_since, silence_counts_from, created_at";
+    kubernetes_version, last_seen_at, agent_version, vm_state, vm_down_since, silence_counts_from, created_at";
 
 pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
     Ok(NodeRow {
@@ -137,6 +139,7 @@ pub(super) fn from_row(r: &sqlx::any::AnyRow) -> Result<NodeRow, sqlx::Error> {
         handed_version: r.try_get("handed_version")?,
         kubernetes_version: r.try_get("kubernetes_version")?,
         last_seen_at: r.try_get("last_seen_at")?,
+        agent_version: r.try_get("agent_version")?,
         vm_state: r.try_get("vm_state")?,
         vm_down_since: r.try_get("vm_down_since")?,
         silence_counts_from: r.try_get("silence_counts_from")?,
@@ -271,6 +274,24 @@ pub async fn list<'c>(
     .fetch_all(db)
     .await?;
     Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// Records the release the node's agent said it is at a bundle fetch, written only when it
+/// changed.
+pub async fn set_agent_version<'c>(
+    db: impl Executor<'c, Database = Any>,
+    node_id: i64,
+    version: &str,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE cluster_nodes SET agent_version = $1 \
+         WHERE id = $2 AND (agent_version IS NULL OR agent_version <> $1)",
+    )
+    .bind(version)
+    .bind(node_id)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// How stale `last_seen_at` may be before a signed request writes it again: one write per node

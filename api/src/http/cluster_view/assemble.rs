@@ -233,6 +233,7 @@ pub(super) fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64
                 conditions,
                 last_seen_at: n.last_seen_at,
                 up_to_date: n.up_to_date(),
+                agent_version: n.agent_version,
                 kubernetes_version: n.kubernetes_version,
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,
