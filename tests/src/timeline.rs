@@ -63,10 +63,10 @@ mod tests {
     fn marks_belong_to_the_thread_that_began_them() {
         assert!(CURRENT.with(|c| c.borrow().is_none()));
         {
-            let _timeline = begin("a test");
+            let _timeline = begin("timeline's own unit test");
             assert_eq!(
                 CURRENT.with(|c| c.borrow().as_ref().map(|(t, _)| t.clone())),
-                Some("a test".to_owned())
+                Some("timeline's own unit test".to_owned())
             );
             std::thread::spawn(|| assert!(CURRENT.with(|c| c.borrow().is_none())))
                 .join()

@@ -30,6 +30,7 @@ use exk8s_tests::cluster::view;
 use exk8s_tests::machine::Machine;
 use exk8s_tests::procs::{SetOnDrop, wait_until};
 use exk8s_tests::site::nodes;
+use exk8s_tests::timeline::mark;
 use serde_json::{Value, json};
 
 use super::control_plane::{admin, etcdctl, kubectl_with};
@@ -58,6 +59,7 @@ pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
         ],
     );
 
+    mark("grow to three members");
     let members = change(node, 3);
     assert_eq!(members.len(), 3);
     let voters = etcdctl(machine, &node.ip, &["member", "list", "-w", "json"]);
@@ -75,9 +77,13 @@ pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
         );
     }
 
+    mark("the cluster CA's rotation");
     super::ca_rotation::rotate_cluster_ca(node, &outside);
+    mark("the etcd CA's rotation");
     super::ca_rotation::rotate_etcd_ca(node, &members);
+    mark("a dead member replaced");
     super::replace::replace_a_dead_member(node, &members);
+    mark("shrink to one member");
 
     let members = change(node, 1);
     assert_eq!(members.len(), 1);
