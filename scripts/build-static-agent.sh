@@ -3,6 +3,7 @@
 # Installs the musl target and musl-tools when missing.
 #
 #   scripts/build-static-agent.sh            # -> target/x86_64-unknown-linux-musl/release/exk8s-agent
+#   EXK8S_PACKAGE_PROFILE=dev scripts/build-static-agent.sh   # -> …/debug/exk8s-agent
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/ensure.sh
@@ -15,11 +16,12 @@ if ! rustup target list --installed | grep -qx "$target"; then
 fi
 ensure_packages musl-gcc:musl-tools file:file
 
-log "building exk8s-agent (release, $target)"
+package_profile
+log "building exk8s-agent ($package_profile, $target)"
 CC_x86_64_unknown_linux_musl=musl-gcc \
-  cargo build --locked --release --target "$target" -p exk8s-agent
+  cargo build --locked --profile "$package_profile" --target "$target" -p exk8s-agent
 
-binary="target/$target/release/exk8s-agent"
+binary="target/$target/$package_dir/exk8s-agent"
 description=$(file -b "$binary")
 case "$description" in
   *"statically linked"* | *"static-pie linked"*) ;;

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib/ensure.sh
 
 bash scripts/build-static-agent.sh
-agent=target/x86_64-unknown-linux-musl/release/exk8s-agent
+package_profile
+agent=target/x86_64-unknown-linux-musl/$package_dir/exk8s-agent
 "$agent" --version
 "$agent" --help | grep -q "Exit codes:"
 "$agent" sync --help | grep -q -- "--api-url"

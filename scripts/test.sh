@@ -162,17 +162,16 @@ if [ "$free_gib" -lt 16 ]; then
   log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
 fi
 
-# The release builds the packaging checks need, beside the tests under SCHED_IDLE: they take only
-# the cores the tests leave idle (a real control plane waits on its components much of the
-# time), so they never slow a test, and packaging later finds them built. Optimised lightly
-# here (level 1, no LTO; exported, so the packaging scripts' own builds find them built): the
-# checks are of what the packages hold, install and run, not of speed, and on a fresh machine
-# the release profile's full optimisation of every dependency comes after the booted clusters,
-# at the end of the run.
+# The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
+# cores the tests leave idle (a real control plane waits on its components much of the time), so
+# they never slow a test, and packaging later finds them built. The packages are made from the
+# dev profile (EXK8S_PACKAGE_PROFILE=dev): exk8s-api and exk8s are the binaries the build above
+# made, and only the static agent compiles for its musl target — the checks are of what the
+# packages hold, install and run, not of speed, and the release profile would compile every
+# dependency a second time (the longest build of a fresh machine's run).
 # `scripts/package.sh` run by itself builds with the release profile as it ships.
-export CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=false \
-  CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-log "release builds for packaging (in the background, SCHED_IDLE: only idle cores)"
+export EXK8S_PACKAGE_PROFILE=dev
+log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
 release_log=$(mktemp)
 chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
 release_builds=$!
@@ -235,10 +234,10 @@ cargo deny --locked --manifest-path common/Cargo.toml --exclude-dev check bans
 log "mdbook build (the documentation as a book, into target/book)"
 mdbook build
 
-log "waiting for the release builds"
+log "waiting for the packaging builds"
 if ! wait "$release_builds"; then
   cat "$release_log" >&2
-  echo "the release builds for packaging failed (above)" >&2
+  echo "the builds for packaging failed (above)" >&2
   exit 1
 fi
 grep -E '^==> ' "$release_log" >&2 || true

@@ -167,3 +167,18 @@ ensure_axe() {
   fi
   echo "$script"
 }
+
+# package_profile — the Cargo profile the Debian packages are made from: release (as they
+# ship), or dev when EXK8S_PACKAGE_PROFILE=dev (scripts/test.sh: the packaging checks are of
+# what the packages hold, install and run, so they take the binaries the test build made instead
+# of compiling every dependency again). Sets package_profile and package_dir (its directory
+# under target/).
+# shellcheck disable=SC2034 # package_dir is the caller's
+package_profile() {
+  package_profile=${EXK8S_PACKAGE_PROFILE:-release}
+  case "$package_profile" in
+    release) package_dir=release ;;
+    dev) package_dir=debug ;;
+    *) echo "EXK8S_PACKAGE_PROFILE must be release or dev, not \"$package_profile\"" >&2; return 1 ;;
+  esac
+}
