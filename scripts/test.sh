@@ -112,6 +112,14 @@ log "no dependency circle between files or modules (tools/module-cycles)"
 target/debug/module-cycles api/src agent/src cli/src common/src api-types/src tests/src loadgen/src \
   fuzz/src tools/module-cycles/src tools/cli-reference/src
 
+# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
+# built from its commit into this target directory, only its own crates compiling, once per
+# machine. Here, between the build above and the test build below, which puts this commit's
+# binaries back in target/debug/.
+log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine)"
+EXK8S_PREVIOUS_BIN=$(bash scripts/previous-release.sh)
+export EXK8S_PREVIOUS_BIN
+
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
   echo "building Kubernetes, etcd or the S3 server failed (above)" >&2

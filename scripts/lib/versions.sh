@@ -15,3 +15,9 @@ busybox_e2e_version=1.37.0-1
 # The next minor's release, which the upgrade tests go to.
 k8s_next=v1.36.3
 etcd_next=v3.6.14
+# The previous release of exk8s itself, as a commit of this repository (a commit id survives
+# where a tag may not): its exk8s-api and exk8s-agent run beside this one's in
+# tests/tests/skew.rs (scripts/previous-release.sh builds them). The first commit with the
+# migration policy (docs/upgrading-exk8s.md, "Migrations"); its agent predates the announcement
+# of the formats it reads.
+previous_release=793705ceb4547d47aa652c04dfa312c1435f73d0

@@ -94,3 +94,17 @@ pub fn s3_server() -> PathBuf {
     );
     path
 }
+
+/// `exk8s-api` or `exk8s-agent` of the previous release of exk8s (`EXK8S_PREVIOUS_BIN` names
+/// their directory; `scripts/previous-release.sh` builds them, and scripts/test.sh runs it).
+pub fn previous_release(name: &str) -> PathBuf {
+    let dir = std::env::var_os("EXK8S_PREVIOUS_BIN").map(PathBuf::from);
+    let path = dir.as_ref().map(|d| d.join(name));
+    match path {
+        Some(path) if path.is_file() => path,
+        _ => panic!(
+            "the previous release's {name} is missing: run `scripts/previous-release.sh` and set \
+             EXK8S_PREVIOUS_BIN to the directory it prints (scripts/test.sh does)"
+        ),
+    }
+}

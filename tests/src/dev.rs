@@ -13,8 +13,9 @@ pub struct Stack {
     pub token: String,
     pub data: PathBuf,
     api: Mutex<Proc>,
-    /// The command's arguments, environment and log, to start it again
+    /// The command's binary, arguments, environment and log, to start it again
     /// ([`Stack::kill_and_restart`]).
+    bin: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
     log: PathBuf,
@@ -114,6 +115,7 @@ pub fn start_dev_on(
         token,
         data: data.to_owned(),
         api: Mutex::new(api),
+        bin: binary("exk8s-api"),
         args,
         env,
         log: log.to_owned(),
@@ -122,6 +124,17 @@ pub fn start_dev_on(
 
 /// `exk8s-api ARGS`, its stderr to `log` (appended to when `append`).
 fn spawn_api(args: &[String], env: &[(String, String)], log: &Path, append: bool) -> Proc {
+    spawn_api_from(&binary("exk8s-api"), args, env, log, append)
+}
+
+/// [`spawn_api`] of the exk8s-api at `bin`.
+fn spawn_api_from(
+    bin: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    log: &Path,
+    append: bool,
+) -> Proc {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
@@ -130,7 +143,7 @@ fn spawn_api(args: &[String], env: &[(String, String)], log: &Path, append: bool
         .open(log)
         .unwrap();
     Proc(
-        Command::new(binary("exk8s-api"))
+        Command::new(bin)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
@@ -233,9 +246,31 @@ pub fn start_postgres_serve_with_env(
         token,
         data: dir.to_owned(),
         api: Mutex::new(api),
+        bin: binary("exk8s-api"),
         args,
         env,
         log,
+    }
+}
+
+/// `BIN serve ARGS` — the exk8s-api at `bin`, this workspace's or another release's — serving
+/// at `base` with `token` for its operator, its log at `log`; waits until it answers.
+pub fn serve_from(bin: &Path, base: &str, token: &str, args: &[String], log: &Path) -> Stack {
+    let mut all = vec!["serve".to_owned()];
+    all.extend_from_slice(args);
+    let api = spawn_api_from(bin, &all, &[], log, false);
+    wait_until("the API", Duration::from_secs(60), || {
+        http().get(&format!("{base}/healthz")).call().is_ok()
+    });
+    Stack {
+        base: base.to_owned(),
+        token: token.to_owned(),
+        data: log.parent().unwrap_or(Path::new(".")).to_owned(),
+        api: Mutex::new(api),
+        bin: bin.to_owned(),
+        args: all,
+        env: Vec::new(),
+        log: log.to_owned(),
     }
 }
 
@@ -282,7 +317,7 @@ impl Stack {
         let mut api = self.api.lock().unwrap();
         api.0.kill().unwrap();
         api.0.wait().unwrap();
-        *api = spawn_api(&self.args, &self.env, &self.log, true);
+        *api = spawn_api_from(&self.bin, &self.args, &self.env, &self.log, true);
         drop(api);
         wait_until("the restarted API", Duration::from_secs(30), || {
             http().get(&format!("{}/healthz", self.base)).call().is_ok()
