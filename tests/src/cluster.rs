@@ -126,6 +126,20 @@ fn agent_arguments<'c>(
     vm: i64,
     command: &str,
 ) -> &'c mut Command {
+    agent_arguments_with(agent, stack, stack, keys, root, vm, command)
+}
+
+/// [`agent_arguments`] with the instance metadata of `imds`'s stack (the one whose simulated
+/// cloud made the VM) and the API of `stack`.
+fn agent_arguments_with<'c>(
+    agent: &'c mut Command,
+    stack: &Stack,
+    imds: &Stack,
+    keys: &Path,
+    root: &Path,
+    vm: i64,
+    command: &str,
+) -> &'c mut Command {
     agent
         .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
         .arg("--keys-dir")
@@ -136,9 +150,25 @@ fn agent_arguments<'c>(
             "--api-url",
             &stack.base,
             "--imds-url",
-            &format!("{}/sim/imds/{vm}", stack.base),
+            &format!("{}/sim/imds/{vm}", imds.base),
             "--insecure-http",
         ])
+}
+
+/// `command` of the exk8s-agent at `bin` (another release's) for `vm` against the API of
+/// `stack`, asking the instance metadata of `imds`; host actions recorded under `root`.
+pub fn agent_of(
+    bin: &Path,
+    stack: &Stack,
+    imds: &Stack,
+    keys: &Path,
+    root: &Path,
+    vm: i64,
+    command: &str,
+) -> Output {
+    agent_arguments_with(&mut Command::new(bin), stack, imds, keys, root, vm, command)
+        .output()
+        .unwrap()
 }
 
 /// Runs `command` for `vm` and panics with its log unless it succeeds.

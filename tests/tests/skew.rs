@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use exk8s_tests::bins::previous_release;
-use exk8s_tests::cluster::{found, operator, view};
+use exk8s_tests::cluster::{agent_of, found, operator, view};
 use exk8s_tests::dev::{Stack, serve_from};
 use exk8s_tests::procs::{binary, free_port};
 use serde_json::{Value, json};
@@ -119,21 +119,7 @@ fn agent_ok(
     vm: i64,
     command: &str,
 ) {
-    let out = Command::new(bin)
-        .env("EXK8S_CONFIG", root.with_extension("no-config.toml"))
-        .arg("--keys-dir")
-        .arg(keys)
-        .args([command, "--root"])
-        .arg(root)
-        .args([
-            "--api-url",
-            &stack.base,
-            "--imds-url",
-            &format!("{}/sim/imds/{vm}", cloud.base),
-            "--insecure-http",
-        ])
-        .output()
-        .unwrap();
+    let out = agent_of(bin, stack, cloud, keys, root, vm, command);
     assert!(
         out.status.success(),
         "{} {command} for vm {vm} against {}: {}",

@@ -26,29 +26,7 @@ const CONTRACTING: &str = "UPDATE schema_compatibility SET oldest_binary_migrati
 /// Migrates `url` as a newer release would: this binary's migrations, then each of `extra`
 /// (file name, SQL) as that release's own.
 async fn newer_release(backend: Backend, url: &str, extra: &[(&str, &str)]) {
-    let dialect = match backend {
-        Backend::Sqlite => "sqlite",
-        Backend::Postgres => "postgres",
-    };
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../migrations")
-        .join(dialect);
-    let newer = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&source).unwrap() {
-        let name = entry.unwrap().file_name();
-        std::fs::copy(source.join(&name), newer.path().join(&name)).unwrap();
-    }
-    for (name, sql) in extra {
-        std::fs::write(newer.path().join(name), sql).unwrap();
-    }
-    let db = Db::connect(url).unwrap();
-    sqlx::migrate::Migrator::new(newer.path())
-        .await
-        .unwrap()
-        .run(&db.pool)
-        .await
-        .unwrap();
-    db.pool.close().await;
+    crate::schema::migrate_from_files(backend, url, |_| true, extra).await;
 }
 
 async fn this_binary_serves_beside_a_newer_releases_migrations(backend: Backend) {

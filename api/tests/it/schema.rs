@@ -128,6 +128,18 @@ async fn closed_sets_are_checked_by_the_database(backend: Backend) {
 /// whose file name starts with `first_left_out`.
 async fn migrated_before(backend: Backend, dir: &std::path::Path, first_left_out: &str) -> Db {
     let url = fresh_database(backend, dir).await;
+    migrate_from_files(backend, &url, |name| name < first_left_out, &[]).await;
+    Db::connect(&url).unwrap()
+}
+
+/// Migrates `url` with the migration files of `backend`'s dialect that `keep` names, then each
+/// of `extra` (file name, SQL) — another release's migrations, as its binary would run them.
+pub(crate) async fn migrate_from_files(
+    backend: Backend,
+    url: &str,
+    keep: impl Fn(&str) -> bool,
+    extra: &[(&str, &str)],
+) {
     let dialect = match backend {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
@@ -135,21 +147,24 @@ async fn migrated_before(backend: Backend, dir: &std::path::Path, first_left_out
     let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../migrations")
         .join(dialect);
-    let early = tempfile::tempdir().unwrap();
+    let chosen = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&source).unwrap() {
         let name = entry.unwrap().file_name();
-        if name.to_str().unwrap() < first_left_out {
-            std::fs::copy(source.join(&name), early.path().join(&name)).unwrap();
+        if keep(name.to_str().unwrap()) {
+            std::fs::copy(source.join(&name), chosen.path().join(&name)).unwrap();
         }
     }
-    let db = Db::connect(&url).unwrap();
-    sqlx::migrate::Migrator::new(early.path())
+    for (name, sql) in extra {
+        std::fs::write(chosen.path().join(name), sql).unwrap();
+    }
+    let db = Db::connect(url).unwrap();
+    sqlx::migrate::Migrator::new(chosen.path())
         .await
         .unwrap()
         .run(&db.pool)
         .await
         .unwrap();
-    db
+    db.pool.close().await;
 }
 
 /// Rows of a database at migration 0002 (free-text phases) keep their meaning at 0003.
