@@ -162,7 +162,11 @@ pub async fn bundle(
     // Dropping the work at the deadline rolls its transaction back: no serial is spent.
     let envelope = tokio::time::timeout(deadline, async {
         let vm = bootstrap_vm(&state, &headers, vm_id, &source).await?;
-        if let Some(version) = &agent_version {
+        // Written only when it changed: the node's row is loaded already.
+        if let Some(version) = agent_version
+            .as_ref()
+            .filter(|v| vm.node.agent_version.as_ref() != Some(*v))
+        {
             db::nodes::set_agent_version(&state.db.pool, vm.node.id, version).await?;
         }
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());

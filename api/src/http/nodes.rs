@@ -69,7 +69,11 @@ pub async fn bundle(
     let agent_version = super::agent_format::check(&headers)?;
     let deadline = state.config.bootstrap_deadline;
     let work = async {
-        if let Some(version) = &agent_version {
+        // Written only when it changed: the node's row is loaded already.
+        if let Some(version) = agent_version
+            .as_ref()
+            .filter(|v| vm.node.agent_version.as_ref() != Some(*v))
+        {
             crate::db::nodes::set_agent_version(&state.db.pool, vm.node.id, version).await?;
         }
         let nonce = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok());
