@@ -1,0 +1,113 @@
+//! exk8s as a Cluster API provider: the controllers of `ExK8sCluster` (infrastructure) and
+//! `ExK8sControlPlane` (control plane) against a management cluster. They call the exk8s API
+//! named by each object's credentials Secret and never a workload cluster.
+
+pub mod conditions;
+pub mod control_plane;
+pub mod crd;
+pub mod credentials;
+pub mod exk8s;
+pub mod infrastructure;
+pub mod kubeconfig;
+pub mod owner;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use crate::crd::{ExK8sCluster, ExK8sControlPlane};
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+}
+
+/// Why a pass failed: it is tried again.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("the object is not namespaced")]
+    NotNamespaced,
+    #[error("the management cluster: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Exk8s(#[from] exk8s::Exk8sError),
+    #[error(transparent)]
+    Credentials(#[from] credentials::CredentialsError),
+    #[error("exk8s is still deleting cluster {0}")]
+    DeletePending(i64),
+    #[error("finalizer: {0}")]
+    Finalizer(Box<kube::runtime::finalizer::Error<ReconcileError>>),
+}
+
+fn error_policy<K>(_: Arc<K>, error: &ReconcileError, _: Arc<Context>) -> Action {
+    match error {
+        ReconcileError::DeletePending(_) => tracing::info!("{error}"),
+        _ => tracing::warn!("{error}"),
+    }
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The objects a Cluster refers to under `field` (`controlPlaneRef`, `infrastructureRef`) when
+/// they are of `kind`.
+fn referred<K>(cluster: &DynamicObject, field: &str, kind: &str) -> Option<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let reference = &cluster.data["spec"][field];
+    (reference["kind"].as_str() == Some(kind)).then(|| {
+        let name = reference["name"].as_str().unwrap_or_default();
+        let namespace = cluster.namespace().unwrap_or_default();
+        ObjectRef::new(name).within(&namespace)
+    })
+}
+
+/// Runs both controllers against the management cluster `KUBECONFIG` (or the pod's service
+/// account) names, until SIGTERM or Ctrl-C.
+pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let client = Client::try_default().await?;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+    });
+    let cluster = owner::cluster_resource();
+    let clusters = || Api::<DynamicObject>::all_with(client.clone(), &cluster);
+    let control_planes = Controller::new(
+        Api::<ExK8sControlPlane>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<Secret>::all(client.clone()),
+        watcher::Config::default().labels(owner::CLUSTER_NAME_LABEL),
+    )
+    .watches_with(
+        clusters(),
+        cluster.clone(),
+        watcher::Config::default(),
+        |c| referred::<ExK8sControlPlane>(&c, "controlPlaneRef", "ExK8sControlPlane"),
+    )
+    .shutdown_on_signal()
+    .run(control_plane::reconcile, error_policy, ctx.clone())
+    .for_each(|_| async {});
+    let infrastructure = Controller::new(
+        Api::<ExK8sCluster>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches_with(
+        clusters(),
+        cluster.clone(),
+        watcher::Config::default(),
+        |c| referred::<ExK8sCluster>(&c, "infrastructureRef", "ExK8sCluster"),
+    )
+    .shutdown_on_signal()
+    .run(infrastructure::reconcile, error_policy, ctx)
+    .for_each(|_| async {});
+    tracing::info!("exk8s-capi: reconciling ExK8sCluster and ExK8sControlPlane");
+    futures_util::future::join(control_planes, infrastructure).await;
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! `exk8s-capi`: exk8s as a Cluster API provider. `exk8s-capi crds` prints its CRDs;
+//! `exk8s-capi run` runs the controllers of `ExK8sCluster` (infrastructure) and
+//! `ExK8sControlPlane` (control plane) against the management cluster the kubeconfig names
+//! (`KUBECONFIG`, or the pod's service account in a cluster).
+
+use std::io::Write as _;
+
+use clap::{Parser, Subcommand};
+use exk8s_capi::{crd, run};
+
+#[derive(Parser)]
+#[command(
+    name = "exk8s-capi",
+    version,
+    about = "exk8s as a Cluster API control-plane and infrastructure provider"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the provider's CRDs (ExK8sCluster, ExK8sControlPlane) as YAML for `kubectl apply -f -`.
+    Crds,
+    /// Run the controllers against the management cluster.
+    Run,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => match crd::crds_yaml() {
+            Ok(yaml) => {
+                let mut out = std::io::stdout().lock();
+                if out
+                    .write_all(yaml.as_bytes())
+                    .and_then(|()| out.flush())
+                    .is_err()
+                {
+                    return std::process::ExitCode::FAILURE;
+                }
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("exk8s-capi: the CRDs cannot be written as YAML: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        },
+        Command::Run => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    eprintln!("exk8s-capi: no async runtime: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(run()) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("exk8s-capi: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
