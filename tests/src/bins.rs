@@ -108,3 +108,37 @@ pub fn previous_release(name: &str) -> PathBuf {
         ),
     }
 }
+
+/// Cluster API's `core` (its core controller) or `clusterctl`, built once per machine by
+/// `scripts/capi-binaries.sh` (`EXK8S_CAPI_BIN` names their directory).
+pub fn cluster_api(name: &str) -> PathBuf {
+    let path = cluster_api_dir("EXK8S_CAPI_BIN", "bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `scripts/capi-binaries.sh` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// The directory of Cluster API's core CRDs (`EXK8S_CAPI_CRDS`), copied from its module by
+/// `scripts/capi-binaries.sh`.
+pub fn cluster_api_crds() -> PathBuf {
+    let dir = cluster_api_dir("EXK8S_CAPI_CRDS", "crds");
+    assert!(
+        dir.join("cluster.x-k8s.io_clusters.yaml").is_file(),
+        "{} holds no Cluster CRD: run `scripts/capi-binaries.sh` (scripts/test.sh does)",
+        dir.display()
+    );
+    dir
+}
+
+/// The release scripts/lib/versions.sh names for Cluster API.
+const CLUSTER_API_VERSION: &str = "v1.14.2";
+
+fn cluster_api_dir(variable: &str, sub: &str) -> PathBuf {
+    std::env::var_os(variable).map_or_else(
+        || cache().join(format!("cluster-api-{CLUSTER_API_VERSION}/{sub}")),
+        PathBuf::from,
+    )
+}

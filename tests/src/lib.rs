@@ -6,7 +6,8 @@
 //! stack), finding and running the workspace's binaries ([`procs`]), a TLS endpoint serving a rendered certificate
 //! ([`tls`]), a private PostgreSQL server tests may stop ([`postgres`]), a real S3 server
 //! ([`s3`]), a long test's phases shown as they happen ([`timeline`]), a small real filesystem to fill ([`tmpfs`]), a worker pool as the API shows it
-//! ([`workers`]), and the README's quick starts as shells ([`readme`]). The end-to-end test lives in `tests/`.
+//! ([`workers`]), the README's quick starts as shells ([`readme`]), and a management cluster for
+//! Cluster API ([`management`]) in a network namespace of the test's own ([`netns`]). The end-to-end test lives in `tests/`.
 
 #![allow(
     clippy::unwrap_used,
@@ -19,7 +20,9 @@ pub mod cluster;
 pub mod dev;
 pub mod etcd;
 pub mod machine;
+pub mod management;
 pub mod mirror;
+pub mod netns;
 pub mod postgres;
 pub mod procs;
 pub mod readme;

@@ -1,0 +1,317 @@
+//! A management cluster for Cluster API: the real etcd, kube-apiserver and
+//! kube-controller-manager (its garbage collector and namespace controllers: owner references
+//! and deletes behave as in any cluster) the tests build, as processes on loopback, with a CA,
+//! certificates and an admin kubeconfig made by openssl. Stopped when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use base64::Engine as _;
+
+use crate::bins;
+use crate::procs::{Proc, free_port, wait_until};
+
+/// The management cluster's processes and how to reach it.
+pub struct Management {
+    pub dir: PathBuf,
+    /// The admin kubeconfig (`system:masters`).
+    pub kubeconfig: PathBuf,
+    /// The CA that signed every certificate here (`ca.crt`, `ca.key` in `dir`).
+    pub ca: PathBuf,
+    procs: Vec<Proc>,
+}
+
+/// `openssl args` in `dir`; panics with its output when it fails.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `name.crt` and `name.key` in `dir`: a P-256 key and a certificate for `subject` signed by
+/// `dir/ca.crt`, with `extensions` (an openssl extension section's lines).
+pub fn issue(dir: &Path, name: &str, subject: &str, extensions: &str) {
+    let ext = dir.join(format!("{name}.ext"));
+    std::fs::write(&ext, extensions).unwrap();
+    let (key, csr, crt) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            subject,
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &crt,
+            "-extfile",
+            &ext.display().to_string(),
+        ],
+    );
+}
+
+fn log_file(dir: &Path, name: &str) -> std::fs::File {
+    std::fs::File::create(dir.join(format!("{name}.log"))).unwrap()
+}
+
+fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> Proc {
+    Proc(
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log_file(dir, name))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display())),
+    )
+}
+
+impl Management {
+    /// etcd, kube-apiserver and kube-controller-manager under `dir`, on loopback: ready once
+    /// `/readyz` answers.
+    pub fn start(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-subj",
+                "/CN=management-ca",
+                "-days",
+                "2",
+            ],
+        );
+        issue(
+            dir,
+            "apiserver",
+            "/CN=kube-apiserver",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        );
+        issue(
+            dir,
+            "admin",
+            "/O=system:masters/CN=management-admin",
+            "extendedKeyUsage=clientAuth\n",
+        );
+        openssl(
+            dir,
+            &[
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+                "sa.key",
+            ],
+        );
+        let path = |name: &str| dir.join(name).display().to_string();
+        let (client, peer, secure) = (free_port(), free_port(), free_port());
+        let etcd = spawn(
+            dir,
+            "etcd",
+            &bins::etcd("etcd"),
+            &[
+                "--name=management".into(),
+                format!("--data-dir={}", path("etcd")),
+                format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-cluster=management=http://127.0.0.1:{peer}"),
+                "--log-level=warn".into(),
+            ],
+        );
+        let apiserver = spawn(
+            dir,
+            "kube-apiserver",
+            &bins::kubernetes("kube-apiserver"),
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{client}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={secure}"),
+                format!("--tls-cert-file={}", path("apiserver.crt")),
+                format!("--tls-private-key-file={}", path("apiserver.key")),
+                format!("--client-ca-file={}", path("ca.crt")),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", path("sa.key")),
+                format!("--service-account-signing-key-file={}", path("sa.key")),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--authorization-mode=RBAC".into(),
+                "--profiling=false".into(),
+            ],
+        );
+        let b64 = |name: &str| {
+            base64::engine::general_purpose::STANDARD.encode(std::fs::read(dir.join(name)).unwrap())
+        };
+        let kubeconfig = dir.join("admin.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: management\n  cluster:\n    \
+                 server: https://127.0.0.1:{secure}\n    certificate-authority-data: {}\nusers:\n\
+                 - name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n\
+                 contexts:\n- name: management\n  context:\n    cluster: management\n    user: admin\n\
+                 current-context: management\n",
+                b64("ca.crt"),
+                b64("admin.crt"),
+                b64("admin.key")
+            ),
+        )
+        .unwrap();
+        let mut management = Self {
+            dir: dir.to_owned(),
+            kubeconfig,
+            ca: dir.join("ca.crt"),
+            procs: vec![etcd, apiserver],
+        };
+        wait_until(
+            "the management apiserver's /readyz",
+            Duration::from_secs(120),
+            || {
+                management
+                    .kubectl(&["get", "--raw", "/readyz"])
+                    .status
+                    .success()
+            },
+        );
+        let controllers = spawn(
+            dir,
+            "kube-controller-manager",
+            &bins::kubernetes("kube-controller-manager"),
+            &[
+                format!("--kubeconfig={}", management.kubeconfig.display()),
+                "--controllers=garbagecollector,namespace".into(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+            ],
+        );
+        management.procs.push(controllers);
+        management
+    }
+
+    /// `kubectl args` with the admin kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(bins::kubernetes("kubectl"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .output()
+            .expect("kubectl")
+    }
+
+    /// [`Self::kubectl`]'s stdout; panics with its output when it fails.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl apply -f -` of `yaml`: its output, or the error kubectl printed.
+    pub fn apply(&self, yaml: &str) -> Result<String, String> {
+        use std::io::Write as _;
+        let mut child = Command::new(bins::kubernetes("kubectl"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(said)
+        } else {
+            Err(said)
+        }
+    }
+
+    /// A process started beside the cluster (a controller), its stderr to `dir/<name>.log`,
+    /// stopped with the cluster.
+    pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], env: &[(&str, &str)]) {
+        let child = Command::new(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(log_file(&self.dir, &format!("{name}.out")))
+            .stderr(log_file(&self.dir, name))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+        self.procs.push(Proc(child));
+    }
+
+    /// `dir/<name>.log`'s text.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Management {
+    fn drop(&mut self) {
+        // Controllers first, the apiserver, then etcd: each its SIGTERM.
+        while let Some(proc) = self.procs.pop() {
+            proc.terminate(Duration::from_secs(10));
+        }
+    }
+}

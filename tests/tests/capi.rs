@@ -1,0 +1,467 @@
+//! exk8s as a Cluster API provider, driven by the real Cluster API: a management cluster (real
+//! etcd, kube-apiserver and kube-controller-manager), Cluster API's CRDs and core controller
+//! built from its Go module, `exk8s-capi`, and the dev stack as exk8s (its simulated cloud, each
+//! VM booted by the real agent with host actions recorded) — all in a network namespace of the
+//! test's own. `kubectl apply` of a Cluster, an `ExK8sCluster` and an `ExK8sControlPlane`
+//! founds the exk8s cluster; Cluster API's own status says its infrastructure is provisioned,
+//! its control plane initialized and its endpoint set; the kubeconfig Secret is in Cluster
+//! API's format; `clusterctl describe cluster` shows it; bad specs are refused naming the
+//! field; a refused upgrade is a condition with the API's reason; a paused Cluster is left
+//! alone; `spec.replicas` scales; deleting the Cluster deletes the exk8s cluster and its VMs,
+//! and every object goes.
+//!
+//! Not here: the `Available` condition, which needs Cluster API to reach the workload
+//! apiserver (its remote-connection probe); that takes a booted cluster.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: failures should stop it loudly"
+)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use exk8s_tests::bins;
+use exk8s_tests::cluster::{agent, operator, trusted_keys};
+use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev};
+use exk8s_tests::management::{Management, issue};
+use exk8s_tests::netns::Netns;
+use exk8s_tests::procs::{binary, free_port, wait_until};
+use exk8s_tests::timeline::{begin, mark};
+use serde_json::Value;
+
+/// `kubectl get KIND NAME -o json`, or `None` when it is not there.
+fn get(management: &Management, kind: &str, name: &str) -> Option<Value> {
+    let out = management.kubectl(&["get", kind, name, "-o", "json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Condition `type_` of `object`'s status.
+fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn manifests(api: &str, token: &str, version: &str, replicas: u8) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: exk8s-credentials, namespace: default}}
+stringData: {{url: "{api}", token: "{token}"}}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {{name: shop, namespace: default}}
+spec:
+  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: ExK8sCluster, name: shop}}
+  controlPlaneRef: {{apiGroup: controlplane.cluster.x-k8s.io, kind: ExK8sControlPlane, name: shop}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: ExK8sCluster
+metadata: {{name: shop, namespace: default}}
+spec:
+  credentialsRef: {{name: exk8s-credentials}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+kind: ExK8sControlPlane
+metadata: {{name: shop, namespace: default}}
+spec:
+  replicas: {replicas}
+  version: {version}
+  credentialsRef: {{name: exk8s-credentials}}
+  instanceType: dev.small
+  imageID: 1
+  subnetID: 1
+"#
+    )
+}
+
+/// Boots every VM of the exk8s cluster `id` that has no root under `dir` yet with the real
+/// agent (host actions recorded).
+fn boot_new_vms(stack: &Stack, dir: &Path, id: i64) {
+    let keys = trusted_keys(stack, dir);
+    let view: Value = operator(stack, "GET", &format!("/clusters/{id}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    for node in view["nodes"].as_array().unwrap() {
+        let vm = node["vm_id"].as_i64().unwrap();
+        let root = dir.join(format!("vm-{vm}"));
+        if root.exists() {
+            continue;
+        }
+        let out = agent(stack, &keys, &root, vm, "run", None);
+        assert!(
+            out.status.success(),
+            "exk8s-agent run for vm {vm}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
+    let _timeline = begin("capi");
+    let netns = Netns::new("capi");
+    netns.enter();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let stack = start_dev(
+        &dir.join("dev"),
+        "127.0.31.0/24",
+        &dir.join("api.log"),
+        &MANY_AGENTS,
+    );
+    let mut management = Management::start(&dir.join("management"));
+    mark("the management cluster answers");
+
+    for crds in [bins::cluster_api_crds()] {
+        management.kubectl_ok(&["apply", "--server-side", "-f", &crds.display().to_string()]);
+    }
+    let ours = std::process::Command::new(binary("exk8s-capi"))
+        .arg("crds")
+        .output()
+        .unwrap();
+    assert!(ours.status.success());
+    management
+        .apply(&String::from_utf8(ours.stdout).unwrap())
+        .unwrap();
+    management.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/clusters.cluster.x-k8s.io",
+        "crd/exk8sclusters.infrastructure.cluster.x-k8s.io",
+        "crd/exk8scontrolplanes.controlplane.cluster.x-k8s.io",
+    ]);
+
+    // Cluster API's core controller, its webhook server on a certificate of the management CA
+    // (it binds every address: this namespace's only).
+    let webhook = management.dir.join("webhook");
+    std::fs::create_dir_all(&webhook).unwrap();
+    std::fs::copy(management.dir.join("ca.crt"), webhook.join("ca.crt")).unwrap();
+    std::fs::copy(management.dir.join("ca.key"), webhook.join("ca.key")).unwrap();
+    issue(
+        &webhook,
+        "tls",
+        "/CN=capi-webhook",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    let kubeconfig = management.kubeconfig.display().to_string();
+    management.spawn(
+        "capi-core",
+        &bins::cluster_api("core"),
+        &[
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            format!("--webhook-port={}", free_port()),
+            format!("--webhook-cert-dir={}", webhook.display()),
+            format!("--health-addr=127.0.0.1:{}", free_port()),
+            format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+            "--insecure-diagnostics".into(),
+            "--remote-connection-grace-period=20s".into(),
+        ],
+        &[],
+    );
+    management.spawn(
+        "exk8s-capi",
+        &binary("exk8s-capi"),
+        &["run".into()],
+        &[("KUBECONFIG", &kubeconfig), ("RUST_LOG", "info")],
+    );
+    let logs = |m: &Management| {
+        format!(
+            "--- exk8s-capi:\n{}\n--- capi-core (tail):\n{}",
+            m.log("exk8s-capi"),
+            m.log("capi-core")
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    };
+
+    let version: Value = operator(&stack, "GET", "/kubernetes-versions")
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let default = version
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["default"] == true)
+        .unwrap()["version"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    mark("kubectl apply: Cluster, ExK8sCluster, ExK8sControlPlane");
+    management
+        .apply(&manifests(&stack.base, &stack.token, &default, 1))
+        .unwrap();
+
+    let mut id = 0;
+    wait_until(
+        "the ExK8sControlPlane founds its exk8s cluster",
+        Duration::from_secs(120),
+        || {
+            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            id = cp["status"]["clusterID"].as_i64().unwrap_or_default();
+            id > 0
+        },
+    );
+    let infra = get(&management, "exk8scluster", "shop").unwrap();
+    assert_eq!(
+        infra["status"]["initialization"]["provisioned"], true,
+        "{infra}"
+    );
+    assert_eq!(condition(&infra, "Ready").unwrap()["status"], "True");
+    wait_until("the exk8s cluster's VMs", Duration::from_secs(120), || {
+        let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        view["nodes"].as_array().is_some_and(|n| !n.is_empty())
+    });
+    mark("booting its VM with the real agent");
+    boot_new_vms(&stack, dir, id);
+
+    wait_until(
+        "Cluster API: the Cluster provisioned, its control plane initialized",
+        Duration::from_secs(180),
+        || {
+            let cluster = get(&management, "cluster.cluster.x-k8s.io", "shop").unwrap();
+            cluster["status"]["phase"] == "Provisioned"
+                && cluster["status"]["initialization"]["controlPlaneInitialized"] == true
+                && cluster["status"]["initialization"]["infrastructureProvisioned"] == true
+        },
+    );
+    let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let cluster = get(&management, "cluster.cluster.x-k8s.io", "shop").unwrap();
+    assert_eq!(
+        cluster["spec"]["controlPlaneEndpoint"]["host"], view["control_plane_dns_name"],
+        "{cluster}"
+    );
+    assert_eq!(cluster["spec"]["controlPlaneEndpoint"]["port"], 6443);
+    let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+    assert_eq!(cp["status"]["replicas"], 1, "{cp}");
+    assert_eq!(cp["status"]["readyReplicas"], 1, "{cp}");
+    assert_eq!(cp["status"]["version"], default.as_str(), "{cp}");
+    assert_eq!(
+        cp["status"]["selector"],
+        "cluster.x-k8s.io/cluster-name=shop,cluster.x-k8s.io/control-plane"
+    );
+    assert_eq!(
+        cp["metadata"]["finalizers"][0],
+        "controlplane.cluster.x-k8s.io/exk8s"
+    );
+    // Cluster API set its owner reference and label on both.
+    for object in [&cp, &infra] {
+        assert_eq!(
+            object["metadata"]["ownerReferences"][0]["kind"], "Cluster",
+            "{object}"
+        );
+        assert_eq!(
+            object["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            "shop"
+        );
+    }
+
+    // The kubeconfig Secret, in Cluster API's format, for the server and CA exk8s names.
+    let secret = get(&management, "secret", "shop-kubeconfig")
+        .unwrap_or_else(|| panic!("{}", logs(&management)));
+    assert_eq!(secret["type"], "cluster.x-k8s.io/secret");
+    assert_eq!(
+        secret["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        "shop"
+    );
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["kind"],
+        "ExK8sControlPlane"
+    );
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["controller"], true);
+    use base64::Engine as _;
+    let kubeconfig_text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["value"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let trust: Value = operator(&stack, "GET", &format!("/clusters/{id}/trust"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let kubeconfig_yaml: Value = yaml_serde::from_str(&kubeconfig_text).unwrap();
+    assert_eq!(
+        kubeconfig_yaml["clusters"][0]["cluster"]["server"], trust["server"],
+        "{kubeconfig_text}"
+    );
+    // Renewed only when stale: another pass leaves the same certificate.
+    std::thread::sleep(Duration::from_secs(6));
+    let again = get(&management, "secret", "shop-kubeconfig").unwrap();
+    assert_eq!(
+        again["data"], secret["data"],
+        "the kubeconfig was minted again"
+    );
+
+    let describe = std::process::Command::new(bins::cluster_api("clusterctl"))
+        .args(["describe", "cluster", "shop", "--kubeconfig", &kubeconfig])
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&describe.stdout);
+    assert!(
+        describe.status.success(),
+        "{described}{}",
+        String::from_utf8_lossy(&describe.stderr)
+    );
+    for line in [
+        "Cluster default/shop",
+        "ExK8sCluster default/shop",
+        "ExK8sControlPlane default/shop",
+    ] {
+        assert!(described.contains(line), "{described}");
+    }
+    eprintln!("clusterctl describe cluster shop:\n{described}");
+
+    mark("bad specs are refused naming the field");
+    let refused = |yaml: String, field: &str| {
+        let said = management.apply(&yaml).unwrap_err();
+        assert!(said.contains(field), "{said}");
+        said
+    };
+    let even = manifests(&stack.base, &stack.token, &default, 2);
+    refused(even, "spec.replicas");
+    let bad_version = manifests(&stack.base, &stack.token, "1.35", 1);
+    refused(bad_version, "spec.version");
+    let moved =
+        manifests(&stack.base, &stack.token, &default, 1).replace("subnetID: 1", "subnetID: 2");
+    let said = refused(moved, "spec.subnetID");
+    assert!(
+        said.contains("subnetID cannot change after founding"),
+        "{said}"
+    );
+
+    mark("a refused upgrade is a condition with the API's reason");
+    management
+        .apply(&manifests(&stack.base, &stack.token, "v1.99.0", 1))
+        .unwrap();
+    wait_until(
+        "SpecApplied False: UpgradeRefused",
+        Duration::from_secs(60),
+        || {
+            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            condition(&cp, "SpecApplied").is_some_and(|c| c["reason"] == "UpgradeRefused")
+        },
+    );
+    let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+    let applied = condition(&cp, "SpecApplied").unwrap();
+    assert_eq!(applied["status"], "False");
+    assert!(
+        applied["message"].as_str().unwrap().contains("v1.99.0"),
+        "{applied}"
+    );
+    management
+        .apply(&manifests(&stack.base, &stack.token, &default, 1))
+        .unwrap();
+
+    mark("a paused Cluster is left alone");
+    management.kubectl_ok(&[
+        "patch",
+        "cluster.cluster.x-k8s.io",
+        "shop",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"paused":true}}"#,
+    ]);
+    wait_until("both objects Paused", Duration::from_secs(60), || {
+        ["exk8scontrolplane", "exk8scluster"].iter().all(|kind| {
+            let object = get(&management, kind, "shop").unwrap();
+            condition(&object, "Paused")
+                .is_some_and(|c| c["status"] == "True" && c["reason"] == "Paused")
+        })
+    });
+    management
+        .apply(&manifests(&stack.base, &stack.token, &default, 3))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(
+        view["control_plane_members"]["desired"], 1,
+        "a paused control plane was scaled: {view}"
+    );
+
+    mark("unpaused: spec.replicas 3 scales the exk8s cluster");
+    management.kubectl_ok(&[
+        "patch",
+        "cluster.cluster.x-k8s.io",
+        "shop",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"paused":false}}"#,
+    ]);
+    wait_until("exk8s asked for 3 members", Duration::from_secs(60), || {
+        let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        view["control_plane_members"]["desired"] == 3
+    });
+    let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+    assert_eq!(condition(&cp, "Paused").unwrap()["status"], "False", "{cp}");
+    wait_until(
+        "the ExK8sControlPlane reports ScalingUp",
+        Duration::from_secs(60),
+        || {
+            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            condition(&cp, "ScalingUp").is_some_and(|c| c["status"] == "True")
+        },
+    );
+
+    mark("deleting the Cluster deletes the exk8s cluster");
+    management.kubectl_ok(&["delete", "cluster.cluster.x-k8s.io", "shop", "--wait=false"]);
+    wait_until(
+        "the Cluster and its objects gone",
+        Duration::from_secs(180),
+        || {
+            get(&management, "cluster.cluster.x-k8s.io", "shop").is_none()
+                && get(&management, "exk8scontrolplane", "shop").is_none()
+                && get(&management, "exk8scluster", "shop").is_none()
+        },
+    );
+    let gone = operator(&stack, "GET", &format!("/clusters/{id}")).call();
+    assert!(
+        matches!(gone, Err(ureq::Error::Status(404, _))),
+        "the exk8s cluster is still there: {gone:?}"
+    );
+    let vms: Value = http()
+        .get(&format!("{}/sim/compute/v1/vms", stack.base))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(vms.as_array().unwrap().len(), 0, "VMs left: {vms}");
+    wait_until(
+        "the kubeconfig Secret collected",
+        Duration::from_secs(60),
+        || get(&management, "secret", "shop-kubeconfig").is_none(),
+    );
+    mark("done");
+}
