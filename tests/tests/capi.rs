@@ -121,9 +121,8 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     let mut management = Management::start(&dir.join("management"));
     mark("the management cluster answers");
 
-    for crds in [bins::cluster_api_crds()] {
-        management.kubectl_ok(&["apply", "--server-side", "-f", &crds.display().to_string()]);
-    }
+    let crds = bins::cluster_api_crds().display().to_string();
+    management.kubectl_ok(&["apply", "--server-side", "-f", &crds]);
     let ours = std::process::Command::new(binary("exk8s-capi"))
         .arg("crds")
         .output()
