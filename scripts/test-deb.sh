@@ -21,17 +21,18 @@ bash scripts/package.sh
 api_deb=$(ls target/debian/exk8s-api_*.deb)
 agent_deb=$(ls target/debian/exk8s-agent_*.deb)
 cli_deb=$(ls target/debian/exk8s-cli_*.deb)
+capi_deb=$(ls target/debian/exk8s-capi_*.deb)
 
 log "lintian (errors fail)"
-for deb in "$api_deb" "$agent_deb" "$cli_deb"; do
+for deb in "$api_deb" "$agent_deb" "$cli_deb" "$capi_deb"; do
   lintian --fail-on error "$deb"
 done
 
 # A clean slate: an earlier run on this machine may have left them installed.
-as_root dpkg --purge exk8s-api exk8s-agent exk8s-cli >/dev/null 2>&1 || true
+as_root dpkg --purge exk8s-api exk8s-agent exk8s-cli exk8s-capi >/dev/null 2>&1 || true
 
 log "installing the packages with dpkg"
-as_root dpkg -i "$api_deb" "$agent_deb" "$cli_deb"
+as_root dpkg -i "$api_deb" "$agent_deb" "$cli_deb" "$capi_deb"
 
 # expect PATH MODE OWNER GROUP
 expect() {
@@ -45,6 +46,10 @@ unit_dir=/usr/lib/systemd/system
 expect /usr/bin/exk8s-api 755 root root
 expect /usr/bin/exk8s-agent 755 root root
 expect /usr/bin/exk8s 755 root root
+expect /usr/bin/exk8s-capi 755 root root
+expect /usr/share/doc/exk8s-capi/cluster-api.md 644 root root
+/usr/bin/exk8s-capi --version | grep -q "^exk8s-capi " || fail "the installed exk8s-capi does not run"
+/usr/bin/exk8s-capi crds | grep -q "kind: ExK8sControlPlane" || fail "exk8s-capi crds prints no ExK8sControlPlane CRD"
 expect /usr/share/bash-completion/completions/exk8s 644 root root
 expect /usr/share/zsh/vendor-completions/_exk8s 644 root root
 expect /usr/share/fish/vendor_completions.d/exk8s.fish 644 root root
@@ -53,6 +58,7 @@ grep -q "clusters" /usr/share/bash-completion/completions/exk8s || fail "empty b
 expect /etc/exk8s/api.env 600 root root
 expect /etc/exk8s/agent.toml 644 root root
 expect "$unit_dir/exk8s-api.service" 644 root root
+expect "$unit_dir/exk8s-capi.service" 644 root root
 expect "$unit_dir/exk8s-agent.service" 644 root root
 expect "$unit_dir/exk8s-agent-sync.service" 644 root root
 expect "$unit_dir/exk8s-agent-sync.timer" 644 root root
@@ -84,9 +90,11 @@ done
   || fail "exk8s-agent-sync.timer is not enabled"
 [ ! -e /etc/systemd/system/multi-user.target.wants/exk8s-api.service ] \
   || fail "exk8s-api.service is enabled before it is configured"
+[ ! -e /etc/systemd/system/multi-user.target.wants/exk8s-capi.service ] \
+  || fail "exk8s-capi.service is enabled before it is configured"
 
 log "systemd-analyze verify (every installed unit)"
-for unit in exk8s-api.service exk8s-agent.service exk8s-agent-sync.service exk8s-agent-sync.timer; do
+for unit in exk8s-api.service exk8s-capi.service exk8s-agent.service exk8s-agent-sync.service exk8s-agent-sync.timer; do
   said=$(systemd-analyze verify "$unit_dir/$unit" 2>&1) || fail "$unit: $said"
   [ -z "$said" ] || fail "systemd-analyze verify warned on $unit: $said"
 done
@@ -97,11 +105,17 @@ exposure() {
     | sed -n "s/.*Overall exposure level for $1: \([0-9.]*\).*/\1/p"
 }
 api_exposure=$(exposure exk8s-api.service)
+capi_exposure=$(exposure exk8s-capi.service)
 agent_exposure=$(exposure exk8s-agent.service)
 [ -n "$api_exposure" ] || fail "no exposure score for exk8s-api.service"
-echo "exposure: exk8s-api.service $api_exposure (at most $max_exposure), exk8s-agent.service $agent_exposure (runs as root)"
-awk -v got="$api_exposure" -v max="$max_exposure" 'BEGIN { exit !(got <= max) }' \
-  || fail "exk8s-api.service exposure $api_exposure is above $max_exposure"
+[ -n "$capi_exposure" ] || fail "no exposure score for exk8s-capi.service"
+echo "exposure: exk8s-api.service $api_exposure, exk8s-capi.service $capi_exposure (each at most $max_exposure), exk8s-agent.service $agent_exposure (runs as root)"
+within_exposure() {
+  awk -v got="$2" -v max="$max_exposure" 'BEGIN { exit !(got <= max) }' \
+    || fail "$1 exposure $2 is above $max_exposure"
+}
+within_exposure exk8s-api.service "$api_exposure"
+within_exposure exk8s-capi.service "$capi_exposure"
 
 log "keys straight into the credentials directory the unit reads"
 as_root /usr/bin/exk8s-api keys generate-kek --out /etc/exk8s/credentials/kek >/dev/null
@@ -111,8 +125,9 @@ expect /etc/exk8s/credentials/signing-key 600 root root
 echo "state" | as_root tee /var/lib/exk8s/marker >/dev/null
 
 log "remove: binaries and units go; state, keys and conffiles stay"
-as_root dpkg --remove exk8s-api exk8s-agent exk8s-cli
-for gone in /usr/bin/exk8s-api /usr/bin/exk8s-agent /usr/bin/exk8s "$unit_dir/exk8s-api.service" \
+as_root dpkg --remove exk8s-api exk8s-agent exk8s-cli exk8s-capi
+for gone in /usr/bin/exk8s-api /usr/bin/exk8s-agent /usr/bin/exk8s /usr/bin/exk8s-capi \
+  "$unit_dir/exk8s-api.service" "$unit_dir/exk8s-capi.service" \
   "$unit_dir/exk8s-agent.service" "$unit_dir/exk8s-agent-sync.timer"; do
   [ ! -e "$gone" ] || fail "$gone is still there after remove"
 done
@@ -121,7 +136,7 @@ for kept in /var/lib/exk8s/marker /etc/exk8s/api.env /etc/exk8s/agent.toml /etc/
 done
 
 log "purge: state and conffiles go; keys an operator made stay"
-as_root dpkg --purge exk8s-api exk8s-agent exk8s-cli
+as_root dpkg --purge exk8s-api exk8s-agent exk8s-cli exk8s-capi
 for gone in /var/lib/exk8s /etc/exk8s/api.env /etc/exk8s/agent.toml \
   /etc/systemd/system/multi-user.target.wants/exk8s-agent.service; do
   [ ! -e "$gone" ] || fail "$gone is still there after purge"

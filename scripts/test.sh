@@ -126,6 +126,13 @@ if ! wait "$k8s_build"; then
   exit 1
 fi
 grep -E '^==> (k8s-binaries|e2e-binaries|s3-server)' "$k8s_log" >&2 || true
+# Cluster API (its core controller and CRDs: tests/tests/capi.rs, beside the booted clusters),
+# built from here in the background, niced, on the Go build cache the next minor just filled
+# (its k8s.io modules are the same release's): the booted clusters never wait for it.
+log "Cluster API $cluster_api_version from its Go module (in the background, niced; built once per machine)"
+capi_log=$(mktemp)
+nice -n 10 bash scripts/capi-binaries.sh >"$capi_log.out" 2>"$capi_log" &
+capi_build=$!
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
@@ -157,18 +164,6 @@ EXK8S_NODE_REGISTRY=$(sed -n 1p <<<"$registry_out")
 EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p <<<"$registry_out")
 EXK8S_NODE_HELM=$(sed -n 3p <<<"$registry_out")
 export EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
-
-if [ -d "$GOCACHE" ] || [ -d "$GOMODCACHE" ]; then
-  log "freeing Go's build and module caches ($(du -sch "$GOCACHE" "$GOMODCACHE" 2>/dev/null | tail -n 1 | cut -f1)): every Go-built tool is cached in /var/cache/exk8s"
-  go clean -cache -modcache
-fi
-# Two booted clusters at once hold about 10 GiB of machine roots (a control-plane node's
-# containerd keeps both releases' images), and the release builds grow target/ beside them.
-free_gib=$(( $(df --output=avail -k / | tail -n 1) / 1024 / 1024 ))
-log "disk: $free_gib GiB free on / for the tests"
-if [ "$free_gib" -lt 16 ]; then
-  log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
-fi
 
 # The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
 # cores the tests leave idle (a real control plane waits on its components much of the time), so
@@ -213,6 +208,29 @@ trap 'if kill -0 "$boot_lane" 2>/dev/null; then
 fi' EXIT
 skip_booted=(--exact)
 for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
+
+# Cluster API for the provider test, and then Go's caches are no longer needed.
+if ! wait "$capi_build"; then
+  cat "$capi_log" >&2
+  echo "building Cluster API failed (above)" >&2
+  exit 1
+fi
+grep -E '^==> capi-binaries' "$capi_log" >&2 || true
+EXK8S_CAPI_BIN=$(sed -n 1p "$capi_log.out")
+EXK8S_CAPI_CRDS=$(sed -n 2p "$capi_log.out")
+export EXK8S_CAPI_BIN EXK8S_CAPI_CRDS
+
+if [ -d "$GOCACHE" ] || [ -d "$GOMODCACHE" ]; then
+  log "freeing Go's build and module caches ($(du -sch "$GOCACHE" "$GOMODCACHE" 2>/dev/null | tail -n 1 | cut -f1)): every Go-built tool is cached in /var/cache/exk8s"
+  go clean -cache -modcache
+fi
+# Two booted clusters at once hold about 10 GiB of machine roots (a control-plane node's
+# containerd keeps both releases' images), and the release builds grow target/ beside them.
+free_gib=$(( $(df --output=avail -k / | tail -n 1) / 1024 / 1024 ))
+log "disk: $free_gib GiB free on / for the tests"
+if [ "$free_gib" -lt 16 ]; then
+  log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
+fi
 
 log "cargo test (the whole workspace but the booted clusters, beside them, niced)"
 # Kept in a file too: a failing test's panic sits between its captured output (the real

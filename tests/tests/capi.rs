@@ -28,6 +28,7 @@ use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev};
 use exk8s_tests::management::{Management, issue};
 use exk8s_tests::netns::Netns;
 use exk8s_tests::procs::{binary, free_port, wait_until};
+use exk8s_tests::readme::code_blocks;
 use exk8s_tests::timeline::{begin, mark};
 use serde_json::Value;
 
@@ -47,38 +48,35 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// The example manifest of docs/cluster-api.md, exactly, with this test's exk8s API, token,
+/// machines, version and replicas in place of the page's.
 fn manifests(api: &str, token: &str, version: &str, replicas: u8) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: exk8s-credentials, namespace: default}}
-stringData: {{url: "{api}", token: "{token}"}}
----
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata: {{name: shop, namespace: default}}
-spec:
-  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: ExK8sCluster, name: shop}}
-  controlPlaneRef: {{apiGroup: controlplane.cluster.x-k8s.io, kind: ExK8sControlPlane, name: shop}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: ExK8sCluster
-metadata: {{name: shop, namespace: default}}
-spec:
-  credentialsRef: {{name: exk8s-credentials}}
----
-apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
-kind: ExK8sControlPlane
-metadata: {{name: shop, namespace: default}}
-spec:
-  replicas: {replicas}
-  version: {version}
-  credentialsRef: {{name: exk8s-credentials}}
-  instanceType: dev.small
-  imageID: 1
-  subnetID: 1
-"#
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cluster-api.md"),
     )
+    .unwrap();
+    let example = code_blocks(&page)
+        .into_iter()
+        .find(|b| b.contains("kind: ExK8sControlPlane"))
+        .expect("docs/cluster-api.md's example manifest");
+    let substituted = [
+        ("https://exk8s.example.com", api),
+        ("EXK8S-OPERATOR-TOKEN", token),
+        ("version: v1.35.3", &format!("version: {version}")),
+        ("replicas: 1", &format!("replicas: {replicas}")),
+        ("instanceType: e2.medium", "instanceType: dev.small"),
+        ("imageID: 42", "imageID: 1"),
+        ("subnetID: 7", "subnetID: 1"),
+    ]
+    .iter()
+    .fold(example.clone(), |text, (from, to)| {
+        assert!(
+            text.contains(from),
+            "the example no longer says {from:?}: {example}"
+        );
+        text.replace(from, to)
+    });
+    substituted
 }
 
 /// Boots every VM of the exk8s cluster `id` that has no root under `dir` yet with the real
