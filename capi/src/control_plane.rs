@@ -14,6 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
+use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::conditions::{self, set};
@@ -220,12 +221,24 @@ async fn apply(
                 generation,
             );
         }
-        let (applied, reason, message) = change(&exk8s, cp, &view).await;
+        // The generation SpecApplied was last judged at: a newer spec is asked of exk8s again.
+        let previous = cp
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "SpecApplied"));
+        let new_spec = previous.and_then(|c| c.observed_generation) != generation;
+        let (applied, reason, message) = match previous {
+            // A refusal stands until the spec changes: asking again would be refused again.
+            Some(c) if !new_spec && REFUSALS.contains(&c.reason.as_str()) => {
+                (false, c.reason.clone(), c.message.clone())
+            }
+            _ => change(&exk8s, cp, &view, new_spec).await,
+        };
         set(
             &mut status.conditions,
             "SpecApplied",
             &conditions::status(applied),
-            reason,
+            &reason,
             &message,
             generation,
         );
@@ -354,38 +367,67 @@ async fn keep_kubeconfig(
     Ok(())
 }
 
+/// `SpecApplied`'s reasons for a change exk8s refused as asked (400, 422).
+const REFUSALS: [&str; 2] = ["UpgradeRefused", "ScalingRefused"];
+
 /// Asks exk8s for the change `cp`'s spec wants of `view`, one at a time: whether the spec is
-/// applied, and the condition's reason and message.
+/// applied, and the condition's reason and message. An upgrade under way is asked again when
+/// the spec changed since (`new_spec`): how it goes on (`snapshotBeforeUpgrade`) may have. A
+/// change exk8s cannot take now (409, 5xx, unreachable) is `ChangePending`, asked again.
 async fn change(
     exk8s: &Exk8s,
     cp: &ExK8sControlPlane,
     view: &ClusterView,
-) -> (bool, &'static str, String) {
+    new_spec: bool,
+) -> (bool, String, String) {
     let wanted = i64::from(cp.spec.replicas);
-    let (patch, what, refused) = if cp.spec.version != view.kubernetes_version {
-        let patch = ClusterPatch {
-            kubernetes_version: Some(cp.spec.version.clone()),
-            ..ClusterPatch::default()
+    let upgrading = view.version != cp.spec.version;
+    let (patch, what, refused) =
+        if cp.spec.version != view.kubernetes_version || (upgrading && new_spec) {
+            let patch = ClusterPatch {
+                kubernetes_version: Some(cp.spec.version.clone()),
+                snapshot_first: cp.spec.snapshot_before_upgrade,
+                ..ClusterPatch::default()
+            };
+            (
+                patch,
+                format!("upgrading to {}", cp.spec.version),
+                "UpgradeRefused",
+            )
+        } else if wanted != view.control_plane_members.desired {
+            let patch = ClusterPatch {
+                control_plane_count: Some(wanted),
+                ..ClusterPatch::default()
+            };
+            (patch, format!("scaling to {wanted}"), "ScalingRefused")
+        } else if view.version != cp.spec.version || view.replicas != wanted {
+            // exk8s says where the change stands (or why it stopped) in RollingOut and Scaling*.
+            let progress: Vec<&str> = view
+                .conditions
+                .iter()
+                .filter(|c| {
+                    c.status == "True"
+                        && ["RollingOut", "ScalingUp", "ScalingDown"].contains(&c.type_.as_str())
+                })
+                .map(|c| c.message.as_str())
+                .collect();
+            let message = match progress.as_slice() {
+                [] => "exk8s is applying the spec".to_owned(),
+                said => format!("exk8s is applying the spec: {}", said.join("; ")),
+            };
+            return (false, "InProgress".into(), message);
+        } else {
+            return (true, "Applied".into(), String::new());
         };
-        (
-            patch,
-            format!("upgrading to {}", cp.spec.version),
-            "UpgradeRefused",
-        )
-    } else if wanted != view.control_plane_members.desired {
-        let patch = ClusterPatch {
-            control_plane_count: Some(wanted),
-            ..ClusterPatch::default()
-        };
-        (patch, format!("scaling to {wanted}"), "ScalingRefused")
-    } else if view.version != cp.spec.version || view.replicas != wanted {
-        return (false, "InProgress", "exk8s is applying the spec".into());
-    } else {
-        return (true, "Applied", String::new());
-    };
     match exk8s.change(view.id, &patch).await {
-        Ok(()) => (false, "InProgress", what),
-        Err(e) => (false, refused, e.to_string()),
+        Ok(()) => (false, "InProgress".into(), what),
+        Err(e)
+            if e.is_status(StatusCode::BAD_REQUEST)
+                || e.is_status(StatusCode::UNPROCESSABLE_ENTITY) =>
+        {
+            (false, refused.into(), e.to_string())
+        }
+        Err(e) => (false, "ChangePending".into(), e.to_string()),
     }
 }
 

@@ -199,6 +199,11 @@ pub struct ExK8sControlPlaneSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "podNetwork cannot change after founding"}]))]
     pub pod_network: Option<PodNetwork>,
+    /// Whether an upgrade first stores an etcd snapshot (default true): exk8s changes no
+    /// member's version before it is stored. False goes on without one (no snapshot store, or
+    /// after the upgrade's snapshot failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_before_upgrade: Option<bool>,
     /// Days every leaf certificate lasts (default 365).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 3650))]

@@ -22,7 +22,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use exk8s_tests::bins;
+use exk8s_tests::bins::{self, KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
 use exk8s_tests::cluster::{agent, operator, trusted_keys};
 use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev};
 use exk8s_tests::management::{Management, issue};
@@ -79,9 +79,10 @@ fn manifests(api: &str, token: &str, version: &str, replicas: u8) -> String {
     substituted
 }
 
-/// Boots every VM of the exk8s cluster `id` that has no root under `dir` yet with the real
-/// agent (host actions recorded).
-fn boot_new_vms(stack: &Stack, dir: &Path, id: i64) {
+/// One pass of the real agent over every VM of exk8s cluster `id` (host actions recorded under
+/// `dir/vm-<id>`): `run` on a VM that has not booted, `sync` on the others — what their boot
+/// unit and sync timer do on a machine.
+fn agents_pass(stack: &Stack, dir: &Path, id: i64) {
     let keys = trusted_keys(stack, dir);
     let view: Value = operator(stack, "GET", &format!("/clusters/{id}"))
         .call()
@@ -91,16 +92,20 @@ fn boot_new_vms(stack: &Stack, dir: &Path, id: i64) {
     for node in view["nodes"].as_array().unwrap() {
         let vm = node["vm_id"].as_i64().unwrap();
         let root = dir.join(format!("vm-{vm}"));
-        if root.exists() {
-            continue;
-        }
-        let out = agent(stack, &keys, &root, vm, "run", None);
+        let booted = root.join("var/lib/exk8s/bootstrap.done").exists();
+        let command = if booted { "sync" } else { "run" };
+        let out = agent(stack, &keys, &root, vm, command, None);
         assert!(
             out.status.success(),
-            "exk8s-agent run for vm {vm}: {}",
+            "exk8s-agent {command} for vm {vm}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The minor of `v1.MINOR.PATCH`.
+fn minor(version: &str) -> u32 {
+    version.split('.').nth(1).unwrap().parse().unwrap()
 }
 
 #[test]
@@ -110,11 +115,14 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     netns.enter();
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
+    let versions = format!("{KUBERNETES_VERSION},{NEXT_KUBERNETES_VERSION}");
+    let mut args = MANY_AGENTS.to_vec();
+    args.extend(["--kubernetes-versions", &versions]);
     let stack = start_dev(
         &dir.join("dev"),
         "127.0.31.0/24",
         &dir.join("api.log"),
-        &MANY_AGENTS,
+        &args,
     );
     let mut management = Management::start(&dir.join("management"));
     mark("the management cluster answers");
@@ -229,7 +237,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         view["nodes"].as_array().is_some_and(|n| !n.is_empty())
     });
     mark("booting its VM with the real agent");
-    boot_new_vms(&stack, dir, id);
+    agents_pass(&stack, dir, id);
 
     wait_until(
         "Cluster API: the Cluster provisioned, its control plane initialized",
@@ -430,6 +438,95 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
             let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
             condition(&cp, "ScalingUp").is_some_and(|c| c["status"] == "True")
         },
+    );
+    mark("the new members boot: 3 ready, up to date, SpecApplied");
+    wait_until(
+        "3 of 3 members ready and up to date",
+        Duration::from_secs(300),
+        || {
+            agents_pass(&stack, dir, id);
+            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            cp["status"]["readyReplicas"] == 3
+                && cp["status"]["upToDateReplicas"] == 3
+                && cp["status"]["replicas"] == 3
+                && condition(&cp, "SpecApplied").is_some_and(|c| c["status"] == "True")
+        },
+    );
+
+    let next = version
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap().to_owned())
+        .find(|v| minor(v) == minor(&default) + 1)
+        .expect("the dev stack installs the next minor");
+    mark("spec.version one minor up: exk8s stops at its snapshot, which these agents cannot take");
+    management
+        .apply(&manifests(&stack.base, &stack.token, &next, 3))
+        .unwrap();
+    wait_until(
+        "SpecApplied says why the upgrade stopped",
+        Duration::from_secs(120),
+        || {
+            agents_pass(&stack, dir, id);
+            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            condition(&cp, "SpecApplied").is_some_and(|c| {
+                c["reason"] == "InProgress"
+                    && c["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("the upgrade is stopped: its etcd snapshot")
+            })
+        },
+    );
+    // With host actions recorded, an agent takes no etcd snapshot: the upgrade goes on without
+    // one (the booted clusters' upgrades take theirs). The new spec is asked of exk8s again.
+    mark("snapshotBeforeUpgrade: false: every member upgraded");
+    let without_snapshot =
+        manifests(&stack.base, &stack.token, &next, 3) + "  snapshotBeforeUpgrade: false\n";
+    management.apply(&without_snapshot).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        agents_pass(&stack, dir, id);
+        let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+        if cp["status"]["version"] == next.as_str()
+            && cp["status"]["upToDateReplicas"] == 3
+            && condition(&cp, "SpecApplied").is_some_and(|c| c["status"] == "True")
+        {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+                .call()
+                .unwrap()
+                .into_json()
+                .unwrap();
+            panic!(
+                "3 of 3 members not at {next} after 300 s:\n{:#}\nexk8s: {:#}\n{}",
+                cp["status"],
+                view["conditions"],
+                logs(&management)
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+
+    let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let versions: Vec<&str> = view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["kubernetes_version"].as_str().unwrap_or("none"))
+        .collect();
+    assert_eq!(versions, [next.as_str(); 3], "{view:#}");
+    let cluster = get(&management, "cluster.cluster.x-k8s.io", "shop").unwrap();
+    eprintln!(
+        "Cluster API's Cluster after the upgrade: {:#}",
+        cluster["status"]
     );
 
     mark("deleting the Cluster deletes the exk8s cluster");
