@@ -59,7 +59,7 @@ fn manifests(api: &str, token: &str, version: &str, replicas: u8) -> String {
         .into_iter()
         .find(|b| b.contains("kind: ExK8sControlPlane"))
         .expect("docs/cluster-api.md's example manifest");
-    let substituted = [
+    [
         ("https://exk8s.example.com", api),
         ("EXK8S-OPERATOR-TOKEN", token),
         ("version: v1.35.3", &format!("version: {version}")),
@@ -75,8 +75,7 @@ fn manifests(api: &str, token: &str, version: &str, replicas: u8) -> String {
             "the example no longer says {from:?}: {example}"
         );
         text.replace(from, to)
-    });
-    substituted
+    })
 }
 
 /// One pass of the real agent over every VM of exk8s cluster `id` (host actions recorded under
