@@ -109,7 +109,7 @@ log "cargo build with clippy's lints (warnings are errors): every target, as car
 
 # Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
 log "no dependency circle between files or modules (tools/module-cycles)"
-target/debug/module-cycles api/src agent/src cli/src common/src api-types/src tests/src loadgen/src \
+target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
   fuzz/src tools/module-cycles/src tools/cli-reference/src
 
 # The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
