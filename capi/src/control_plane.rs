@@ -150,15 +150,25 @@ async fn apply(
         Some(id) => id,
         None => {
             let name = cp.spec.name.clone().unwrap_or_else(|| owner.name.clone());
-            if !valid_name(&name) {
-                let message = format!(
-                    "the exk8s cluster would be named {name:?} (the Cluster's name): set spec.name \
-                     to 1-40 of a-z, 0-9 and '-', starting with a letter, not ending with '-'"
-                );
-                return not_founded(api, cp, status, "InvalidName", &message, SETTLED).await;
-            }
+            // A cluster of that name in the org is taken as this one's (founded with `exk8s`
+            // before, or by a pass whose answer was lost); only a new one is founded.
             let found = match exk8s.find(&name).await {
-                Ok(Some(existing)) => Ok(existing.id),
+                Ok(Some(existing)) => {
+                    tracing::info!(
+                        name,
+                        id = existing.id,
+                        "adopting the exk8s cluster of this name"
+                    );
+                    Ok(existing.id)
+                }
+                Ok(None) if !valid_name(&name) => {
+                    let message = format!(
+                        "the exk8s cluster would be named {name:?} (the Cluster's name): set \
+                         spec.name to 1-40 of a-z, 0-9 and '-', starting with a letter, not \
+                         ending with '-', not starting with 'exk8s-'"
+                    );
+                    return not_founded(api, cp, status, "InvalidName", &message, SETTLED).await;
+                }
                 Ok(None) => exk8s.found(&founding(cp, &name)).await,
                 Err(e) => Err(e),
             };

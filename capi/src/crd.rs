@@ -166,8 +166,9 @@ pub struct ExK8sControlPlaneSpec {
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// The exk8s API and token (a Secret in this namespace).
     pub credentials_ref: CredentialsRef,
-    /// The exk8s cluster's name in its org; default the Cluster's name. 1–40 of a-z, 0-9 and
-    /// '-', starting with a letter.
+    /// The exk8s cluster's name in its org; default the Cluster's name. An exk8s cluster of
+    /// that name is taken as this one (a cluster founded with `exk8s` comes under Cluster API);
+    /// otherwise one is founded: 1–40 of a-z, 0-9 and '-', starting with a letter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "name cannot change: it names the exk8s cluster"}]))]

@@ -1,7 +1,9 @@
 //! A management cluster for Cluster API: the real etcd, kube-apiserver and
 //! kube-controller-manager (its garbage collector and namespace controllers: owner references
 //! and deletes behave as in any cluster) the tests build, as processes on loopback, with a CA,
-//! certificates and an admin kubeconfig made by openssl. Stopped when dropped.
+//! certificates and an admin kubeconfig made by openssl; then Cluster API's CRDs and core
+//! controller (built from its module by `scripts/capi-binaries.sh`) and `exk8s-capi` with its
+//! CRDs. Stopped when dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -10,7 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 
 use crate::bins;
-use crate::procs::{Proc, free_port, wait_until};
+use crate::procs::{Proc, binary, free_port, wait_until};
 
 /// The management cluster's processes and how to reach it.
 pub struct Management {
@@ -105,6 +107,11 @@ impl Management {
     /// etcd, kube-apiserver and kube-controller-manager under `dir`, on loopback: ready once
     /// `/readyz` answers.
     pub fn start(dir: &Path) -> Self {
+        Self::start_on(dir, free_port())
+    }
+
+    /// [`Self::start`] with the apiserver on `127.0.0.1:port`.
+    pub fn start_on(dir: &Path, secure: u16) -> Self {
         std::fs::create_dir_all(dir).unwrap();
         openssl(
             dir,
@@ -151,7 +158,7 @@ impl Management {
             ],
         );
         let path = |name: &str| dir.join(name).display().to_string();
-        let (client, peer, secure) = (free_port(), free_port(), free_port());
+        let (client, peer) = (free_port(), free_port());
         let etcd = spawn(
             dir,
             "etcd",
@@ -288,17 +295,99 @@ impl Management {
         }
     }
 
-    /// A process started beside the cluster (a controller), its stderr to `dir/<name>.log`,
+    /// `command`, started beside the cluster (a controller), its stderr to `dir/<name>.log`,
     /// stopped with the cluster.
-    pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], env: &[(&str, &str)]) {
-        let child = Command::new(program)
-            .args(args)
-            .envs(env.iter().copied())
+    pub fn spawn(&mut self, name: &str, mut command: Command) {
+        let child = command
             .stdout(log_file(&self.dir, &format!("{name}.out")))
             .stderr(log_file(&self.dir, name))
             .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+            .unwrap_or_else(|e| panic!("{name}: {command:?}: {e}"));
         self.procs.push(Proc(child));
+    }
+
+    /// Cluster API's CRDs and exk8s-capi's, applied and established.
+    pub fn install_crds(&self) {
+        let crds = bins::cluster_api_crds().display().to_string();
+        self.kubectl_ok(&["apply", "--server-side", "-f", &crds]);
+        let ours = Command::new(binary("exk8s-capi"))
+            .arg("crds")
+            .output()
+            .unwrap();
+        assert!(ours.status.success(), "exk8s-capi crds: {ours:?}");
+        self.apply(&String::from_utf8(ours.stdout).unwrap())
+            .unwrap();
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/clusters.cluster.x-k8s.io",
+            "crd/exk8sclusters.infrastructure.cluster.x-k8s.io",
+            "crd/exk8scontrolplanes.controlplane.cluster.x-k8s.io",
+        ]);
+    }
+
+    /// Cluster API's core controller with the admin kubeconfig, its webhook server on a
+    /// certificate of this cluster's CA (it binds every address: run it in a namespace of the
+    /// test's own), started through `launcher` when given: a command prefix that ends with the
+    /// program to run (entering a network namespace, for instance).
+    pub fn start_cluster_api(&mut self, launcher: &[String]) {
+        let webhook = self.dir.join("webhook");
+        std::fs::create_dir_all(&webhook).unwrap();
+        for file in ["ca.crt", "ca.key"] {
+            std::fs::copy(self.dir.join(file), webhook.join(file)).unwrap();
+        }
+        issue(
+            &webhook,
+            "tls",
+            "/CN=capi-webhook",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        );
+        let core = bins::cluster_api("core").display().to_string();
+        let mut argv: Vec<String> = launcher.to_vec();
+        argv.extend([
+            core,
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--leader-elect=false".into(),
+            format!("--webhook-port={}", free_port()),
+            format!("--webhook-cert-dir={}", webhook.display()),
+            format!("--health-addr=127.0.0.1:{}", free_port()),
+            format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+            "--insecure-diagnostics".into(),
+            "--remote-connection-grace-period=20s".into(),
+        ]);
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
+        self.spawn("capi-core", command);
+    }
+
+    /// `exk8s-capi run` against this cluster.
+    pub fn start_exk8s_capi(&mut self) {
+        let mut command = Command::new(binary("exk8s-capi"));
+        command
+            .arg("run")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info");
+        self.spawn("exk8s-capi", command);
+    }
+
+    /// exk8s-capi's log and the end of Cluster API's, for a failure's message.
+    pub fn controller_logs(&self) -> String {
+        let core = self.log("capi-core");
+        let tail: Vec<&str> = core.lines().rev().take(40).collect();
+        format!(
+            "--- exk8s-capi:\n{}\n--- capi-core (its last 40 lines, newest first):\n{}",
+            self.log("exk8s-capi"),
+            tail.join("\n")
+        )
+    }
+
+    /// `kubectl get KIND NAME -o json`, or `None` when it is not there.
+    pub fn get(&self, kind: &str, name: &str) -> Option<serde_json::Value> {
+        let out = self.kubectl(&["get", kind, name, "-o", "json"]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
     }
 
     /// `dir/<name>.log`'s text.

@@ -25,20 +25,12 @@ use std::time::Duration;
 use exk8s_tests::bins::{self, KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
 use exk8s_tests::cluster::{agent, operator, trusted_keys};
 use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev};
-use exk8s_tests::management::{Management, issue};
+use exk8s_tests::management::Management;
 use exk8s_tests::netns::Netns;
-use exk8s_tests::procs::{binary, free_port, wait_until};
+use exk8s_tests::procs::wait_until;
 use exk8s_tests::readme::code_blocks;
 use exk8s_tests::timeline::{begin, mark};
 use serde_json::Value;
-
-/// `kubectl get KIND NAME -o json`, or `None` when it is not there.
-fn get(management: &Management, kind: &str, name: &str) -> Option<Value> {
-    let out = management.kubectl(&["get", kind, name, "-o", "json"]);
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).unwrap())
-}
 
 /// Condition `type_` of `object`'s status.
 fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -126,71 +118,11 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     let mut management = Management::start(&dir.join("management"));
     mark("the management cluster answers");
 
-    let crds = bins::cluster_api_crds().display().to_string();
-    management.kubectl_ok(&["apply", "--server-side", "-f", &crds]);
-    let ours = std::process::Command::new(binary("exk8s-capi"))
-        .arg("crds")
-        .output()
-        .unwrap();
-    assert!(ours.status.success());
-    management
-        .apply(&String::from_utf8(ours.stdout).unwrap())
-        .unwrap();
-    management.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/clusters.cluster.x-k8s.io",
-        "crd/exk8sclusters.infrastructure.cluster.x-k8s.io",
-        "crd/exk8scontrolplanes.controlplane.cluster.x-k8s.io",
-    ]);
-
-    // Cluster API's core controller, its webhook server on a certificate of the management CA
-    // (it binds every address: this namespace's only).
-    let webhook = management.dir.join("webhook");
-    std::fs::create_dir_all(&webhook).unwrap();
-    std::fs::copy(management.dir.join("ca.crt"), webhook.join("ca.crt")).unwrap();
-    std::fs::copy(management.dir.join("ca.key"), webhook.join("ca.key")).unwrap();
-    issue(
-        &webhook,
-        "tls",
-        "/CN=capi-webhook",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
+    management.install_crds();
+    management.start_cluster_api(&[]);
+    management.start_exk8s_capi();
     let kubeconfig = management.kubeconfig.display().to_string();
-    management.spawn(
-        "capi-core",
-        &bins::cluster_api("core"),
-        &[
-            format!("--kubeconfig={kubeconfig}"),
-            "--leader-elect=false".into(),
-            format!("--webhook-port={}", free_port()),
-            format!("--webhook-cert-dir={}", webhook.display()),
-            format!("--health-addr=127.0.0.1:{}", free_port()),
-            format!("--diagnostics-address=127.0.0.1:{}", free_port()),
-            "--insecure-diagnostics".into(),
-            "--remote-connection-grace-period=20s".into(),
-        ],
-        &[],
-    );
-    management.spawn(
-        "exk8s-capi",
-        &binary("exk8s-capi"),
-        &["run".into()],
-        &[("KUBECONFIG", &kubeconfig), ("RUST_LOG", "info")],
-    );
-    let logs = |m: &Management| {
-        format!(
-            "--- exk8s-capi:\n{}\n--- capi-core (tail):\n{}",
-            m.log("exk8s-capi"),
-            m.log("capi-core")
-                .lines()
-                .rev()
-                .take(40)
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    };
+    let logs = |m: &Management| m.controller_logs();
 
     let version: Value = operator(&stack, "GET", "/kubernetes-versions")
         .call()
@@ -216,12 +148,12 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "the ExK8sControlPlane founds its exk8s cluster",
         Duration::from_secs(120),
         || {
-            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            let cp = management.get("exk8scontrolplane", "shop").unwrap();
             id = cp["status"]["clusterID"].as_i64().unwrap_or_default();
             id > 0
         },
     );
-    let infra = get(&management, "exk8scluster", "shop").unwrap();
+    let infra = management.get("exk8scluster", "shop").unwrap();
     assert_eq!(
         infra["status"]["initialization"]["provisioned"], true,
         "{infra}"
@@ -242,7 +174,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "Cluster API: the Cluster provisioned, its control plane initialized",
         Duration::from_secs(180),
         || {
-            let cluster = get(&management, "cluster.cluster.x-k8s.io", "shop").unwrap();
+            let cluster = management.get("cluster.cluster.x-k8s.io", "shop").unwrap();
             cluster["status"]["phase"] == "Provisioned"
                 && cluster["status"]["initialization"]["controlPlaneInitialized"] == true
                 && cluster["status"]["initialization"]["infrastructureProvisioned"] == true
@@ -253,13 +185,13 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .unwrap()
         .into_json()
         .unwrap();
-    let cluster = get(&management, "cluster.cluster.x-k8s.io", "shop").unwrap();
+    let cluster = management.get("cluster.cluster.x-k8s.io", "shop").unwrap();
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"]["host"], view["control_plane_dns_name"],
         "{cluster}"
     );
     assert_eq!(cluster["spec"]["controlPlaneEndpoint"]["port"], 6443);
-    let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+    let cp = management.get("exk8scontrolplane", "shop").unwrap();
     assert_eq!(cp["status"]["replicas"], 1, "{cp}");
     assert_eq!(cp["status"]["readyReplicas"], 1, "{cp}");
     assert_eq!(cp["status"]["version"], default.as_str(), "{cp}");
@@ -284,7 +216,8 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     }
 
     // The kubeconfig Secret, in Cluster API's format, for the server and CA exk8s names.
-    let secret = get(&management, "secret", "shop-kubeconfig")
+    let secret = management
+        .get("secret", "shop-kubeconfig")
         .unwrap_or_else(|| panic!("{}", logs(&management)));
     assert_eq!(secret["type"], "cluster.x-k8s.io/secret");
     assert_eq!(
@@ -315,7 +248,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     );
     // Renewed only when stale: another pass leaves the same certificate.
     std::thread::sleep(Duration::from_secs(6));
-    let again = get(&management, "secret", "shop-kubeconfig").unwrap();
+    let again = management.get("secret", "shop-kubeconfig").unwrap();
     assert_eq!(
         again["data"], secret["data"],
         "the kubeconfig was minted again"
@@ -366,11 +299,11 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "SpecApplied False: UpgradeRefused",
         Duration::from_secs(60),
         || {
-            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            let cp = management.get("exk8scontrolplane", "shop").unwrap();
             condition(&cp, "SpecApplied").is_some_and(|c| c["reason"] == "UpgradeRefused")
         },
     );
-    let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+    let cp = management.get("exk8scontrolplane", "shop").unwrap();
     let applied = condition(&cp, "SpecApplied").unwrap();
     assert_eq!(applied["status"], "False");
     assert!(
@@ -392,7 +325,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     ]);
     wait_until("both objects Paused", Duration::from_secs(60), || {
         ["exk8scontrolplane", "exk8scluster"].iter().all(|kind| {
-            let object = get(&management, kind, "shop").unwrap();
+            let object = management.get(kind, "shop").unwrap();
             condition(&object, "Paused")
                 .is_some_and(|c| c["status"] == "True" && c["reason"] == "Paused")
         })
@@ -428,13 +361,13 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
             .unwrap();
         view["control_plane_members"]["desired"] == 3
     });
-    let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+    let cp = management.get("exk8scontrolplane", "shop").unwrap();
     assert_eq!(condition(&cp, "Paused").unwrap()["status"], "False", "{cp}");
     wait_until(
         "the ExK8sControlPlane reports ScalingUp",
         Duration::from_secs(60),
         || {
-            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            let cp = management.get("exk8scontrolplane", "shop").unwrap();
             condition(&cp, "ScalingUp").is_some_and(|c| c["status"] == "True")
         },
     );
@@ -444,7 +377,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         Duration::from_secs(300),
         || {
             agents_pass(&stack, dir, id);
-            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            let cp = management.get("exk8scontrolplane", "shop").unwrap();
             cp["status"]["readyReplicas"] == 3
                 && cp["status"]["upToDateReplicas"] == 3
                 && cp["status"]["replicas"] == 3
@@ -468,7 +401,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         Duration::from_secs(120),
         || {
             agents_pass(&stack, dir, id);
-            let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+            let cp = management.get("exk8scontrolplane", "shop").unwrap();
             condition(&cp, "SpecApplied").is_some_and(|c| {
                 c["reason"] == "InProgress"
                     && c["message"]
@@ -487,7 +420,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         agents_pass(&stack, dir, id);
-        let cp = get(&management, "exk8scontrolplane", "shop").unwrap();
+        let cp = management.get("exk8scontrolplane", "shop").unwrap();
         if cp["status"]["version"] == next.as_str()
             && cp["status"]["upToDateReplicas"] == 3
             && condition(&cp, "SpecApplied").is_some_and(|c| c["status"] == "True")
@@ -522,7 +455,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .map(|n| n["kubernetes_version"].as_str().unwrap_or("none"))
         .collect();
     assert_eq!(versions, [next.as_str(); 3], "{view:#}");
-    let cluster = get(&management, "cluster.cluster.x-k8s.io", "shop").unwrap();
+    let cluster = management.get("cluster.cluster.x-k8s.io", "shop").unwrap();
     eprintln!(
         "Cluster API's Cluster after the upgrade: {:#}",
         cluster["status"]
@@ -534,9 +467,9 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "the Cluster and its objects gone",
         Duration::from_secs(180),
         || {
-            get(&management, "cluster.cluster.x-k8s.io", "shop").is_none()
-                && get(&management, "exk8scontrolplane", "shop").is_none()
-                && get(&management, "exk8scluster", "shop").is_none()
+            management.get("cluster.cluster.x-k8s.io", "shop").is_none()
+                && management.get("exk8scontrolplane", "shop").is_none()
+                && management.get("exk8scluster", "shop").is_none()
         },
     );
     let gone = operator(&stack, "GET", &format!("/clusters/{id}")).call();
@@ -554,7 +487,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     wait_until(
         "the kubeconfig Secret collected",
         Duration::from_secs(60),
-        || get(&management, "secret", "shop-kubeconfig").is_none(),
+        || management.get("secret", "shop-kubeconfig").is_none(),
     );
     mark("done");
 }
