@@ -103,6 +103,36 @@ fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> Proc {
     )
 }
 
+/// The example manifest of docs/cluster-api.md, exactly, with this test's exk8s API, token,
+/// machines, version and replicas in place of the page's.
+pub fn example_manifest(api: &str, token: &str, version: &str, replicas: u8) -> String {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cluster-api.md"),
+    )
+    .unwrap();
+    let example = crate::readme::code_blocks(&page)
+        .into_iter()
+        .find(|b| b.contains("kind: ExK8sControlPlane"))
+        .expect("docs/cluster-api.md's example manifest");
+    [
+        ("https://exk8s.example.com", api),
+        ("EXK8S-OPERATOR-TOKEN", token),
+        ("version: v1.35.3", &format!("version: {version}")),
+        ("replicas: 1", &format!("replicas: {replicas}")),
+        ("instanceType: e2.medium", "instanceType: dev.small"),
+        ("imageID: 42", "imageID: 1"),
+        ("subnetID: 7", "subnetID: 1"),
+    ]
+    .iter()
+    .fold(example.clone(), |text, (from, to)| {
+        assert!(
+            text.contains(from),
+            "the example no longer says {from:?}: {example}"
+        );
+        text.replace(from, to)
+    })
+}
+
 impl Management {
     /// etcd, kube-apiserver and kube-controller-manager under `dir`, on loopback: ready once
     /// `/readyz` answers.

@@ -76,6 +76,8 @@ use serde_json::{Value, json};
 mod abandoned_join;
 #[path = "boot_cluster/ca_rotation.rs"]
 mod ca_rotation;
+#[path = "boot_cluster/cluster_api.rs"]
+mod cluster_api;
 #[path = "boot_cluster/conformance.rs"]
 mod conformance;
 #[path = "boot_cluster/control_plane.rs"]

@@ -25,10 +25,9 @@ use std::time::Duration;
 use exk8s_tests::bins::{self, KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
 use exk8s_tests::cluster::{agent, operator, trusted_keys};
 use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev};
-use exk8s_tests::management::Management;
+use exk8s_tests::management::{Management, example_manifest};
 use exk8s_tests::netns::Netns;
 use exk8s_tests::procs::wait_until;
-use exk8s_tests::readme::code_blocks;
 use exk8s_tests::timeline::{begin, mark};
 use serde_json::Value;
 
@@ -38,36 +37,6 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
-}
-
-/// The example manifest of docs/cluster-api.md, exactly, with this test's exk8s API, token,
-/// machines, version and replicas in place of the page's.
-fn manifests(api: &str, token: &str, version: &str, replicas: u8) -> String {
-    let page = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cluster-api.md"),
-    )
-    .unwrap();
-    let example = code_blocks(&page)
-        .into_iter()
-        .find(|b| b.contains("kind: ExK8sControlPlane"))
-        .expect("docs/cluster-api.md's example manifest");
-    [
-        ("https://exk8s.example.com", api),
-        ("EXK8S-OPERATOR-TOKEN", token),
-        ("version: v1.35.3", &format!("version: {version}")),
-        ("replicas: 1", &format!("replicas: {replicas}")),
-        ("instanceType: e2.medium", "instanceType: dev.small"),
-        ("imageID: 42", "imageID: 1"),
-        ("subnetID: 7", "subnetID: 1"),
-    ]
-    .iter()
-    .fold(example.clone(), |text, (from, to)| {
-        assert!(
-            text.contains(from),
-            "the example no longer says {from:?}: {example}"
-        );
-        text.replace(from, to)
-    })
 }
 
 /// One pass of the real agent over every VM of exk8s cluster `id` (host actions recorded under
@@ -140,7 +109,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .to_owned();
     mark("kubectl apply: Cluster, ExK8sCluster, ExK8sControlPlane");
     management
-        .apply(&manifests(&stack.base, &stack.token, &default, 1))
+        .apply(&example_manifest(&stack.base, &stack.token, &default, 1))
         .unwrap();
 
     let mut id = 0;
@@ -279,12 +248,12 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         assert!(said.contains(field), "{said}");
         said
     };
-    let even = manifests(&stack.base, &stack.token, &default, 2);
+    let even = example_manifest(&stack.base, &stack.token, &default, 2);
     refused(even, "spec.replicas");
-    let bad_version = manifests(&stack.base, &stack.token, "1.35", 1);
+    let bad_version = example_manifest(&stack.base, &stack.token, "1.35", 1);
     refused(bad_version, "spec.version");
-    let moved =
-        manifests(&stack.base, &stack.token, &default, 1).replace("subnetID: 1", "subnetID: 2");
+    let moved = example_manifest(&stack.base, &stack.token, &default, 1)
+        .replace("subnetID: 1", "subnetID: 2");
     let said = refused(moved, "spec.subnetID");
     assert!(
         said.contains("subnetID cannot change after founding"),
@@ -293,7 +262,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
 
     mark("a refused upgrade is a condition with the API's reason");
     management
-        .apply(&manifests(&stack.base, &stack.token, "v1.99.0", 1))
+        .apply(&example_manifest(&stack.base, &stack.token, "v1.99.0", 1))
         .unwrap();
     wait_until(
         "SpecApplied False: UpgradeRefused",
@@ -311,7 +280,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "{applied}"
     );
     management
-        .apply(&manifests(&stack.base, &stack.token, &default, 1))
+        .apply(&example_manifest(&stack.base, &stack.token, &default, 1))
         .unwrap();
 
     mark("a paused Cluster is left alone");
@@ -331,7 +300,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         })
     });
     management
-        .apply(&manifests(&stack.base, &stack.token, &default, 3))
+        .apply(&example_manifest(&stack.base, &stack.token, &default, 3))
         .unwrap();
     std::thread::sleep(Duration::from_secs(8));
     let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
@@ -394,7 +363,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .expect("the dev stack installs the next minor");
     mark("spec.version one minor up: exk8s stops at its snapshot, which these agents cannot take");
     management
-        .apply(&manifests(&stack.base, &stack.token, &next, 3))
+        .apply(&example_manifest(&stack.base, &stack.token, &next, 3))
         .unwrap();
     wait_until(
         "SpecApplied says why the upgrade stopped",
@@ -415,7 +384,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     // one (the booted clusters' upgrades take theirs). The new spec is asked of exk8s again.
     mark("snapshotBeforeUpgrade: false: every member upgraded");
     let without_snapshot =
-        manifests(&stack.base, &stack.token, &next, 3) + "  snapshotBeforeUpgrade: false\n";
+        example_manifest(&stack.base, &stack.token, &next, 3) + "  snapshotBeforeUpgrade: false\n";
     management.apply(&without_snapshot).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {

@@ -3,6 +3,8 @@
 //! by its agent's sync unit as its timer runs it (the timer itself stopped: the test starts
 //! the unit once per step, so it can look between steps):
 //!
+//! - **Cluster API** ([`super::cluster_api`]): adopts the cluster and reaches its apiserver:
+//!   the Cluster `Available` in Cluster API's status.
 //! - **a snapshot** ([`snapshot`]): `exk8s snapshots create --wait`, which follows it on the
 //!   cluster's event stream until it is stored; the agent streams it from the
 //!   member's etcd and uploads it; the bucket holds only ciphertext; what `exk8s snapshots
@@ -152,7 +154,15 @@ pub(crate) fn run() {
     let bucket = s3::serve(&dir.join("s3"));
     let store = format!("s3://{}/prod", s3::BUCKET);
     let env: Vec<(&str, &str)> = bucket.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let stack = site.start_stack(dir, "10.224.0.0/24", &["--snapshot-store", &store], &env);
+    // The port Cluster API's management apiserver listens on, reached from the machines.
+    let management = free_port();
+    let forward = management.to_string();
+    let stack = site.start_stack(
+        dir,
+        "10.224.0.0/24",
+        &["--snapshot-store", &store, "--machine-forward", &forward],
+        &env,
+    );
     let founded = found(
         &stack,
         dir,
@@ -162,7 +172,9 @@ pub(crate) fn run() {
     );
     mark("founded; the machine boots");
     let node = OneNode::booted(&stack, &founded, dir);
-    mark("booted; a snapshot");
+    mark("booted; Cluster API adopts it and reaches it: Available");
+    super::cluster_api::available(&node, management);
+    mark("a snapshot");
 
     // What the snapshot holds: 1,000 ConfigMaps, one more by name, a Secret, and a service
     // account's token.
