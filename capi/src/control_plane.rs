@@ -29,9 +29,12 @@ use crate::{Context, ReconcileError, credentials, kubeconfig};
 pub const FINALIZER: &str = "controlplane.cluster.x-k8s.io/exk8s";
 /// exk8s's apiservers listen there on the control plane's DNS name.
 const APISERVER_PORT: i32 = 6443;
-/// Looked at again this often while something changes, and this often once settled.
+/// Looked at again this often while something changes (a CA rotation included: the
+/// kubeconfig Secret is minted again at each of its steps), and this often once settled — a
+/// rotation started meanwhile is seen within it, well before its first step ends (every
+/// member applies a generation).
 const BUSY: Duration = Duration::from_secs(5);
-const SETTLED: Duration = Duration::from_secs(60);
+const SETTLED: Duration = Duration::from_secs(15);
 
 /// One pass over `cp`.
 pub async fn reconcile(
@@ -212,7 +215,15 @@ async fn apply(
     }
     report(&mut status, &view, &owner.name, generation);
     if view.phase == ClusterPhase::Founded {
-        if let Err(e) = keep_kubeconfig(&exk8s, cp, &namespace, &owner.name, id, ctx).await {
+        // The cluster CA's rotation step: the admin kubeconfig is minted again at each.
+        let rotation = view
+            .ca_rotation
+            .as_ref()
+            .filter(|r| r.ca == "cluster")
+            .map_or_else(|| "none".to_owned(), |r| format!("cluster/{}", r.phase));
+        if let Err(e) =
+            keep_kubeconfig(&exk8s, cp, &namespace, &owner.name, id, &rotation, ctx).await
+        {
             set(
                 &mut status.conditions,
                 "KubeconfigAvailable",
@@ -257,7 +268,8 @@ async fn apply(
         && view.ready
         && view.replicas == i64::from(cp.spec.replicas)
         && view.up_to_date_replicas == view.replicas
-        && view.version == cp.spec.version;
+        && view.version == cp.spec.version
+        && view.ca_rotation.is_none();
     patch_status(api, cp, &status).await?;
     Ok(Action::requeue(if settled { SETTLED } else { BUSY }))
 }
@@ -345,20 +357,22 @@ fn report(
     }
 }
 
-/// Renews `<cluster>-kubeconfig` when [`kubeconfig::stale`] says so.
+/// Renews `<cluster>-kubeconfig` when [`kubeconfig::stale`] says so (`rotation`: the cluster
+/// CA's rotation step now, `none` outside one).
 async fn keep_kubeconfig(
     exk8s: &Exk8s,
     cp: &ExK8sControlPlane,
     namespace: &str,
     cluster: &str,
     id: i64,
+    rotation: &str,
     ctx: &Context,
 ) -> Result<(), ReconcileError> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let stored = secrets.get_opt(&kubeconfig::secret_name(cluster)).await?;
     let trust = exk8s.trust(id).await?;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let Some(why) = kubeconfig::stale(stored.as_ref(), &trust, now) else {
+    let Some(why) = kubeconfig::stale(stored.as_ref(), &trust, rotation, now) else {
         return Ok(());
     };
     tracing::info!(cluster, id, why, "writing the kubeconfig Secret");
@@ -366,7 +380,7 @@ async fn keep_kubeconfig(
     let owner = cp
         .controller_owner_ref(&())
         .ok_or(ReconcileError::NotNamespaced)?;
-    let secret = kubeconfig::secret(cluster, namespace, owner, &text);
+    let secret = kubeconfig::secret(cluster, namespace, owner, &text, rotation);
     secrets
         .patch(
             &kubeconfig::secret_name(cluster),

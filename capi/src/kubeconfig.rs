@@ -1,8 +1,9 @@
 //! The `<cluster>-kubeconfig` Secret in Cluster API's format (type `cluster.x-k8s.io/secret`,
 //! the cluster-name label, the kubeconfig under `value`, owned by the control plane), and when
 //! it must be renewed: a new client certificate is minted only when the stored one trusts
-//! other CAs than the cluster's clients trust now (a CA rotation), names another server, or has
-//! less than a third of its life left.
+//! other CAs than the cluster's clients trust now, was minted at another step of a CA rotation
+//! (from `sign-new` on, certificates come from the new CA, which stays trusted after `drop-old`),
+//! names another server, or has less than a third of its life left.
 
 use std::collections::BTreeMap;
 
@@ -16,18 +17,32 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 pub const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
 /// The key of the kubeconfig in it.
 pub const KEY: &str = "value";
+/// The annotation naming the CA rotation's step the kubeconfig was minted at (`none` outside
+/// one; `cluster/sign-new`, …).
+pub const ROTATION_ANNOTATION: &str = "exk8s.dev/ca-rotation";
 
 /// `<cluster>-kubeconfig`.
 pub fn secret_name(cluster: &str) -> String {
     format!("{cluster}-kubeconfig")
 }
 
-/// The Secret holding `kubeconfig` for `cluster` in `namespace`, owned by `owner`.
-pub fn secret(cluster: &str, namespace: &str, owner: OwnerReference, kubeconfig: &str) -> Secret {
+/// The Secret holding `kubeconfig` for `cluster` in `namespace`, owned by `owner`, minted at
+/// CA rotation step `rotation`.
+pub fn secret(
+    cluster: &str,
+    namespace: &str,
+    owner: OwnerReference,
+    kubeconfig: &str,
+    rotation: &str,
+) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(secret_name(cluster)),
             namespace: Some(namespace.to_owned()),
+            annotations: Some(BTreeMap::from([(
+                ROTATION_ANNOTATION.to_owned(),
+                rotation.to_owned(),
+            )])),
             labels: Some(BTreeMap::from([(
                 crate::owner::CLUSTER_NAME_LABEL.to_owned(),
                 cluster.to_owned(),
@@ -44,13 +59,27 @@ pub fn secret(cluster: &str, namespace: &str, owner: OwnerReference, kubeconfig:
     }
 }
 
-/// Why a stored kubeconfig must be replaced, or `None` while it stays valid.
-pub fn stale(stored: Option<&Secret>, trust: &ClusterTrust, now: i64) -> Option<String> {
+/// Why a stored kubeconfig must be replaced, or `None` while it stays valid; `rotation` is the
+/// CA rotation's step now.
+pub fn stale(
+    stored: Option<&Secret>,
+    trust: &ClusterTrust,
+    rotation: &str,
+    now: i64,
+) -> Option<String> {
     let Some(secret) = stored else {
         return Some("there is none yet".into());
     };
     if secret.type_.as_deref() != Some(SECRET_TYPE) {
         return Some(format!("its type is not {SECRET_TYPE}"));
+    }
+    let minted_at = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ROTATION_ANNOTATION));
+    if minted_at.map(String::as_str) != Some(rotation) {
+        return Some(format!("the CA rotation is at {rotation} now"));
     }
     let Some(text) = secret
         .data
@@ -136,7 +165,7 @@ mod tests {
             uid: "u".into(),
             ..OwnerReference::default()
         };
-        secret("shop", "default", owner, &kubeconfig)
+        secret("shop", "default", owner, &kubeconfig, "none")
     }
 
     #[test]
@@ -153,23 +182,32 @@ mod tests {
 
     #[test]
     fn each_reason_to_renew_is_named() {
-        assert_eq!(stale(None, &trust(CA), 0).unwrap(), "there is none yet");
+        assert_eq!(
+            stale(None, &trust(CA), "none", 0).unwrap(),
+            "there is none yet"
+        );
         let other_server = stored("https://old.example:6443", CA);
         assert!(
-            stale(Some(&other_server), &trust(CA), 0)
+            stale(Some(&other_server), &trust(CA), "none", 0)
                 .unwrap()
                 .contains("server")
         );
         let rotated = stored("https://cp.example:6443", CA);
         let two = format!("{CA}{CA}");
         assert!(
-            stale(Some(&rotated), &trust(&two), 0)
+            stale(Some(&rotated), &trust(&two), "none", 0)
                 .unwrap()
                 .contains("CA rotation")
         );
+        // Minted before the rotation's step now: renewed.
+        assert!(
+            stale(Some(&rotated), &trust(CA), "cluster/sign-new", 0)
+                .unwrap()
+                .contains("cluster/sign-new")
+        );
         // Same trust, but the client certificate cannot be read: renewed too.
         assert!(
-            stale(Some(&rotated), &trust(CA), 0)
+            stale(Some(&rotated), &trust(CA), "none", 0)
                 .unwrap()
                 .contains("client certificate")
         );

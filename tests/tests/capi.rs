@@ -211,6 +211,13 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .into_json()
         .unwrap();
     let kubeconfig_yaml: Value = yaml_serde::from_str(&kubeconfig_text).unwrap();
+    let old_ca = base64::engine::general_purpose::STANDARD
+        .decode(
+            kubeconfig_yaml["clusters"][0]["cluster"]["certificate-authority-data"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
     assert_eq!(
         kubeconfig_yaml["clusters"][0]["cluster"]["server"], trust["server"],
         "{kubeconfig_text}"
@@ -429,6 +436,107 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "Cluster API's Cluster after the upgrade: {:#}",
         cluster["status"]
     );
+
+    mark("the cluster CA's rotation: the kubeconfig Secret follows each step");
+    let started = operator(
+        &stack,
+        "POST",
+        &format!("/clusters/{id}/certificates/rotate-ca"),
+    )
+    .send_json(serde_json::json!({"ca": "cluster"}));
+    assert!(started.is_ok(), "{started:?}");
+    // Step by step: the agents move the rotation on only once exk8s-capi minted the Secret
+    // for the step it is at.
+    let step_now = || {
+        let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        match view["ca_rotation"]["phase"].as_str() {
+            Some(phase) => format!("cluster/{phase}"),
+            None => "none".to_owned(),
+        }
+    };
+    let minted_at = || {
+        management.get("secret", "shop-kubeconfig").unwrap()["metadata"]["annotations"]
+            ["exk8s.dev/ca-rotation"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let mut steps = Vec::new();
+    loop {
+        let step = step_now();
+        wait_until(
+            &format!("the kubeconfig Secret minted at {step}"),
+            Duration::from_secs(60),
+            || minted_at() == step,
+        );
+        steps.push(step.clone());
+        if step == "none" {
+            break;
+        }
+        wait_until(
+            &format!("the rotation past {step}"),
+            Duration::from_secs(120),
+            || {
+                agents_pass(&stack, dir, id);
+                step_now() != step
+            },
+        );
+    }
+    assert_eq!(
+        steps,
+        [
+            "cluster/trust-both",
+            "cluster/sign-new",
+            "cluster/drop-old",
+            "none"
+        ]
+    );
+    // What the Secret holds now: the CAs clients trust, and a client certificate one of them
+    // signed (openssl verifies it).
+    let secret = management.get("secret", "shop-kubeconfig").unwrap();
+    let text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["value"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let kubeconfig: Value = yaml_serde::from_str(&text).unwrap();
+    let decode = |field: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(field.as_str().unwrap())
+            .unwrap()
+    };
+    let trust: Value = operator(&stack, "GET", &format!("/clusters/{id}/trust"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let ca = decode(&kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]);
+    assert_eq!(
+        String::from_utf8(ca.clone()).unwrap().trim(),
+        trust["certificate_authority_pem"].as_str().unwrap().trim()
+    );
+    assert_ne!(
+        ca, old_ca,
+        "the Secret still trusts only the CAs of before the rotation"
+    );
+    std::fs::write(dir.join("ca.pem"), &ca).unwrap();
+    std::fs::write(
+        dir.join("client.pem"),
+        decode(&kubeconfig["users"][0]["user"]["client-certificate-data"]),
+    )
+    .unwrap();
+    let verified = std::process::Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(dir.join("ca.pem"))
+        .arg(dir.join("client.pem"))
+        .output()
+        .unwrap();
+    assert!(verified.status.success(), "{verified:?}");
 
     mark("deleting the Cluster deletes the exk8s cluster");
     management.kubectl_ok(&["delete", "cluster.cluster.x-k8s.io", "shop", "--wait=false"]);
