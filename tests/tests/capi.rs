@@ -108,9 +108,35 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .unwrap()
         .to_owned();
     mark("kubectl apply: Cluster, ExK8sCluster, ExK8sControlPlane");
-    management
-        .apply(&example_manifest(&stack.base, &stack.token, &default, 1))
-        .unwrap();
+    // First without the credentials Secret: nothing is founded, and both say why.
+    let example = example_manifest(&stack.base, &stack.token, &default, 1);
+    let (secret, rest) = example.split_once("---\n").unwrap();
+    assert!(secret.contains("kind: Secret"), "{secret}");
+    management.apply(rest).unwrap();
+    let missing = "the Secret default/exk8s-credentials (credentialsRef) does not exist";
+    wait_until(
+        "both objects name the missing Secret",
+        Duration::from_secs(60),
+        || {
+            let infra = management.get("exk8scluster", "shop").unwrap();
+            let cp = management.get("exk8scontrolplane", "shop").unwrap();
+            condition(&infra, "Ready").is_some_and(|c| c["message"] == missing)
+                && condition(&cp, "Founded").is_some_and(|c| {
+                    // The control plane waits for the infrastructure first.
+                    c["reason"] == "WaitingForInfrastructure"
+                })
+        },
+    );
+    let infra = management.get("exk8scluster", "shop").unwrap();
+    assert_eq!(
+        condition(&infra, "Ready").unwrap()["reason"],
+        "CredentialsUnusable"
+    );
+    assert!(
+        infra["status"]["initialization"]["provisioned"].is_null(),
+        "{infra}"
+    );
+    management.apply(&example).unwrap();
 
     let mut id = 0;
     wait_until(
