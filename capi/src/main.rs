@@ -23,7 +23,9 @@ struct Cli {
 enum Command {
     /// Print the provider's CRDs (ExK8sCluster, ExK8sControlPlane) as YAML for `kubectl apply -f -`.
     Crds,
-    /// Run the controllers against the management cluster.
+    /// Run the controllers against the management cluster: the one `KUBECONFIG` names, or,
+    /// in a pod, its service account's. Each object's exk8s API and token come from the Secret
+    /// its `credentialsRef` names. `RUST_LOG` sets the log level (default `info`).
     Run,
 }
 
@@ -69,5 +71,20 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The command-line reference page is what this definition renders.
+#[cfg(test)]
+mod reference {
+    #[test]
+    fn the_reference_page_is_current() {
+        use clap::CommandFactory as _;
+        let checked = exk8s_cli_reference::check(
+            super::Cli::command(),
+            env!("CARGO_MANIFEST_DIR"),
+            "docs/reference/exk8s-capi.md",
+        );
+        assert_eq!(checked, Ok(()));
     }
 }
