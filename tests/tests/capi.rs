@@ -116,7 +116,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     let missing = "the Secret default/exk8s-credentials (credentialsRef) does not exist";
     wait_until(
         "both objects name the missing Secret",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         || {
             let infra = management.get("exk8scluster", "shop").unwrap();
             let cp = management.get("exk8scontrolplane", "shop").unwrap();
@@ -299,7 +299,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .unwrap();
     wait_until(
         "SpecApplied False: UpgradeRefused",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         || {
             let cp = management.get("exk8scontrolplane", "shop").unwrap();
             condition(&cp, "SpecApplied").is_some_and(|c| c["reason"] == "UpgradeRefused")
@@ -325,7 +325,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "-p",
         r#"{"spec":{"paused":true}}"#,
     ]);
-    wait_until("both objects Paused", Duration::from_secs(60), || {
+    wait_until("both objects Paused", Duration::from_secs(180), || {
         ["exk8scontrolplane", "exk8scluster"].iter().all(|kind| {
             let object = management.get(kind, "shop").unwrap();
             condition(&object, "Paused")
@@ -355,19 +355,23 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "-p",
         r#"{"spec":{"paused":false}}"#,
     ]);
-    wait_until("exk8s asked for 3 members", Duration::from_secs(60), || {
-        let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap();
-        view["control_plane_members"]["desired"] == 3
-    });
+    wait_until(
+        "exk8s asked for 3 members",
+        Duration::from_secs(180),
+        || {
+            let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
+                .call()
+                .unwrap()
+                .into_json()
+                .unwrap();
+            view["control_plane_members"]["desired"] == 3
+        },
+    );
     let cp = management.get("exk8scontrolplane", "shop").unwrap();
     assert_eq!(condition(&cp, "Paused").unwrap()["status"], "False", "{cp}");
     wait_until(
         "the ExK8sControlPlane reports ScalingUp",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         || {
             let cp = management.get("exk8scontrolplane", "shop").unwrap();
             condition(&cp, "ScalingUp").is_some_and(|c| c["status"] == "True")
@@ -419,7 +423,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     let without_snapshot =
         example_manifest(&stack.base, &stack.token, &next, 3) + "  snapshotBeforeUpgrade: false\n";
     management.apply(&without_snapshot).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {
         agents_pass(&stack, dir, id);
         let cp = management.get("exk8scontrolplane", "shop").unwrap();
@@ -436,7 +440,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
                 .into_json()
                 .unwrap();
             panic!(
-                "3 of 3 members not at {next} after 300 s:\n{:#}\nexk8s: {:#}\n{}",
+                "3 of 3 members not at {next} after 180 s:\n{:#}\nexk8s: {:#}\n{}",
                 cp["status"],
                 view["conditions"],
                 logs(&management)
@@ -496,7 +500,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         let step = step_now();
         wait_until(
             &format!("the kubeconfig Secret minted at {step}"),
-            Duration::from_secs(60),
+            Duration::from_secs(180),
             || minted_at() == step,
         );
         steps.push(step.clone());
@@ -589,7 +593,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     assert_eq!(vms.as_array().unwrap().len(), 0, "VMs left: {vms}");
     wait_until(
         "the kubeconfig Secret collected",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         || management.get("secret", "shop-kubeconfig").is_none(),
     );
     mark("done");
