@@ -208,15 +208,16 @@ impl Machine {
         command
     }
 
-    /// `program args` inside the machine (every namespace of its PID 1).
+    /// `program args` inside the machine (every namespace of its PID 1); returns even when the
+    /// machine shuts down meanwhile ([`crate::procs::output_woken`]).
     pub fn run(&self, program: &str, args: &[&str]) -> Output {
-        Command::new("nsenter")
-            .arg(format!("--target={}", self.init))
-            .args(["--all", "--"])
-            .arg(program)
-            .args(args)
-            .output()
-            .expect("nsenter (util-linux)")
+        crate::procs::output_woken(
+            Command::new("nsenter")
+                .arg(format!("--target={}", self.init))
+                .args(["--all", "--"])
+                .arg(program)
+                .args(args),
+        )
     }
 
     /// [`Self::run`]'s stdout, trimmed; panics when the program fails.

@@ -74,6 +74,49 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// `command`'s output, as [`Command::output`] gives it, with the child woken (`SIGCONT`) every
+/// second until it ends: `nsenter` stops itself when the program it runs in a machine is
+/// stopped, and a machine shutting down stops every process it holds (systemd-shutdown's
+/// SIGSTOP before its SIGTERM) — its own child killed there, the stopped `nsenter` would
+/// otherwise wait forever.
+pub fn output_woken(command: &mut std::process::Command) -> std::process::Output {
+    use std::io::Read as _;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let pid = rustix::process::Pid::from_child(&child);
+    let (ended, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = ended.send(child.wait());
+    });
+    let status = loop {
+        match waited.recv_timeout(Duration::from_secs(1)) {
+            Ok(status) => break status.unwrap(),
+            Err(_) => {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+            }
+        }
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 /// Polls `check` every 100 ms until it holds; panics after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -112,4 +155,26 @@ pub fn time_of_day() -> String {
         day % 60,
         since.subsec_millis()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_that_stops_itself_is_woken_and_its_output_kept() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let out = output_woken(
+                std::process::Command::new("sh").args(["-c", "kill -STOP $$; echo woken"]),
+            );
+            let _ = done.send(out);
+        });
+        // Without the wake-up it never ends (as `std::process::Command::output` would not).
+        let out = result
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the stopped child was never woken");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"woken\n");
+    }
 }
