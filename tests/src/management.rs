@@ -13,6 +13,7 @@ use base64::Engine as _;
 
 use crate::bins;
 use crate::procs::{Proc, binary, free_port, wait_until};
+use crate::tls::openssl;
 
 /// The management cluster's processes and how to reach it.
 pub struct Management {
@@ -22,21 +23,6 @@ pub struct Management {
     /// The CA that signed every certificate here (`ca.crt`, `ca.key` in `dir`).
     pub ca: PathBuf,
     procs: Vec<Proc>,
-}
-
-/// `openssl args` in `dir`; panics with its output when it fails.
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `name.crt` and `name.key` in `dir`: a P-256 key and a certificate for `subject` signed by

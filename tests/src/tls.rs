@@ -150,3 +150,19 @@ pub fn handshake(
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// `openssl args` in `dir` (certificates made independently of exk8s); panics with what it said
+/// when it fails.
+pub fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use exk8s_tests::bins::{self, KUBERNETES_VERSION, NEXT_KUBERNETES_VERSION};
-use exk8s_tests::cluster::{agent, operator, trusted_keys};
+use exk8s_tests::cluster::{agent, operator, trusted_keys, view as cluster_view};
 use exk8s_tests::dev::{MANY_AGENTS, Stack, http, start_dev};
 use exk8s_tests::management::{Management, example_manifest};
 use exk8s_tests::netns::Netns;
@@ -44,11 +44,7 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
 /// unit and sync timer do on a machine.
 fn agents_pass(stack: &Stack, dir: &Path, id: i64) {
     let keys = trusted_keys(stack, dir);
-    let view: Value = operator(stack, "GET", &format!("/clusters/{id}"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let view: Value = cluster_view(stack, id);
     for node in view["nodes"].as_array().unwrap() {
         let vm = node["vm_id"].as_i64().unwrap();
         let root = dir.join(format!("vm-{vm}"));
@@ -155,11 +151,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     );
     assert_eq!(condition(&infra, "Ready").unwrap()["status"], "True");
     wait_until("the exk8s cluster's VMs", Duration::from_secs(120), || {
-        let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap();
+        let view: Value = cluster_view(&stack, id);
         view["nodes"].as_array().is_some_and(|n| !n.is_empty())
     });
     mark("booting its VM with the real agent");
@@ -175,11 +167,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
                 && cluster["status"]["initialization"]["infrastructureProvisioned"] == true
         },
     );
-    let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let view: Value = cluster_view(&stack, id);
     let cluster = management.get("cluster.cluster.x-k8s.io", "shop").unwrap();
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"]["host"], view["control_plane_dns_name"],
@@ -336,11 +324,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .apply(&example_manifest(&stack.base, &stack.token, &default, 3))
         .unwrap();
     std::thread::sleep(Duration::from_secs(8));
-    let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let view: Value = cluster_view(&stack, id);
     assert_eq!(
         view["control_plane_members"]["desired"], 1,
         "a paused control plane was scaled: {view}"
@@ -359,11 +343,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "exk8s asked for 3 members",
         Duration::from_secs(180),
         || {
-            let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-                .call()
-                .unwrap()
-                .into_json()
-                .unwrap();
+            let view: Value = cluster_view(&stack, id);
             view["control_plane_members"]["desired"] == 3
         },
     );
@@ -434,11 +414,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
             break;
         }
         if std::time::Instant::now() > deadline {
-            let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-                .call()
-                .unwrap()
-                .into_json()
-                .unwrap();
+            let view: Value = cluster_view(&stack, id);
             panic!(
                 "3 of 3 members not at {next} after 180 s:\n{:#}\nexk8s: {:#}\n{}",
                 cp["status"],
@@ -449,11 +425,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         std::thread::sleep(Duration::from_secs(1));
     }
 
-    let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let view: Value = cluster_view(&stack, id);
     let versions: Vec<&str> = view["nodes"]
         .as_array()
         .unwrap()
@@ -478,11 +450,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     // Step by step: the agents move the rotation on only once exk8s-capi minted the Secret
     // for the step it is at.
     let step_now = || {
-        let view: Value = operator(&stack, "GET", &format!("/clusters/{id}"))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap();
+        let view: Value = cluster_view(&stack, id);
         match view["ca_rotation"]["phase"].as_str() {
             Some(phase) => format!("cluster/{phase}"),
             None => "none".to_owned(),

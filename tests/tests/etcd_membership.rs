@@ -30,22 +30,10 @@ use exk8s_agent::etcd_members::{
 };
 use exk8s_tests::etcd::{etcdctl, put_keys};
 use exk8s_tests::procs::Proc;
+use exk8s_tests::tls::openssl;
 
 const PKI: &str = "etc/exk8s/pki";
 const CLIENT: (&str, &str) = ("/etc/exk8s/pki/client.pem", "/etc/exk8s/pki/client-key.pem");
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl must be installed (scripts/test.sh installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A CA, a server+peer certificate per member IP, and a client certificate, under
 /// `root/etc/exk8s/pki`.
