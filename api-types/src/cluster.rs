@@ -27,6 +27,8 @@ pub struct Condition {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeView {
     pub vm_id: i64,
+    /// The provider ID its kubelet registers the Node with: `exk8s://<cluster>/<vm>`.
+    pub provider_id: String,
     pub ordinal: i64,
     pub name: String,
     pub private_ipv4: String,

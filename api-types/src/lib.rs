@@ -35,3 +35,9 @@ pub use secret::SecretPem;
 pub use snapshots::{
     RestoreMemberView, RestoreRequest, RestoreView, SnapshotSchedule, SnapshotView,
 };
+
+/// The provider ID a node's kubelet registers its Node with (`spec.providerID`): the cluster and
+/// the VM, so a Node names the machine behind it (Cluster API's MachinePool matches Nodes by it).
+pub fn provider_id(cluster_id: impl std::fmt::Display, vm_id: impl std::fmt::Display) -> String {
+    format!("exk8s://{cluster_id}/{vm_id}")
+}

@@ -86,6 +86,8 @@ pub struct UpdatePoolRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PoolNodeView {
     pub vm_id: i64,
+    /// The provider ID its kubelet registers the Node with: `exk8s://<cluster>/<vm>`.
+    pub provider_id: String,
     /// The cluster's machine number: higher was made later (scaling down removes the highest).
     pub ordinal: i64,
     pub name: String,

@@ -60,6 +60,7 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
             .into_iter()
             .map(|n| PoolNodeView {
                 up_to_date: n.up_to_date(),
+                provider_id: exk8s_api_types::provider_id(row.cluster_id, n.vm_id),
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,
                 name: n.node_name,

@@ -79,6 +79,8 @@ pub(crate) struct KubeletConfig<'a> {
     pub node_ip: String,
     pub dns_service_ip: String,
     pub cluster_domain: &'a str,
+    /// `exk8s://<cluster>/<vm>` ([`exk8s_api_types::provider_id`]).
+    pub provider_id: String,
     pub register_with_taints: Vec<TaintContext<'a>>,
     /// Only a control-plane node has static pods: a worker's kubelet would otherwise log an
     /// error each second for the missing directory.

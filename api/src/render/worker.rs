@@ -46,6 +46,7 @@ pub fn render_worker_bundle(input: &WorkerInput<'_>) -> Result<BundlePayload, Re
     node::files(
         &NodeSide {
             cluster,
+            vm_id: input.node.vm_id,
             addresses: &input.node.addresses,
             cluster_ca_pem: input.cluster_ca_pem,
             certs: input.minted,

@@ -149,6 +149,21 @@ async fn a_worker_gets_the_worker_bundle_by_its_record(backend: Backend) {
     );
     let config = text("/var/lib/kubelet/config.yaml");
     assert!(config.contains("registerWithTaints"), "{config}");
+    // The Node names its machine, as the API shows it.
+    let listed = view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["vm_id"] == WORKER_VM)
+        .unwrap_or_else(|| panic!("no worker {WORKER_VM} in {view}"));
+    assert_eq!(
+        listed["provider_id"],
+        format!("exk8s://{cluster}/{WORKER_VM}")
+    );
+    assert!(
+        config.contains(&format!("providerID: \"exk8s://{cluster}/{WORKER_VM}\"\n")),
+        "{config}"
+    );
     // No pod range of the API's: containerd fills the template with the Node's.
     let template = text("/etc/containerd/bridge-cni.conflist.tmpl");
     assert!(template.contains(".PodCIDRRanges"), "{template}");

@@ -235,6 +235,7 @@ pub(super) fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64
                 up_to_date: n.up_to_date(),
                 agent_version: n.agent_version,
                 kubernetes_version: n.kubernetes_version,
+                provider_id: exk8s_api_types::provider_id(row.id, n.vm_id),
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,
                 name: n.node_name,

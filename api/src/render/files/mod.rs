@@ -144,6 +144,7 @@ pub(super) fn render_files(input: &RenderInput<'_>) -> Result<Rendered, RenderEr
     node::files(
         &node::NodeSide {
             cluster: input.cluster,
+            vm_id: input.node.vm_id,
             addresses: &input.node.addresses,
             cluster_ca_pem: input.credentials.cluster_ca_pem,
             certs: input.credentials.minted.node(),

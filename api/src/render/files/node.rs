@@ -25,6 +25,8 @@ const FLANNEL_POD_MTU: u32 = 1450;
 /// What a node's own files are made from.
 pub(in crate::render) struct NodeSide<'a> {
     pub cluster: &'a ClusterSpec,
+    /// The VM the node runs on (its provider ID's).
+    pub vm_id: u64,
     pub addresses: &'a NodeAddresses,
     /// The cluster CA certificate(s), PEM.
     pub cluster_ca_pem: &'a str,
@@ -100,6 +102,7 @@ pub(in crate::render) fn files(
             node_ip,
             dns_service_ip: network.service_cidr.dns_service_ip().to_string(),
             cluster_domain: &network.cluster_domain,
+            provider_id: exk8s_api_types::provider_id(cluster.cluster_id, side.vm_id),
             static_pods: matches!(side.role, Role::ControlPlane),
             register_with_taints: side
                 .taints
