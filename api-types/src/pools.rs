@@ -74,6 +74,11 @@ pub struct UpdatePoolRequest {
     /// plane's own release unpins it: it follows the control plane again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// `false` pins the pool at `kubernetes_version` (or at its release now) even when that is the
+    /// control plane's: its workers stay there through the control plane's next upgrade. `true`
+    /// makes it follow the control plane (with no `kubernetes_version`, or the control plane's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_control_plane: Option<bool>,
     /// Workers made beyond `count` during a replacement, 0–10 (0: each old worker goes before
     /// its replacement is made).
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 10))]
@@ -94,6 +99,8 @@ pub struct PoolNodeView {
     pub private_ipv4: String,
     /// The last phase its agent reported (`pending` until it reports).
     pub phase: String,
+    /// Its agent finished and last reported healthy (counted in the pool's `ready_replicas`).
+    pub ready: bool,
     pub desired_generation: i64,
     pub applied_generation: i64,
     pub up_to_date: bool,

@@ -1,8 +1,10 @@
-//! The provider's two kinds, as Cluster API's v1beta2 contracts name their fields:
+//! The provider's kinds, as Cluster API's v1beta2 contracts name their fields:
 //! [`ExK8sCluster`] (infrastructure: the exk8s API a cluster is founded through, provisioned once
-//! its credentials work) and [`ExK8sControlPlane`] (control plane: the exk8s cluster itself —
+//! its credentials work), [`ExK8sControlPlane`] (control plane: the exk8s cluster itself —
 //! `spec.replicas`, `spec.version` and the founding fields; its status the contract's replicas,
-//! version, selector, `initialization.controlPlaneInitialized` and conditions).
+//! version, selector, `initialization.controlPlaneInitialized` and conditions) and
+//! [`ExK8sMachinePool`] (a `MachinePool`'s infrastructure: an exk8s worker pool — its
+//! `spec.providerIDList`, `status.replicas` and `initialization.provisioned`).
 //!
 //! The schemas carry the validation the apiserver applies before the controller sees an object:
 //! ranges, patterns, enums, odd control planes and founding fields that cannot change, each
@@ -250,10 +252,174 @@ pub struct ExK8sControlPlaneStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// Both CRDs as YAML documents, for `kubectl apply -f`.
+/// A taint a pool's kubelets register their nodes with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct PoolTaint {
+    #[schemars(length(min = 1, max = 316))]
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 63))]
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+/// A taint's effect.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl TaintEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::PreferNoSchedule => "PreferNoSchedule",
+            Self::NoExecute => "NoExecute",
+        }
+    }
+}
+
+/// The workers of a Cluster API `MachinePool`: an exk8s worker pool of the cluster its Cluster's
+/// `ExK8sControlPlane` founded. The count is the MachinePool's `spec.replicas`; the version its
+/// `spec.template.spec.version` (when set, the pool is pinned to it).
+// Each `printcolumn(...)` names `type_` again: clippy reads them as one attribute repeated.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "ExK8sMachinePool",
+    namespaced,
+    status = "ExK8sMachinePoolStatus",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"
+    ),
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ExK8sMachinePoolSpec {
+    /// The exk8s pool's name in its cluster; default this object's name. A pool of that name is
+    /// taken as this one; otherwise one is made: 1–40 of a-z, 0-9 and '-', not `cp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "name cannot change: it names the exk8s pool"}, {"rule": "self != 'cp'", "message": "name cannot be cp: it is the control plane's"}]))]
+    pub name: Option<String>,
+    /// The workers' instance type, e.g. `e2.medium`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "instanceType cannot change: the pool's machines are made of it"}]))]
+    pub instance_type: String,
+    /// The image the workers boot (with exk8s-agent baked in).
+    #[schemars(range(min = 1))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "imageID cannot change: the pool's machines are made of it"}]))]
+    #[serde(rename = "imageID")]
+    pub image_id: i64,
+    /// The subnet the workers join.
+    #[schemars(range(min = 1))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "subnetID cannot change: the pool's machines are made in it"}]))]
+    #[serde(rename = "subnetID")]
+    pub subnet_id: i64,
+    /// Labels the kubelets register their nodes with (Kubernetes' NodeRestriction rules apply);
+    /// a change applies to nodes registered from then on.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Taints the kubelets register their nodes with; a change applies to nodes registered from
+    /// then on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub taints: Vec<PoolTaint>,
+    /// Workers made beyond the count while workers of another version are replaced, 0–10
+    /// (default 1; 0: each old worker goes before its replacement is made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10))]
+    pub max_surge: Option<i32>,
+    /// The provider IDs (`exk8s://<cluster>/<vm>`) of the pool's machines, set by the controller:
+    /// Cluster API matches Nodes by them.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        rename = "providerIDList"
+    )]
+    #[schemars(length(max = 10000))]
+    pub provider_id_list: Vec<String>,
+}
+
+/// One machine of the pool (informational, as the contract's `instances`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolInstance {
+    /// The Node's name.
+    pub instance_name: String,
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    /// The Kubernetes version it runs, once it reported healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Its agent finished and last reported healthy.
+    pub ready: bool,
+}
+
+/// Cluster API's `initialization` of an infrastructure machine pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct MachinePoolInitialization {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned: Option<bool>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExK8sMachinePoolStatus {
+    /// The exk8s pool's id, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "poolID")]
+    pub pool_id: Option<i64>,
+    #[serde(default)]
+    pub initialization: MachinePoolInitialization,
+    /// The contract's v1beta1 `ready`, kept beside `initialization.provisioned`: Cluster API
+    /// v1.14's MachinePool controller still reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Machines that exist and are not being removed.
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_to_date_replicas: Option<i32>,
+    /// The version the pool's workers are made with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<PoolInstance>,
+    /// `Ready`, `Paused` and `SpecApplied`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Every CRD as YAML documents, for `kubectl apply -f`.
 pub fn crds_yaml() -> Result<String, yaml_serde::Error> {
     let mut out = String::new();
-    for crd in [ExK8sCluster::crd(), ExK8sControlPlane::crd()] {
+    for crd in [
+        ExK8sCluster::crd(),
+        ExK8sControlPlane::crd(),
+        ExK8sMachinePool::crd(),
+    ] {
         out.push_str("---\n");
         out.push_str(&yaml_serde::to_string(&crd)?);
     }
@@ -265,8 +431,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_crds_carry_the_contract_label_cluster_api_reads() {
-        for crd in [ExK8sCluster::crd(), ExK8sControlPlane::crd()] {
+    fn every_crd_carries_the_contract_label_cluster_api_reads() {
+        for crd in [
+            ExK8sCluster::crd(),
+            ExK8sControlPlane::crd(),
+            ExK8sMachinePool::crd(),
+        ] {
             let labels = crd.metadata.labels.unwrap_or_default();
             assert_eq!(
                 labels.get(CONTRACT_LABEL.0).map(String::as_str),

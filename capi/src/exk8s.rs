@@ -1,11 +1,12 @@
 //! The exk8s API as the provider calls it: founding, a cluster's view, its trust and kubeconfig,
-//! a change of its control plane and its delete — with an org's operator token, which no
-//! `Debug` output or error shows.
+//! a change of its control plane and its delete, and its worker pools — with an org's operator
+//! token, which no `Debug` output or error shows.
 
 use std::time::Duration;
 
 use exk8s_api_types::{
-    ClusterPatch, ClusterTrust, ClusterView, CreateClusterRequest, ErrorBody, KubernetesVersionView,
+    ClusterPatch, ClusterTrust, ClusterView, CreateClusterRequest, CreatePoolRequest, ErrorBody,
+    KubernetesVersionView, PoolView, UpdatePoolRequest,
 };
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use reqwest::{Method, StatusCode};
@@ -39,7 +40,7 @@ impl Exk8sError {
 /// How a delete stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deletion {
-    /// The cluster is gone (or was already).
+    /// The cluster (or pool) is gone, or was already.
     Gone,
     /// The API goes on deleting it (202), or it cannot be deleted yet (409: still founding).
     Pending,
@@ -102,11 +103,26 @@ impl Exk8s {
         path: &str,
         body: Option<&impl serde::Serialize>,
     ) -> Result<reqwest::Response, Exk8sError> {
+        self.send_keyed(method, path, body, None).await
+    }
+
+    /// [`Self::send`] with an `Idempotency-Key`: a retry of a request whose answer was lost
+    /// gets the first answer instead of doing it twice.
+    async fn send_keyed(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl serde::Serialize>,
+        idempotency_key: Option<&str>,
+    ) -> Result<reqwest::Response, Exk8sError> {
         let url = format!("{}{path}", self.base);
         let mut request = self
             .http
             .request(method, &url)
             .header(AUTHORIZATION, self.authorization.clone());
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -236,10 +252,66 @@ impl Exk8s {
 
     /// Deletes cluster `id`.
     pub async fn delete(&self, id: i64) -> Result<Deletion, Exk8sError> {
-        match self
-            .send(Method::DELETE, &format!("/clusters/{id}"), None::<&()>)
+        self.delete_path(&format!("/clusters/{id}")).await
+    }
+
+    /// Cluster `id`'s worker pools.
+    pub async fn pools(&self, id: i64) -> Result<Vec<PoolView>, Exk8sError> {
+        self.json(
+            Method::GET,
+            &format!("/clusters/{id}/node-pools"),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// Pool `pool` of cluster `id`; `None` once it (or the cluster) is gone.
+    pub async fn pool(&self, id: i64, pool: i64) -> Result<Option<PoolView>, Exk8sError> {
+        let path = format!("/clusters/{id}/node-pools/{pool}");
+        match self.json(Method::GET, &path, None::<&()>).await {
+            Err(e) if e.is_status(StatusCode::NOT_FOUND) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// Adds a pool to cluster `id`, once per `idempotency_key`.
+    pub async fn create_pool(
+        &self,
+        id: i64,
+        request: &CreatePoolRequest,
+        idempotency_key: &str,
+    ) -> Result<PoolView, Exk8sError> {
+        let path = format!("/clusters/{id}/node-pools");
+        let response = self
+            .send_keyed(Method::POST, &path, Some(request), Some(idempotency_key))
+            .await?;
+        response.json().await.map_err(|e| Exk8sError::Unreadable {
+            what: format!("POST {path}"),
+            detail: error_chain(&e),
+        })
+    }
+
+    /// Changes pool `pool` of cluster `id`.
+    pub async fn update_pool(
+        &self,
+        id: i64,
+        pool: i64,
+        change: &UpdatePoolRequest,
+    ) -> Result<(), Exk8sError> {
+        let path = format!("/clusters/{id}/node-pools/{pool}");
+        self.send(Method::PATCH, &path, Some(change))
             .await
-        {
+            .map(drop)
+    }
+
+    /// Deletes pool `pool` of cluster `id` (its workers drained and released first).
+    pub async fn delete_pool(&self, id: i64, pool: i64) -> Result<Deletion, Exk8sError> {
+        self.delete_path(&format!("/clusters/{id}/node-pools/{pool}"))
+            .await
+    }
+
+    async fn delete_path(&self, path: &str) -> Result<Deletion, Exk8sError> {
+        match self.send(Method::DELETE, path, None::<&()>).await {
             Ok(r) if r.status() == StatusCode::ACCEPTED => Ok(Deletion::Pending),
             Ok(_) => Ok(Deletion::Gone),
             Err(e) if e.is_status(StatusCode::NOT_FOUND) => Ok(Deletion::Gone),

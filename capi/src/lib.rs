@@ -1,6 +1,7 @@
-//! exk8s as a Cluster API provider: the controllers of `ExK8sCluster` (infrastructure) and
-//! `ExK8sControlPlane` (control plane) against a management cluster. They call the exk8s API
-//! named by each object's credentials Secret and never a workload cluster.
+//! exk8s as a Cluster API provider: the controllers of `ExK8sCluster` (infrastructure),
+//! `ExK8sControlPlane` (control plane) and `ExK8sMachinePool` (a MachinePool's workers) against
+//! a management cluster. They call the exk8s API named by the credentials Secret and never a
+//! workload cluster.
 
 pub mod conditions;
 pub mod control_plane;
@@ -9,6 +10,7 @@ pub mod credentials;
 pub mod exk8s;
 pub mod infrastructure;
 pub mod kubeconfig;
+pub mod machine_pool;
 pub mod owner;
 
 use std::sync::Arc;
@@ -22,7 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
-use crate::crd::{ExK8sCluster, ExK8sControlPlane};
+use crate::crd::{ExK8sCluster, ExK8sControlPlane, ExK8sMachinePool};
 
 /// What every reconcile shares.
 pub struct Context {
@@ -42,28 +44,35 @@ pub enum ReconcileError {
     Credentials(#[from] credentials::CredentialsError),
     #[error("exk8s is still deleting cluster {0}")]
     DeletePending(i64),
+    #[error("exk8s is still deleting pool {0}")]
+    PoolDeletePending(i64),
     #[error("finalizer: {0}")]
     Finalizer(Box<kube::runtime::finalizer::Error<ReconcileError>>),
 }
 
 fn error_policy<K>(_: Arc<K>, error: &ReconcileError, _: Arc<Context>) -> Action {
     match error {
-        ReconcileError::DeletePending(_) => tracing::info!("{error}"),
+        ReconcileError::DeletePending(_) | ReconcileError::PoolDeletePending(_) => {
+            tracing::info!("{error}");
+        }
         _ => tracing::warn!("{error}"),
     }
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The objects a Cluster refers to under `field` (`controlPlaneRef`, `infrastructureRef`) when
-/// they are of `kind`.
-fn referred<K>(cluster: &DynamicObject, field: &str, kind: &str) -> Option<ObjectRef<K>>
+/// The object `reference` names (a Cluster's `controlPlaneRef` or `infrastructureRef`, a
+/// MachinePool's `infrastructureRef`) in `owner`'s namespace, when it is of `kind`.
+fn referred<K>(
+    owner: &DynamicObject,
+    reference: &serde_json::Value,
+    kind: &str,
+) -> Option<ObjectRef<K>>
 where
     K: kube::Resource<DynamicType = ()>,
 {
-    let reference = &cluster.data["spec"][field];
     (reference["kind"].as_str() == Some(kind)).then(|| {
         let name = reference["name"].as_str().unwrap_or_default();
-        let namespace = cluster.namespace().unwrap_or_default();
+        let namespace = owner.namespace().unwrap_or_default();
         ObjectRef::new(name).within(&namespace)
     })
 }
@@ -89,7 +98,13 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
         clusters(),
         cluster.clone(),
         watcher::Config::default(),
-        |c| referred::<ExK8sControlPlane>(&c, "controlPlaneRef", "ExK8sControlPlane"),
+        |c| {
+            referred::<ExK8sControlPlane>(
+                &c,
+                &c.data["spec"]["controlPlaneRef"],
+                "ExK8sControlPlane",
+            )
+        },
     )
     .shutdown_on_signal()
     .run(control_plane::reconcile, error_policy, ctx.clone())
@@ -102,12 +117,29 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
         clusters(),
         cluster.clone(),
         watcher::Config::default(),
-        |c| referred::<ExK8sCluster>(&c, "infrastructureRef", "ExK8sCluster"),
+        |c| referred::<ExK8sCluster>(&c, &c.data["spec"]["infrastructureRef"], "ExK8sCluster"),
     )
     .shutdown_on_signal()
-    .run(infrastructure::reconcile, error_policy, ctx)
+    .run(infrastructure::reconcile, error_policy, ctx.clone())
     .for_each(|_| async {});
-    tracing::info!("exk8s-capi: reconciling ExK8sCluster and ExK8sControlPlane");
-    futures_util::future::join(control_planes, infrastructure).await;
+    let machine_pool = owner::machine_pool_resource();
+    let machine_pools = Controller::new(
+        Api::<ExK8sMachinePool>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches_with(
+        Api::<DynamicObject>::all_with(client.clone(), &machine_pool),
+        machine_pool.clone(),
+        watcher::Config::default(),
+        |mp| {
+            let reference = &mp.data["spec"]["template"]["spec"]["infrastructureRef"];
+            referred::<ExK8sMachinePool>(&mp, reference, "ExK8sMachinePool")
+        },
+    )
+    .shutdown_on_signal()
+    .run(machine_pool::reconcile, error_policy, ctx)
+    .for_each(|_| async {});
+    tracing::info!("exk8s-capi: reconciling ExK8sCluster, ExK8sControlPlane and ExK8sMachinePool");
+    futures_util::future::join3(control_planes, infrastructure, machine_pools).await;
     Ok(())
 }

@@ -92,31 +92,58 @@ fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> Proc {
 /// The example manifest of docs/cluster-api.md, exactly, with this test's exk8s API, token,
 /// machines, version and replicas in place of the page's.
 pub fn example_manifest(api: &str, token: &str, version: &str, replicas: u8) -> String {
+    substituted(
+        &docs_example("kind: ExK8sControlPlane"),
+        &[
+            ("https://exk8s.example.com", api),
+            ("EXK8S-OPERATOR-TOKEN", token),
+            ("version: v1.35.3", &format!("version: {version}")),
+            ("replicas: 1", &format!("replicas: {replicas}")),
+            ("instanceType: e2.medium", "instanceType: dev.small"),
+            ("imageID: 42", "imageID: 1"),
+            ("subnetID: 7", "subnetID: 1"),
+        ],
+    )
+}
+
+/// The workers' example manifest of docs/cluster-api.md (a MachinePool and its
+/// `ExK8sMachinePool`), exactly, with this test's machines, version and replicas.
+pub fn example_workers_manifest(version: &str, replicas: u8) -> String {
+    substituted(
+        &docs_example("kind: ExK8sMachinePool"),
+        &[
+            ("version: v1.35.3", &format!("version: {version}")),
+            ("replicas: 2", &format!("replicas: {replicas}")),
+            ("instanceType: e2.medium", "instanceType: dev.small"),
+            ("imageID: 42", "imageID: 1"),
+            ("subnetID: 7", "subnetID: 1"),
+        ],
+    )
+}
+
+/// docs/cluster-api.md's code block that contains `marker`.
+fn docs_example(marker: &str) -> String {
     let page = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cluster-api.md"),
     )
     .unwrap();
-    let example = crate::readme::code_blocks(&page)
+    crate::readme::code_blocks(&page)
         .into_iter()
-        .find(|b| b.contains("kind: ExK8sControlPlane"))
-        .expect("docs/cluster-api.md's example manifest");
-    [
-        ("https://exk8s.example.com", api),
-        ("EXK8S-OPERATOR-TOKEN", token),
-        ("version: v1.35.3", &format!("version: {version}")),
-        ("replicas: 1", &format!("replicas: {replicas}")),
-        ("instanceType: e2.medium", "instanceType: dev.small"),
-        ("imageID: 42", "imageID: 1"),
-        ("subnetID: 7", "subnetID: 1"),
-    ]
-    .iter()
-    .fold(example.clone(), |text, (from, to)| {
-        assert!(
-            text.contains(from),
-            "the example no longer says {from:?}: {example}"
-        );
-        text.replace(from, to)
-    })
+        .find(|b| b.contains(marker))
+        .unwrap_or_else(|| panic!("docs/cluster-api.md has no example with {marker:?}"))
+}
+
+/// `example` with each `(from, to)` replaced; each `from` must be there.
+fn substituted(example: &str, replacements: &[(&str, &str)]) -> String {
+    replacements
+        .iter()
+        .fold(example.to_owned(), |text, (from, to)| {
+            assert!(
+                text.contains(from),
+                "the example no longer says {from:?}: {example}"
+            );
+            text.replace(from, to)
+        })
 }
 
 impl Management {

@@ -65,6 +65,7 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
                 ordinal: n.ordinal,
                 name: n.node_name,
                 private_ipv4: n.private_ipv4,
+                ready: n.phase.healthy(),
                 phase: n.phase.to_string(),
                 desired_generation: n.desired_generation,
                 applied_generation: n.applied_generation,

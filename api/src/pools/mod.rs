@@ -186,8 +186,24 @@ pub async fn update(
 ) -> Result<Pool, PoolError> {
     let cluster = crate::machineset::founded_cluster(&ctx.db, org_id, cluster_id).await?;
     let pool = get(ctx, org_id, cluster_id, pool_id).await?;
-    if let Some(to) = change.kubernetes_version {
-        release(ctx, &cluster, &pool.row, to).await?;
+    match (change.kubernetes_version, change.follow_control_plane) {
+        (Some(to), follow) => release(ctx, &cluster, &pool.row, to, follow).await?,
+        (None, Some(follow)) => {
+            // Following: the control plane's release; pinned: where it is now.
+            let to = if follow {
+                &cluster.kubernetes_version
+            } else {
+                pool.row
+                    .kubernetes_version
+                    .as_ref()
+                    .unwrap_or(&cluster.kubernetes_version)
+            };
+            let to = to.parse().map_err(|e: crate::upgrade::skew::NotARelease| {
+                PoolError::Conflict(e.to_string())
+            })?;
+            release(ctx, &cluster, &pool.row, to, Some(follow)).await?;
+        }
+        (None, None) => {}
     }
     if let Some(count) = change.count {
         check_room(ctx, &cluster, Some(pool.row.id), count).await?;
@@ -220,13 +236,15 @@ pub async fn update(
 }
 
 /// Moves `pool` to release `to`: offered, never newer than the oldest apiserver nor more than
-/// three minors older (the skew policy). The control plane's own target unpins the pool (it
-/// follows the control plane again); any other release pins it.
+/// three minors older (the skew policy). Unless `follow` says otherwise, the control plane's own
+/// target unpins the pool (it follows the control plane again) and any other release pins it;
+/// a pool cannot follow the control plane at another release than its.
 async fn release(
     ctx: &Pools,
     cluster: &db::clusters::ClusterRow,
     pool: &PoolRow,
     to: crate::upgrade::skew::Release,
+    follow: Option<bool>,
 ) -> Result<(), PoolError> {
     use crate::upgrade::skew::{self, Release};
     let offered = ctx
@@ -248,10 +266,22 @@ async fn release(
         .kubernetes_version
         .parse()
         .map_err(|e: skew::NotARelease| PoolError::Conflict(e.to_string()))?;
+    let follow = match follow {
+        Some(true) if to != target => {
+            return Err(FieldError::new(
+                "follow_control_plane",
+                format!(
+                    "a pool that follows the control plane runs its release, {target}, not {to}"
+                ),
+            )
+            .into());
+        }
+        Some(follow) => follow,
+        None => to == target,
+    };
     let nodes = db::nodes::list(&ctx.db.pool, cluster.id).await?;
     let oldest = crate::upgrade::state::oldest(target, &nodes);
     skew::pool(&pool.name, to, oldest).map_err(|e| PoolError::Conflict(e.to_string()))?;
-    let follow = to == target;
     if !db::pools::set_version(&ctx.db.pool, pool.id, &to.to_string(), follow, db::now()).await? {
         return Err(PoolError::Conflict(format!(
             "pool {} is being deleted",

@@ -43,6 +43,9 @@ pub struct PoolUpdate {
     pub taints_json: Option<String>,
     /// The release to run (its workers are replaced to match).
     pub kubernetes_version: Option<crate::upgrade::skew::Release>,
+    /// Whether it follows the control plane's release (`None`: it does when `kubernetes_version`
+    /// is the control plane's).
+    pub follow_control_plane: Option<bool>,
     pub max_surge: Option<i64>,
 }
 
@@ -186,11 +189,13 @@ impl Validate for UpdatePoolRequest {
             && self.labels.is_none()
             && self.taints.is_none()
             && self.kubernetes_version.is_none()
+            && self.follow_control_plane.is_none()
             && self.max_surge.is_none()
         {
             return Err(FieldError::new(
                 "count",
-                "nothing to change: give count, labels, taints, kubernetes_version or max_surge",
+                "nothing to change: give count, labels, taints, kubernetes_version, \
+                 follow_control_plane or max_surge",
             ));
         }
         Ok(PoolUpdate {
@@ -206,6 +211,7 @@ impl Validate for UpdatePoolRequest {
                     })
                 })
                 .transpose()?,
+            follow_control_plane: self.follow_control_plane,
             max_surge: self.max_surge.map(check_max_surge).transpose()?,
         })
     }

@@ -208,6 +208,91 @@ async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Ba
     );
 }
 
+async fn a_pool_pinned_at_the_control_planes_release_stays_there_through_its_upgrade(
+    backend: Backend,
+) {
+    let config = exk8s_api::app::ApiConfig {
+        kubernetes_versions: vec![OLD.into(), NEW.into()],
+        ..test_config()
+    };
+    let app = spawn_with(backend, config, None).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let member = credentials_for(&app, 7, &created).await.remove(0);
+    let key = NodeKey::generate().unwrap();
+    register(&app, &member, &key).await;
+    assert_eq!(report(&app, &member, "complete", "succeeded").await, 204);
+    let path = format!("/clusters/{cluster}/node-pools");
+    let made = app
+        .post(&path)
+        .json(&pool_body("blue", 0))
+        .send()
+        .await
+        .unwrap();
+    let id = json_of(made).await["id"].as_i64().unwrap();
+    let patch_pool = |body: Value| app.patch(&format!("{path}/{id}")).json(&body).send();
+
+    // Following at another release than the control plane's is refused, naming the field.
+    let refused = patch_pool(json!({ "kubernetes_version": NEW, "follow_control_plane": true }))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let error = json_of(refused).await;
+    assert_eq!(error["error"]["field"], "follow_control_plane", "{error}");
+    let pinned = patch_pool(json!({ "follow_control_plane": false }))
+        .await
+        .unwrap();
+    assert_eq!(pinned.status(), 202);
+    let pinned = json_of(pinned).await;
+    assert_eq!(
+        (
+            &pinned["kubernetes_version"],
+            &pinned["follow_control_plane"]
+        ),
+        (&json!(OLD), &json!(false))
+    );
+
+    // The control plane's upgrade ends; the pool stays at its release.
+    let started = app
+        .patch(&format!("/clusters/{cluster}"))
+        .json(&json!({ "kubernetes_version": NEW, "snapshot_first": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let update = update_payload(&app, fetch_update(&app, &member, &key).await).await;
+    sync_report(&app, &member, &key, "succeeded", update.identity.generation).await;
+    let view = json_of(
+        app.get(&format!("/clusters/{cluster}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(view["version"], NEW, "{view}");
+    let held = pool(&app, cluster, id).await;
+    assert_eq!(
+        (&held["kubernetes_version"], &held["follow_control_plane"]),
+        (&json!(OLD), &json!(false)),
+        "{held}"
+    );
+    // Following again takes the control plane's release.
+    let follows = json_of(
+        patch_pool(json!({ "follow_control_plane": true }))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (
+            &follows["kubernetes_version"],
+            &follows["follow_control_plane"]
+        ),
+        (&json!(NEW), &json!(true)),
+        "{follows}"
+    );
+}
+
 async fn without_a_surge_each_old_worker_goes_before_its_replacement_is_made(backend: Backend) {
     replaced_old_first(upgrading(backend, 0).await).await;
 }
@@ -435,3 +520,4 @@ both_backends!(a_pool_follows_its_control_plane_one_surge_worker_at_a_time);
 both_backends!(a_larger_surge_makes_every_new_worker_before_an_old_one_goes);
 both_backends!(without_a_surge_each_old_worker_goes_before_its_replacement_is_made);
 both_backends!(at_the_vm_quota_a_pool_is_replaced_old_worker_first);
+both_backends!(a_pool_pinned_at_the_control_planes_release_stays_there_through_its_upgrade);

@@ -3,7 +3,10 @@
 //! `exk8s-capi`; the docs' example manifest, naming the booted cluster (`spec.name`), brings it
 //! under Cluster API — adopted, not founded again — and the Cluster becomes `Available` in
 //! Cluster API's own status: its remote-connection probe reached the booted apiserver through
-//! the `<cluster>-kubeconfig` Secret exk8s-capi wrote.
+//! the `<cluster>-kubeconfig` Secret exk8s-capi wrote. Then the docs' MachinePool: exk8s makes
+//! a worker pool, the worker boots, and Cluster API's MachinePool controller matches its Node by
+//! the provider ID its kubelet registered (`status.nodeRefs`, one ready replica); deleting the
+//! MachinePool drains the worker and deletes its machine.
 //!
 //! Cluster API's controller sits on the cluster's network: the machine's network namespace
 //! (the LAN, and the management apiserver through a port the dev stack forwards into every
@@ -14,9 +17,12 @@
 use std::time::Duration;
 
 use exk8s_tests::cluster::{operator, view};
-use exk8s_tests::management::{Management, example_manifest};
+use exk8s_tests::machine::Machine;
+use exk8s_tests::management::{Management, example_manifest, example_workers_manifest};
+use exk8s_tests::timeline::mark;
 use serde_json::Value;
 
+use super::control_plane::admin;
 use super::one_node::OneNode;
 
 /// Condition `type_` of `object`'s status.
@@ -97,4 +103,125 @@ pub(crate) fn available(node: &OneNode<'_>, port: u16) {
         "Cluster API's Cluster, Available: {}",
         condition(&capi, "Available").unwrap()
     );
+    workers(node, &management, version);
+}
+
+/// Polls `done` every 2 s for `limit`; panics with the controllers' logs and `state` then.
+fn within(
+    management: &Management,
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+    state: impl Fn() -> String,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not after {limit:?}: {}\n{}",
+            state(),
+            management.controller_logs()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The docs' MachinePool of one worker on the booted cluster: its Node matched by provider ID,
+/// then deleted.
+fn workers(node: &OneNode<'_>, management: &Management, version: &str) {
+    mark("a MachinePool: exk8s makes a worker pool, the worker boots, its Node matched");
+    management
+        .apply(&example_workers_manifest(version, 1))
+        .unwrap();
+    let machine_pool = || {
+        management
+            .get("machinepool.cluster.x-k8s.io", "shop-workers")
+            .unwrap_or_default()
+    };
+    let pools = || {
+        let all: Value = operator(
+            node.stack,
+            "GET",
+            &format!("/clusters/{}/node-pools", node.cluster),
+        )
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+        all
+    };
+    let mut vm = 0;
+    within(
+        management,
+        "the worker's machine",
+        Duration::from_secs(120),
+        || {
+            vm = pools()[0]["nodes"][0]["vm_id"].as_i64().unwrap_or_default();
+            vm > 0
+        },
+        || pools().to_string(),
+    );
+    Machine::of(node.stack, vm).wait_booted();
+    within(
+        management,
+        "Cluster API: one ready replica, its Node matched",
+        Duration::from_secs(420),
+        || {
+            let mp = machine_pool();
+            mp["status"]["nodeRefs"]
+                .as_array()
+                .is_some_and(|r| r.len() == 1)
+                && mp["status"]["deprecated"]["v1beta1"]["readyReplicas"] == 1
+        },
+        || format!("{:#}\nexk8s: {:#}", machine_pool()["status"], pools()),
+    );
+    let mp = machine_pool();
+    let worker = &pools()[0]["nodes"][0];
+    let provider_id = format!("exk8s://{}/{vm}", node.cluster);
+    assert_eq!(worker["provider_id"], provider_id.as_str(), "{worker}");
+    assert_eq!(
+        mp["spec"]["providerIDList"],
+        serde_json::json!([provider_id]),
+        "{mp:#}"
+    );
+    assert_eq!(
+        mp["status"]["nodeRefs"][0]["name"], worker["name"],
+        "{mp:#}"
+    );
+    assert_eq!(mp["status"]["replicas"], 1, "{mp:#}");
+    // The Node as the worker's kubelet registered it.
+    let name = worker["name"].as_str().unwrap();
+    let registered = admin(
+        &node.machine,
+        &["get", "node", name, "-o", "jsonpath={.spec.providerID}"],
+    );
+    assert_eq!(registered, provider_id);
+    eprintln!("Cluster API's MachinePool: {:#}", mp["status"]);
+
+    mark("the MachinePool deleted: the worker drained, its machine gone");
+    management.kubectl_ok(&[
+        "delete",
+        "machinepool.cluster.x-k8s.io",
+        "shop-workers",
+        "--wait=false",
+    ]);
+    within(
+        management,
+        "the MachinePool, its ExK8sMachinePool and the exk8s pool gone",
+        Duration::from_secs(300),
+        || {
+            // The control-plane node's agent drains the worker (its timer is stopped here).
+            node.sync();
+            management
+                .get("machinepool.cluster.x-k8s.io", "shop-workers")
+                .is_none()
+                && management.get("exk8smachinepool", "shop-workers").is_none()
+                && pools().as_array().is_some_and(Vec::is_empty)
+        },
+        || format!("{:#}", pools()),
+    );
+    let left = view(node.stack, node.cluster);
+    assert_eq!(left["nodes"].as_array().unwrap().len(), 1, "{left:#}");
+    let nodes = admin(&node.machine, &["get", "nodes", "-o", "name"]);
+    assert!(!nodes.contains(name), "{nodes}");
 }

@@ -7,8 +7,8 @@
 //! its control plane initialized and its endpoint set; the kubeconfig Secret is in Cluster
 //! API's format; `clusterctl describe cluster` shows it; bad specs are refused naming the
 //! field; a refused upgrade is a condition with the API's reason; a paused Cluster is left
-//! alone; `spec.replicas` scales; deleting the Cluster deletes the exk8s cluster and its VMs,
-//! and every object goes.
+//! alone; `spec.replicas` scales; a MachinePool's workers are an exk8s pool ([`workers`]);
+//! deleting the Cluster deletes the exk8s cluster and its VMs, and every object goes.
 //!
 //! Not here: the `Available` condition, which needs Cluster API to reach the workload
 //! apiserver (its remote-connection probe); that takes a booted cluster.
@@ -31,6 +31,8 @@ use exk8s_tests::procs::wait_until;
 use exk8s_tests::timeline::{begin, mark};
 use serde_json::Value;
 
+mod workers;
+
 /// Condition `type_` of `object`'s status.
 fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
     object["status"]["conditions"]
@@ -51,8 +53,17 @@ fn agents_pass(stack: &Stack, dir: &Path, id: i64) {
         let booted = root.join("var/lib/exk8s/bootstrap.done").exists();
         let command = if booted { "sync" } else { "run" };
         let out = agent(stack, &keys, &root, vm, command, None);
+        // A worker being replaced or deleted may go between the view and its agent's call.
+        let gone = || {
+            let now: Value = cluster_view(stack, id);
+            !now["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["vm_id"] == vm)
+        };
         assert!(
-            out.status.success(),
+            out.status.success() || gone(),
             "exk8s-agent {command} for vm {vm}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -244,6 +255,8 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "the kubeconfig was minted again"
     );
 
+    workers::made(&management, &stack, dir, id, &default);
+
     let describe = std::process::Command::new(bins::cluster_api("clusterctl"))
         .args(["describe", "cluster", "shop", "--kubeconfig", &kubeconfig])
         .output()
@@ -258,6 +271,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         "Cluster default/shop",
         "ExK8sCluster default/shop",
         "ExK8sControlPlane default/shop",
+        "MachinePool default/shop-workers",
     ] {
         assert!(described.contains(line), "{described}");
     }
@@ -323,7 +337,8 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
     management
         .apply(&example_manifest(&stack.base, &stack.token, &default, 3))
         .unwrap();
-    std::thread::sleep(Duration::from_secs(8));
+    // It waits long enough for both.
+    workers::paused(&management, &stack, id, &default);
     let view: Value = cluster_view(&stack, id);
     assert_eq!(
         view["control_plane_members"]["desired"], 1,
@@ -370,6 +385,7 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
                 && condition(&cp, "SpecApplied").is_some_and(|c| c["status"] == "True")
         },
     );
+    workers::scaled(&management, &stack, dir, id);
 
     let next = version
         .as_array()
@@ -432,7 +448,15 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .iter()
         .map(|n| n["kubernetes_version"].as_str().unwrap_or("none"))
         .collect();
+    let versions: Vec<&str> = versions
+        .iter()
+        .zip(view["nodes"].as_array().unwrap())
+        .filter(|(_, n)| n["role"] == "control-plane")
+        .map(|(v, _)| *v)
+        .collect();
     assert_eq!(versions, [next.as_str(); 3], "{view:#}");
+    workers::held(&stack, id, &default);
+    workers::upgraded(&management, &stack, dir, id, &next);
     let cluster = management.get("cluster.cluster.x-k8s.io", "shop").unwrap();
     eprintln!(
         "Cluster API's Cluster after the upgrade: {:#}",
@@ -535,6 +559,8 @@ fn cluster_api_founds_scales_pauses_and_deletes_an_exk8s_cluster() {
         .output()
         .unwrap();
     assert!(verified.status.success(), "{verified:?}");
+
+    workers::deleted(&management, &stack, dir, id);
 
     mark("deleting the Cluster deletes the exk8s cluster");
     management.kubectl_ok(&["delete", "cluster.cluster.x-k8s.io", "shop", "--wait=false"]);
