@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/capi-binaries.sh [VERSION]
 #
-# Builds, once per machine, the real Cluster API the provider test runs (tests/tests/capi.rs):
+# Builds, once per machine, the real Cluster API the provider test runs (tests/tests/capi/):
 # its core controller (`core/main.go`: the Cluster, Machine and MachinePool controllers) and
 # clusterctl from the Go module sigs.k8s.io/cluster-api, and copies its core CRDs
 # (`core/config/crd/bases`). Its go.mod replaces sigs.k8s.io/cluster-api/api with ./api, which

@@ -126,9 +126,10 @@ if ! wait "$k8s_build"; then
   exit 1
 fi
 grep -E '^==> (k8s-binaries|e2e-binaries|s3-server)' "$k8s_log" >&2 || true
-# Cluster API (its core controller and CRDs: tests/tests/capi.rs, beside the booted clusters),
+# Cluster API (its core controller and CRDs: tests/tests/capi/, beside the booted clusters),
 # built from here in the background, niced, on the Go build cache the next minor just filled
-# (its k8s.io modules are the same release's): the booted clusters never wait for it.
+# (its k8s.io modules are the same release's): the booted clusters wait for it only when they
+# reach their Cluster API check before it is done (exk8s_tests::bins waits on its lock).
 log "Cluster API $cluster_api_version from its Go module (in the background, niced; built once per machine)"
 capi_log=$(mktemp)
 nice -n 10 bash scripts/capi-binaries.sh >"$capi_log.out" 2>"$capi_log" &

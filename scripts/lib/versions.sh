@@ -21,6 +21,6 @@ etcd_next=v3.6.14
 # migration policy (docs/upgrading-exk8s.md, "Migrations"); its agent predates the announcement
 # of the formats it reads.
 previous_release=793705ceb4547d47aa652c04dfa312c1435f73d0
-# Cluster API, whose core controller and CRDs drive exk8s-capi in tests/tests/capi.rs
+# Cluster API, whose core controller and CRDs drive exk8s-capi in tests/tests/capi/
 # (scripts/capi-binaries.sh builds them): its k8s.io modules are the next minor's (v0.36).
 cluster_api_version=v1.14.2

@@ -137,8 +137,21 @@ pub fn cluster_api_crds() -> PathBuf {
 const CLUSTER_API_VERSION: &str = "v1.14.2";
 
 fn cluster_api_dir(variable: &str, sub: &str) -> PathBuf {
-    std::env::var_os(variable).map_or_else(
-        || cache().join(format!("cluster-api-{CLUSTER_API_VERSION}/{sub}")),
-        PathBuf::from,
-    )
+    if let Some(dir) = std::env::var_os(variable) {
+        return dir.into();
+    }
+    let root = cache().join(format!("cluster-api-{CLUSTER_API_VERSION}"));
+    // scripts/test.sh builds it beside the booted clusters (which do not name it): a build under
+    // way holds the cache's lock until it is done.
+    let lock = cache().join(format!("cluster-api-{CLUSTER_API_VERSION}.lock"));
+    if !root.join(".done").exists() && lock.exists() {
+        let waited = std::process::Command::new("flock")
+            .arg("--shared")
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .expect("flock");
+        assert!(waited.success(), "flock {}: {waited}", lock.display());
+    }
+    root.join(sub)
 }
