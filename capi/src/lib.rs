@@ -12,6 +12,7 @@ pub mod infrastructure;
 pub mod kubeconfig;
 pub mod machine_pool;
 pub mod owner;
+pub mod rbac;
 
 use std::sync::Arc;
 use std::time::Duration;

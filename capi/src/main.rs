@@ -1,12 +1,13 @@
-//! `exk8s-capi`: exk8s as a Cluster API provider. `exk8s-capi crds` prints its CRDs;
-//! `exk8s-capi run` runs the controllers of `ExK8sCluster` (infrastructure) and
-//! `ExK8sControlPlane` (control plane) against the management cluster the kubeconfig names
-//! (`KUBECONFIG`, or the pod's service account in a cluster).
+//! `exk8s-capi`: exk8s as a Cluster API provider. `exk8s-capi crds` prints its CRDs,
+//! `exk8s-capi rbac` the permissions it needs; `exk8s-capi run` runs the controllers of
+//! `ExK8sCluster` (infrastructure), `ExK8sControlPlane` (control plane) and `ExK8sMachinePool`
+//! (workers) against the management cluster the kubeconfig names (`KUBECONFIG`, or the pod's
+//! service account in a cluster).
 
 use std::io::Write as _;
 
 use clap::{Parser, Subcommand};
-use exk8s_capi::{crd, run};
+use exk8s_capi::{crd, rbac, run};
 
 #[derive(Parser)]
 #[command(
@@ -21,8 +22,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the provider's CRDs (ExK8sCluster, ExK8sControlPlane) as YAML for `kubectl apply -f -`.
+    /// Print the provider's CRDs (ExK8sCluster, ExK8sControlPlane, ExK8sMachinePool) as YAML for
+    /// `kubectl apply -f -`.
     Crds,
+    /// Print the ClusterRole `run` needs and a ClusterRoleBinding granting it, as YAML for
+    /// `kubectl apply -f -`: its kinds and their status, Cluster API's Cluster and MachinePool
+    /// (read), Secrets (read; create and patch the kubeconfig Secrets).
+    Rbac {
+        /// The service account it runs as, NAMESPACE/NAME.
+        #[arg(
+            long,
+            value_name = "NAMESPACE/NAME",
+            conflicts_with = "user",
+            required_unless_present = "user"
+        )]
+        service_account: Option<rbac::Identity>,
+        /// The user it runs as (its kubeconfig's client certificate's common name).
+        #[arg(long)]
+        user: Option<String>,
+    },
     /// Run the controllers against the management cluster: the one `KUBECONFIG` names, or,
     /// in a pod, its service account's. Each object's exk8s API and token come from the Secret
     /// its `credentialsRef` names. `RUST_LOG` sets the log level (default `info`).
@@ -32,23 +50,19 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds => match crd::crds_yaml() {
-            Ok(yaml) => {
-                let mut out = std::io::stdout().lock();
-                if out
-                    .write_all(yaml.as_bytes())
-                    .and_then(|()| out.flush())
-                    .is_err()
-                {
-                    return std::process::ExitCode::FAILURE;
-                }
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("exk8s-capi: the CRDs cannot be written as YAML: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        },
+        Command::Crds => print("the CRDs", crd::crds_yaml()),
+        Command::Rbac {
+            service_account,
+            user,
+        } => {
+            let identity = match (service_account, user) {
+                (Some(account), _) => account,
+                (None, Some(user)) => rbac::Identity::User(user),
+                // clap requires one of them.
+                (None, None) => return std::process::ExitCode::FAILURE,
+            };
+            print("the RBAC", rbac::rbac_yaml(&identity))
+        }
         Command::Run => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -70,6 +84,27 @@ fn main() -> std::process::ExitCode {
                     std::process::ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Writes `yaml` (what `what` is) to stdout.
+fn print(what: &str, yaml: Result<String, yaml_serde::Error>) -> std::process::ExitCode {
+    match yaml {
+        Ok(yaml) => {
+            let mut out = std::io::stdout().lock();
+            if out
+                .write_all(yaml.as_bytes())
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                return std::process::ExitCode::FAILURE;
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("exk8s-capi: {what} cannot be written as YAML: {e}");
+            std::process::ExitCode::FAILURE
         }
     }
 }

@@ -22,6 +22,8 @@ pub struct Management {
     pub kubeconfig: PathBuf,
     /// The CA that signed every certificate here (`ca.crt`, `ca.key` in `dir`).
     pub ca: PathBuf,
+    /// The apiserver's port on 127.0.0.1.
+    port: u16,
     procs: Vec<Proc>,
 }
 
@@ -87,6 +89,29 @@ fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> Proc {
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}", program.display())),
     )
+}
+
+/// `dir/<name>.kubeconfig`: the apiserver on `port` with the client certificate `<name>.crt`.
+fn kubeconfig_of(dir: &Path, port: u16, name: &str) -> PathBuf {
+    let b64 = |file: &str| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(dir.join(file)).unwrap())
+    };
+    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: management\n  cluster:\n    \
+             server: https://127.0.0.1:{port}\n    certificate-authority-data: {}\nusers:\n\
+             - name: {name}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n\
+             contexts:\n- name: management\n  context:\n    cluster: management\n    user: {name}\n\
+             current-context: management\n",
+            b64("ca.crt"),
+            b64(&format!("{name}.crt")),
+            b64(&format!("{name}.key"))
+        ),
+    )
+    .unwrap();
+    kubeconfig
 }
 
 /// The example manifest of docs/cluster-api.md, exactly, with this test's exk8s API, token,
@@ -237,28 +262,12 @@ impl Management {
                 "--profiling=false".into(),
             ],
         );
-        let b64 = |name: &str| {
-            base64::engine::general_purpose::STANDARD.encode(std::fs::read(dir.join(name)).unwrap())
-        };
-        let kubeconfig = dir.join("admin.kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: management\n  cluster:\n    \
-                 server: https://127.0.0.1:{secure}\n    certificate-authority-data: {}\nusers:\n\
-                 - name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n\
-                 contexts:\n- name: management\n  context:\n    cluster: management\n    user: admin\n\
-                 current-context: management\n",
-                b64("ca.crt"),
-                b64("admin.crt"),
-                b64("admin.key")
-            ),
-        )
-        .unwrap();
+        let kubeconfig = kubeconfig_of(dir, secure, "admin");
         let mut management = Self {
             dir: dir.to_owned(),
             kubeconfig,
             ca: dir.join("ca.crt"),
+            port: secure,
             procs: vec![etcd, apiserver],
         };
         wait_until(
@@ -406,10 +415,26 @@ impl Management {
 
     /// `exk8s-capi run` against this cluster.
     pub fn start_exk8s_capi(&mut self) {
+        // As the user `exk8s-capi rbac` grants, and nothing more: what it needs is all it has.
+        let user = "exk8s-capi";
+        let rbac = Command::new(binary("exk8s-capi"))
+            .args(["rbac", "--user", user])
+            .output()
+            .unwrap();
+        assert!(rbac.status.success(), "exk8s-capi rbac: {rbac:?}");
+        self.apply(&String::from_utf8(rbac.stdout).unwrap())
+            .unwrap();
+        issue(
+            &self.dir,
+            user,
+            &format!("/CN={user}"),
+            "extendedKeyUsage=clientAuth\n",
+        );
+        let kubeconfig = kubeconfig_of(&self.dir, self.port, user);
         let mut command = Command::new(binary("exk8s-capi"));
         command
             .arg("run")
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info");
         self.spawn("exk8s-capi", command);
     }
