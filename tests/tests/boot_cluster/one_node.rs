@@ -4,7 +4,8 @@
 //! the unit once per step, so it can look between steps):
 //!
 //! - **Cluster API** ([`super::cluster_api`]): adopts the cluster and reaches its apiserver:
-//!   the Cluster `Available` in Cluster API's status.
+//!   the Cluster `Available` in Cluster API's status; a MachinePool's worker boots and its Node
+//!   is matched by provider ID; the MachinePool's delete drains it and deletes its machine.
 //! - **a snapshot** ([`snapshot`]): `exk8s snapshots create --wait`, which follows it on the
 //!   cluster's event stream until it is stored; the agent streams it from the
 //!   member's etcd and uploads it; the bucket holds only ciphertext; what `exk8s snapshots
