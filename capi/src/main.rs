@@ -28,17 +28,13 @@ enum Command {
     /// Print the ClusterRole `run` needs and a ClusterRoleBinding granting it, as YAML for
     /// `kubectl apply -f -`: its kinds and their status, Cluster API's Cluster and MachinePool
     /// (read), Secrets (read; create and patch the kubeconfig Secrets).
+    #[command(group = clap::ArgGroup::new("identity").required(true).multiple(false))]
     Rbac {
         /// The service account it runs as, NAMESPACE/NAME.
-        #[arg(
-            long,
-            value_name = "NAMESPACE/NAME",
-            conflicts_with = "user",
-            required_unless_present = "user"
-        )]
+        #[arg(long, value_name = "NAMESPACE/NAME", group = "identity")]
         service_account: Option<rbac::Identity>,
         /// The user it runs as (its kubeconfig's client certificate's common name).
-        #[arg(long)]
+        #[arg(long, group = "identity")]
         user: Option<String>,
     },
     /// Run the controllers against the management cluster: the one `KUBECONFIG` names, or,
