@@ -78,7 +78,7 @@ EXK8S_ETCD_BIN=$(sed -n 1p <<<"$bins")
 EXK8S_K8S_BIN=$(sed -n 2p <<<"$bins")
 export EXK8S_ETCD_BIN EXK8S_K8S_BIN
 kubeadm=$(bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" --kubeadm | sed -n 4p)
-bash scripts/e2e-binaries.sh "$k8s_version" >/dev/null
+bash scripts/e2e-binaries.sh "$k8s_version" --agnhost >/dev/null
 registry=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN")
 EXK8S_NODE_REGISTRY=$(sed -n 1p <<<"$registry")
 EXK8S_NODE_HELM=$(sed -n 3p <<<"$registry")

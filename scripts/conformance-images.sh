@@ -52,7 +52,7 @@ release_src=$cache/$k8s_version/src
 [ -f "$release_src/go.mod" ] || die "no $release_src/go.mod: run scripts/k8s-binaries.sh $k8s_version first"
 e2e=$cache/$k8s_version-e2e
 [ -x "$e2e/bin/e2e.test" ] || die "no $e2e/bin/e2e.test: run scripts/e2e-binaries.sh $k8s_version first"
-agnhost_version=$(cat "$e2e/agnhost-version")
+agnhost_version=$(cat "$cache/$k8s_version-agnhost/agnhost-version")
 if [ ! -x "$tools/registry" ] || [ ! -x "$tools/crane" ]; then
   die "no registry or crane in $tools (scripts/node-registry.sh prints the registry's path)"
 fi

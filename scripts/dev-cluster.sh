@@ -80,7 +80,7 @@ if [ -n "${EXK8S_NODE_REGISTRY:-}" ]; then
   EXK8S_NODE_HELM=${EXK8S_NODE_HELM:?EXK8S_NODE_HELM goes with EXK8S_NODE_REGISTRY}
 else
   # agnhost, the workloads' test image the registry serves (with the end-to-end suite).
-  bash scripts/e2e-binaries.sh "$k8s_version" >/dev/null
+  bash scripts/e2e-binaries.sh "$k8s_version" --agnhost >/dev/null
   registry=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN")
   registry_bin=$(sed -n 1p <<<"$registry")
   registry_store=$(sed -n 2p <<<"$registry")

@@ -185,8 +185,8 @@ for bin_dir in "$@"; do
 done
 # agnhost, the workloads' and the conformance tests' image, from the first release
 # (scripts/e2e-binaries.sh builds it); busybox, theirs too, is built below.
-agnhost=$cache/${releases[0]}-e2e
-[ -x "$agnhost/bin/agnhost" ] || die "no $agnhost/bin/agnhost (scripts/e2e-binaries.sh ${releases[0]} builds it)"
+agnhost=$cache/${releases[0]}-agnhost
+[ -x "$agnhost/bin/agnhost" ] || die "no $agnhost/bin/agnhost (scripts/e2e-binaries.sh ${releases[0]} --agnhost builds it)"
 agnhost_version=$(cat "$agnhost/agnhost-version")
 # Porter's TLS pair, which upstream's agnhost image carries, from the release's module (kept:
 # the module itself need not stay in Go's cache).

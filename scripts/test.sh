@@ -59,11 +59,11 @@ source scripts/lib/versions.sh
 # they are freed below, before the tests, whose booted machines need the room.
 export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
 log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
-log "Kubernetes $k8s_version (with its end-to-end suite) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+log "Kubernetes $k8s_version (with its test image's agnhost) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
-    bash scripts/e2e-binaries.sh "$k8s_version" >"$k8s_log.e2e" &&
+    bash scripts/e2e-binaries.sh "$k8s_version" --agnhost >"$k8s_log.agnhost" &&
     bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
     bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
@@ -99,26 +99,31 @@ cargo fmt --all --check
 # on), with warnings as errors — the same lints as `cargo clippy --all-targets -- -D warnings`,
 # and no second, check-only compile of every dependency. `cargo test` below runs under the
 # same wrapper, so it finds everything built. Every target is built (benches in the dev
-# profile): the end-to-end tests run the binaries; asking for the test targets resolves
-# features with the dev-dependencies, as `cargo test` does.
+# profile): the end-to-end tests run the binaries; asking for a test target resolves features
+# with the dev-dependencies, as `cargo test` does. Always asked of the whole workspace: one
+# package alone resolves its dependencies' features apart, and would build them again.
 clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
   { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
 linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
-log "cargo build with clippy's lints (warnings are errors): every target, as cargo test resolves them"
-"${linted[@]}" cargo build --workspace --locked --all-targets
 
-# Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
-log "no dependency circle between files or modules (tools/module-cycles)"
-target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
-  fuzz/src tools/module-cycles/src tools/cli-reference/src
-
-# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
-# built from its commit into this target directory, only its own crates compiling, once per
-# machine. Here, between the build above and the test build below, which puts this commit's
-# binaries back in target/debug/.
-log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine)"
-EXK8S_PREVIOUS_BIN=$(bash scripts/previous-release.sh)
-export EXK8S_PREVIOUS_BIN
+# The booted clusters (tests/tests/boot_cluster.rs: four real clusters, two at a time, about 25
+# minutes, much of it waiting on real control planes) are the run's longest part, so they start
+# as soon as what they need is built: first their test and the programs they run, and only
+# then, beside them, every other target.
+log "cargo build with clippy's lints (warnings are errors): the booted clusters' test and the programs it runs"
+boot_bin=$("${linted[@]}" cargo build --workspace --locked --test boot_cluster \
+  --bin exk8s-api --bin exk8s-agent --bin exk8s --bin exk8s-capi --message-format=json-render-diagnostics |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
+        print(m["executable"])')
+[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not built" >&2; exit 1; }
+# Their own copy of the programs: the previous release's pass through target/debug/ below.
+workspace_bin=$(mktemp -d)
+for name in exk8s-api exk8s-agent exk8s exk8s-capi; do
+  cp "target/debug/$name" "$workspace_bin/"
+done
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
@@ -126,21 +131,35 @@ if ! wait "$k8s_build"; then
   exit 1
 fi
 grep -E '^==> (k8s-binaries|e2e-binaries|s3-server)' "$k8s_log" >&2 || true
-# Cluster API (its core controller and CRDs: tests/tests/capi/, beside the booted clusters),
-# built from here in the background, niced, on the Go build cache the next minor just filled
-# (its k8s.io modules are the same release's): the booted clusters wait for it only when they
-# reach their Cluster API check before it is done (exk8s_tests::bins waits on its lock).
-log "Cluster API $cluster_api_version from its Go module (in the background, niced; built once per machine)"
-capi_log=$(mktemp)
-nice -n 10 bash scripts/capi-binaries.sh >"$capi_log.out" 2>"$capi_log" &
-capi_build=$!
+# Cluster API (its core controller and CRDs: tests/tests/capi/ and the booted one-node cluster)
+# and Kubernetes' end-to-end suite (the booted conformance check), built from here in the
+# background, niced, on the Go build cache the two releases just filled (the same k8s.io
+# modules): the tests wait for each only when they reach its check before it is done
+# (exk8s_tests::bins waits on its cache's lock, which each build takes as it starts). Then Go's
+# caches are no longer needed: about 15 GiB, freed for the booted machines.
+log "Cluster API $cluster_api_version and Kubernetes' end-to-end suite from their Go modules (in the background, niced; built once per machine); then Go's caches are freed"
+late_go_log=$(mktemp)
+late_go() {
+  local capi e2e failed=0
+  nice -n 5 bash scripts/capi-binaries.sh >/dev/null 2>"$late_go_log.capi" &
+  capi=$!
+  nice -n 5 bash scripts/e2e-binaries.sh "$k8s_version" >/dev/null 2>"$late_go_log.e2e" &
+  e2e=$!
+  wait "$capi" || { cat "$late_go_log.capi"; echo "building Cluster API failed (above)"; failed=1; }
+  wait "$e2e" || { cat "$late_go_log.e2e"; echo "building Kubernetes' end-to-end suite failed (above)"; failed=1; }
+  [ "$failed" -eq 0 ] || return 1
+  grep -hE '^==> (capi|e2e)-binaries' "$late_go_log.capi" "$late_go_log.e2e" || true
+  echo "freeing Go's build and module caches ($(du -sch "$GOCACHE" "$GOMODCACHE" 2>/dev/null | tail -n 1 | cut -f1)): every Go-built tool is cached in /var/cache/exk8s"
+  go clean -cache -modcache
+}
+late_go >"$late_go_log" 2>&1 &
+late_go_build=$!
 EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
 EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
-EXK8S_E2E_TEST=$(sed -n 3p "$k8s_log.e2e")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER EXK8S_E2E_TEST
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
 if ! wait "$image_build"; then
   cat "$image_log" >&2
   echo "building the node image failed (above)" >&2
@@ -166,6 +185,48 @@ EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p <<<"$registry_out")
 EXK8S_NODE_HELM=$(sed -n 3p <<<"$registry_out")
 export EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
 
+# Two booted clusters at once hold about 10 GiB of machine roots (a control-plane node's
+# containerd keeps both releases' images), and the release builds grow target/ beside them.
+free_gib=$(( $(df --output=avail -k / | tail -n 1) / 1024 / 1024 ))
+log "disk: $free_gib GiB free on / as the booted clusters start (and Go's caches are freed once its last builds are done)"
+if [ "$free_gib" -lt 16 ]; then
+  log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
+fi
+
+mapfile -t booted_tests < <("$boot_bin" --list --format terse | sed -n 's/: test$//p')
+[ "${#booted_tests[@]}" -gt 0 ] || { echo "$boot_bin lists no test" >&2; exit 1; }
+log "the booted clusters: ${booted_tests[*]} (in the background from here; their output follows the other checks)"
+boot_log=$(mktemp)
+(cd tests && EXK8S_WORKSPACE_BIN=$workspace_bin exec "$boot_bin") >"$boot_log" 2>&1 &
+boot_lane=$!
+boot_started=$SECONDS
+# A check below that fails ends the run only once the booted clusters have ended too (their
+# machines stop with them), their output shown.
+trap 'if kill -0 "$boot_lane" 2>/dev/null; then
+  log "a check failed: waiting for the booted clusters to end (their machines stop with them)"
+  wait "$boot_lane" || true
+  cat "$boot_log"
+fi' EXIT
+skip_booted=(--exact)
+for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
+
+# Everything from here runs niced beside the booted clusters: their waits are theirs to take.
+log "cargo build with clippy's lints (warnings are errors): every other target, as cargo test resolves them (niced)"
+nice -n 10 "${linted[@]}" cargo build --workspace --locked --all-targets
+
+# Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
+log "no dependency circle between files or modules (tools/module-cycles)"
+target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
+  fuzz/src tools/module-cycles/src tools/cli-reference/src
+
+# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
+# built from its commit into this target directory, only its own crates compiling, once per
+# machine. Here, between the build above and the test build below, which puts this commit's
+# binaries back in target/debug/ (the booted clusters run their own copy).
+log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine; niced)"
+EXK8S_PREVIOUS_BIN=$(nice -n 10 bash scripts/previous-release.sh)
+export EXK8S_PREVIOUS_BIN
+
 # The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
 # cores the tests leave idle (a real control plane waits on its components much of the time), so
 # they never slow a test, and packaging later finds them built. The packages are made from the
@@ -179,59 +240,6 @@ log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE
 release_log=$(mktemp)
 chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
 release_builds=$!
-
-# The booted clusters (tests/tests/boot_cluster.rs: four real clusters, two at a time, about 25
-# minutes, much of it waiting on real control planes) run from here beside everything after
-# them: the rest of the suite runs niced (their waits are the booted machines' to take), and the
-# checks after it. Their output is printed once they end; either failing fails the run.
-# (Asked of the whole workspace, as the build above: one package alone resolves its dependencies'
-# features apart, and would build them again.)
-boot_bin=$("${linted[@]}" cargo test --workspace --locked --no-run --message-format=json |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not found (cargo test --no-run)" >&2; exit 1; }
-mapfile -t booted_tests < <("$boot_bin" --list --format terse | sed -n 's/: test$//p')
-[ "${#booted_tests[@]}" -gt 0 ] || { echo "$boot_bin lists no test" >&2; exit 1; }
-log "the booted clusters: ${booted_tests[*]} (in the background from here; their output follows the other checks)"
-boot_log=$(mktemp)
-(cd tests && exec "$boot_bin") >"$boot_log" 2>&1 &
-boot_lane=$!
-boot_started=$SECONDS
-# A check below that fails ends the run only once the booted clusters have ended too (their
-# machines stop with them), their output shown.
-trap 'if kill -0 "$boot_lane" 2>/dev/null; then
-  log "a check failed: waiting for the booted clusters to end (their machines stop with them)"
-  wait "$boot_lane" || true
-  cat "$boot_log"
-fi' EXIT
-skip_booted=(--exact)
-for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
-
-# Cluster API for the provider test, and then Go's caches are no longer needed.
-if ! wait "$capi_build"; then
-  cat "$capi_log" >&2
-  echo "building Cluster API failed (above)" >&2
-  exit 1
-fi
-grep -E '^==> capi-binaries' "$capi_log" >&2 || true
-EXK8S_CAPI_BIN=$(sed -n 1p "$capi_log.out")
-EXK8S_CAPI_CRDS=$(sed -n 2p "$capi_log.out")
-export EXK8S_CAPI_BIN EXK8S_CAPI_CRDS
-
-if [ -d "$GOCACHE" ] || [ -d "$GOMODCACHE" ]; then
-  log "freeing Go's build and module caches ($(du -sch "$GOCACHE" "$GOMODCACHE" 2>/dev/null | tail -n 1 | cut -f1)): every Go-built tool is cached in /var/cache/exk8s"
-  go clean -cache -modcache
-fi
-# Two booted clusters at once hold about 10 GiB of machine roots (a control-plane node's
-# containerd keeps both releases' images), and the release builds grow target/ beside them.
-free_gib=$(( $(df --output=avail -k / | tail -n 1) / 1024 / 1024 ))
-log "disk: $free_gib GiB free on / for the tests"
-if [ "$free_gib" -lt 16 ]; then
-  log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
-fi
 
 log "cargo test (the whole workspace but the booted clusters, beside them, niced)"
 # Kept in a file too: a failing test's panic sits between its captured output (the real
@@ -260,6 +268,13 @@ cargo deny --locked --manifest-path common/Cargo.toml --exclude-dev check bans
 # The documentation as a book (its pages' links are checked by tests/tests/docs.rs).
 log "mdbook build (the documentation as a book, into target/book)"
 mdbook build
+
+log "waiting for Cluster API's and the end-to-end suite's builds"
+if ! wait "$late_go_build"; then
+  cat "$late_go_log" >&2
+  exit 1
+fi
+cat "$late_go_log" >&2
 
 log "waiting for the packaging builds"
 if ! wait "$release_builds"; then

@@ -3,7 +3,7 @@
 //! at the versions the renderer pins. A missing binary stops the test naming the script: never
 //! a silent skip, never Debian's older etcd in their place.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The etcd release the renderer pins for [`KUBERNETES_VERSION`] (`render::input`), built by
 /// `scripts/k8s-binaries.sh`.
@@ -141,9 +141,34 @@ fn cluster_api_dir(variable: &str, sub: &str) -> PathBuf {
         return dir.into();
     }
     let root = cache().join(format!("cluster-api-{CLUSTER_API_VERSION}"));
-    // scripts/test.sh builds it beside the booted clusters (which do not name it): a build under
-    // way holds the cache's lock until it is done.
-    let lock = cache().join(format!("cluster-api-{CLUSTER_API_VERSION}.lock"));
+    wait_for_build(&root);
+    root.join(sub)
+}
+
+/// Kubernetes' end-to-end suite `e2e.test` of [`KUBERNETES_VERSION`] (its `[Conformance]` specs
+/// are the conformance tests): `EXK8S_E2E_TEST`, or the one `scripts/e2e-binaries.sh` built into
+/// the cache.
+pub fn e2e_test() -> PathBuf {
+    let path = std::env::var_os("EXK8S_E2E_TEST").map_or_else(
+        || cache().join(format!("{KUBERNETES_VERSION}-e2e/bin/e2e.test")),
+        PathBuf::from,
+    );
+    if let Some(root) = path.parent().and_then(Path::parent) {
+        wait_for_build(root);
+    }
+    assert!(
+        path.is_file(),
+        "{} is missing: run `scripts/e2e-binaries.sh {KUBERNETES_VERSION}` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Waits while a build of the cache directory `root` is under way. scripts/test.sh builds
+/// Cluster API and the end-to-end suite beside the booted clusters, which reach them only
+/// later: a build holds `<root>.lock` until it stamps `<root>/.done` (scripts/lib/cache.sh).
+fn wait_for_build(root: &Path) {
+    let lock = PathBuf::from(format!("{}.lock", root.display()));
     if !root.join(".done").exists() && lock.exists() {
         let waited = std::process::Command::new("flock")
             .arg("--shared")
@@ -153,5 +178,4 @@ fn cluster_api_dir(variable: &str, sub: &str) -> PathBuf {
             .expect("flock");
         assert!(waited.success(), "flock {}: {waited}", lock.display());
     }
-    root.join(sub)
 }

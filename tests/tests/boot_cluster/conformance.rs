@@ -1,13 +1,13 @@
 //! A bounded selection of Kubernetes' conformance tests run against the booted cluster: the
-//! real `e2e.test` of the cluster's release (`scripts/e2e-binaries.sh`, named by
-//! `EXK8S_E2E_TEST`), from the first machine's LAN with its admin kubeconfig. Services,
-//! networking across nodes, pod DNS settings, pods, ConfigMaps and Secrets, service account
-//! tokens, authorization and an admission webhook (the apiserver reaching a Service from its
+//! real `e2e.test` of the cluster's release (`scripts/e2e-binaries.sh`; where it is:
+//! [`exk8s_tests::bins::e2e_test`]), from the first machine's LAN with its admin kubeconfig.
+//! Services, networking across nodes, pod DNS settings, pods, ConfigMaps and Secrets, service
+//! account tokens, authorization and an admission webhook (the apiserver reaching a Service from its
 //! host's network) — each a `[Conformance]` spec whose images the node registry serves
 //! (agnhost, busybox, pause). Judged by the suite's own JUnit report: every selected spec ran
 //! and passed. The whole suite is `scripts/conformance.sh`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use exk8s_tests::machine::Machine;
@@ -28,18 +28,6 @@ const SELECTED: [&str; 13] = [
     "[sig-auth] SubjectReview should support SubjectReview API operations",
     "[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should be able to deny pod and configmap creation",
 ];
-
-fn e2e_test() -> PathBuf {
-    let path = std::env::var_os("EXK8S_E2E_TEST")
-        .map(PathBuf::from)
-        .expect("EXK8S_E2E_TEST is not set: run `scripts/e2e-binaries.sh` (scripts/test.sh does)");
-    assert!(
-        path.is_file(),
-        "EXK8S_E2E_TEST: {} is missing",
-        path.display()
-    );
-    path
-}
 
 /// `text` as a regular expression matching itself.
 fn escaped(text: &str) -> String {
@@ -85,7 +73,7 @@ pub(crate) fn run_conformance(first: &Machine, dir: &Path) {
     let (log, report) = (dir.join("e2e.log"), dir.join("junit.xml"));
     let started = Instant::now();
     let status = first
-        .on_lan(e2e_test().to_str().unwrap())
+        .on_lan(exk8s_tests::bins::e2e_test().to_str().unwrap())
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args([
             "--provider=skeleton",

@@ -3,9 +3,6 @@
 //! by its agent's sync unit as its timer runs it (the timer itself stopped: the test starts
 //! the unit once per step, so it can look between steps):
 //!
-//! - **Cluster API** ([`super::cluster_api`]): adopts the cluster and reaches its apiserver:
-//!   the Cluster `Available` in Cluster API's status; a MachinePool's worker boots and its Node
-//!   is matched by provider ID; the MachinePool's delete drains it and deletes its machine.
 //! - **a snapshot** ([`snapshot`]): `exk8s snapshots create --wait`, which follows it on the
 //!   cluster's event stream until it is stored; the agent streams it from the
 //!   member's etcd and uploads it; the bucket holds only ciphertext; what `exk8s snapshots
@@ -21,6 +18,9 @@
 //!   token issued before the snapshot authenticates.
 //! - **the service-account key's rotation** ([`super::sa_key`]), then **the front proxy's
 //!   CA's** ([`super::ca_rotation`]), one sync per phase.
+//! - **Cluster API** ([`super::cluster_api`]): adopts the cluster and reaches its apiserver:
+//!   the Cluster `Available` in Cluster API's status; a MachinePool's worker boots and its Node
+//!   is matched by provider ID; the MachinePool's delete drains it and deletes its machine.
 //! - **growing to three members, the cluster CA's rotation there ([`super::ca_rotation`]), and
 //!   back to one** ([`super::scale`]), its sync timer's work
 //!   done by the test every few seconds on every member.
@@ -173,9 +173,7 @@ pub(crate) fn run() {
     );
     mark("founded; the machine boots");
     let node = OneNode::booted(&stack, &founded, dir);
-    mark("booted; Cluster API adopts it and reaches it: Available");
-    super::cluster_api::available(&node, management);
-    mark("a snapshot");
+    mark("booted; a snapshot");
 
     // What the snapshot holds: 1,000 ConfigMaps, one more by name, a Secret, and a service
     // account's token.
@@ -213,6 +211,9 @@ pub(crate) fn run() {
     let token = super::sa_key::rotate(&node, &token);
     mark("the front proxy CA's rotation");
     super::ca_rotation::rotate_front_proxy(&node);
+    // Late enough that scripts/test.sh has built Cluster API beside the booted clusters.
+    mark("Cluster API adopts the cluster and reaches it: Available");
+    super::cluster_api::available(&node, management);
     mark("grow to three, rotate the CA, shrink");
     super::scale::grow_and_shrink(&node);
     mark("a cluster founded from the snapshot");
