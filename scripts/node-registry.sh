@@ -25,7 +25,7 @@
 #
 # Output, on stdout: the registry's binary, its storage directory and helm, one per line (serve
 # the storage with `registry serve` and a configuration naming it; tests/src/registry.rs does).
-# With --tools, only the tools are built (nothing printed): what needs neither Kubernetes
+# With --tools, only the tools (and BusyBox) are built (nothing printed): what needs neither Kubernetes
 # binaries nor the node image, started early. Everything else goes to stderr. Idempotent (a finished build leaves a stamp)
 # and safe when several callers ask at once (flock). Needs go, cc (static libc) and python3.
 set -euo pipefail
@@ -168,39 +168,6 @@ build_flannel() {
   [ "$out" = "$flannel_version" ] || die "flanneld --version says '$out', not $flannel_version"
 }
 with_lock "$flannel" build_flannel
-[ "$1" != --tools ] || exit 0
-
-# Each release's binaries: its control plane's, and its kube-proxy beside them.
-releases=()
-declare -A bins=()
-for bin_dir in "$@"; do
-  [ -x "$bin_dir/kube-apiserver" ] || die "$bin_dir holds no kube-apiserver (run scripts/k8s-binaries.sh)"
-  release=$("$bin_dir/kube-apiserver" --version | awk '{print $2}')
-  [[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "kube-apiserver --version says '$release'"
-  [ -z "${bins[$release]:-}" ] || die "$release is named twice"
-  [ -x "$cache/$release-kube-proxy/bin/kube-proxy" ] ||
-    die "no $cache/$release-kube-proxy/bin/kube-proxy (scripts/k8s-binaries.sh builds it)"
-  releases+=("$release")
-  bins[$release]=$bin_dir
-done
-# agnhost, the workloads' and the conformance tests' image, from the first release
-# (scripts/e2e-binaries.sh builds it); busybox, theirs too, is built below.
-agnhost=$cache/${releases[0]}-agnhost
-[ -x "$agnhost/bin/agnhost" ] || die "no $agnhost/bin/agnhost (scripts/e2e-binaries.sh ${releases[0]} --agnhost builds it)"
-agnhost_version=$(cat "$agnhost/agnhost-version")
-# Porter's TLS pair, which upstream's agnhost image carries, from the release's module (kept:
-# the module itself need not stay in Go's cache).
-porter=$cache/${releases[0]}-porter
-copy_porter() {
-  local dir=$1 module
-  module=$(cd "$cache/${releases[0]}/src" && gomod mod download -json k8s.io/kubernetes |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
-  cp "$module/test/images/agnhost/porter/localhost.crt" \
-    "$module/test/images/agnhost/porter/localhost.key" "$dir/"
-  chmod 0644 "$dir"/localhost.*
-}
-with_lock "$porter" copy_porter
-
 # BusyBox at the suite's version, from its source as Debian archives it (its checksum pinned),
 # configured as upstream's image is (`make defconfig`), static; less `tc`, which no longer
 # builds against current kernel headers. Debian's own busybox-static is configured otherwise:
@@ -236,6 +203,39 @@ build_busybox() {
 }
 with_lock "$cache/busybox-$busybox_version" build_busybox
 busybox=$cache/busybox-$busybox_version/bin/busybox
+[ "$1" != --tools ] || exit 0
+
+# Each release's binaries: its control plane's, and its kube-proxy beside them.
+releases=()
+declare -A bins=()
+for bin_dir in "$@"; do
+  [ -x "$bin_dir/kube-apiserver" ] || die "$bin_dir holds no kube-apiserver (run scripts/k8s-binaries.sh)"
+  release=$("$bin_dir/kube-apiserver" --version | awk '{print $2}')
+  [[ $release =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "kube-apiserver --version says '$release'"
+  [ -z "${bins[$release]:-}" ] || die "$release is named twice"
+  [ -x "$cache/$release-kube-proxy/bin/kube-proxy" ] ||
+    die "no $cache/$release-kube-proxy/bin/kube-proxy (scripts/k8s-binaries.sh builds it)"
+  releases+=("$release")
+  bins[$release]=$bin_dir
+done
+# agnhost, the workloads' and the conformance tests' image, from the first release
+# (scripts/e2e-binaries.sh builds it); busybox, theirs too, is built above.
+agnhost=$cache/${releases[0]}-agnhost
+[ -x "$agnhost/bin/agnhost" ] || die "no $agnhost/bin/agnhost (scripts/e2e-binaries.sh ${releases[0]} --agnhost builds it)"
+agnhost_version=$(cat "$agnhost/agnhost-version")
+# Porter's TLS pair, which upstream's agnhost image carries, from the release's module (kept:
+# the module itself need not stay in Go's cache).
+porter=$cache/${releases[0]}-porter
+copy_porter() {
+  local dir=$1 module
+  module=$(cd "$cache/${releases[0]}/src" && gomod mod download -json k8s.io/kubernetes |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  cp "$module/test/images/agnhost/porter/localhost.crt" \
+    "$module/test/images/agnhost/porter/localhost.key" "$dir/"
+  chmod 0644 "$dir"/localhost.*
+}
+with_lock "$porter" copy_porter
+
 curl=$(command -v curl) || die "curl is not installed (the agnhost image carries it)"
 dash=$(command -v dash) || die "dash is not installed (the agnhost image's shell)"
 netcat=$(command -v nc.openbsd) || die "nc.openbsd is not installed (netcat-openbsd: the agnhost image carries it)"

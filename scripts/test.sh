@@ -59,25 +59,26 @@ source scripts/lib/versions.sh
 # they are freed below, before the tests, whose booted machines need the room.
 export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
 log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
-log "Kubernetes $k8s_version (with its test image's agnhost) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+log "Kubernetes $k8s_version (with its test image's agnhost) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
     bash scripts/e2e-binaries.sh "$k8s_version" --agnhost >"$k8s_log.agnhost" &&
-    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3"
+    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next"
 } 2>"$k8s_log" &
 k8s_build=$!
 
 # The node image's root (Debian 12 with systemd), made by debootstrap, the local mirror of the
-# Debian packages a node installs on it, and the Go-built tools of its registry, helm and CoreDNS
-# (the registry's images follow once both are done): once per machine.
-log "the node image's root and its package mirror (in the background; built once per machine)"
+# Debian packages a node installs on it, the Go-built tools of its registry, helm, CoreDNS and
+# flannel and BusyBox (the registry's images follow once both are done), then the S3 server the
+# snapshot tests use: once per machine.
+log "the node image's root and its package mirror, the registry's tools, then the S3 server the snapshot tests use (in the background; built once per machine)"
 image_log=$(mktemp)
 {
   bash scripts/node-image.sh >"$image_log.out" &&
     bash scripts/node-packages.sh "$(cat "$image_log.out")" >"$image_log.packages" &&
-    bash scripts/node-registry.sh --tools
+    bash scripts/node-registry.sh --tools &&
+    bash scripts/s3-server.sh >"$image_log.s3"
 } 2>"$image_log" &
 image_build=$!
 
@@ -106,31 +107,34 @@ clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driv
   { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
 linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
 
-# The booted clusters (tests/tests/boot_cluster.rs: four real clusters, two at a time, about 25
-# minutes, much of it waiting on real control planes) are the run's longest part, so they start
-# as soon as what they need is built: first their test and the programs they run, and only
-# then, beside them, every other target.
-log "cargo build with clippy's lints (warnings are errors): the booted clusters' test and the programs it runs"
-boot_bin=$("${linted[@]}" cargo build --workspace --locked --test boot_cluster \
-  --bin exk8s-api --bin exk8s-agent --bin exk8s --bin exk8s-capi --message-format=json-render-diagnostics |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not built" >&2; exit 1; }
-# Their own copy of the programs: the previous release's pass through target/debug/ below.
+log "cargo build with clippy's lints (warnings are errors): every target, as cargo test resolves them"
+"${linted[@]}" cargo build --workspace --locked --all-targets
+# The booted clusters run their own copy of the programs: target/debug/ changes under them
+# (the previous release's pass through it below, the packaging checks build beside them).
 workspace_bin=$(mktemp -d)
 for name in exk8s-api exk8s-agent exk8s exk8s-capi; do
   cp "target/debug/$name" "$workspace_bin/"
 done
+
+# Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
+log "no dependency circle between files or modules (tools/module-cycles)"
+target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
+  fuzz/src tools/module-cycles/src tools/cli-reference/src
+
+# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
+# built from its commit into this target directory, once per machine. Here, before the booted
+# clusters start: beside them, niced, it took 15 minutes on a fresh machine and held the rest
+# of the suite back (its dependencies compile again: this workspace's features differ).
+log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine)"
+EXK8S_PREVIOUS_BIN=$(bash scripts/previous-release.sh)
+export EXK8S_PREVIOUS_BIN
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
   echo "building Kubernetes, etcd or the S3 server failed (above)" >&2
   exit 1
 fi
-grep -E '^==> (k8s-binaries|e2e-binaries|s3-server)' "$k8s_log" >&2 || true
+grep -E '^==> (k8s-binaries|e2e-binaries)' "$k8s_log" >&2 || true
 # Cluster API (its core controller and CRDs: tests/tests/capi/ and the booted one-node cluster)
 # and Kubernetes' end-to-end suite (the booted conformance check), built from here in the
 # background, niced, on the Go build cache the two releases just filled (the same k8s.io
@@ -158,17 +162,17 @@ EXK8S_ETCD_BIN=$(sed -n 1p "$k8s_log.out")
 EXK8S_K8S_BIN=$(sed -n 2p "$k8s_log.out")
 EXK8S_ETCD_NEXT_BIN=$(sed -n 1p "$k8s_log.next")
 EXK8S_K8S_NEXT_BIN=$(sed -n 2p "$k8s_log.next")
-EXK8S_S3_SERVER=$(cat "$k8s_log.s3")
-export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN EXK8S_S3_SERVER
+export EXK8S_ETCD_BIN EXK8S_K8S_BIN EXK8S_ETCD_NEXT_BIN EXK8S_K8S_NEXT_BIN
 if ! wait "$image_build"; then
   cat "$image_log" >&2
-  echo "building the node image failed (above)" >&2
+  echo "building the node image or the S3 server failed (above)" >&2
   exit 1
 fi
-grep -E '^==> node-(image|packages|registry)' "$image_log" >&2 || true
+grep -E '^==> (node-(image|packages|registry)|s3-server)' "$image_log" >&2 || true
 EXK8S_NODE_IMAGE=$(cat "$image_log.out")
 EXK8S_NODE_PACKAGES=$(cat "$image_log.packages")
-export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES
+EXK8S_S3_SERVER=$(cat "$image_log.s3")
+export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES EXK8S_S3_SERVER
 
 # The registry booted machines pull from: the control plane's images from the Kubernetes
 # binaries of both releases (an upgrade pulls the next), kube-proxy's with the node packages' iptables, CoreDNS's (filled once per machine).
@@ -193,6 +197,15 @@ if [ "$free_gib" -lt 16 ]; then
   log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
 fi
 
+# The booted clusters' test binary (asking for the test build also puts this commit's programs
+# back in target/debug/, after the previous release's).
+boot_bin=$("${linted[@]}" cargo test --workspace --locked --no-run --message-format=json |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
+        print(m["executable"])')
+[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not found (cargo test --no-run)" >&2; exit 1; }
 mapfile -t booted_tests < <("$boot_bin" --list --format terse | sed -n 's/: test$//p')
 [ "${#booted_tests[@]}" -gt 0 ] || { echo "$boot_bin lists no test" >&2; exit 1; }
 log "the booted clusters: ${booted_tests[*]} (in the background from here; their output follows the other checks)"
@@ -210,30 +223,14 @@ fi' EXIT
 skip_booted=(--exact)
 for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
 
-# Everything from here runs niced beside the booted clusters: their waits are theirs to take.
-log "cargo build with clippy's lints (warnings are errors): every other target, as cargo test resolves them (niced)"
-nice -n 10 "${linted[@]}" cargo build --workspace --locked --all-targets
-
-# Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
-log "no dependency circle between files or modules (tools/module-cycles)"
-target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
-  fuzz/src tools/module-cycles/src tools/cli-reference/src
-
-# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
-# built from its commit into this target directory, only its own crates compiling, once per
-# machine. Here, between the build above and the test build below, which puts this commit's
-# binaries back in target/debug/ (the booted clusters run their own copy).
-log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine; niced)"
-EXK8S_PREVIOUS_BIN=$(nice -n 10 bash scripts/previous-release.sh)
-export EXK8S_PREVIOUS_BIN
-
 # The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
 # cores the tests leave idle (a real control plane waits on its components much of the time), so
 # they never slow a test, and packaging later finds them built. The packages are made from the
 # dev profile (EXK8S_PACKAGE_PROFILE=dev): exk8s-api and exk8s are the binaries the build above
 # made, and only the static agent compiles for its musl target — the checks are of what the
 # packages hold, install and run, not of speed, and the release profile would compile every
-# dependency a second time (the longest build of a fresh machine's run).
+# dependency a second time (the longest build of a fresh machine's run). Started once the test build above is done:
+# beside it, the static agent's build could take cargo's lock first and hold it at idle priority.
 # `scripts/package.sh` run by itself builds with the release profile as it ships.
 export EXK8S_PACKAGE_PROFILE=dev
 log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
