@@ -31,21 +31,6 @@ ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev make:make bzip
 # by systemd-nspawn with systemd as PID 1.
 ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container \
   dpkg-scanpackages:dpkg-dev
-ensure_postgres
-ensure_postgres_server_binaries
-drop_test_databases
-export EXK8S_TEST_POSTGRES_URL="${EXK8S_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
-ensure_venv_tool kubernetes-validate kubernetes-validate
-export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
-# pyca/cryptography: a strict DER parser every certificate kind must pass (api/tests/it/pki.rs).
-ensure_venv_module cryptography cryptography
-export EXK8S_PYTHON="$PWD/.venv/bin/python"
-# The console in a real browser (tests/tests/console.rs): Debian's Chromium and its
-# chromedriver, Selenium, and axe-core for the accessibility check.
-ensure_packages chromium:chromium chromedriver:chromium-driver
-ensure_venv_module selenium selenium
-EXK8S_AXE=$(ensure_axe)
-export EXK8S_AXE
 
 # The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
 # a cache (scripts/k8s-binaries.sh), in the background from here on — beside the lints and the
@@ -110,7 +95,7 @@ linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACK
 log "cargo build with clippy's lints (warnings are errors): every target, as cargo test resolves them"
 "${linted[@]}" cargo build --workspace --locked --all-targets
 # The booted clusters run their own copy of the programs: target/debug/ changes under them
-# (the previous release's pass through it below, the packaging checks build beside them).
+# (the previous release's pass through it, the packaging checks build beside them).
 workspace_bin=$(mktemp -d)
 for name in exk8s-api exk8s-agent exk8s exk8s-capi; do
   cp "target/debug/$name" "$workspace_bin/"
@@ -121,13 +106,6 @@ log "no dependency circle between files or modules (tools/module-cycles)"
 target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
   fuzz/src tools/module-cycles/src tools/cli-reference/src
 
-# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
-# built from its commit into this target directory, once per machine. Here, before the booted
-# clusters start: beside them, niced, it took 15 minutes on a fresh machine and held the rest
-# of the suite back (its dependencies compile again: this workspace's features differ).
-log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine)"
-EXK8S_PREVIOUS_BIN=$(bash scripts/previous-release.sh)
-export EXK8S_PREVIOUS_BIN
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
@@ -197,8 +175,7 @@ if [ "$free_gib" -lt 16 ]; then
   log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
 fi
 
-# The booted clusters' test binary (asking for the test build also puts this commit's programs
-# back in target/debug/, after the previous release's).
+# The booted clusters' test binary.
 boot_bin=$("${linted[@]}" cargo test --workspace --locked --no-run --message-format=json |
   python3 -c 'import json, sys
 for line in sys.stdin:
@@ -222,6 +199,45 @@ trap 'if kill -0 "$boot_lane" 2>/dev/null; then
 fi' EXIT
 skip_booted=(--exact)
 for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
+
+# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
+# built from its commit into this target directory, once per machine (its dependencies compile
+# again: this workspace's features differ), in the background beside the booted clusters, which
+# run their own copy of this commit's programs. The test build below puts this commit's back in
+# target/debug/. Not niced: the rest of the suite waits for it.
+log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh, in the background; once per machine)"
+previous_log=$(mktemp)
+bash scripts/previous-release.sh >"$previous_log.out" 2>"$previous_log" &
+previous_build=$!
+
+# What only the rest of the suite needs: PostgreSQL, the Python validators, Chromium and
+# axe-core for the console's check.
+log "the rest of the suite's tools"
+ensure_postgres
+ensure_postgres_server_binaries
+drop_test_databases
+export EXK8S_TEST_POSTGRES_URL="${EXK8S_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+ensure_venv_tool kubernetes-validate kubernetes-validate
+export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
+# pyca/cryptography: a strict DER parser every certificate kind must pass (api/tests/it/pki.rs).
+ensure_venv_module cryptography cryptography
+export EXK8S_PYTHON="$PWD/.venv/bin/python"
+# The console in a real browser (tests/tests/console.rs): Debian's Chromium and its
+# chromedriver, Selenium, and axe-core for the accessibility check.
+ensure_packages chromium:chromium chromedriver:chromium-driver
+ensure_venv_module selenium selenium
+EXK8S_AXE=$(ensure_axe)
+export EXK8S_AXE
+
+if ! wait "$previous_build"; then
+  cat "$previous_log" >&2
+  echo "building the previous release failed (above)" >&2
+  exit 1
+fi
+grep -E '^==> ' "$previous_log" >&2 || true
+EXK8S_PREVIOUS_BIN=$(cat "$previous_log.out")
+export EXK8S_PREVIOUS_BIN
+
 
 # The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
 # cores the tests leave idle (a real control plane waits on its components much of the time), so
