@@ -58,21 +58,14 @@ pub fn free_port() -> u16 {
 const FIRST: u32 = 20_000;
 const SPAN: u32 = 12_000;
 
-/// A binary of this workspace, built by `cargo test --workspace` (or `cargo build`), or from
-/// `EXK8S_WORKSPACE_BIN` when it names a directory: scripts/test.sh copies the booted clusters'
-/// binaries there, since target/debug/ changes under them (the previous release passes through
-/// it). Panics — never skips — when it is missing.
+/// A binary of this workspace, built by `cargo test --workspace` (or `cargo build`). Panics —
+/// never skips — when it is missing.
 pub fn binary(name: &str) -> PathBuf {
-    let dir = match std::env::var_os("EXK8S_WORKSPACE_BIN") {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(
-                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
-                PathBuf::from,
-            )
-            .join("debug"),
-    };
-    let path = dir.join(name);
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    let path = target.join("debug").join(name);
     assert!(
         path.is_file(),
         "{} is missing: run `cargo build --workspace` (scripts/test.sh does)",
