@@ -164,9 +164,9 @@ pub fn e2e_test() -> PathBuf {
     path
 }
 
-/// Waits while a build of the cache directory `root` is under way. scripts/test.sh builds
-/// Cluster API and the end-to-end suite beside the booted clusters, which reach them only
-/// later: a build holds `<root>.lock` until it stamps `<root>/.done` (scripts/lib/cache.sh).
+/// Waits while a build of the cache directory `root` is under way (scripts/test.sh builds
+/// Cluster API beside the booted clusters, which reach it only later): a build holds
+/// `<root>.lock` until it stamps `<root>/.done` (scripts/lib/cache.sh).
 fn wait_for_build(root: &Path) {
     let lock = PathBuf::from(format!("{}.lock", root.display()));
     if !root.join(".done").exists() && lock.exists() {
