@@ -59,11 +59,11 @@ source scripts/lib/versions.sh
 # they are freed below, before the tests, whose booted machines need the room.
 export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
 log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
-log "Kubernetes $k8s_version (with its end-to-end suite) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+log "Kubernetes $k8s_version (with the end-to-end suite's packages the booted clusters' selection needs) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
 k8s_log=$(mktemp)
 {
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
-    bash scripts/e2e-binaries.sh "$k8s_version" >"$k8s_log.e2e" &&
+    bash scripts/e2e-binaries.sh "$k8s_version" --selected >"$k8s_log.e2e" &&
     bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
     bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &

@@ -127,13 +127,21 @@ ensure_postgres_server_binaries() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
 }
 
+# install_tool ARGS...: `cargo install ARGS` of a tool the checks run (with --debug: a tool's
+# speed does not matter here, a fresh machine's build time does), without debug information,
+# which nobody reads and which costs a sixth of the compile (s3s-fs: 118 CPU-seconds with it, 99
+# without).
+install_tool() {
+  CARGO_PROFILE_DEV_DEBUG=false cargo install "$@"
+}
+
 # ensure_cargo_deb — cargo-deb (and dpkg-shlibdeps, which it runs), for the Debian packages.
 ensure_cargo_deb() {
   ensure_packages dpkg-shlibdeps:dpkg-dev
   if ! have cargo-deb; then
     log "installing cargo-deb"
     # Debug builds: a test tool's speed does not matter, a fresh machine's build time does.
-    cargo install --locked --debug cargo-deb --version 3.8.0
+    install_tool --locked --debug cargo-deb --version 3.8.0
   fi
 }
 
@@ -142,7 +150,7 @@ ensure_cargo_deb() {
 ensure_mdbook() {
   if ! have mdbook || [ "$(mdbook --version 2>/dev/null)" != "mdbook v0.5.4" ]; then
     log "installing mdbook 0.5.4"
-    cargo install --locked --debug mdbook --version 0.5.4 --no-default-features --features search
+    install_tool --locked --debug mdbook --version 0.5.4 --no-default-features --features search
   fi
 }
 
@@ -150,7 +158,7 @@ ensure_mdbook() {
 ensure_cargo_deny() {
   if ! have cargo-deny || [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny 0.20.2" ]; then
     log "installing cargo-deny 0.20.2"
-    cargo install --locked --debug cargo-deny --version 0.20.2
+    install_tool --locked --debug cargo-deny --version 0.20.2
   fi
 }
 

@@ -146,11 +146,12 @@ fn cluster_api_dir(variable: &str, sub: &str) -> PathBuf {
 }
 
 /// Kubernetes' end-to-end suite `e2e.test` of [`KUBERNETES_VERSION`] (its `[Conformance]` specs
-/// are the conformance tests): `EXK8S_E2E_TEST`, or the one `scripts/e2e-binaries.sh` built into
-/// the cache.
+/// are the conformance tests): `EXK8S_E2E_TEST`, or the one `scripts/e2e-binaries.sh --selected`
+/// built into the cache (the suite's main with only the spec packages the booted clusters'
+/// selection lives in).
 pub fn e2e_test() -> PathBuf {
     let path = std::env::var_os("EXK8S_E2E_TEST").map_or_else(
-        || cache().join(format!("{KUBERNETES_VERSION}-e2e/bin/e2e.test")),
+        || cache().join(format!("{KUBERNETES_VERSION}-e2e-selected/bin/e2e.test")),
         PathBuf::from,
     );
     if let Some(root) = path.parent().and_then(Path::parent) {
@@ -158,7 +159,7 @@ pub fn e2e_test() -> PathBuf {
     }
     assert!(
         path.is_file(),
-        "{} is missing: run `scripts/e2e-binaries.sh {KUBERNETES_VERSION}` (scripts/test.sh does)",
+        "{} is missing: run `scripts/e2e-binaries.sh {KUBERNETES_VERSION} --selected` (scripts/test.sh does)",
         path.display()
     );
     path

@@ -1,6 +1,7 @@
 //! A bounded selection of Kubernetes' conformance tests run against the booted cluster: the
-//! real `e2e.test` of the cluster's release (`scripts/e2e-binaries.sh`; where it is:
-//! [`exk8s_tests::bins::e2e_test`]), from the first machine's LAN with its admin kubeconfig.
+//! real `e2e.test` of the cluster's release (`scripts/e2e-binaries.sh --selected`: the suite's
+//! main with the spec packages below; where it is: [`exk8s_tests::bins::e2e_test`]), from the
+//! first machine's LAN with its admin kubeconfig.
 //! Services, networking across nodes, pod DNS settings, pods, ConfigMaps and Secrets, service
 //! account tokens, authorization and an admission webhook (the apiserver reaching a Service from its
 //! host's network) — each a `[Conformance]` spec whose images the node registry serves
