@@ -35,9 +35,13 @@ impl From<ChangeError> for ApiError {
 }
 
 fn view(pool: Pool) -> Result<PoolView, ApiError> {
-    let Pool { row, nodes } = pool;
+    let Pool {
+        row,
+        nodes,
+        release,
+    } = pool;
     let [replicas, ready_replicas, up_to_date_replicas] =
-        crate::status::pool_replicas(nodes.iter());
+        crate::status::pool_replicas(nodes.iter(), &release);
     Ok(PoolView {
         replicas,
         ready_replicas,
@@ -59,7 +63,7 @@ fn view(pool: Pool) -> Result<PoolView, ApiError> {
         nodes: nodes
             .into_iter()
             .map(|n| PoolNodeView {
-                up_to_date: n.up_to_date(),
+                up_to_date: crate::status::pool_node_up_to_date(&n, &release),
                 provider_id: exk8s_api_types::provider_id(row.cluster_id, n.vm_id),
                 vm_id: n.vm_id,
                 ordinal: n.ordinal,

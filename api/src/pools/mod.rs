@@ -34,6 +34,15 @@ pub type PoolError = crate::machineset::ChangeError;
 pub struct Pool {
     pub row: PoolRow,
     pub nodes: Vec<db::nodes::NodeRow>,
+    /// The release its workers are made of: its own, or its control plane's when it follows it.
+    pub release: String,
+}
+
+/// The release `row`'s workers are made of in `cluster`.
+fn workers_release(row: &PoolRow, cluster: &db::clusters::ClusterRow) -> String {
+    row.kubernetes_version
+        .clone()
+        .unwrap_or_else(|| cluster.kubernetes_version.clone())
 }
 
 /// Refuses a count that would give the cluster more nodes than its pod CIDR has blocks for
@@ -147,13 +156,18 @@ pub async fn create(
 
 /// The cluster's pools.
 pub async fn list(ctx: &Pools, org_id: i64, cluster_id: i64) -> Result<Vec<Pool>, PoolError> {
-    db::clusters::get(&ctx.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(PoolError::NotFound)?;
     let mut pools = Vec::new();
     for row in db::pools::list(&ctx.db.pool, cluster_id).await? {
         let nodes = db::removals::pool_nodes(&ctx.db.pool, row.id).await?;
-        pools.push(Pool { row, nodes });
+        let release = workers_release(&row, &cluster);
+        pools.push(Pool {
+            row,
+            nodes,
+            release,
+        });
     }
     Ok(pools)
 }
@@ -165,7 +179,7 @@ pub async fn get(
     cluster_id: i64,
     pool_id: i64,
 ) -> Result<Pool, PoolError> {
-    db::clusters::get(&ctx.db.pool, org_id, cluster_id)
+    let cluster = db::clusters::get(&ctx.db.pool, org_id, cluster_id)
         .await?
         .ok_or(PoolError::NotFound)?;
     let row = db::pools::get(&ctx.db.pool, pool_id)
@@ -173,7 +187,12 @@ pub async fn get(
         .filter(|p| p.cluster_id == cluster_id)
         .ok_or(PoolError::NotFound)?;
     let nodes = db::removals::pool_nodes(&ctx.db.pool, row.id).await?;
-    Ok(Pool { row, nodes })
+    let release = workers_release(&row, &cluster);
+    Ok(Pool {
+        row,
+        nodes,
+        release,
+    })
 }
 
 /// Changes the pool's count, labels or taints and starts converging it.
@@ -311,6 +330,7 @@ pub async fn delete(
                 ..pool.row
             },
             nodes: Vec::new(),
+            release: pool.release,
         }),
         other => other,
     }

@@ -253,9 +253,16 @@ pub struct Replicas {
     pub initialized: bool,
 }
 
+/// Whether a pool's worker runs what the pool asks of it: its desired generation, of the pool's
+/// release `release` (a worker of another release is replaced, not updated, so its generation
+/// alone would call it up to date while its pool's version changes).
+pub fn pool_node_up_to_date(node: &NodeRow, release: &str) -> bool {
+    node.up_to_date() && node.kubernetes_version.as_deref() == Some(release)
+}
+
 /// A worker pool's `[replicas, ready, up to date]`: its nodes not being removed, those healthy,
-/// and those healthy on their desired generation.
-pub fn pool_replicas<'a>(nodes: impl Iterator<Item = &'a NodeRow>) -> [i64; 3] {
+/// and those healthy on their desired generation of the pool's release `release`.
+pub fn pool_replicas<'a>(nodes: impl Iterator<Item = &'a NodeRow>, release: &str) -> [i64; 3] {
     let active: Vec<&NodeRow> = nodes.filter(|n| n.removal.is_none()).collect();
     let count = |keep: &dyn Fn(&NodeRow) -> bool| {
         i64::try_from(active.iter().filter(|n| keep(n)).count()).unwrap_or(i64::MAX)
@@ -263,7 +270,7 @@ pub fn pool_replicas<'a>(nodes: impl Iterator<Item = &'a NodeRow>) -> [i64; 3] {
     [
         count(&|_| true),
         count(&|n| n.phase.healthy()),
-        count(&|n| n.phase.healthy() && n.up_to_date()),
+        count(&|n| n.phase.healthy() && pool_node_up_to_date(n, release)),
     ]
 }
 
@@ -301,5 +308,29 @@ mod tests {
         ] {
             assert_eq!(deleting(phase, 0).status, Status::False, "{phase:?}");
         }
+    }
+
+    #[test]
+    fn a_pools_worker_of_another_release_is_not_up_to_date() {
+        use crate::upgrade::state::tests::node;
+        // Mid-replacement after the pool's version moved to v1.36.3: two workers of v1.35.3 at
+        // their desired generation (they are replaced, not updated), one of v1.36.3, and one
+        // still booting (no release reported yet).
+        let mut workers = [
+            node(1, "v1.35.3", [3, 3, 3]),
+            node(2, "v1.35.3", [3, 3, 3]),
+            node(3, "v1.36.3", [1, 1, 1]),
+            node(4, "v1.36.3", [1, 0, 1]),
+        ];
+        workers[3].kubernetes_version = None;
+        workers[3].phase = crate::lifecycle::NodePhase::Pending;
+        assert_eq!(pool_replicas(workers.iter(), "v1.36.3"), [4, 3, 1]);
+        let up: Vec<bool> = workers
+            .iter()
+            .map(|n| pool_node_up_to_date(n, "v1.36.3"))
+            .collect();
+        assert_eq!(up, [false, false, true, false]);
+        // Once every worker runs the pool's release, all of them are.
+        assert_eq!(pool_replicas(workers[..3].iter(), "v1.35.3"), [3, 3, 2]);
     }
 }

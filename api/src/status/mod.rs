@@ -14,7 +14,8 @@ mod snapshots;
 
 pub use certificates::{Availability, EXPIRING_SOON_DAYS, availability, certificates};
 pub use cluster::{
-    Replicas, Rotating, ca_rotation, deleting, machines, pool_replicas, replicas, scaling,
+    Replicas, Rotating, ca_rotation, deleting, machines, pool_node_up_to_date, pool_replicas,
+    replicas, scaling,
 };
 pub use components::Health;
 pub use health::{health_check, remediation_allowed};

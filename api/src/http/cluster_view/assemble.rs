@@ -63,8 +63,12 @@ pub(super) fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64
         .pools
         .iter()
         .map(|p| {
+            let release = p
+                .kubernetes_version
+                .as_deref()
+                .unwrap_or(&row.kubernetes_version);
             let [replicas, ready_replicas, up_to_date_replicas] =
-                status::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)));
+                status::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)), release);
             PoolSummary {
                 id: p.id,
                 name: p.name.clone(),
