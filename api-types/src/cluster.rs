@@ -167,7 +167,7 @@ pub struct PoolSummary {
     pub replicas: i64,
     /// Of those, the ones whose agent finished and last reported healthy.
     pub ready_replicas: i64,
-    /// Of those, the ones running their desired generation.
+    /// Of those, the ones running their desired generation of the pool's release.
     pub up_to_date_replicas: i64,
 }
 

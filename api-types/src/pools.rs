@@ -103,6 +103,8 @@ pub struct PoolNodeView {
     pub ready: bool,
     pub desired_generation: i64,
     pub applied_generation: i64,
+    /// It runs its desired generation of its pool's release (a worker of another release is
+    /// replaced, not updated).
     pub up_to_date: bool,
     /// The release it runs (its last healthy bundle's); absent before its first healthy report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,7 +132,7 @@ pub struct PoolView {
     pub replicas: i64,
     /// Of those, the ones whose agent finished and last reported healthy.
     pub ready_replicas: i64,
-    /// Of those, the ones running their desired generation.
+    /// Of those, the ones running their desired generation of the pool's release.
     pub up_to_date_replicas: i64,
     /// The release its workers run (new ones at once; the others are replaced one at a time).
     pub kubernetes_version: String,
