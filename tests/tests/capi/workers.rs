@@ -208,6 +208,24 @@ pub(crate) fn upgraded(management: &Management, stack: &Stack, dir: &Path, id: i
                 && condition(o, "SpecApplied").is_some_and(|c| c["status"] == "True")
         },
     );
+    // The replicas count no worker being removed (as a Deployment's count no terminating pod):
+    // the last old one may still be draining when the MachinePool says it is done; the agents'
+    // next passes remove it.
+    until(
+        management,
+        stack,
+        dir,
+        id,
+        "the old workers removed",
+        Duration::from_secs(300),
+        |_| {
+            pool(stack, id).is_some_and(|p| {
+                p["nodes"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().all(|n| n["kubernetes_version"] == version))
+            })
+        },
+    );
     let exk8s = pool(stack, id).unwrap();
     // Pinned at the MachinePool's version, now the control plane's too.
     assert_eq!(exk8s["follow_control_plane"], false, "{exk8s:#}");
