@@ -98,27 +98,29 @@ cargo fmt --all --check
 # `cargo clippy` runs, as the workspace wrapper: rustc plus clippy's lints, which then compiles
 # on), with warnings as errors — the same lints as `cargo clippy --all-targets -- -D warnings`,
 # and no second, check-only compile of every dependency. `cargo test` below runs under the
-# same wrapper, so it finds everything built. Every target is built (benches in the dev
-# profile): the end-to-end tests run the binaries; asking for the test targets resolves
-# features with the dev-dependencies, as `cargo test` does.
+# same wrapper, so it finds everything built. First what the booted clusters run — the
+# binaries and their test — so that they start as soon as their Kubernetes, node image and
+# registry are ready; every other target (benches in the dev profile) is built beside them
+# (below). Asked of the whole workspace with a test target, as `cargo test` asks: one package
+# alone, or no test target, resolves the dependencies' features apart and would build them
+# again.
 clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
   { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
 linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
-log "cargo build with clippy's lints (warnings are errors): every target, as cargo test resolves them"
-"${linted[@]}" cargo build --workspace --locked --all-targets
+log "cargo build with clippy's lints (warnings are errors): the binaries and the booted clusters' test (every other target follows beside them)"
+boot_bin=$("${linted[@]}" cargo build --workspace --locked --bins --test boot_cluster \
+  --message-format=json-render-diagnostics |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
+        print(m["executable"])')
+[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not built" >&2; exit 1; }
 
 # Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
 log "no dependency circle between files or modules (tools/module-cycles)"
 target/debug/module-cycles api/src agent/src cli/src capi/src common/src api-types/src tests/src loadgen/src \
   fuzz/src tools/module-cycles/src tools/cli-reference/src
-
-# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
-# built from its commit into this target directory, only its own crates compiling, once per
-# machine. Here, between the build above and the test build below, which puts this commit's
-# binaries back in target/debug/.
-log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine)"
-EXK8S_PREVIOUS_BIN=$(bash scripts/previous-release.sh)
-export EXK8S_PREVIOUS_BIN
 
 if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
@@ -166,38 +168,22 @@ EXK8S_NODE_REGISTRY_STORE=$(sed -n 2p <<<"$registry_out")
 EXK8S_NODE_HELM=$(sed -n 3p <<<"$registry_out")
 export EXK8S_NODE_REGISTRY EXK8S_NODE_REGISTRY_STORE EXK8S_NODE_HELM
 
-# The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
-# cores the tests leave idle (a real control plane waits on its components much of the time), so
-# they never slow a test, and packaging later finds them built. The packages are made from the
-# dev profile (EXK8S_PACKAGE_PROFILE=dev): exk8s-api and exk8s are the binaries the build above
-# made, and only the static agent compiles for its musl target — the checks are of what the
-# packages hold, install and run, not of speed, and the release profile would compile every
-# dependency a second time (the longest build of a fresh machine's run).
-# `scripts/package.sh` run by itself builds with the release profile as it ships.
-export EXK8S_PACKAGE_PROFILE=dev
-log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
-release_log=$(mktemp)
-chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
-release_builds=$!
-
-# The booted clusters (tests/tests/boot_cluster.rs: four real clusters, two at a time, about 25
+# The booted clusters (tests/tests/boot_cluster.rs: four real clusters, two at a time, about 30
 # minutes, much of it waiting on real control planes) run from here beside everything after
-# them: the rest of the suite runs niced (their waits are the booted machines' to take), and the
-# checks after it. Their output is printed once they end; either failing fails the run.
-# (Asked of the whole workspace, as the build above: one package alone resolves its dependencies'
-# features apart, and would build them again.)
-boot_bin=$("${linted[@]}" cargo test --workspace --locked --no-run --message-format=json |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not found (cargo test --no-run)" >&2; exit 1; }
+# them: the rest of the build and of the suite runs niced (their waits are the booted machines'
+# to take), and the checks after it. Their output is printed once they end; either failing fails
+# the run. They run a copy of this commit's binaries (EXK8S_BIN_DIR): the builds beside them —
+# every other target, and the previous release, whose binaries pass through target/debug/ —
+# cannot change what a booted cluster runs.
 mapfile -t booted_tests < <("$boot_bin" --list --format terse | sed -n 's/: test$//p')
 [ "${#booted_tests[@]}" -gt 0 ] || { echo "$boot_bin lists no test" >&2; exit 1; }
+booted_bins=$PWD/target/booted-bin
+rm -rf "$booted_bins"
+mkdir -p "$booted_bins"
+cp target/debug/exk8s target/debug/exk8s-api target/debug/exk8s-agent target/debug/exk8s-capi "$booted_bins/"
 log "the booted clusters: ${booted_tests[*]} (in the background from here; their output follows the other checks)"
 boot_log=$(mktemp)
-(cd tests && exec "$boot_bin") >"$boot_log" 2>&1 &
+(cd tests && EXK8S_BIN_DIR=$booted_bins exec "$boot_bin") >"$boot_log" 2>&1 &
 boot_lane=$!
 boot_started=$SECONDS
 # A check below that fails ends the run only once the booted clusters have ended too (their
@@ -209,6 +195,33 @@ trap 'if kill -0 "$boot_lane" 2>/dev/null; then
 fi' EXIT
 skip_booted=(--exact)
 for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
+
+log "cargo build with clippy's lints (warnings are errors): every other target, as cargo test resolves them (niced, beside the booted clusters)"
+nice -n 10 "${linted[@]}" cargo build --workspace --locked --all-targets
+
+# The previous release of exk8s (tests/tests/skew.rs runs its API and agent beside this one's):
+# built from its commit into this target directory, only its own crates compiling, once per
+# machine. Here, between the build above and the test build below, which puts this commit's
+# binaries back in target/debug/.
+log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.sh; once per machine; niced)"
+EXK8S_PREVIOUS_BIN=$(nice -n 10 bash scripts/previous-release.sh)
+export EXK8S_PREVIOUS_BIN
+
+# The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
+# cores the tests leave idle (a real control plane waits on its components much of the time), so
+# they never slow a test, and packaging later finds them built. Started only now: a cargo build
+# holds the target directory's lock, which one under SCHED_IDLE would hold against the builds
+# above. The packages are made from the
+# dev profile (EXK8S_PACKAGE_PROFILE=dev): exk8s-api and exk8s are the binaries the build above
+# made, and only the static agent compiles for its musl target — the checks are of what the
+# packages hold, install and run, not of speed, and the release profile would compile every
+# dependency a second time (the longest build of a fresh machine's run).
+# `scripts/package.sh` run by itself builds with the release profile as it ships.
+export EXK8S_PACKAGE_PROFILE=dev
+log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
+release_log=$(mktemp)
+chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
+release_builds=$!
 
 # Cluster API for the provider test, and then Go's caches are no longer needed.
 if ! wait "$capi_build"; then

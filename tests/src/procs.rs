@@ -58,14 +58,23 @@ pub fn free_port() -> u16 {
 const FIRST: u32 = 20_000;
 const SPAN: u32 = 12_000;
 
-/// A binary of this workspace, built by `cargo test --workspace` (or `cargo build`). Panics —
-/// never skips — when it is missing.
+/// A binary of this workspace, built by `cargo test --workspace` (or `cargo build`): in
+/// `EXK8S_BIN_DIR` when it is set (scripts/test.sh gives the booted clusters a copy of the
+/// binaries, which the builds it runs beside them cannot replace), else in the target
+/// directory's `debug/`. Panics — never skips — when it is missing.
 pub fn binary(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+    let dir = std::env::var_os("EXK8S_BIN_DIR").map_or_else(
+        || {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(
+                    || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+                    PathBuf::from,
+                )
+                .join("debug")
+        },
         PathBuf::from,
     );
-    let path = target.join("debug").join(name);
+    let path = dir.join(name);
     assert!(
         path.is_file(),
         "{} is missing: run `cargo build --workspace` (scripts/test.sh does)",
