@@ -53,14 +53,27 @@ fn agents_pass(stack: &Stack, dir: &Path, id: i64) {
         let booted = root.join("var/lib/exk8s/bootstrap.done").exists();
         let command = if booted { "sync" } else { "run" };
         let out = agent(stack, &keys, &root, vm, command, None);
-        // A worker being replaced or deleted may go between the view and its agent's call.
+        // A worker being replaced or deleted may go between the view and its agent's call, and
+        // its VM goes before its record: a failed call for a worker being removed is no
+        // failure. The pool is read first: a record deleted after that read is missing from
+        // the cluster's view read after it.
         let gone = || {
-            let now: Value = cluster_view(stack, id);
-            !now["nodes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|n| n["vm_id"] == vm)
+            let removing = workers::pool(stack, id).is_some_and(|p| {
+                p["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|n| n["vm_id"] == vm && !n["removal"].is_null())
+            });
+            let listed = || {
+                let now: Value = cluster_view(stack, id);
+                now["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|n| n["vm_id"] == vm)
+            };
+            removing || !listed()
         };
         assert!(
             out.status.success() || gone(),
