@@ -31,8 +31,7 @@ pub enum Item {
     /// One change of one cluster.
     Change { cluster_id: i64, row: EventRow },
     /// A read of the store ended at this instant: every change committed before it (late
-    /// commits within [`LATE_COMMIT`] aside) was sent. A stream computes a status after this,
-    /// so a status never reflects a change whose event has not come yet.
+    /// commits within [`LATE_COMMIT`] aside) was sent. Streams compute statuses after this.
     Read(Instant),
 }
 
@@ -69,9 +68,19 @@ struct Open {
     per_token: HashMap<i64, usize>,
 }
 
-/// A cluster's status as streams last had it computed: when the computation began, and its
-/// JSON (`None`: the cluster is gone).
-type Status = Option<(Instant, Option<Arc<str>>)>;
+/// A cluster's status as computed for its streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The `status` event's data.
+    pub json: Arc<str>,
+    /// The cluster's newest change id, read after the status: every change the status reflects
+    /// has an id at most this. A stream sends the status once it has sent that change.
+    pub reflects: i64,
+}
+
+/// A cluster's status as streams last had it computed: when the computation began, and the
+/// status (`None`: the cluster is gone).
+type Status = Option<(Instant, Option<ClusterStatus>)>;
 
 /// Statuses kept before those no stream waits on are dropped.
 const STATUSES_KEPT: usize = 10_000;
@@ -128,16 +137,16 @@ impl Feed {
 
     /// Cluster `cluster_id`'s status as computed no earlier than `fresh_since`: the one
     /// computation of it that began since then, shared by every stream that asks, or a new one
-    /// by `compute` (its JSON, `None` when the cluster is gone).
+    /// by `compute` (`None` when the cluster is gone).
     pub async fn status<F, Fut, E>(
         &self,
         cluster_id: i64,
         fresh_since: Instant,
         compute: F,
-    ) -> Result<Option<Arc<str>>, E>
+    ) -> Result<Option<ClusterStatus>, E>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Option<String>, E>>,
+        Fut: std::future::Future<Output = Result<Option<ClusterStatus>, E>>,
     {
         let slot = {
             let mut statuses = lock(&self.statuses);
@@ -153,9 +162,9 @@ impl Feed {
             }
         }
         let began = Instant::now();
-        let json: Option<Arc<str>> = compute().await?.map(Arc::from);
-        *slot = Some((began, json.clone()));
-        Ok(json)
+        let status = compute().await?;
+        *slot = Some((began, status.clone()));
+        Ok(status)
     }
 
     /// A place for one more stream of operator token `token_id`, or why not. Starts the reader

@@ -5,7 +5,7 @@
 //! carries its id, so a
 //! client that reconnects with `Last-Event-ID` gets what it missed and nothing twice; a
 //! `status` event (readiness, replicas, conditions) comes on connecting and whenever it
-//! changes. The stream ends with `deleted` when the cluster is gone, and with `end` when its
+//! changes, always after every change it reflects. The stream ends with `deleted` when the cluster is gone, and with `end` when its
 //! token is revoked or expires, when it reaches the server's stream lifetime, or when this server
 //! drains (the client resumes with `Last-Event-ID`).
 //!
@@ -29,6 +29,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{ApiPath, Operator};
 use crate::app::AppState;
 use crate::db::{self, events::Change};
+use crate::feed::ClusterStatus;
 use exk8s_api_types::{ChangeEvent, StatusEvent, StreamEnd};
 
 /// How often `status` is recomputed when no change arrived (conditions also move with time).
@@ -106,6 +107,7 @@ pub(super) async fn open(
         changed: false,
         queued: VecDeque::new(),
         status: None,
+        held: None,
         status_at: None,
         token_checked: now,
         opened: now,
@@ -177,6 +179,8 @@ struct Watch {
     queued: VecDeque<Event>,
     /// The last `status` sent (its JSON).
     status: Option<std::sync::Arc<str>>,
+    /// A status computed after a change this stream has not sent yet: it follows that change.
+    held: Option<ClusterStatus>,
     status_at: Option<Instant>,
     token_checked: Instant,
     opened: Instant,
@@ -211,9 +215,10 @@ impl Watch {
                 () = tokio::time::sleep(STATUS_EVERY.min(self.config.token_recheck)) => None,
             };
             // After a read that brought this cluster's changes, the status follows them; now and
-            // then it is recomputed anyway (conditions also move with time) — but only at the
-            // end of a read too (the feed ends one every `POLL` while anyone listens), so a
-            // status never shows a change whose event has not been sent before it.
+            // then it is recomputed anyway (conditions also move with time) — at the end of a
+            // read too (the feed ends one every `POLL` while anyone listens), so the changes the
+            // status reflects have mostly come; one that has not holds it back
+            // ([`Self::read_status`]).
             match read {
                 Some(read_at)
                     if self.changed
@@ -316,23 +321,34 @@ impl Watch {
 
     fn queue(&mut self, row: &db::events::EventRow) {
         self.last_sent = self.last_sent.max(row.id);
-        let Some((kind, data)) = describe(row.at, row.change.clone()) else {
-            return;
-        };
-        match Event::default()
-            .id(row.id.to_string())
-            .event(kind)
-            .json_data(data)
-        {
-            Ok(event) => self.queued.push_back(event),
-            Err(e) => {
-                tracing::warn!(cluster_id = self.id, error = %e, "events: cannot encode a change")
+        if let Some((kind, data)) = describe(row.at, row.change.clone()) {
+            match Event::default()
+                .id(row.id.to_string())
+                .event(kind)
+                .json_data(data)
+            {
+                Ok(event) => self.queued.push_back(event),
+                Err(e) => {
+                    tracing::warn!(cluster_id = self.id, error = %e, "events: cannot encode a change")
+                }
             }
+        }
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|held| held.reflects <= self.last_sent)
+            && let Some(held) = self.held.take()
+        {
+            self.send_status(held.json);
         }
     }
 
     /// Queues `status` when it differs from the last one sent, or `deleted` when the cluster is
     /// gone; the status is computed once for every stream of the cluster since `fresh_since`.
+    /// A status that reflects a change not sent yet (committed after the read that ended at
+    /// `fresh_since`, or beyond a page still to catch up) is held until that change is sent:
+    /// a client never sees a status ahead of the changes it has. A status already held stays
+    /// (a stream whose cluster changes without pause still gets statuses).
     async fn read_status(&mut self, fresh_since: Instant) {
         self.status_at = Some(Instant::now());
         let (state, org_id, id) = (self.state.clone(), self.org_id, self.id);
@@ -354,23 +370,42 @@ impl Watch {
                 return;
             }
         };
-        if self.status.as_ref() == Some(&status) {
+        if status.reflects > self.last_sent {
+            self.held.get_or_insert(status);
+            return;
+        }
+        self.held = None;
+        self.send_status(status.json);
+    }
+
+    /// Queues `status` unless it is the last one sent.
+    fn send_status(&mut self, json: std::sync::Arc<str>) {
+        if self.status.as_ref() == Some(&json) {
             return;
         }
         self.queued
-            .push_back(Event::default().event("status").data(&*status));
-        self.status = Some(status);
+            .push_back(Event::default().event("status").data(&*json));
+        self.status = Some(json);
     }
 }
 
-/// The cluster's `status` event data as JSON, or `None` when the cluster is gone.
-async fn status_json(state: AppState, org_id: i64, id: i64) -> Result<Option<String>, ApiError> {
+/// The cluster's `status` event, or `None` when the cluster is gone.
+async fn status_json(
+    state: AppState,
+    org_id: i64,
+    id: i64,
+) -> Result<Option<ClusterStatus>, ApiError> {
     let Some(row) = db::clusters::get(&state.db.pool, org_id, id).await? else {
         return Ok(None);
     };
     let view = super::cluster_view::view(&state, row).await?;
     let json = serde_json::to_string(&StatusEvent::from(&view)).map_err(ApiError::internal)?;
-    Ok(Some(json))
+    // Read after the view: a change it reflects was committed before this read, with its event.
+    let reflects = db::events::last_of(&state.db.pool, id).await?;
+    Ok(Some(ClusterStatus {
+        json: json.into(),
+        reflects,
+    }))
 }
 
 /// The stream's event for a change (none for a kind this build does not know): its kind and

@@ -308,6 +308,37 @@ async fn a_kind_from_a_newer_api_is_left_out(backend: Backend) {
 }
 both_backends!(a_kind_from_a_newer_api_is_left_out);
 
+/// A stream that catches up on more changes than it reads from the store at once (200) sends
+/// its first `status` after all of them, not after the first page: a status never comes ahead
+/// of a change it reflects (it is held until that change is sent).
+async fn a_status_follows_every_change_it_reflects(backend: Backend) {
+    let app = crate::app::spawn_app(backend).await;
+    let created = json_of(app.found(1, json!({})).await).await;
+    let cluster = created["cluster_id"].as_i64().unwrap();
+    let vm = credentials_for(&app, 7, &created).await.remove(0);
+    const REPORTS: usize = 250;
+    for _ in 0..REPORTS / 2 {
+        assert_eq!(report(&app, &vm, "etcd", "started").await, 204);
+        assert_eq!(report(&app, &vm, "etcd", "succeeded").await, 204);
+    }
+    let last = exk8s_api::db::events::last_of(&app.state.db.pool, cluster)
+        .await
+        .unwrap();
+    let mut stream = Stream::open(&app, cluster, None).await;
+    let opening = stream.until(|e| e.kind == "status").await;
+    assert_eq!(
+        opening.iter().filter_map(|e| e.id).max(),
+        Some(last),
+        "the status came after change {:?} of {last}",
+        opening.iter().filter_map(|e| e.id).max()
+    );
+    assert_eq!(
+        opening.iter().filter(|e| e.kind == "report").count(),
+        REPORTS
+    );
+}
+both_backends!(a_status_follows_every_change_it_reflects);
+
 /// Streams are bounded per token (429 with Retry-After beyond, naming the bound) while another
 /// token still opens one; a revoked token's stream ends with `end` (reason `token`); every
 /// stream ends with `end` (reason `lifetime`) once it reaches the server's stream lifetime.
