@@ -47,7 +47,8 @@ pub struct NodeView {
     pub desired_generation: i64,
     /// The generation the node last reported healthy (0 before its first bundle is applied).
     pub applied_generation: i64,
-    /// `applied_generation` has reached `desired_generation`.
+    /// `applied_generation` has reached `desired_generation` — for a pool's worker, of its
+    /// pool's release too (a worker of another release is replaced, not updated).
     pub up_to_date: bool,
     /// The Kubernetes version it runs (its last healthy bundle's); absent before its first
     /// healthy report.

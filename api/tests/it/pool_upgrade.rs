@@ -142,6 +142,24 @@ async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Ba
         })
         .await;
         assert_eq!(surged["kubernetes_version"], NEW);
+        // A worker of the old release runs its desired generation, yet is not up to date: in the
+        // pool's view and in the cluster's.
+        let view = json_of(
+            app.get(&format!("/clusters/{cluster}"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let old: Vec<&Value> = view["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(surged["nodes"].as_array().unwrap())
+            .filter(|n| n["kubernetes_version"] == OLD)
+            .collect();
+        assert!(!old.is_empty(), "{view:#}");
+        assert!(old.iter().all(|n| n["up_to_date"] == false), "{old:#?}");
         let (new_vm, _, _) = *workers(&surged)
             .iter()
             .max_by_key(|(vm, _, _)| *vm)

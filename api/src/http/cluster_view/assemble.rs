@@ -59,14 +59,19 @@ pub(super) fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64
         membership_error.as_deref(),
         last_report.unwrap_or(row.created_at),
     );
+    // Each pool's release: its own, or the control plane's when it follows it.
+    let release_of = |p: &db::pools::PoolRow| {
+        p.kubernetes_version
+            .clone()
+            .unwrap_or_else(|| row.kubernetes_version.clone())
+    };
+    let pool_releases: std::collections::HashMap<i64, String> =
+        parts.pools.iter().map(|p| (p.id, release_of(p))).collect();
     let node_pools = parts
         .pools
         .iter()
         .map(|p| {
-            let release = p
-                .kubernetes_version
-                .as_deref()
-                .unwrap_or(&row.kubernetes_version);
+            let release = &release_of(p);
             let [replicas, ready_replicas, up_to_date_replicas] =
                 status::pool_replicas(nodes.iter().filter(|n| n.pool_id == Some(p.id)), release);
             PoolSummary {
@@ -236,7 +241,10 @@ pub(super) fn assemble(state: &AppState, row: ClusterRow, parts: Parts, now: i64
             .map(|(n, conditions)| NodeView {
                 conditions,
                 last_seen_at: n.last_seen_at,
-                up_to_date: n.up_to_date(),
+                up_to_date: match n.pool_id.and_then(|p| pool_releases.get(&p)) {
+                    Some(release) => status::pool_node_up_to_date(&n, release),
+                    None => n.up_to_date(),
+                },
                 agent_version: n.agent_version,
                 kubernetes_version: n.kubernetes_version,
                 provider_id: exk8s_api_types::provider_id(row.id, n.vm_id),
