@@ -144,13 +144,7 @@ async fn a_pool_follows_its_control_plane_one_surge_worker_at_a_time(backend: Ba
         assert_eq!(surged["kubernetes_version"], NEW);
         // A worker of the old release runs its desired generation, yet is not up to date: in the
         // pool's view and in the cluster's.
-        let view = json_of(
-            app.get(&format!("/clusters/{cluster}"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let view = crate::upgrade::view(&app, cluster).await;
         let old: Vec<&Value> = view["nodes"]
             .as_array()
             .unwrap()
@@ -280,13 +274,7 @@ async fn a_pool_pinned_at_the_control_planes_release_stays_there_through_its_upg
     assert_eq!(started.status(), 202);
     let update = update_payload(&app, fetch_update(&app, &member, &key).await).await;
     sync_report(&app, &member, &key, "succeeded", update.identity.generation).await;
-    let view = json_of(
-        app.get(&format!("/clusters/{cluster}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let view = crate::upgrade::view(&app, cluster).await;
     assert_eq!(view["version"], NEW, "{view}");
     let held = pool(&app, cluster, id).await;
     assert_eq!(
