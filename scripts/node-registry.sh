@@ -20,12 +20,13 @@
 #   the node packages EXK8S_NODE_PACKAGES names and the libraries they load from the node image
 #   EXK8S_NODE_IMAGE names: scripts/node-packages.sh and node-image.sh print them);
 # - helm, at the version the renderer pins (api/src/render/input.rs), CoreDNS and flanneld from
-#   their Go modules.
+#   their Go modules (helm, flanneld, the registry and crane in the newest release's module:
+#   below).
 # Go and these tools are test tools: nothing built here ships.
 #
 # Output, on stdout: the registry's binary, its storage directory and helm, one per line (serve
 # the storage with `registry serve` and a configuration naming it; tests/src/registry.rs does).
-# With --tools, only the tools (and BusyBox) are built (nothing printed): what needs neither Kubernetes
+# With --tools, only CoreDNS and BusyBox are built (nothing printed): what needs neither Kubernetes
 # binaries nor the node image, started early. Everything else goes to stderr. Idempotent (a finished build leaves a stamp)
 # and safe when several callers ask at once (flock). Needs go, cc (static libc) and python3.
 set -euo pipefail
@@ -58,42 +59,6 @@ source "$(dirname "$0")/lib/cache.sh"
 # go with what every build here sets: no cgo, modules resolved as needed, the local toolchain.
 gomod() { CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go "$@"; }
 
-# The registry is distribution's cmd/registry with the one storage driver the tests use
-# (filesystem): its cloud drivers' SDKs (S3, Azure, GCS) are half of its packages to compile.
-tools=$cache/node-tools-fs-$registry_version-$crane_version-$helm_version
-build_tools() {
-  local dir=$1
-  log "building distribution's registry $registry_version (filesystem storage), crane $crane_version and helm $helm_version"
-  mkdir -p "$dir/src/registry" "$dir/bin"
-  cat >"$dir/src/registry/main.go" <<'GO'
-// distribution's cmd/registry, with only the filesystem storage driver.
-package main
-
-import (
-	"github.com/distribution/distribution/v3/registry"
-	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
-)
-
-func main() {
-	_ = registry.RootCmd.Execute()
-}
-GO
-  (
-    cd "$dir/src"
-    gomod mod init exk8s.test/node-tools >/dev/null 2>&1
-    gomod mod edit -go=1.25 -require="github.com/distribution/distribution/v3@$registry_version"
-    gomod build -trimpath -ldflags "-s -w" -o "$dir/bin/registry" ./registry
-  )
-  GOBIN=$dir/bin gomod install -trimpath -ldflags "-s -w" \
-    "github.com/google/go-containerregistry/cmd/crane@$crane_version"
-  GOBIN=$dir/bin gomod install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
-    "helm.sh/helm/v3/cmd/helm@$helm_version"
-  local out
-  out=$("$dir/bin/helm" version --template '{{.Version}}')
-  [ "$out" = "$helm_version" ] || die "helm version says '$out', not $helm_version"
-}
-with_lock "$tools" build_tools
 
 # CoreDNS, at the version the renderer pins, from its Go module: its own main and plugin list
 # (plugin.cfg, in its order), less the plugins that bring a cloud's SDK or another service's
@@ -146,28 +111,6 @@ build_coredns() {
 }
 with_lock "$coredns" build_coredns
 
-# flanneld, at the version the renderer pins, from its Go module (its main package is the root).
-# Its Tencent backend names a release of Tencent's SDK the proxy does not serve; a newer patch
-# of the same minor builds. The UDP backend is cgo: linked statically, as upstream does.
-flannel=$cache/flannel-$flannel_version
-build_flannel() {
-  local dir=$1
-  mkdir -p "$dir/src" "$dir/bin"
-  log "building flannel $flannel_version"
-  (
-    cd "$dir/src"
-    go mod init exk8s.test/flannel >/dev/null 2>&1
-    go mod edit -go=1.25 -require="github.com/flannel-io/flannel@$flannel_version" \
-      -require=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/common@v1.3.211
-    CGO_ENABLED=1 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go build -trimpath -tags netgo,osusergo \
-      -ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
-      -o "$dir/bin/flanneld" github.com/flannel-io/flannel
-  )
-  local out
-  out=$("$dir/bin/flanneld" --version 2>&1)
-  [ "$out" = "$flannel_version" ] || die "flanneld --version says '$out', not $flannel_version"
-}
-with_lock "$flannel" build_flannel
 # BusyBox at the suite's version, from its source as Debian archives it (its checksum pinned),
 # configured as upstream's image is (`make defconfig`), static; less `tc`, which no longer
 # builds against current kernel headers. Debian's own busybox-static is configured otherwise:
@@ -218,6 +161,66 @@ for bin_dir in "$@"; do
   releases+=("$release")
   bins[$release]=$bin_dir
 done
+# The tools built from Go modules that use Kubernetes' client libraries (helm, flanneld) or much of
+# what they use (the registry, crane), built in a copy of the scratch module of the newest
+# release named (the last K8S_BIN_DIR: scripts/k8s-binaries.sh made it) with every module that
+# release's build selected pinned to its version: each package they share with it is then one
+# Go's build cache holds already (helm compiled alone took 133 CPU-seconds, beside the release
+# 15; flanneld 131 and 34). They run against these newer client libraries (their own go.mod
+# asks for 0.34 and 0.32): the sources are the pinned releases', and the booted clusters prove
+# what the tests need of them. The registry is distribution's cmd/registry with the one storage
+# driver the tests use (filesystem): its cloud drivers' SDKs are half of its packages to
+# compile. Flannel's Tencent backend names a release of Tencent's SDK the proxy does not serve;
+# a newer patch of the same minor builds. Its UDP backend is cgo: linked statically, as
+# upstream does.
+newest=${releases[${#releases[@]}-1]}
+newest_src=$(dirname "${bins[$newest]}")/src
+[ -f "$newest_src/go.mod" ] || die "no $newest_src/go.mod: the tools build in Kubernetes $newest's scratch module (scripts/k8s-binaries.sh makes it)"
+tools=$cache/node-tools-fs-$registry_version-$crane_version-$helm_version-$flannel_version-on-$newest
+build_tools() {
+  local dir=$1
+  log "building distribution's registry $registry_version (filesystem storage), crane $crane_version, helm $helm_version and flanneld $flannel_version in Kubernetes $newest's module"
+  mkdir -p "$dir/src/registry" "$dir/bin"
+  cat >"$dir/src/registry/main.go" <<'GO'
+// distribution's cmd/registry, with only the filesystem storage driver.
+package main
+
+import (
+	"github.com/distribution/distribution/v3/registry"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+)
+
+func main() {
+	_ = registry.RootCmd.Execute()
+}
+GO
+  cp "$newest_src/go.mod" "$newest_src/go.sum" "$dir/src/"
+  (
+    cd "$dir/src"
+    local -a pins
+    mapfile -t pins < <(gomod list -m -f '{{if not (or .Main .Replace)}}-replace={{.Path}}={{.Path}}@{{.Version}}{{end}}' all | grep .)
+    [ "${#pins[@]}" -gt 0 ] || die "no module listed in $newest_src's build"
+    gomod mod edit -module=exk8s.test/node-tools "${pins[@]}" \
+      -require="github.com/distribution/distribution/v3@$registry_version" \
+      -require="github.com/google/go-containerregistry@$crane_version" \
+      -require="helm.sh/helm/v3@$helm_version" \
+      -require="github.com/flannel-io/flannel@$flannel_version" \
+      -require=github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/common@v1.3.211
+    gomod build -trimpath -ldflags "-s -w" -o "$dir/bin/registry" ./registry
+    gomod build -trimpath -ldflags "-s -w" -o "$dir/bin/crane" github.com/google/go-containerregistry/cmd/crane
+    gomod build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+      -o "$dir/bin/helm" helm.sh/helm/v3/cmd/helm
+    CGO_ENABLED=1 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go build -trimpath -tags netgo,osusergo \
+      -ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$flannel_version" \
+      -o "$dir/bin/flanneld" github.com/flannel-io/flannel
+  )
+  local out
+  out=$("$dir/bin/helm" version --template '{{.Version}}')
+  [ "$out" = "$helm_version" ] || die "helm version says '$out', not $helm_version"
+  out=$("$dir/bin/flanneld" --version 2>&1)
+  [ "$out" = "$flannel_version" ] || die "flanneld --version says '$out', not $flannel_version"
+}
+with_lock "$tools" build_tools
 # agnhost, the workloads' and the conformance tests' image, from the first release
 # (scripts/e2e-binaries.sh builds it); busybox, theirs too, is built above.
 agnhost=$cache/${releases[0]}-agnhost
@@ -248,7 +251,7 @@ node_packages=${EXK8S_NODE_PACKAGES:-}
 [ -f "$node_packages/Packages" ] || die "EXK8S_NODE_PACKAGES must name the node packages (scripts/node-packages.sh): the kube-proxy image takes iptables from them"
 
 # The storage depends on the binaries, the pause source, the packages and this script.
-digest=$( (sha256sum "$0" "$(dirname "$0")/lib/scratch-registry.sh" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$flannel/bin/flanneld" \
+digest=$( (sha256sum "$0" "$(dirname "$0")/lib/scratch-registry.sh" "$root/tests/tools/pause.c" "$coredns/bin/coredns" "$tools/bin/flanneld" \
   "$agnhost/bin/agnhost" "$porter/localhost.crt" "$porter/localhost.key" "$busybox" "$curl" "$netcat" "$dash" \
   "$dig" "$getent" \
   "$node_packages"/iptables_*.deb "$node_packages"/conntrack_*.deb
@@ -288,7 +291,7 @@ fill_store() {
     iptables_image "$work" "$port" "kube-proxy:$release" "$cache/$release-kube-proxy/bin/kube-proxy"
   done
   image "coredns/coredns:$coredns_version" "$coredns/bin/coredns"
-  iptables_image "$work" "$port" "flannel-io/flannel:$flannel_version" "$flannel/bin/flanneld"
+  iptables_image "$work" "$port" "flannel-io/flannel:$flannel_version" "$tools/bin/flanneld"
   busybox_image "$work" "$port"
   agnhost_image "$work" "$port"
   # The pause tag the end-to-end suite names (its own pods' sandbox-less containers).

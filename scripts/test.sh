@@ -70,7 +70,7 @@ k8s_log=$(mktemp)
 k8s_build=$!
 
 # The node image's root (Debian 12 with systemd), made by debootstrap, the local mirror of the
-# Debian packages a node installs on it, and the Go-built tools of its registry, helm and CoreDNS
+# Debian packages a node installs on it, CoreDNS from its Go module and BusyBox from its source
 # (the registry's images follow once both are done): once per machine.
 log "the node image's root and its package mirror (in the background; built once per machine)"
 image_log=$(mktemp)
@@ -154,7 +154,10 @@ EXK8S_NODE_PACKAGES=$(cat "$image_log.packages")
 export EXK8S_NODE_IMAGE EXK8S_NODE_PACKAGES
 
 # The registry booted machines pull from: the control plane's images from the Kubernetes
-# binaries of both releases (an upgrade pulls the next), kube-proxy's with the node packages' iptables, CoreDNS's (filled once per machine).
+# binaries of both releases (an upgrade pulls the next), kube-proxy's with the node packages'
+# iptables, CoreDNS's (filled once per machine). The registry itself, crane, helm and flanneld
+# build first, in the next release's scratch module on the Go build cache it just filled
+# (they share its client libraries).
 log "the node registry's images"
 registry_log=$(mktemp)
 if ! registry_out=$(bash scripts/node-registry.sh "$EXK8S_K8S_BIN" "$EXK8S_K8S_NEXT_BIN" 2>"$registry_log"); then
