@@ -85,7 +85,7 @@ image_build=$!
 # idle cores.
 log "cargo-deny and mdbook (in the background, SCHED_IDLE; the dependency graph is checked and the book built after the tests)"
 deny_log=$(mktemp)
-chrt --idle 0 nice -n 19 bash -c 'source scripts/lib/ensure.sh; ensure_cargo_deny && ensure_mdbook' >"$deny_log" 2>&1 &
+chrt --idle 0 nice -n 19 bash -c 'source scripts/lib/ensure.sh; ensure_check_tools' >"$deny_log" 2>&1 &
 deny_install=$!
 
 log "shellcheck (every script in the repository)"

@@ -162,6 +162,17 @@ ensure_cargo_deny() {
   fi
 }
 
+# ensure_check_tools — cargo-deny and mdBook, built in one target directory (removed after):
+# the dependencies they share (serde, syn, clap, regex…) compile once.
+ensure_check_tools() {
+  local CARGO_TARGET_DIR rc=0
+  CARGO_TARGET_DIR=$(mktemp -d)
+  export CARGO_TARGET_DIR
+  ensure_cargo_deny && ensure_mdbook || rc=$?
+  rm -rf "$CARGO_TARGET_DIR"
+  return "$rc"
+}
+
 # ensure_axe — axe-core (the accessibility checker the console's browser test runs), from npm,
 # once per machine into /var/cache/exk8s/axe-core-<version> (EXK8S_AXE_CACHE); prints the path
 # of its axe.min.js.
