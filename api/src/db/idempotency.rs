@@ -74,38 +74,51 @@ pub async fn claim(
     }
 }
 
-pub async fn complete<'c>(
-    db: impl Executor<'c, Database = Any>,
-    org_id: i64,
-    key: &str,
-    status: u16,
-    response_sealed: &str,
-) -> Result<(), DbError> {
-    sqlx::query(
-        "UPDATE idempotency_keys SET state = 'done', status_code = $1, response_sealed = $2 \
-         WHERE org_id = $3 AND idem_key = $4",
-    )
-    .bind(i64::from(status))
-    .bind(response_sealed)
-    .bind(org_id)
-    .bind(key)
-    .execute(db)
-    .await?;
-    Ok(())
+/// How a claim ends.
+#[derive(Debug)]
+pub enum Ending<'a> {
+    /// The answer is final: a retry replays it.
+    Done {
+        status: u16,
+        response_sealed: &'a str,
+    },
+    /// The request failed in a way a retry may fix (database down): forget the claim.
+    Released,
 }
 
-/// Forgets a claim whose request failed in a way a retry may fix (database down).
-pub async fn release<'c>(
+/// Ends the claim made at `claimed_at` — only that one, and only while it is still in flight, so
+/// a late ending never touches a later claim of the key. Returns whether it was still there.
+pub async fn end<'c>(
     db: impl Executor<'c, Database = Any>,
     org_id: i64,
     key: &str,
-) -> Result<(), DbError> {
-    sqlx::query("DELETE FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2")
+    claimed_at: i64,
+    ending: &Ending<'_>,
+) -> Result<bool, DbError> {
+    let done = match ending {
+        Ending::Done {
+            status,
+            response_sealed,
+        } => sqlx::query(
+            "UPDATE idempotency_keys SET state = 'done', status_code = $1, response_sealed = $2 \
+             WHERE org_id = $3 AND idem_key = $4 AND created_at = $5 AND state = 'in_flight'",
+        )
+        .bind(i64::from(*status))
+        .bind(*response_sealed)
         .bind(org_id)
         .bind(key)
-        .execute(db)
-        .await?;
-    Ok(())
+        .bind(claimed_at),
+        Ending::Released => sqlx::query(
+            "DELETE FROM idempotency_keys \
+             WHERE org_id = $1 AND idem_key = $2 AND created_at = $3 AND state = 'in_flight'",
+        )
+        .bind(org_id)
+        .bind(key)
+        .bind(claimed_at),
+    }
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Forgets keys claimed before `before` (answered or abandoned): a retry after that runs anew, as

@@ -2,9 +2,12 @@
 //! the first response (sealed at rest: a founding's holds a kubeconfig); the key with another
 //! request — another body, or another route — is refused (422); a retry while the first is
 //! still running is refused (409). Keys are per org, kept a day. A failure a retry may fix (5xx,
-//! 409, 429, 408) forgets the key; any other answer is kept, exactly as it was given.
+//! 409, 429, 408) forgets the key; any other answer is kept, exactly as it was given. Work that
+//! was done is answered even when the database will not take that ending yet: the ending is
+//! retried in the background, and until it lands a retry of the key is told to wait (409).
 
 use std::future::Future;
+use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -85,8 +88,9 @@ where
     hashed.extend_from_slice(request.body);
     let request_hash = exk8s_common::names::Sha256Digest::of(&hashed).to_hex();
     let aad = format!("idempotency/{org_id}/{key}");
+    let claimed_at = db::now();
     let mut tx = state.db.begin().await?;
-    let claim = db::idempotency::claim(&mut tx, org_id, &key, &request_hash, db::now()).await?;
+    let claim = db::idempotency::claim(&mut tx, org_id, &key, &request_hash, claimed_at).await?;
     tx.commit().await?;
     match claim {
         Claim::Mismatch => Err(ApiError::Unprocessable {
@@ -107,37 +111,110 @@ where
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             Ok(json((status, body.to_vec())))
         }
-        Claim::New => match work().await {
-            Ok((status, body)) => {
-                let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
-                db::idempotency::complete(&state.db.pool, org_id, &key, status.as_u16(), &sealed)
-                    .await?;
-                Ok(json((status, body)))
-            }
-            Err(error) => {
-                let status = error.status_code();
-                if !is_final(status) {
-                    // A retry may succeed: let it run.
-                    let _ = db::idempotency::release(&state.db.pool, org_id, &key).await;
-                    return Err(error);
+        Claim::New => {
+            let claim = Claimed {
+                org_id,
+                key,
+                claimed_at,
+            };
+            match work().await {
+                Ok((status, body)) => {
+                    let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                    // The work is done: its answer is the client's even if keeping it for a
+                    // replay has to wait for the database.
+                    claim
+                        .end(state, Ending::Done(status.as_u16(), sealed))
+                        .await;
+                    Ok(json((status, body)))
                 }
-                // The answer is kept as the client saw it (its code and message), so that a
-                // replay says the same.
-                let (parts, body) = error.into_response().into_parts();
-                let body = axum::body::to_bytes(body, usize::MAX)
-                    .await
-                    .map_err(ApiError::internal)?;
-                let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
-                let _ = db::idempotency::complete(
-                    &state.db.pool,
-                    org_id,
-                    &key,
-                    status.as_u16(),
-                    &sealed,
-                )
-                .await;
-                Ok(Response::from_parts(parts, axum::body::Body::from(body)))
+                Err(error) => {
+                    let status = error.status_code();
+                    if !is_final(status) {
+                        // A retry may succeed: let it run.
+                        claim.end(state, Ending::Released).await;
+                        return Err(error);
+                    }
+                    // The answer is kept as the client saw it (its code and message), so
+                    // that a replay says the same.
+                    let (parts, body) = error.into_response().into_parts();
+                    let body = axum::body::to_bytes(body, usize::MAX)
+                        .await
+                        .map_err(ApiError::internal)?;
+                    let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
+                    claim
+                        .end(state, Ending::Done(status.as_u16(), sealed))
+                        .await;
+                    Ok(Response::from_parts(parts, axum::body::Body::from(body)))
+                }
             }
-        },
+        }
+    }
+}
+
+/// A key this request claimed.
+struct Claimed {
+    org_id: i64,
+    key: String,
+    claimed_at: i64,
+}
+
+/// How a claim ends: an answer kept for replays (status, sealed body), or forgotten.
+enum Ending {
+    Done(u16, String),
+    Released,
+}
+
+/// How often, and how many times, an ending the database refused is tried again: for a minute,
+/// well inside the time after which a claim counts as abandoned.
+const END_RETRY_EVERY: Duration = Duration::from_secs(1);
+const END_TRIES: u32 = 60;
+
+impl Claimed {
+    /// Ends the claim. When the database refuses now (a burst has every connection, or it is
+    /// down), the ending is tried again in the background: a claim left in flight would answer
+    /// every retry of the key 409 until it counted as abandoned.
+    async fn end(self, state: &AppState, ending: Ending) {
+        if self.try_end(&state.db, &ending, 1).await {
+            return;
+        }
+        let db = state.db.clone();
+        tokio::spawn(async move {
+            for attempt in 2..=END_TRIES {
+                tokio::time::sleep(END_RETRY_EVERY).await;
+                if self.try_end(&db, &ending, attempt).await {
+                    return;
+                }
+            }
+            tracing::error!(
+                org_id = self.org_id,
+                attempts = END_TRIES,
+                "an Idempotency-Key's claim could not be ended; retries of it answer 409 until \
+                 it counts as abandoned"
+            );
+        });
+    }
+
+    /// One attempt; true when nothing is left to do.
+    async fn try_end(&self, db: &db::Db, ending: &Ending, attempt: u32) -> bool {
+        let ending = match ending {
+            Ending::Done(status, sealed) => db::idempotency::Ending::Done {
+                status: *status,
+                response_sealed: sealed,
+            },
+            Ending::Released => db::idempotency::Ending::Released,
+        };
+        match db::idempotency::end(&db.pool, self.org_id, &self.key, self.claimed_at, &ending).await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(
+                    org_id = self.org_id,
+                    attempt,
+                    error = %crate::error_chain(&e),
+                    "cannot end an Idempotency-Key's claim yet; trying again"
+                );
+                false
+            }
+        }
     }
 }

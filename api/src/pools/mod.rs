@@ -148,10 +148,20 @@ pub async fn create(
         }
         other => other?,
     };
+    // The answer is read before the commit: once the pool exists, nothing may fail the request
+    // (a retry would find the name taken). It has no workers yet: converging makes them.
+    let row = db::pools::get(&mut *tx, id)
+        .await?
+        .ok_or(PoolError::NotFound)?;
     tx.commit().await?;
     tracing::info!(cluster_id, pool_id = id, name = %spec.name, count = spec.count, "node pool created");
     converge::spawn(ctx.clone(), id);
-    get(ctx, org_id, cluster_id, id).await
+    let release = workers_release(&row, &cluster);
+    Ok(Pool {
+        row,
+        nodes: Vec::new(),
+        release,
+    })
 }
 
 /// The cluster's pools.

@@ -1,6 +1,7 @@
 //! `Idempotency-Key` on `POST /clusters`, on SQLite and PostgreSQL: a retry replays the first
 //! answer, another request with the key is refused, a concurrent one waits its turn (409); a
-//! transient refusal is never kept for the key, a final one replays exactly.
+//! transient refusal is never kept for the key, a final one replays exactly; a claim whose
+//! ending the database refused is ended once it allows.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use exk8s_api::sim::Faults;
 use serde_json::{Value, json};
 
 use crate::app::{Backend, WAIT, both_backends, json_of, spawn_app, valid_body};
+use crate::crash::wait_until;
 
 async fn idempotency_keys_replay_refuse_and_serialise(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -87,3 +89,108 @@ async fn idempotency_keys_replay_refuse_and_serialise(backend: Backend) {
 }
 
 both_backends!(idempotency_keys_replay_refuse_and_serialise);
+
+/// Makes every change to `idempotency_keys` fail while `test_hold` has a row: the database
+/// refusing the write that ends a claim.
+async fn hold_claim_endings(app: &crate::app::TestApp, backend: Backend) {
+    let statements: &[&str] = match backend {
+        Backend::Sqlite => &[
+            "CREATE TABLE test_hold (x INTEGER)",
+            "CREATE TRIGGER test_hold_update BEFORE UPDATE ON idempotency_keys \
+             WHEN EXISTS (SELECT 1 FROM test_hold) BEGIN SELECT RAISE(ABORT, 'held'); END",
+            "CREATE TRIGGER test_hold_delete BEFORE DELETE ON idempotency_keys \
+             WHEN EXISTS (SELECT 1 FROM test_hold) BEGIN SELECT RAISE(ABORT, 'held'); END",
+        ],
+        Backend::Postgres => &[
+            "CREATE TABLE test_hold (x INTEGER)",
+            "CREATE FUNCTION test_hold() RETURNS trigger AS $$ BEGIN \
+             IF EXISTS (SELECT 1 FROM test_hold) THEN RAISE EXCEPTION 'held'; END IF; \
+             RETURN COALESCE(NEW, OLD); END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER test_hold BEFORE UPDATE OR DELETE ON idempotency_keys \
+             FOR EACH ROW EXECUTE FUNCTION test_hold()",
+        ],
+    };
+    for statement in statements {
+        sqlx::query(statement)
+            .execute(&app.state.db.pool)
+            .await
+            .unwrap();
+    }
+}
+
+async fn set_hold(app: &crate::app::TestApp, held: bool) {
+    let statement = if held {
+        "INSERT INTO test_hold (x) VALUES (1)"
+    } else {
+        "DELETE FROM test_hold"
+    };
+    sqlx::query(statement)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+}
+
+async fn a_claim_the_database_would_not_end_is_ended_when_it_will(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let founded = json_of(app.found(1, json!({})).await).await;
+    let path = format!("/clusters/{}/node-pools", founded["cluster_id"]);
+    let send = |key: &str, name: &str| {
+        let body = json!({"name": name, "count": 0, "instance_type": "e2.small", "image_id": 77, "subnet_id": 5});
+        app.post(&path)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    hold_claim_endings(&app, backend).await;
+
+    // The work is done though its answer cannot be kept yet: the client gets it, a retry waits
+    // (409) until the answer is kept, then replays it.
+    set_hold(&app, true).await;
+    let first = send("made", "blue").await.unwrap();
+    assert_eq!(first.status(), 202);
+    let first = json_of(first).await;
+    let waiting = json_of(send("made", "blue").await.unwrap()).await;
+    assert!(
+        waiting["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("still in progress"),
+        "{waiting}"
+    );
+    set_hold(&app, false).await;
+    wait_until("the answer kept", Duration::from_secs(10), || async {
+        send("made", "blue").await.unwrap().status() == 202
+    })
+    .await;
+    assert_eq!(json_of(send("made", "blue").await.unwrap()).await, first);
+
+    // A refusal a retry may fix (409: the name is taken) is let go once the database allows:
+    // until then the key is in progress; then the retry runs anew (and is refused anew).
+    set_hold(&app, true).await;
+    let taken = json_of(send("again", "blue").await.unwrap()).await;
+    assert!(
+        taken["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already has a pool named"),
+        "{taken}"
+    );
+    let waiting = json_of(send("again", "blue").await.unwrap()).await;
+    assert!(
+        waiting["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("still in progress"),
+        "{waiting}"
+    );
+    set_hold(&app, false).await;
+    wait_until("the claim let go", Duration::from_secs(10), || async {
+        let answer = json_of(send("again", "blue").await.unwrap()).await;
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already has a pool named"))
+    })
+    .await;
+}
+
+both_backends!(a_claim_the_database_would_not_end_is_ended_when_it_will);

@@ -361,20 +361,20 @@ async fn fifty_concurrent_creations_make_exactly_the_pools_asked_for(backend: Ba
     let path = format!("/clusters/{cluster}/node-pools");
     let mut requests = Vec::new();
     for i in 0..50 {
-        let request = app
-            .post(&path)
-            .header("Idempotency-Key", format!("distinct-{i}"))
-            .json(&pool_body(&format!("p{i}"), 1))
-            .send();
-        requests.push(request);
-        let same = app
-            .post(&path)
-            .header("Idempotency-Key", "one-key")
-            .json(&pool_body("same", 1))
-            .send();
-        requests.push(same);
+        let key = format!("distinct-{i}");
+        requests.push(tokio::spawn(create_as_a_client(
+            app.post(&path).header("Idempotency-Key", key),
+            pool_body(&format!("p{i}"), 1),
+        )));
+        requests.push(tokio::spawn(create_as_a_client(
+            app.post(&path).header("Idempotency-Key", "one-key"),
+            pool_body("same", 1),
+        )));
     }
-    let statuses: Vec<u16> = futures_join(requests).await;
+    let mut statuses = Vec::new();
+    for request in requests {
+        statuses.push(request.await.unwrap());
+    }
     let accepted = statuses.iter().filter(|s| **s == 202).count();
     let in_flight = statuses.iter().filter(|s| **s == 409).count();
     assert_eq!(accepted + in_flight, 100, "{statuses:?}");
@@ -408,17 +408,34 @@ async fn fifty_concurrent_creations_make_exactly_the_pools_asked_for(backend: Ba
 }
 
 /// Sends every request at once; their statuses in order.
-async fn futures_join(
-    requests: Vec<
-        impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send + 'static,
-    >,
-) -> Vec<u16> {
-    let tasks: Vec<_> = requests.into_iter().map(tokio::spawn).collect();
-    let mut statuses = Vec::new();
-    for task in tasks {
-        statuses.push(task.await.unwrap().unwrap().status().as_u16());
+/// Sends a creation as a client does: a 503 (a server short of connections under the burst, on
+/// a loaded machine) must say when to retry, and is retried under the same key, as is a 409
+/// "in progress" right after it (the refused attempt's claim on the key may still be being let
+/// go). Returns the final status.
+async fn create_as_a_client(request: reqwest::RequestBuilder, body: Value) -> u16 {
+    let mut refused = false;
+    for _ in 0..100 {
+        let response = request
+            .try_clone()
+            .expect("a JSON request clones")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            503 => assert!(
+                response.headers().contains_key("retry-after"),
+                "a 503 says when to retry: {:?}",
+                response.headers()
+            ),
+            409 if refused => {}
+            status => return status,
+        }
+        refused = true;
+        // Sooner than `Retry-After` asks (a client may): the test waits for nothing else.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    statuses
+    panic!("still refused after 100 tries");
 }
 
 async fn a_creation_left_half_made_is_undone_and_the_pool_converged(backend: Backend) {
