@@ -18,7 +18,8 @@ import urllib.request
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -107,14 +108,33 @@ def leaves_page(driver, act):
             "return document.exk8sLeaving !== true && document.readyState === 'complete';"))
 
 
+def press(driver, *keys):
+    """Presses `keys` as a keyboard does: on whatever holds the focus."""
+    ActionChains(driver).send_keys(*keys).perform()
+
+
+def focused(driver, wanted):
+    """The focused element, how it reads, and whether it satisfies `wanted`. A live page
+    (live.js) may put a copy of its content in place between two questions, moving the focus
+    to the focused element's copy: the old reference is then stale, and the copy is asked."""
+    for _ in range(10):
+        element = driver.switch_to.active_element
+        try:
+            name = element.get_attribute("id") or element.text or element.tag_name
+            return element, name, wanted(element)
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the focused element went stale ten times in a row")
+
+
 def tab_until(driver, wanted, most=15):
     """Presses Tab until the focused element satisfies `wanted`; the elements passed through."""
     passed = []
     for _ in range(most):
-        driver.switch_to.active_element.send_keys(Keys.TAB)
-        element = driver.switch_to.active_element
-        passed.append(element.get_attribute("id") or element.text or element.tag_name)
-        if wanted(element):
+        press(driver, Keys.TAB)
+        element, name, found = focused(driver, wanted)
+        passed.append(name)
+        if found:
             return element, passed
     raise AssertionError(f"Tab never reached the element; passed {passed}")
 
@@ -149,8 +169,8 @@ def main():
         seen["list_live_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
         # To the cluster by keyboard: Tab to its link, Enter.
         ours = os.environ["CONSOLE_OURS"]
-        link, _ = tab_until(driver, lambda e: e.text == ours)
-        leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
+        tab_until(driver, lambda e: e.text == ours)
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
         seen["cluster_url"] = driver.current_url
         seen["cluster_heading"] = texts(driver, "h1")[0]
         seen["conditions"] = texts(driver, "table:nth-of-type(1) tbody th")
@@ -161,7 +181,7 @@ def main():
         # The page follows the cluster: a change made through the API (its health policy
         # turns remediation off) shows on it without a reload, and keyboard focus stays put.
         driver.execute_script("window.exk8sStayed = true;")
-        back, _ = tab_until(driver, lambda e: e.text == "Clusters")
+        tab_until(driver, lambda e: e.text == "Clusters")
         cluster_id = driver.current_url.rsplit("/", 1)[1]
         api("PUT", f"/clusters/{cluster_id}/health-policy", {"remediation": False})
         WebDriverWait(driver, 40).until(lambda d: "RemediationOff" in texts(d, "main")[0])
@@ -177,14 +197,14 @@ def main():
         # API's own refusal is on the form; then completed, the new cluster's page follows
         # its founding.
         driver.get(URL + "/ui/clusters")
-        link, _ = tab_until(driver, lambda e: e.text == "Found a cluster")
-        leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
+        tab_until(driver, lambda e: e.text == "Found a cluster")
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
         seen["found_url"] = driver.current_url
         seen["axe_found"] = accessibility(driver)
         field, _ = tab_until(driver, lambda e: e.get_attribute("id") == "name")
         field.send_keys("made-in-browser")
-        button, _ = tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Found the cluster")
-        leaves_page(driver, lambda: button.send_keys(Keys.ENTER))
+        tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Found the cluster")
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
         seen["found_refused"] = texts(driver, "[role=alert]")
         seen["found_kept"] = driver.execute_script("return document.getElementById('name').value;")
         seen["found_invalid"] = driver.execute_script(
@@ -211,11 +231,11 @@ def main():
         seen["founding_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
         # Take a snapshot: the action's page says what happens; with no agent reporting on
         # the dev stack's simulated machines, the API refuses, and the form says why.
-        link, _ = tab_until(driver, lambda e: e.text == "Take a snapshot")
-        leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
+        tab_until(driver, lambda e: e.text == "Take a snapshot")
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
         seen["axe_snapshot"] = accessibility(driver)
-        button, _ = tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Take the snapshot")
-        leaves_page(driver, lambda: button.send_keys(Keys.ENTER))
+        tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Take the snapshot")
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
         seen["snapshot_refused"] = texts(driver, "[role=alert]")
         # Its node boots: the agent, run against a directory as on the simulated stack (host
         # actions recorded), reports each phase, and the cluster's page follows it in place.
@@ -246,10 +266,10 @@ def main():
         seen["node_reports"] = texts(driver, "table.changes tr.change-report td:nth-child(3)")
         seen["node_stayed"] = driver.execute_script("return window.exk8sStayed === true;")
         # With a voter reporting healthy, a snapshot is taken: asked of it, on the page.
-        link, _ = tab_until(driver, lambda e: e.text == "Take a snapshot")
-        leaves_page(driver, lambda: link.send_keys(Keys.ENTER))
-        button, _ = tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Take the snapshot")
-        leaves_page(driver, lambda: button.send_keys(Keys.ENTER))
+        tab_until(driver, lambda e: e.text == "Take a snapshot")
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
+        tab_until(driver, lambda e: e.tag_name == "button" and e.text == "Take the snapshot")
+        leaves_page(driver, lambda: press(driver, Keys.ENTER))
         seen["snapshot_taken_url"] = driver.current_url
         seen["snapshots"] = driver.execute_script(
             "return [...document.querySelectorAll('table.snapshots tbody tr')]"
