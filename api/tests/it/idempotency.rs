@@ -141,6 +141,17 @@ async fn a_claim_the_database_would_not_end_is_ended_when_it_will(backend: Backe
             .json(&body)
             .send()
     };
+    // The message of the refusal a request under `key` gets.
+    let refusal = |key: &'static str| {
+        let answer = send(key, "blue");
+        async move {
+            let body = json_of(answer.await.unwrap()).await;
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
     hold_claim_endings(&app, backend).await;
 
     // The work is done though its answer cannot be kept yet: the client gets it, a retry waits
@@ -149,14 +160,8 @@ async fn a_claim_the_database_would_not_end_is_ended_when_it_will(backend: Backe
     let first = send("made", "blue").await.unwrap();
     assert_eq!(first.status(), 202);
     let first = json_of(first).await;
-    let waiting = json_of(send("made", "blue").await.unwrap()).await;
-    assert!(
-        waiting["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("still in progress"),
-        "{waiting}"
-    );
+    let refused = refusal("made").await;
+    assert!(refused.contains("still in progress"), "{refused}");
     set_hold(&app, false).await;
     wait_until("the answer kept", Duration::from_secs(10), || async {
         send("made", "blue").await.unwrap().status() == 202
@@ -167,28 +172,13 @@ async fn a_claim_the_database_would_not_end_is_ended_when_it_will(backend: Backe
     // A refusal a retry may fix (409: the name is taken) is let go once the database allows:
     // until then the key is in progress; then the retry runs anew (and is refused anew).
     set_hold(&app, true).await;
-    let taken = json_of(send("again", "blue").await.unwrap()).await;
-    assert!(
-        taken["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("already has a pool named"),
-        "{taken}"
-    );
-    let waiting = json_of(send("again", "blue").await.unwrap()).await;
-    assert!(
-        waiting["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("still in progress"),
-        "{waiting}"
-    );
+    let refused = refusal("again").await;
+    assert!(refused.contains("already has a pool named"), "{refused}");
+    let refused = refusal("again").await;
+    assert!(refused.contains("still in progress"), "{refused}");
     set_hold(&app, false).await;
     wait_until("the claim let go", Duration::from_secs(10), || async {
-        let answer = json_of(send("again", "blue").await.unwrap()).await;
-        answer["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("already has a pool named"))
+        refusal("again").await.contains("already has a pool named")
     })
     .await;
 }
