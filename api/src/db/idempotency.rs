@@ -76,11 +76,11 @@ pub async fn claim(
 
 /// How a claim ends.
 #[derive(Debug)]
-pub enum Ending<'a> {
+pub enum Ending {
     /// The answer is final: a retry replays it.
     Done {
         status: u16,
-        response_sealed: &'a str,
+        response_sealed: String,
     },
     /// The request failed in a way a retry may fix (database down): forget the claim.
     Released,
@@ -93,7 +93,7 @@ pub async fn end<'c>(
     org_id: i64,
     key: &str,
     claimed_at: i64,
-    ending: &Ending<'_>,
+    ending: &Ending,
 ) -> Result<bool, DbError> {
     let done = match ending {
         Ending::Done {
@@ -104,7 +104,7 @@ pub async fn end<'c>(
              WHERE org_id = $3 AND idem_key = $4 AND created_at = $5 AND state = 'in_flight'",
         )
         .bind(i64::from(*status))
-        .bind(*response_sealed)
+        .bind(response_sealed.as_str())
         .bind(org_id)
         .bind(key)
         .bind(claimed_at),

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use crate::app::AppState;
-use crate::db::{self, idempotency::Claim};
+use crate::db::{self, idempotency::Claim, idempotency::Ending};
 
 /// The request's key, checked: 1–200 visible ASCII characters.
 pub(super) fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -123,7 +123,13 @@ where
                     // The work is done: its answer is the client's even if keeping it for a
                     // replay has to wait for the database.
                     claim
-                        .end(state, Ending::Done(status.as_u16(), sealed))
+                        .end(
+                            state,
+                            Ending::Done {
+                                status: status.as_u16(),
+                                response_sealed: sealed,
+                            },
+                        )
                         .await;
                     Ok(json((status, body)))
                 }
@@ -142,7 +148,13 @@ where
                         .map_err(ApiError::internal)?;
                     let sealed = state.keks.seal(&aad, &body).map_err(ApiError::internal)?;
                     claim
-                        .end(state, Ending::Done(status.as_u16(), sealed))
+                        .end(
+                            state,
+                            Ending::Done {
+                                status: status.as_u16(),
+                                response_sealed: sealed,
+                            },
+                        )
                         .await;
                     Ok(Response::from_parts(parts, axum::body::Body::from(body)))
                 }
@@ -156,12 +168,6 @@ struct Claimed {
     org_id: i64,
     key: String,
     claimed_at: i64,
-}
-
-/// How a claim ends: an answer kept for replays (status, sealed body), or forgotten.
-enum Ending {
-    Done(u16, String),
-    Released,
 }
 
 /// How often, and how many times, an ending the database refused is tried again: for a minute,
@@ -196,14 +202,7 @@ impl Claimed {
 
     /// One attempt; true when nothing is left to do.
     async fn try_end(&self, db: &db::Db, ending: &Ending, attempt: u32) -> bool {
-        let ending = match ending {
-            Ending::Done(status, sealed) => db::idempotency::Ending::Done {
-                status: *status,
-                response_sealed: sealed,
-            },
-            Ending::Released => db::idempotency::Ending::Released,
-        };
-        match db::idempotency::end(&db.pool, self.org_id, &self.key, self.claimed_at, &ending).await
+        match db::idempotency::end(&db.pool, self.org_id, &self.key, self.claimed_at, ending).await
         {
             Ok(_) => true,
             Err(e) => {
