@@ -170,6 +170,9 @@ impl Failure {
 pub struct Started {
     /// The cluster, recorded `provisioning`.
     pub id: i64,
+    /// The cluster's row as it was accepted, read in the transaction that recorded it: an
+    /// answer built from it needs no read that could fail once the cluster exists.
+    pub accepted: db::clusters::ClusterRow,
     done: oneshot::Receiver<Result<Founded, FoundingError>>,
 }
 
@@ -253,6 +256,13 @@ pub async fn start(
     if let Some(source) = restore_from {
         db::restores::set_source(&mut *tx, id, source).await?;
     }
+    let accepted = db::clusters::get(&mut *tx, org_id, id)
+        .await?
+        .ok_or_else(|| {
+            FoundingError::internal(std::io::Error::other(
+                "a cluster just recorded is not there",
+            ))
+        })?;
     tx.commit().await?;
     tracing::info!(cluster_id = id, org_id, %name, "founding accepted");
     let job = job::Job {
@@ -267,7 +277,7 @@ pub async fn start(
         subnet,
     };
     let done = ctx.founders.spawn(admission, job.run());
-    Ok(Started { id, done })
+    Ok(Started { id, accepted, done })
 }
 
 /// Seconds a refused `POST /clusters` is told to wait when every founding place is taken.

@@ -96,7 +96,7 @@ pub async fn create_cluster(
             restore_from,
         )
         .await?;
-        let id = started.id;
+        let (id, accepted) = (started.id, started.accepted.clone());
         match started.outcome_within(wait).await {
             Some(founded) => {
                 let created = created_response(&state, &founded?);
@@ -104,9 +104,22 @@ pub async fn create_cluster(
                 Ok((StatusCode::CREATED, body))
             }
             None => {
-                let row = owned_by(&state, operator.org_id, id).await?;
-                let body = serde_json::to_vec(&super::cluster_view::view(&state, row).await?)
-                    .map_err(ApiError::internal)?;
+                // The cluster exists from here on: no failure may answer this request, or a
+                // retry of its key would found another. Its view is read as it is now, or else
+                // given as it was accepted.
+                let view = match owned_by(&state, operator.org_id, id).await {
+                    Ok(row) => super::cluster_view::view(&state, row).await,
+                    Err(e) => Err(e),
+                };
+                let view = view.unwrap_or_else(|e| {
+                    tracing::warn!(
+                        cluster_id = id,
+                        error = %e,
+                        "cannot read an accepted cluster's view: answering it as accepted"
+                    );
+                    super::cluster_view::as_accepted(&state, accepted)
+                });
+                let body = serde_json::to_vec(&view).map_err(ApiError::internal)?;
                 Ok((StatusCode::ACCEPTED, body))
             }
         }

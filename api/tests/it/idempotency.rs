@@ -1,7 +1,8 @@
 //! `Idempotency-Key` on `POST /clusters`, on SQLite and PostgreSQL: a retry replays the first
 //! answer, another request with the key is refused, a concurrent one waits its turn (409); a
 //! transient refusal is never kept for the key, a final one replays exactly; a claim whose
-//! ending the database refused is ended once it allows.
+//! ending the database refused is ended once it allows; a founding accepted is answered even
+//! when its view cannot be read, so that no retry founds a second cluster.
 
 use std::time::Duration;
 
@@ -183,4 +184,57 @@ async fn a_claim_the_database_would_not_end_is_ended_when_it_will(backend: Backe
     .await;
 }
 
-both_backends!(a_claim_the_database_would_not_end_is_ended_when_it_will);
+/// The database refuses the read of an accepted cluster's view (a table it reads is away): the
+/// cluster exists, so the request is still answered 202 with the cluster as accepted, and a
+/// retry of its key replays that answer instead of founding a second cluster.
+async fn an_accepted_founding_is_answered_though_its_view_cannot_be_read(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let send = || {
+        app.post("/clusters")
+            .header("Idempotency-Key", "accepted")
+            .json(&valid_body(1))
+            .send()
+    };
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    let db = &app.state.db.pool;
+    sqlx::query(&rename("snapshots", "snapshots_away"))
+        .execute(db)
+        .await
+        .unwrap();
+    let first = send().await.unwrap();
+    assert_eq!(first.status(), 202, "{:?}", first.text().await);
+    let first = json_of(first).await;
+    assert_eq!(first["phase"], "provisioning", "{first}");
+    assert_eq!(first["nodes"], json!([]), "{first}");
+    let again = send().await.unwrap();
+    assert_eq!(again.status(), 202);
+    assert_eq!(
+        json_of(again).await,
+        first,
+        "a retry must replay the answer"
+    );
+    sqlx::query(&rename("snapshots_away", "snapshots"))
+        .execute(db)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.cluster_count().await,
+        1,
+        "a retry founded a second cluster"
+    );
+    let id = first["id"].as_i64().unwrap();
+    wait_until(
+        "the accepted cluster founded",
+        Duration::from_secs(30),
+        || async {
+            let view = json_of(app.get(&format!("/clusters/{id}")).send().await.unwrap()).await;
+            view["phase"] == "founded"
+        },
+    )
+    .await;
+}
+
+both_backends!(
+    a_claim_the_database_would_not_end_is_ended_when_it_will,
+    an_accepted_founding_is_answered_though_its_view_cannot_be_read,
+);

@@ -180,6 +180,12 @@ pub(crate) async fn view(state: &AppState, row: ClusterRow) -> Result<ClusterVie
         .ok_or_else(|| ApiError::internal(std::io::Error::other("a page of one built no view")))
 }
 
+/// The view of a cluster as it was accepted (`row`, read when it was recorded): nothing but
+/// its row exists yet, so nothing else is read.
+pub(crate) fn as_accepted(state: &AppState, row: ClusterRow) -> ClusterView {
+    assemble(state, row, Parts::default(), state.clock.unix())
+}
+
 /// The views of `rows`, in their order.
 pub(crate) async fn views(
     state: &AppState,
