@@ -1,5 +1,11 @@
-//! Calls to the exk8s API with the operator's token: JSON in and out, and every error body
-//! (`{"error": {"code", "message", "field"}}`) turned into a [`CliError::Api`].
+//! Calls to the exk8s API with the operator's token: JSON in and out, a busy API waited out
+//! ([`retry`]), and every error body (`{"error": {"code", "message", "field"}}`) turned into a
+//! [`CliError::Api`].
+
+#![allow(
+    clippy::result_large_err,
+    reason = "ureq::Error as ureq returns it: boxing it per request gains nothing"
+)]
 
 use std::time::Duration;
 
@@ -8,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::Session;
 use crate::error::CliError;
+use crate::retry;
 
 /// The largest answer read (a cluster list of hundreds of clusters fits many times).
 const MAX_BODY: u64 = 64 * 1024 * 1024;
@@ -58,7 +65,7 @@ impl Api {
 
     /// `GET path`, its JSON read as `T`.
     pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        let response = self.call(self.request("GET", path).call())?;
+        let response = self.call("GET", false, || self.request("GET", path).call())?;
         json(path, response)
     }
 
@@ -67,7 +74,7 @@ impl Api {
         let mut all = Vec::new();
         let mut next = Some(path.to_owned());
         while let Some(path) = next.take() {
-            let response = self.call(self.request("GET", &path).call())?;
+            let response = self.call("GET", false, || self.request("GET", &path).call())?;
             next = response.header("link").and_then(next_page);
             all.extend(json::<Vec<T>>(&path, response)?);
         }
@@ -76,7 +83,7 @@ impl Api {
 
     /// `GET path` as text (a kubeconfig).
     pub(crate) fn get_text(&self, path: &str) -> Result<zeroize::Zeroizing<String>, CliError> {
-        let response = self.call(self.request("GET", path).call())?;
+        let response = self.call("GET", false, || self.request("GET", path).call())?;
         read(response).map(zeroize::Zeroizing::new)
     }
 
@@ -86,11 +93,11 @@ impl Api {
         use sha2::Digest as _;
         use std::io::{Read as _, Write as _};
         use std::os::unix::fs::OpenOptionsExt as _;
-        let response = self.call(
+        let response = self.call("GET", false, || {
             self.request("GET", path)
                 .timeout(Duration::from_secs(6 * 3600))
-                .call(),
-        )?;
+                .call()
+        })?;
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -130,14 +137,17 @@ impl Api {
         path: &str,
         last_event_id: Option<i64>,
     ) -> Result<Box<dyn std::io::Read + Send + Sync>, CliError> {
-        let mut request = self
-            .request("GET", path)
-            .timeout(STREAM_FOR)
-            .set("Accept", "text/event-stream");
-        if let Some(id) = last_event_id {
-            request = request.set("Last-Event-ID", &id.to_string());
-        }
-        let response = self.call(request.call())?;
+        let response = self.call("GET", false, || {
+            let request = self
+                .request("GET", path)
+                .timeout(STREAM_FOR)
+                .set("Accept", "text/event-stream");
+            match last_event_id {
+                Some(id) => request.set("Last-Event-ID", &id.to_string()),
+                None => request,
+            }
+            .call()
+        })?;
         Ok(response.into_reader())
     }
 
@@ -150,26 +160,38 @@ impl Api {
         body: Option<&(impl Serialize + ?Sized)>,
         idempotency_key: Option<&str>,
     ) -> Result<Option<T>, CliError> {
-        let mut request = self.request(method, path);
-        if let Some(key) = idempotency_key {
-            request = request.set("Idempotency-Key", key);
-        }
-        let sent = match body {
-            Some(body) => request.send_json(body),
-            None => request.call(),
-        };
-        let response = self.call(sent)?;
+        let response = self.call(method, idempotency_key.is_some(), || {
+            let mut request = self.request(method, path);
+            if let Some(key) = idempotency_key {
+                request = request.set("Idempotency-Key", key);
+            }
+            match body {
+                Some(body) => request.send_json(body),
+                None => request.call(),
+            }
+        })?;
         if response.status() == 204 {
             return Ok(None);
         }
         json(path, response).map(Some)
     }
 
+    /// Sends (`send`, a `method` request; `keyed`: with an `Idempotency-Key`), waiting out a
+    /// busy API as [`retry`] allows; an error answer read as the operator should read it.
     fn call(
         &self,
-        result: Result<ureq::Response, ureq::Error>,
+        method: &str,
+        keyed: bool,
+        send: impl FnMut() -> Result<ureq::Response, ureq::Error>,
     ) -> Result<ureq::Response, CliError> {
-        match result {
+        let tell = |status: u16, wait: Duration, n: u32| {
+            eprintln!(
+                "exk8s: the API is busy ({status}): sending {method} again in {} s ({n} of at most {})",
+                wait.as_secs(),
+                retry::MAX_WAITS
+            );
+        };
+        match retry::send_while_busy(method, keyed, send, std::thread::sleep, tell) {
             Ok(response) => Ok(response),
             Err(ureq::Error::Status(status, response)) => Err(refusal(status, response)),
             Err(ureq::Error::Transport(t)) => Err(CliError::Unreachable {

@@ -242,13 +242,13 @@ fn create(api: &Api, args: &CreateArgs, format: Format) -> Result<(), CliError> 
                 snapshot_id: Some(snapshot),
             }),
     };
+    // A key even when none was given: the CLI's own retries of a busy API found once.
+    let key = match &args.idempotency_key {
+        Some(key) => key.clone(),
+        None => crate::retry::new_key()?,
+    };
     let accepted: Founding = api
-        .send(
-            "POST",
-            "/clusters",
-            Some(&body),
-            args.idempotency_key.as_deref(),
-        )?
+        .send("POST", "/clusters", Some(&body), Some(&key))?
         .ok_or_else(|| CliError::Unexpected("the answer to POST /clusters was empty".into()))?;
     let (id, name) = match &accepted {
         Founding::Founded(created) => (created.cluster_id, created.name.as_str()),

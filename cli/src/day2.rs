@@ -217,11 +217,13 @@ pub(crate) fn pools(api: &Api, command: Pools, format: Format) -> Result<(), Cli
                 taints: Some(taints(&given_taints)?),
                 max_surge,
             };
+            // Keyed: the CLI's own retries of a busy API make the pool once.
+            let key = crate::retry::new_key()?;
             let made: PoolView = answer(api.send(
                 "POST",
                 &format!("/clusters/{id}/node-pools"),
                 Some(&body),
-                None,
+                Some(&key),
             )?)?;
             eprintln!("pool {name} created; its workers are made in the background");
             show(format, &made, pool_table)

@@ -17,6 +17,7 @@ mod output;
 mod private_file;
 mod refresh;
 mod restore;
+mod retry;
 mod sa_key;
 mod snapshots;
 mod sse;
@@ -299,7 +300,8 @@ pub(crate) struct CreateArgs {
     /// The front-proxy CA's private key (PEM file).
     #[arg(long = "front-proxy-ca-key", requires = "front_proxy_ca_cert")]
     pub(crate) front_proxy_ca_key: Option<std::path::PathBuf>,
-    /// Sent as Idempotency-Key: a retry with the same key founds nothing twice.
+    /// Sent as Idempotency-Key: a retry with the same key founds nothing twice (without it, the
+    /// CLI makes one for this command: its own retries of a busy API found once).
     #[arg(long = "idempotency-key")]
     pub(crate) idempotency_key: Option<String>,
     /// Follow the cluster until it is ready.
