@@ -45,6 +45,7 @@ mod node_lookup;
 mod node_routes;
 mod pki;
 mod pki_cases;
+mod pool_burst;
 mod pool_crash;
 mod pool_drains;
 mod pool_upgrade;
