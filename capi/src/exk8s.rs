@@ -23,6 +23,8 @@ pub enum Exk8sError {
         status: u16,
         code: String,
         message: String,
+        /// How long the API asked to wait before trying again (`Retry-After`, in seconds).
+        retry_after: Option<Duration>,
     },
     #[error("the exk8s API's answer to {what} could not be read: {detail}")]
     Unreadable { what: String, detail: String },
@@ -34,6 +36,14 @@ impl Exk8sError {
     /// The API answered `status`.
     pub fn is_status(&self, status: StatusCode) -> bool {
         matches!(self, Self::Refused { status: s, .. } if *s == status.as_u16())
+    }
+
+    /// How long the API asked to wait before this is tried again, when it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Refused { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 }
 
@@ -134,6 +144,13 @@ impl Exk8s {
             return Ok(response);
         }
         let status = response.status();
+        // Delta-seconds, as the exk8s API sends it.
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         let text = response.text().await.unwrap_or_default();
         let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
             Ok(body) => (body.error.code, body.error.message),
@@ -146,6 +163,7 @@ impl Exk8s {
             status: status.as_u16(),
             code,
             message,
+            retry_after,
         })
     }
 

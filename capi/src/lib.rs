@@ -51,6 +51,9 @@ pub enum ReconcileError {
     Finalizer(Box<kube::runtime::finalizer::Error<ReconcileError>>),
 }
 
+/// How soon a failed reconcile is tried again when the API did not say.
+const RETRY: Duration = Duration::from_secs(5);
+
 fn error_policy<K>(_: Arc<K>, error: &ReconcileError, _: Arc<Context>) -> Action {
     match error {
         ReconcileError::DeletePending(_) | ReconcileError::PoolDeletePending(_) => {
@@ -58,7 +61,21 @@ fn error_policy<K>(_: Arc<K>, error: &ReconcileError, _: Arc<Context>) -> Action
         }
         _ => tracing::warn!("{error}"),
     }
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(retry_in(error))
+}
+
+/// When to try a reconcile that failed with `error` again: after the wait a busy exk8s API
+/// asked for (`Retry-After`), and never sooner than [`RETRY`].
+fn retry_in(error: &ReconcileError) -> Duration {
+    use kube::runtime::finalizer::Error as Finalizer;
+    match error {
+        ReconcileError::Exk8s(e) => e.retry_after().map_or(RETRY, |asked| asked.max(RETRY)),
+        ReconcileError::Finalizer(e) => match e.as_ref() {
+            Finalizer::ApplyFailed(inner) | Finalizer::CleanupFailed(inner) => retry_in(inner),
+            _ => RETRY,
+        },
+        _ => RETRY,
+    }
 }
 
 /// The object `reference` names (a Cluster's `controlPlaneRef` or `infrastructureRef`, a
@@ -143,4 +160,30 @@ pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!("exk8s-capi: reconciling ExK8sCluster, ExK8sControlPlane and ExK8sMachinePool");
     futures_util::future::join3(control_planes, infrastructure, machine_pools).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(retry_after: Option<u64>) -> ReconcileError {
+        ReconcileError::Exk8s(exk8s::Exk8sError::Refused {
+            status: 503,
+            code: "unavailable".into(),
+            message: "busy".into(),
+            retry_after: retry_after.map(Duration::from_secs),
+        })
+    }
+
+    #[test]
+    fn a_busy_api_is_asked_again_when_it_said() {
+        assert_eq!(retry_in(&busy(Some(10))), Duration::from_secs(10));
+        assert_eq!(retry_in(&busy(Some(1))), RETRY, "never sooner than RETRY");
+        assert_eq!(retry_in(&busy(None)), RETRY);
+        let in_cleanup = ReconcileError::Finalizer(Box::new(
+            kube::runtime::finalizer::Error::CleanupFailed(busy(Some(30))),
+        ));
+        assert_eq!(retry_in(&in_cleanup), Duration::from_secs(30));
+        assert_eq!(retry_in(&ReconcileError::DeletePending(1)), RETRY);
+    }
 }
