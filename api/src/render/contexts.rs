@@ -200,6 +200,15 @@ impl Template for KernelModules {
     const MEMO: bool = true;
 }
 
+/// How long systemd waits for a container's scope it stops itself (a power-off or reboot once
+/// the kubelet let go), by a prefix drop-in for every `cri-containerd-<id>.scope`.
+#[derive(Serialize)]
+pub(crate) struct ContainerScopeStop {}
+impl Template for ContainerScopeStop {
+    const NAME: &'static str = "container-scope-stop.conf";
+    const MEMO: bool = true;
+}
+
 #[derive(Serialize)]
 pub(crate) struct CiliumValues {
     pub api_host: String,

@@ -100,6 +100,7 @@ const TEMPLATES: &[(&str, &str)] = embedded![
     "containerd-config.toml",
     "kubernetes-sysctl.conf",
     "kubernetes-modules.conf",
+    "container-scope-stop.conf",
     "exk8s-apiserver-balancer.socket",
     "exk8s-apiserver-balancer.service",
     "userdata.yaml",

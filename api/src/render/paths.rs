@@ -59,6 +59,7 @@ pub struct NodePaths {
     pub containerd_config: &'static str,
     pub sysctl_conf: &'static str,
     pub modules_conf: &'static str,
+    pub container_scope_conf: &'static str,
     // Node directories and binaries the bundle does not write
     pub static_pod_dir: &'static str,
     pub etcd_data_dir: &'static str,
@@ -135,6 +136,7 @@ pub const PATHS: NodePaths = NodePaths {
     containerd_config: "/etc/containerd/config.toml",
     sysctl_conf: "/etc/sysctl.d/90-exk8s-kubernetes.conf",
     modules_conf: "/etc/modules-load.d/exk8s-kubernetes.conf",
+    container_scope_conf: "/etc/systemd/system/cri-containerd-.scope.d/50-exk8s-stop.conf",
     static_pod_dir: "/etc/kubernetes/manifests",
     etcd_data_dir: "/var/lib/etcd",
     audit_log_dir: "/var/log/kubernetes/audit",

@@ -72,6 +72,7 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         PATHS.cni_template,
         PATHS.sysctl_conf,
         PATHS.modules_conf,
+        PATHS.container_scope_conf,
         PATHS.balancer_socket,
         PATHS.balancer_unit,
         PATHS.balancer_seeds,

@@ -142,6 +142,10 @@ pub(in crate::render) fn files(
     files.public(p.balancer_seeds, seeds(side.apiservers));
     files.public(p.sysctl_conf, render(&contexts::KernelParameters {})?);
     files.public(p.modules_conf, render(&contexts::KernelModules {})?);
+    files.public(
+        p.container_scope_conf,
+        render(&contexts::ContainerScopeStop {})?,
+    );
     // The bridge configuration containerd writes once the kubelet hands it the node's pod CIDR
     // (`Node.spec.podCIDR`, allocated by the controller-manager): until Cilium takes over, or
     // for good with flannel, which routes between the nodes' bridges.
