@@ -54,13 +54,9 @@ fn worker() -> (ClusterPki, BundlePayload) {
     (pki, bundle)
 }
 
-#[test]
-fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
-    let (_, bundle) = worker();
-    assert_eq!(bundle.identity.role, Role::Worker);
-    assert!(!bundle.identity.is_initial_control_plane);
-    let paths: BTreeSet<&str> = bundle.files.iter().map(|f| f.path.as_str()).collect();
-    let expected: BTreeSet<&str> = [
+/// Every file a worker's bundle holds, exactly.
+pub(crate) fn worker_paths() -> BTreeSet<&'static str> {
+    [
         PATHS.ca_cert,
         PATHS.kubelet_cert,
         PATHS.kubelet_key,
@@ -77,7 +73,16 @@ fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
         PATHS.balancer_unit,
         PATHS.balancer_seeds,
     ]
-    .into();
+    .into()
+}
+
+#[test]
+fn a_worker_bundle_carries_exactly_what_a_worker_needs() {
+    let (_, bundle) = worker();
+    assert_eq!(bundle.identity.role, Role::Worker);
+    assert!(!bundle.identity.is_initial_control_plane);
+    let paths: BTreeSet<&str> = bundle.files.iter().map(|f| f.path.as_str()).collect();
+    let expected = worker_paths();
     assert_eq!(
         paths, expected,
         "no CA key, SA key, etcd file, admin kubeconfig or manifest"
