@@ -58,6 +58,7 @@ mod render_validators;
 mod render_worker;
 mod renewal;
 mod replace;
+mod replicas;
 mod restore;
 mod restore_from;
 mod retention;
