@@ -186,7 +186,7 @@ impl Api {
     ) -> Result<ureq::Response, CliError> {
         let tell = |status: u16, wait: Duration, n: u32| {
             eprintln!(
-                "exk8s: the API is busy ({status}): sending {method} again in {} s ({n} of at most {})",
+                "exk8s: the API asks to wait ({status}): sending {method} again in {} s ({n} of at most {})",
                 wait.as_secs(),
                 retry::MAX_WAITS
             );

@@ -1,7 +1,8 @@
-//! Waiting out a busy API. An answer of 503 (Service Unavailable) or 429 (Too Many Requests)
-//! that says when to come back (`Retry-After`, in seconds) is sent again after that long, a few
-//! times — but only when sending it again cannot do its work twice: a GET, HEAD, PUT or DELETE,
-//! or a request carrying an `Idempotency-Key`. Every wait is told on stderr.
+//! Waiting out a busy API. An answer of 503 (Service Unavailable), 429 (Too Many Requests) or
+//! 409 `wait` (the first request under the same `Idempotency-Key` still in progress) that says
+//! when to come back (`Retry-After`, in seconds) is sent again after that long, a few times —
+//! but only when sending it again cannot do its work twice: a GET, HEAD, PUT or DELETE, or a
+//! request carrying an `Idempotency-Key`. Every wait is told on stderr.
 
 #![allow(
     clippy::result_large_err,
@@ -25,9 +26,10 @@ pub(crate) fn resendable(method: &str, keyed: bool) -> bool {
 }
 
 /// How long to wait before sending again an answer of `status` with the `Retry-After` value
-/// `retry_after`, after `waited` waits already; `None` when the answer stands.
+/// `retry_after`, after `waited` waits already; `None` when the answer stands. A 409 is waited
+/// only when it says how long (the API's `wait`; a conflict of another kind says nothing).
 pub(crate) fn wait_for(status: u16, retry_after: Option<&str>, waited: u32) -> Option<Duration> {
-    if !matches!(status, 429 | 503) || waited >= MAX_WAITS {
+    if !matches!(status, 409 | 429 | 503) || waited >= MAX_WAITS {
         return None;
     }
     // Delta-seconds, as the exk8s API sends it (RFC 9110 §10.2.3); an HTTP-date is not waited.
@@ -133,6 +135,13 @@ mod tests {
     }
 
     #[test]
+    fn a_key_still_in_progress_is_waited_for() {
+        // The first sending's claim on its key is still being let go after its 503.
+        let busy = vec![(503, Some("2")), (409, Some("1")), (202, None)];
+        assert_eq!(run("POST", true, busy), (202, vec![2, 1]));
+    }
+
+    #[test]
     fn a_post_is_sent_again_only_with_an_idempotency_key() {
         let busy = || vec![(503, Some("2")), (202, None)];
         assert_eq!(run("POST", true, busy()), (202, vec![2]));
@@ -154,7 +163,8 @@ mod tests {
         );
         assert_eq!(run("GET", false, vec![(503, Some("61"))]), (503, vec![]));
         assert_eq!(run("GET", false, vec![(500, Some("1"))]), (500, vec![]));
-        assert_eq!(run("GET", false, vec![(409, Some("1"))]), (409, vec![]));
+        assert_eq!(run("POST", true, vec![(409, None)]), (409, vec![]));
+        assert_eq!(run("POST", false, vec![(409, Some("1"))]), (409, vec![]));
         let always_busy = vec![(503, Some("60")); 6];
         assert_eq!(run("GET", false, always_busy), (503, vec![60; 5]));
     }

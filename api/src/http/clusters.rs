@@ -56,7 +56,7 @@ fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
 #[utoipa::path(
     post, path = "/clusters", request_body = CreateClusterRequest,
     params(
-        ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response; while it is still in progress, 409 `wait` with Retry-After"),
         ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): wait up to N seconds (at most 3600) for founding to end"),
     ),
     responses(

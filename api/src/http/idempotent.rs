@@ -1,10 +1,11 @@
 //! `Idempotency-Key` on the routes that create: a retry with the same key and request gets
 //! the first response (sealed at rest: a founding's holds a kubeconfig); the key with another
 //! request — another body, or another route — is refused (422); a retry while the first is
-//! still running is refused (409). Keys are per org, kept a day. A failure a retry may fix (5xx,
-//! 409, 429, 408) forgets the key; any other answer is kept, exactly as it was given. Work that
-//! was done is answered even when the database will not take that ending yet: the ending is
-//! retried in the background, and until it lands a retry of the key is told to wait (409).
+//! still running is told to wait (409 `wait` with `Retry-After`). Keys are per org, kept a
+//! day. A failure a retry may fix (5xx, 409, 429, 408) forgets the key; any other answer is
+//! kept, exactly as it was given. Work that was done is answered even when the database will
+//! not take that ending yet: the ending is retried in the background, and until it lands a
+//! retry of the key is told to wait.
 
 use std::future::Future;
 use std::time::Duration;
@@ -32,6 +33,10 @@ pub(super) fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         )
     })
 }
+
+/// The `Retry-After` of a refusal while the key's first request is in progress: a claim's
+/// ending the database refused is tried again every second ([`END_RETRY_EVERY`]).
+const IN_FLIGHT_RETRY_AFTER_SECS: u64 = 1;
 
 /// What a request is, for comparing a retry with the first: `scope` names the route and its
 /// target (empty for `POST /clusters`, whose stored hashes predate scopes), `body` the request.
@@ -97,9 +102,12 @@ where
             field: Some("Idempotency-Key".into()),
             message: "this Idempotency-Key was used with a different request".into(),
         }),
-        Claim::InFlight => Err(ApiError::Conflict(
-            "a request with this Idempotency-Key is still in progress".into(),
-        )),
+        Claim::InFlight => Err(ApiError::Wait {
+            message: "a request with this Idempotency-Key is still in progress: send it again \
+                      after the Retry-After seconds"
+                .into(),
+            retry_after_secs: IN_FLIGHT_RETRY_AFTER_SECS,
+        }),
         Claim::Done {
             status,
             response_sealed,

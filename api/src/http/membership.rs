@@ -35,7 +35,7 @@ enum MemberAnswers {
 /// it from etcd, then its VM goes. 409 when it is the only member or a majority would not hold.
 #[utoipa::path(
     delete, path = "/clusters/{id}/nodes/{vm_id}",
-    params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
+    params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response; while it is still in progress, 409 `wait` with Retry-After")),
     responses(MemberAnswers),
     security(("operator_token" = [])),
 )]
@@ -62,7 +62,7 @@ pub async fn remove_member(
 /// progress shows in `GET /clusters/{id}` (`replacing`, `etcd_membership`, the conditions).
 #[utoipa::path(
     post, path = "/clusters/{id}/nodes/{vm_id}/replace",
-    params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response")),
+    params(("id" = i64, Path), ("vm_id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key return the first response; while it is still in progress, 409 `wait` with Retry-After")),
     responses(MemberAnswers),
     security(("operator_token" = [])),
 )]

@@ -75,7 +75,7 @@ fn change(patch: &ClusterPatch) -> Result<Change<'_>, ApiError> {
 /// version it runs (one member at a time, within the version skew policy).
 #[utoipa::path(
     patch, path = "/clusters/{id}", request_body = ClusterPatch,
-    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
+    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response; while it is still in progress, 409 `wait` with Retry-After")),
     responses(
         (status = 202, body = ClusterChange, description = "the change is under way: a `ScalingView` or an `UpgradeView`"),
         (status = 200, body = ClusterChange, description = "already that size, or already at that version"),

@@ -88,7 +88,7 @@ fn accepted(pool: Pool) -> Result<(StatusCode, Vec<u8>), ApiError> {
 /// Adds a pool of workers; they are made in the background.
 #[utoipa::path(
     post, path = "/clusters/{id}/node-pools", request_body = CreatePoolRequest,
-    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response")),
+    params(("id" = i64, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response; while it is still in progress, 409 `wait` with Retry-After")),
     responses(
         (status = 202, body = PoolView),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),

@@ -163,6 +163,11 @@ async fn a_claim_the_database_would_not_end_is_ended_when_it_will(backend: Backe
     let first = json_of(first).await;
     let refused = refusal("made").await;
     assert!(refused.contains("still in progress"), "{refused}");
+    // Told to wait, and for how long (the ending is tried again every second).
+    let waiting = send("made", "blue").await.unwrap();
+    assert_eq!(waiting.status(), 409);
+    assert_eq!(waiting.headers()["retry-after"], "1");
+    assert_eq!(json_of(waiting).await["error"]["code"], "wait");
     set_hold(&app, false).await;
     wait_until("the answer kept", Duration::from_secs(10), || async {
         send("made", "blue").await.unwrap().status() == 202
