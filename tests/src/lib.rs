@@ -17,6 +17,7 @@
 
 pub mod bins;
 pub mod cluster;
+pub mod console;
 pub mod dev;
 pub mod etcd;
 pub mod machine;
