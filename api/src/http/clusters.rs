@@ -57,7 +57,7 @@ fn created_response(state: &AppState, f: &founding::Founded) -> ClusterCreated {
     post, path = "/clusters", request_body = CreateClusterRequest,
     params(
         ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key and body return the first response; while it is still in progress, 409 `wait` with Retry-After"),
-        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): wait up to N seconds (at most 3600) for founding to end"),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): wait up to N seconds (at most 3600) for founding to end; a founding that failed is undone and its error not kept for an Idempotency-Key, so a retry with the key founds afresh"),
     ),
     responses(
         (status = 201, body = ClusterCreated, description = "founded within the preferred wait", headers(("Location" = String))),
