@@ -11,6 +11,29 @@ source scripts/lib/ensure.sh
 
 log "checking tools"
 ensure_rust_components
+# The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
+# a cache (scripts/k8s-binaries.sh), in the background from here on, before anything else (they
+# need only Go; the installs below mostly wait on the network) — beside the lints and the Rust
+# build, which leave cores idle while one large crate compiles or links: the versions the
+# renderer pins, and the next minor's release the upgrade tests go to, each with its etcd
+# (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them).
+# shellcheck source=scripts/lib/versions.sh
+source scripts/lib/versions.sh
+# Go's build and module caches for these builds, apart from the user's own: about 15 GiB once
+# everything is built, and needed only while building (each tool lands in /var/cache/exk8s), so
+# they are freed below, before the tests, whose booted machines need the room.
+export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
+log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
+log "Kubernetes $k8s_version (with the end-to-end suite's packages the booted clusters' selection needs) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
+k8s_log=$(mktemp)
+{
+  bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
+    bash scripts/e2e-binaries.sh "$k8s_version" --selected >"$k8s_log.e2e" &&
+    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
+    bash scripts/s3-server.sh >"$k8s_log.s3"
+} 2>"$k8s_log" &
+k8s_build=$!
+
 # openssl: the independent verifier of every certificate the PKI makes.
 ensure_packages openssl:openssl
 # Real components and validators the tests run (never skipped when missing: installed here).
@@ -46,28 +69,6 @@ ensure_packages chromium:chromium chromedriver:chromium-driver
 ensure_venv_module selenium selenium
 EXK8S_AXE=$(ensure_axe)
 export EXK8S_AXE
-
-# The real Kubernetes and etcd the tests run, built from their Go modules once per machine into
-# a cache (scripts/k8s-binaries.sh), in the background from here on — beside the lints and the
-# Rust build, which leave cores idle while one large crate compiles or links: the versions the
-# renderer pins, and the next minor's release the upgrade tests go to, each with its etcd
-# (tests/src/bins.rs names them all; scripts/lib/versions.sh holds them).
-# shellcheck source=scripts/lib/versions.sh
-source scripts/lib/versions.sh
-# Go's build and module caches for these builds, apart from the user's own: about 15 GiB once
-# everything is built, and needed only while building (each tool lands in /var/cache/exk8s), so
-# they are freed below, before the tests, whose booted machines need the room.
-export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
-log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
-log "Kubernetes $k8s_version (with the end-to-end suite's packages the booted clusters' selection needs) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
-k8s_log=$(mktemp)
-{
-  bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
-    bash scripts/e2e-binaries.sh "$k8s_version" --selected >"$k8s_log.e2e" &&
-    bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3"
-} 2>"$k8s_log" &
-k8s_build=$!
 
 # The node image's root (Debian 12 with systemd), made by debootstrap, the local mirror of the
 # Debian packages a node installs on it, CoreDNS from its Go module and BusyBox from its source
@@ -237,14 +238,18 @@ EXK8S_CAPI_BIN=$(sed -n 1p "$capi_log.out")
 EXK8S_CAPI_CRDS=$(sed -n 2p "$capi_log.out")
 export EXK8S_CAPI_BIN EXK8S_CAPI_CRDS
 
+# Freed in the background (about 45 s for 12 GiB on a fresh machine, which the tests need not
+# wait for); waited for before the checks after the tests.
+go_clean=
 if [ -d "$GOCACHE" ] || [ -d "$GOMODCACHE" ]; then
-  log "freeing Go's build and module caches ($(du -sch "$GOCACHE" "$GOMODCACHE" 2>/dev/null | tail -n 1 | cut -f1)): every Go-built tool is cached in /var/cache/exk8s"
-  go clean -cache -modcache
+  log "freeing Go's build and module caches (in the background): every Go-built tool is cached in /var/cache/exk8s"
+  nice -n 19 go clean -cache -modcache &
+  go_clean=$!
 fi
 # Two booted clusters at once hold about 10 GiB of machine roots (a control-plane node's
 # containerd keeps both releases' images), and the release builds grow target/ beside them.
 free_gib=$(( $(df --output=avail -k / | tail -n 1) / 1024 / 1024 ))
-log "disk: $free_gib GiB free on / for the tests"
+log "disk: $free_gib GiB free on / for the tests, before Go's caches are freed"
 if [ "$free_gib" -lt 16 ]; then
   log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
 fi
@@ -258,6 +263,11 @@ failed=()
 if ! nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast -- "${skip_booted[@]}" 2>&1 |
   tee "$test_log"; then
   failed+=("cargo test")
+fi
+
+if [ -n "$go_clean" ] && ! wait "$go_clean"; then
+  echo "freeing Go's caches (go clean -cache -modcache) failed (above)" >&2
+  exit 1
 fi
 
 log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
