@@ -21,7 +21,7 @@ ensure_rust_components
 source scripts/lib/versions.sh
 # Go's build and module caches for these builds, apart from the user's own: about 15 GiB once
 # everything is built, and needed only while building (each tool lands in /var/cache/exk8s), so
-# they are freed below, before the tests, whose booted machines need the room.
+# they are freed below, in the background beside the tests, whose booted machines need the room.
 export GOCACHE=/var/cache/exk8s/go/build GOMODCACHE=/var/cache/exk8s/go/mod
 log "disk: $(df -h --output=avail / | tail -n 1 | tr -d ' ') free on /"
 log "Kubernetes $k8s_version (with the end-to-end suite's packages the booted clusters' selection needs) and $k8s_next, etcd $etcd_version and $etcd_next from their Go modules, then the S3 server the snapshot tests use (in the background; built once per machine)"
