@@ -24,8 +24,14 @@ fn write(path: &Path, text: &str) -> Result<(), MachineError> {
 }
 
 /// Makes `disk` from `image` unless it exists (a machine booting again keeps its disk): a copy
-/// made beside it and renamed into place, so a half-made copy is never booted.
-pub(super) fn make(image: &Path, disk: &Path, hostname: &str) -> Result<(), MachineError> {
+/// made beside it and renamed into place, so a half-made copy is never booted. `resolver` is
+/// the network's DNS resolver, which the machine's `/etc/resolv.conf` names.
+pub(super) fn make(
+    image: &Path,
+    disk: &Path,
+    hostname: &str,
+    resolver: &str,
+) -> Result<(), MachineError> {
     if disk.exists() {
         return Ok(());
     }
@@ -57,6 +63,18 @@ pub(super) fn make(image: &Path, disk: &Path, hostname: &str) -> Result<(), Mach
         own.push('\n');
     }
     write(&hosts, &format!("{own}127.0.1.1 {hostname}\n"))?;
+    // The resolver the network gives, as a cloud's DHCP names its subnet's resolver — not
+    // whatever the image was built with (debootstrap copies the building host's, an address
+    // this network never reaches, where every lookup waits out its timeouts). A file of its
+    // own: the image's may be a link, which would lead out of the disk.
+    let resolv = partial.join("etc/resolv.conf");
+    match std::fs::remove_file(&resolv) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io(format!("removing {}", resolv.display()))(e));
+        }
+        _ => {}
+    }
+    write(&resolv, &format!("nameserver {resolver}\n"))?;
     let mut id = [0u8; 16];
     getrandom::fill(&mut id).map_err(|e| MachineError::Io {
         what: "making a machine-id".into(),

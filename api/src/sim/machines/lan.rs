@@ -59,6 +59,11 @@ impl Lan {
         ip(&["netns", "add", &switch])?;
         ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &switch, "link", "set", "br0", "up"])?;
+        // The gateway refuses every lookup sent to it ([`Self::resolver`]) with an ICMP port
+        // unreachable, which the kernel sends at most one a second per machine by default: a
+        // burst of lookups (a chart pull tries a name several times, CoreDNS forwards its own)
+        // would otherwise wait out its timeouts after all.
+        super::sysctl::apply(&switch, &["net.ipv4.icmp_ratelimit=0".to_owned()])?;
         Ok(lan)
     }
 
@@ -117,6 +122,15 @@ impl Lan {
             "-n", &node, "route", "add", "default", "via", &gateway, "dev", "eth0",
         ])?;
         Ok(())
+    }
+
+    /// The network's DNS resolver for a machine at `address`: its subnet's gateway, where no
+    /// resolver listens (a network with no way out has no name to give but the ones the
+    /// machines' `/etc/hosts` hold): a lookup is refused at once, as an isolated network's
+    /// resolver answers at once, instead of waiting out every timeout for an address nothing
+    /// routes to.
+    pub(super) fn resolver(&self, address: &str) -> Result<String, MachineError> {
+        gateway(address, self.prefix)
     }
 
     /// Removes VM `vm`'s namespace (its veth goes with it); nothing when there is none.

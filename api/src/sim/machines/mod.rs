@@ -324,7 +324,8 @@ impl NspawnMachines {
             )
         };
         let disk = self.disk(id);
-        disk::make(&self.config.image, &disk, &hostname)?;
+        let resolver = self.lan.resolver(&address)?;
+        disk::make(&self.config.image, &disk, &hostname, &resolver)?;
         if !served {
             self.lan
                 .attach(id, &address, &[&format!("{IMDS_ADDRESS}/32")])?;

@@ -124,14 +124,25 @@ fn a_new_disk_names_its_machine_and_resolves_that_name_without_dns() {
     let image = dir.path().join("image");
     std::fs::create_dir_all(image.join("etc")).unwrap();
     std::fs::write(image.join("etc/hosts"), "127.0.0.1 localhost").unwrap();
+    // The building host's resolver, as debootstrap leaves it: a link out of the image here.
+    let outside = dir.path().join("outside-resolv.conf");
+    std::fs::write(&outside, "nameserver 192.0.2.53\n").unwrap();
+    std::os::unix::fs::symlink(&outside, image.join("etc/resolv.conf")).unwrap();
     let disk = dir.path().join("disk");
-    disk::make(&image, &disk, "shop-cp-1").unwrap();
+    disk::make(&image, &disk, "shop-cp-1", "10.240.0.1").unwrap();
     let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap();
     assert_eq!(read(&disk.join("etc/hostname")), "shop-cp-1\n");
     assert_eq!(
         read(&disk.join("etc/hosts")),
         "127.0.0.1 localhost\n127.0.1.1 shop-cp-1\n"
     );
+    // The network's resolver, in a file of the disk's own; the link's target untouched.
+    assert_eq!(
+        read(&disk.join("etc/resolv.conf")),
+        "nameserver 10.240.0.1\n"
+    );
+    assert!(!disk.join("etc/resolv.conf").is_symlink());
+    assert_eq!(read(&outside), "nameserver 192.0.2.53\n");
     // The image itself is left as it was, for the next machine.
     assert_eq!(read(&image.join("etc/hosts")), "127.0.0.1 localhost");
 }
