@@ -34,6 +34,28 @@ k8s_log=$(mktemp)
 } 2>"$k8s_log" &
 k8s_build=$!
 
+# One compile both lints and builds, in the background from here, beside the Go builds (before
+# the installs below, which need neither it nor they them; a C compiler it needs for its
+# linker and C dependencies): the workspace's crates go through clippy-driver (what
+# `cargo clippy` runs, as the workspace wrapper: rustc plus clippy's lints, which then compiles
+# on), with warnings as errors — the same lints as `cargo clippy --all-targets -- -D warnings`,
+# and no second, check-only compile of every dependency. `cargo test` below runs under the
+# same wrapper, so it finds everything built. First what the booted clusters run — the
+# binaries and their test — so that they start as soon as their Kubernetes, node image and
+# registry are ready; every other target (benches in the dev profile) is built beside them
+# (below). Asked of the whole workspace with a test target, as `cargo test` asks: one package
+# alone, or no test target, resolves the dependencies' features apart and would build them
+# again.
+ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev
+clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
+  { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
+linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
+log "cargo build with clippy's lints (warnings are errors): the binaries and the booted clusters' test (in the background; every other target follows beside the booted clusters)"
+rust_log=$(mktemp)
+"${linted[@]}" cargo build --workspace --locked --bins --test boot_cluster \
+  --message-format=json-render-diagnostics >"$rust_log.json" 2>"$rust_log" &
+rust_build=$!
+
 # openssl: the independent verifier of every certificate the PKI makes.
 ensure_packages openssl:openssl
 # Real components and validators the tests run (never skipped when missing: installed here).
@@ -95,27 +117,18 @@ git ls-files '*.sh' .ci/run | xargs shellcheck --severity=style --external-sourc
 log "cargo fmt --check"
 cargo fmt --all --check
 
-# One compile both lints and builds: the workspace's crates go through clippy-driver (what
-# `cargo clippy` runs, as the workspace wrapper: rustc plus clippy's lints, which then compiles
-# on), with warnings as errors — the same lints as `cargo clippy --all-targets -- -D warnings`,
-# and no second, check-only compile of every dependency. `cargo test` below runs under the
-# same wrapper, so it finds everything built. First what the booted clusters run — the
-# binaries and their test — so that they start as soon as their Kubernetes, node image and
-# registry are ready; every other target (benches in the dev profile) is built beside them
-# (below). Asked of the whole workspace with a test target, as `cargo test` asks: one package
-# alone, or no test target, resolves the dependencies' features apart and would build them
-# again.
-clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
-  { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
-linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
-log "cargo build with clippy's lints (warnings are errors): the binaries and the booted clusters' test (every other target follows beside them)"
-boot_bin=$("${linted[@]}" cargo build --workspace --locked --bins --test boot_cluster \
-  --message-format=json-render-diagnostics |
-  python3 -c 'import json, sys
+log "waiting for the linted build of the binaries and the booted clusters' test"
+if ! wait "$rust_build"; then
+  cat "$rust_log" >&2
+  echo "cargo build failed (above)" >&2
+  exit 1
+fi
+grep -vE '^ *(Compiling|Downloaded|Downloading|Checking|Blocking|Locking|Updating) ' "$rust_log" >&2 || true
+boot_bin=$(python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "boot_cluster" and m.get("executable"):
-        print(m["executable"])')
+        print(m["executable"])' <"$rust_log.json")
 [ -x "$boot_bin" ] || { echo "the booted clusters' test binary was not built" >&2; exit 1; }
 
 # Read with a Rust parser (tools/module-cycles; its made-up crate's traps are its unit tests).
@@ -211,22 +224,6 @@ log "the previous release's exk8s-api and exk8s-agent (scripts/previous-release.
 EXK8S_PREVIOUS_BIN=$(nice -n 10 bash scripts/previous-release.sh)
 export EXK8S_PREVIOUS_BIN
 
-# The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
-# cores the tests leave idle (a real control plane waits on its components much of the time), so
-# they never slow a test, and packaging later finds them built. Started only now: a cargo build
-# holds the target directory's lock, which one under SCHED_IDLE would hold against the builds
-# above. The packages are made from the
-# dev profile (EXK8S_PACKAGE_PROFILE=dev): exk8s-api and exk8s are the binaries the build above
-# made, and only the static agent compiles for its musl target — the checks are of what the
-# packages hold, install and run, not of speed, and the release profile would compile every
-# dependency a second time (the longest build of a fresh machine's run).
-# `scripts/package.sh` run by itself builds with the release profile as it ships.
-export EXK8S_PACKAGE_PROFILE=dev
-log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
-release_log=$(mktemp)
-chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
-release_builds=$!
-
 # Cluster API for the provider test, and then Go's caches are no longer needed.
 if ! wait "$capi_build"; then
   cat "$capi_log" >&2
@@ -254,24 +251,63 @@ if [ "$free_gib" -lt 16 ]; then
   log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
 fi
 
-log "cargo test (the whole workspace but the booted clusters, beside them, niced)"
-# Kept in a file too: a failing test's panic sits between its captured output (the real
-# control-plane tests print every agent's log) and the other binaries' results, where a log cut to
-# its head and tail loses it; on failure every panic is printed again, last.
+# The test targets, built (nothing is left to compile: the build above made them) before the
+# tests start, which also puts this commit's exk8s-api and exk8s-agent back in target/debug/
+# over the previous release's: the checks below package and run them.
+log "cargo test --no-run (the test binaries; this commit's binaries back in target/debug/)"
+nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-run
+
+# The suite runs in the background from here, beside the booted clusters, and the checks after
+# it run beside it instead of after it (on a fresh machine they were a serial tail of about two
+# minutes, half the cores idle). Its output is printed once it ends. Kept in a file: a failing
+# test's panic sits between its captured output (the real control-plane tests print every
+# agent's log) and the other binaries' results, where a log cut to its head and tail loses it;
+# on failure every panic is printed again, last.
+log "cargo test (the whole workspace but the booted clusters, beside them, niced; its output follows the other checks)"
 test_log=$(mktemp)
-failed=()
-if ! nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast -- "${skip_booted[@]}" 2>&1 |
-  tee "$test_log"; then
-  failed+=("cargo test")
+nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast -- "${skip_booted[@]}" \
+  >"$test_log" 2>&1 &
+test_lane=$!
+tests_started=$SECONDS
+# A check below that fails ends the run only once the suite and the booted clusters have ended
+# too (their processes and machines stop with them), their output shown.
+trap 'if kill -0 "$test_lane" 2>/dev/null; then
+  log "a check failed: waiting for the test suite to end"
+  wait "$test_lane" || true
 fi
+cat "$test_log"
+if kill -0 "$boot_lane" 2>/dev/null; then
+  log "a check failed: waiting for the booted clusters to end (their machines stop with them)"
+  wait "$boot_lane" || true
+  cat "$boot_log"
+fi' EXIT
+
+# The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
+# cores the tests leave idle (a real control plane waits on its components much of the time), so
+# they never slow a test, and packaging later finds them built. Started only once the tests run: a
+# cargo build holds the target directory's lock while it compiles, which one under SCHED_IDLE
+# would hold against the builds above and `cargo test`'s own look at what is built (the tests
+# themselves hold none). The packages are made from the
+# dev profile (EXK8S_PACKAGE_PROFILE=dev): exk8s-api and exk8s are the binaries the build above
+# made, and only the static agent compiles for its musl target — the checks are of what the
+# packages hold, install and run, not of speed, and the release profile would compile every
+# dependency a second time (the longest build of a fresh machine's run).
+# `scripts/package.sh` run by itself builds with the release profile as it ships.
+export EXK8S_PACKAGE_PROFILE=dev
+log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
+release_log=$(mktemp)
+until grep -q '^ *Running ' "$test_log" || ! kill -0 "$test_lane" 2>/dev/null; do sleep 1; done
+chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
+release_builds=$!
 
 if [ -n "$go_clean" ] && ! wait "$go_clean"; then
   echo "freeing Go's caches (go clean -cache -modcache) failed (above)" >&2
   exit 1
 fi
 
-log "schemathesis against the served OpenAPI document (bounded, fixed seed)"
-EXK8S_API_BIN=target/debug/exk8s-api bash scripts/api-fuzz.sh "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
+log "schemathesis against the served OpenAPI document (bounded, fixed seed; niced, beside the tests)"
+EXK8S_API_BIN=target/debug/exk8s-api nice -n 10 bash scripts/api-fuzz.sh \
+  "${EXK8S_SCHEMATHESIS_EXAMPLES:-50}" "${EXK8S_SCHEMATHESIS_SEED:-20261122}"
 
 log "cargo deny: bans, licenses and sources (deny.toml); exk8s-common's own bans (common/deny.toml)"
 if ! wait "$deny_install"; then
@@ -295,14 +331,19 @@ if ! wait "$release_builds"; then
 fi
 grep -E '^==> ' "$release_log" >&2 || true
 
-log "packaging: static agent, image bake, unit verification"
-bash scripts/test-packaging.sh
+log "packaging: static agent, image bake, unit verification (niced, beside the tests)"
+nice -n 10 bash scripts/test-packaging.sh
 
-log "Debian packages: lintian, install, files and units, remove and purge"
-bash scripts/test-deb.sh
+log "Debian packages: lintian, install, files and units, remove and purge (niced, beside the tests)"
+nice -n 10 bash scripts/test-deb.sh
 
+log "waiting for the test suite (running for $(( (SECONDS - tests_started) / 60 )) min)"
+failed=()
+wait "$test_lane" || failed+=("cargo test")
 log "waiting for the booted clusters (running for $(( (SECONDS - boot_started) / 60 )) min)"
 wait "$boot_lane" || failed+=("the booted clusters ($boot_bin)")
+trap - EXIT
+cat "$test_log"
 tee -a "$test_log" <"$boot_log"
 if [ "${#failed[@]}" -gt 0 ]; then
   log "failed: ${failed[*]}; the panics, again:"
