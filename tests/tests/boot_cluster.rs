@@ -470,7 +470,11 @@ fn boot_and_check(shape: &Shape) {
     let ready = r#"{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#;
     let all_ready: BTreeSet<String> = names.values().map(|n| format!("{n}=True")).collect();
     mark("every first boot complete; waiting for every node Ready");
-    exk8s_tests::procs::wait_until("every node Ready", Duration::from_secs(120), || {
+    // A node is Ready once its pod network is (its CIDR allocated, containerd's CNI
+    // configuration written from it): about a minute after the first boot on an idle host, so
+    // the bound leaves a loaded one room (the first node's failing chart pull no longer hides
+    // that minute: it fails at once, its lookups refused).
+    exk8s_tests::procs::wait_until("every node Ready", Duration::from_secs(300), || {
         let listed = kubectl(&["get", "nodes", "-o", &format!("jsonpath={ready}")]);
         listed.lines().map(str::to_owned).collect::<BTreeSet<_>>() == all_ready
     });

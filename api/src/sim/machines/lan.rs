@@ -59,15 +59,11 @@ impl Lan {
         ip(&["netns", "add", &switch])?;
         ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &switch, "link", "set", "br0", "up"])?;
-        // The gateway refuses every lookup sent to it ([`Self::resolver`]) with an ICMP port
-        // unreachable, which the kernel sends at most one a second per machine by default: a
-        // burst of lookups (a chart pull tries a name several times, CoreDNS forwards its own)
-        // would otherwise wait out its timeouts after all.
-        super::sysctl::apply(&switch, &["net.ipv4.icmp_ratelimit=0".to_owned()])?;
         Ok(lan)
     }
 
-    fn switch(&self) -> String {
+    /// The bridge's namespace (under `/run/netns`), where the subnet's gateway is.
+    pub(super) fn switch(&self) -> String {
         format!("exk8s-{}-lan", self.tag)
     }
 

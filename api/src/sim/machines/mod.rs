@@ -209,6 +209,11 @@ impl NspawnMachines {
         }
         let tag = format!("{:x}", std::process::id());
         let lan = lan::Lan::new(&tag, config.prefix)?;
+        // The gateway refuses every lookup sent to it (`Lan::resolver`) with an ICMP port
+        // unreachable, which the kernel sends at most one a second per machine by default: a
+        // burst of lookups (a chart pull tries a name several times, CoreDNS forwards its own)
+        // would otherwise wait out its timeouts after all.
+        sysctl::apply(&lan.switch(), &["net.ipv4.icmp_ratelimit=0".to_owned()])?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             MachineError::Unsupported(format!("machines need a tokio runtime: {e}"))
         })?;
