@@ -78,7 +78,12 @@ ensure_packages debootstrap:debootstrap systemd-nspawn:systemd-container \
   dpkg-scanpackages:dpkg-dev
 ensure_postgres
 ensure_postgres_server_binaries
-drop_test_databases
+# The databases an earlier run's tests left (each test makes its own and leaves it): dropped in
+# the background (each drop is a checkpoint: minutes for a hundred on a busy machine), waited
+# for before the tests.
+drop_log=$(mktemp)
+drop_test_databases >"$drop_log" 2>&1 &
+drop_dbs=$!
 export EXK8S_TEST_POSTGRES_URL="${EXK8S_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 ensure_venv_tool kubernetes-validate kubernetes-validate
 export EXK8S_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
@@ -250,6 +255,13 @@ log "disk: $free_gib GiB free on / for the tests, before Go's caches are freed"
 if [ "$free_gib" -lt 16 ]; then
   log "WARNING: the booted tests need about 16 GiB free at their peak and $free_gib GiB is free: a full disk shows up as etcd or containerd exiting inside a machine"
 fi
+
+if ! wait "$drop_dbs"; then
+  cat "$drop_log" >&2
+  echo "dropping the databases earlier test runs left failed (above)" >&2
+  exit 1
+fi
+cat "$drop_log" >&2
 
 # The test targets, built (nothing is left to compile: the build above made them) before the
 # tests start, which also puts this commit's exk8s-api and exk8s-agent back in target/debug/

@@ -124,8 +124,11 @@ ensure_postgres() {
 
 # drop_test_databases — removes databases earlier test runs created (exk8s_test_*).
 drop_test_databases() {
-  local db
-  for db in $(psql -h 127.0.0.1 -U postgres -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'exk8s_test_%'"); do
+  local dbs db
+  dbs=$(psql -h 127.0.0.1 -U postgres -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'exk8s_test_%'")
+  [ -n "$dbs" ] || return 0
+  log "dropping the $(wc -l <<<"$dbs") databases earlier test runs left (exk8s_test_*)"
+  for db in $dbs; do
     psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null
   done
 }
