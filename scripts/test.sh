@@ -208,13 +208,22 @@ boot_log=$(mktemp)
 (cd tests && EXK8S_BIN_DIR=$booted_bins exec "$boot_bin") >"$boot_log" 2>&1 &
 boot_lane=$!
 boot_started=$SECONDS
-# A check below that fails ends the run only once the booted clusters have ended too (their
-# machines stop with them), their output shown.
-trap 'if kill -0 "$boot_lane" 2>/dev/null; then
-  log "a check failed: waiting for the booted clusters to end (their machines stop with them)"
-  wait "$boot_lane" || true
-  cat "$boot_log"
-fi' EXIT
+# The lanes running in the background ("pid|output|what"): a check below that fails ends the
+# run only once they have ended too (their processes and booted machines stop with them), each
+# one's output shown, the last started first.
+lanes=("$boot_lane|$boot_log|the booted clusters")
+end_lanes() {
+  local i pid out name
+  for ((i = ${#lanes[@]} - 1; i >= 0; i--)); do
+    IFS='|' read -r pid out name <<<"${lanes[i]}"
+    if kill -0 "$pid" 2>/dev/null; then
+      log "a check failed: waiting for $name to end"
+      wait "$pid" || true
+    fi
+    cat "$out"
+  done
+}
+trap end_lanes EXIT
 skip_booted=(--exact)
 for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
 
@@ -281,18 +290,7 @@ nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast -- "${s
   >"$test_log" 2>&1 &
 test_lane=$!
 tests_started=$SECONDS
-# A check below that fails ends the run only once the suite and the booted clusters have ended
-# too (their processes and machines stop with them), their output shown.
-trap 'if kill -0 "$test_lane" 2>/dev/null; then
-  log "a check failed: waiting for the test suite to end"
-  wait "$test_lane" || true
-fi
-cat "$test_log"
-if kill -0 "$boot_lane" 2>/dev/null; then
-  log "a check failed: waiting for the booted clusters to end (their machines stop with them)"
-  wait "$boot_lane" || true
-  cat "$boot_log"
-fi' EXIT
+lanes+=("$test_lane|$test_log|the test suite")
 
 # The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
 # cores the tests leave idle (a real control plane waits on its components much of the time), so
