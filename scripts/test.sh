@@ -224,8 +224,6 @@ end_lanes() {
   done
 }
 trap end_lanes EXIT
-skip_booted=(--exact)
-for name in "${booted_tests[@]}"; do skip_booted+=(--skip "$name"); done
 
 log "cargo build with clippy's lints (warnings are errors): every other target, as cargo test resolves them (niced, beside the booted clusters)"
 nice -n 10 "${linted[@]}" cargo build --workspace --locked --all-targets
@@ -280,17 +278,48 @@ nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-run
 
 # The suite runs in the background from here, beside the booted clusters, and the checks after
 # it run beside it instead of after it (on a fresh machine they were a serial tail of about two
-# minutes, half the cores idle). Its output is printed once it ends. Kept in a file: a failing
-# test's panic sits between its captured output (the real control-plane tests print every
-# agent's log) and the other binaries' results, where a log cut to its head and tail loses it;
-# on failure every panic is printed again, last.
-log "cargo test (the whole workspace but the booted clusters, beside them, niced; its output follows the other checks)"
+# minutes, half the cores idle). In two lanes: exk8s-tests' integration tests (real control
+# planes, browsers and packages, mostly waiting on them: one after the other they were the last
+# three minutes of a fresh machine's run, its cores four-fifths idle) beside every other test
+# target. Both ask for the whole workspace (with test targets, as the build above did), so
+# nothing compiles again; every test target is in one lane (checked), but the booted clusters'.
+# Each lane's output is printed once it ends. Kept in files: a failing test's panic sits between
+# its captured output (the real control-plane tests print every agent's log) and the other
+# binaries' results, where a log cut to its head and tail loses it; on failure every panic is
+# printed again, last.
+mapfile -t suite_lanes < <(cargo metadata --locked --no-deps --format-version 1 | python3 -c '
+import json, sys
+boot = sys.argv[1]
+packages = json.load(sys.stdin)["packages"]
+def tests(keep):
+    return {t["name"] for p in packages if keep(p["name"]) for t in p["targets"]
+            if t["kind"] == ["test"] and t.get("test", True)}
+integration = tests(lambda name: name == "exk8s-tests") - {boot}
+other = tests(lambda name: name != "exk8s-tests")
+both = integration & other
+if both or not integration or not other:
+    sys.exit(f"cannot split the suite into lanes: test targets {sorted(both)} are in exk8s-tests and elsewhere (or a lane is empty)")
+print(" ".join(f"--test {t}" for t in sorted(integration)))
+print(" ".join(f"--test {t}" for t in sorted(other)))' "$(basename "${boot_bin%-*}")")
+[ "${#suite_lanes[@]}" -eq 2 ] || { echo "the suite's lanes could not be listed (cargo metadata, above)" >&2; exit 1; }
+read -ra integration_tests <<<"${suite_lanes[0]}"
+read -ra other_tests <<<"${suite_lanes[1]}"
+suite=(nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast)
+log "cargo test in two lanes beside the booted clusters, niced (their output follows the other checks): ${integration_tests[*]}; and the libraries, binaries and ${other_tests[*]}, then the doc tests"
+unit_lane() {
+  local rc=0
+  "${suite[@]}" --lib --bins "${other_tests[@]}" || rc=1
+  "${suite[@]}" --doc || rc=1
+  return "$rc"
+}
 test_log=$(mktemp)
-nice -n 10 "${linted[@]}" cargo test --workspace --locked --no-fail-fast -- "${skip_booted[@]}" \
-  >"$test_log" 2>&1 &
+unit_lane >"$test_log" 2>&1 &
 test_lane=$!
+integration_log=$(mktemp)
+"${suite[@]}" "${integration_tests[@]}" >"$integration_log" 2>&1 &
+integration_lane=$!
 tests_started=$SECONDS
-lanes+=("$test_lane|$test_log|the test suite")
+lanes+=("$test_lane|$test_log|the unit tests and the API's and agent's" "$integration_lane|$integration_log|exk8s-tests' integration tests")
 
 # The builds the packaging checks need, beside the tests under SCHED_IDLE: they take only the
 # cores the tests leave idle (a real control plane waits on its components much of the time), so
@@ -306,7 +335,8 @@ lanes+=("$test_lane|$test_log|the test suite")
 export EXK8S_PACKAGE_PROFILE=dev
 log "the static agent and cargo-deb for packaging (in the background, SCHED_IDLE: only idle cores)"
 release_log=$(mktemp)
-until grep -q '^ *Running ' "$test_log" || ! kill -0 "$test_lane" 2>/dev/null; do sleep 1; done
+until { grep -q '^ *Running ' "$test_log" || ! kill -0 "$test_lane" 2>/dev/null; } &&
+  { grep -q '^ *Running ' "$integration_log" || ! kill -0 "$integration_lane" 2>/dev/null; }; do sleep 1; done
 chrt --idle 0 nice -n 19 bash scripts/release-builds.sh >"$release_log" 2>&1 &
 release_builds=$!
 
@@ -349,11 +379,13 @@ nice -n 10 bash scripts/test-deb.sh
 
 log "waiting for the test suite (running for $(( (SECONDS - tests_started) / 60 )) min)"
 failed=()
-wait "$test_lane" || failed+=("cargo test")
+wait "$test_lane" || failed+=("cargo test (the unit tests, the API's and agent's)")
+wait "$integration_lane" || failed+=("cargo test (exk8s-tests' integration tests)")
 log "waiting for the booted clusters (running for $(( (SECONDS - boot_started) / 60 )) min)"
 wait "$boot_lane" || failed+=("the booted clusters ($boot_bin)")
 trap - EXIT
 cat "$test_log"
+tee -a "$test_log" <"$integration_log"
 tee -a "$test_log" <"$boot_log"
 if [ "${#failed[@]}" -gt 0 ]; then
   log "failed: ${failed[*]}; the panics, again:"
