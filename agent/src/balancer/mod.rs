@@ -211,7 +211,17 @@ where
                     .iter()
                     .map(|addr| {
                         let tls = &tls;
-                        s.spawn(move || (*addr, readyz::check(*addr, tls, CHECK_TIMEOUT)))
+                        s.spawn(move || {
+                            let readiness = readyz::check(*addr, tls, CHECK_TIMEOUT);
+                            // A member that starts to stop takes no new connection from here,
+                            // not once the round's slowest check ends (an unreachable member
+                            // holds a round for the whole timeout, which with the interval
+                            // outlasted the apiservers' 3 s shutdown delay).
+                            if let Readiness::NotReady(why) = &readiness {
+                                self.pool.failed(*addr, why.clone());
+                            }
+                            (*addr, readiness)
+                        })
                     })
                     .collect();
                 asked
@@ -242,15 +252,20 @@ where
         interval: Duration,
         stop: &AtomicBool,
     ) -> Result<(), BalancerError> {
+        let mut started = Instant::now();
         self.round();
         let served = std::thread::scope(|s| {
-            s.spawn(|| {
+            s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let next = Instant::now() + interval;
+                    // A round every `interval` from the last one's start: a slow round (a
+                    // member that does not answer, checked up to CHECK_TIMEOUT) is not followed
+                    // by a whole interval more.
+                    let next = started + interval;
                     while !stop.load(Ordering::Relaxed) && Instant::now() < next {
                         std::thread::sleep(Duration::from_millis(50).min(interval));
                     }
                     if !stop.load(Ordering::Relaxed) {
+                        started = Instant::now();
                         self.round();
                     }
                 }

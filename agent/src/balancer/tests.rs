@@ -177,6 +177,50 @@ fn connections_go_to_ready_apiservers_and_follow_the_name() {
 }
 
 #[test]
+fn a_stopping_apiserver_is_marked_before_the_rounds_slowest_check_ends() {
+    let (ca, server) = ca_and_server();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let a = apiserver("a", &server);
+    // A member that does not answer: connections complete into its backlog, never a byte back,
+    // so its check takes the whole timeout (a lost machine's does too).
+    let silent = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let balancer = Balancer::new(|| Ok(vec![a.addr, silent_addr]), ca_file);
+    balancer.pool().update(vec![
+        (a.addr, Readiness::Ready),
+        (silent_addr, Readiness::Ready),
+    ]);
+    a.ready.store(false, Ordering::Relaxed);
+    let readiness_of_a = || {
+        let views = balancer.pool().backends();
+        views
+            .iter()
+            .find(|v| v.addr == a.addr)
+            .unwrap()
+            .readiness
+            .clone()
+    };
+    std::thread::scope(|s| {
+        let round = s.spawn(|| balancer.round());
+        while readiness_of_a() == Readiness::Ready && !round.is_finished() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !round.is_finished(),
+            "a was marked only when the round ended, after the silent member's whole timeout"
+        );
+        assert_eq!(
+            readiness_of_a(),
+            Readiness::NotReady("/readyz answered HTTP 500".to_owned())
+        );
+        round.join().unwrap();
+    });
+    drop(silent);
+}
+
+#[test]
 fn checks_trust_only_the_cluster_ca_and_name_what_failed() {
     let (ca, _) = ca_and_server();
     let (_, other_server) = ca_and_server();
