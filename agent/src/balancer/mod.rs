@@ -217,8 +217,10 @@ where
                             // not once the round's slowest check ends (an unreachable member
                             // holds a round for the whole timeout, which with the interval
                             // outlasted the apiservers' 3 s shutdown delay).
-                            if let Readiness::NotReady(why) = &readiness {
-                                self.pool.failed(*addr, why.clone());
+                            if let Readiness::NotReady(why) = &readiness
+                                && let Some(change) = self.pool.failed(*addr, why.clone())
+                            {
+                                log_info!("{change}");
                             }
                             (*addr, readiness)
                         })

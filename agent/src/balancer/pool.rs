@@ -96,11 +96,18 @@ impl Pool {
         changes
     }
 
-    /// Marks `addr` not ready until the next round says otherwise (a connect to it failed).
-    pub fn failed(&self, addr: SocketAddr, why: String) {
-        if let Some(backend) = self.lock().backends.get_mut(&addr) {
-            backend.readiness = Readiness::NotReady(why);
+    /// Marks `addr` not ready until the next round says otherwise (a connect to it failed, or
+    /// its check did before the round ended); the change, when it is one, to log.
+    pub fn failed(&self, addr: SocketAddr, why: String) -> Option<String> {
+        let mut inner = self.lock();
+        let backend = inner.backends.get_mut(&addr)?;
+        let change = format!("apiserver {addr} not ready: {why}");
+        let readiness = Readiness::NotReady(why);
+        if backend.readiness == readiness {
+            return None;
         }
+        backend.readiness = readiness;
+        Some(change)
     }
 
     /// The apiservers a new connection tries, in order: the ready ones, fewest connections
