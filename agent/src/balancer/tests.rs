@@ -43,6 +43,20 @@ fn ca_and_server() -> (String, Arc<rustls::ServerConfig>) {
     (ca.pem(), Arc::new(config))
 }
 
+/// [`ca_and_server`], with the CA's PEM written to a file (kept while the directory is).
+fn ca_in_a_file() -> (
+    String,
+    Arc<rustls::ServerConfig>,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
+    let (ca, server) = ca_and_server();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    (ca, server, dir, ca_file)
+}
+
 /// A stand-in apiserver: its address, and whether its `/readyz` says ok.
 struct Apiserver {
     addr: SocketAddr,
@@ -117,10 +131,7 @@ fn closed_port() -> SocketAddr {
 
 #[test]
 fn connections_go_to_ready_apiservers_and_follow_the_name() {
-    let (ca, server) = ca_and_server();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &ca).unwrap();
+    let (ca, server, _dir, ca_file) = ca_in_a_file();
     let (a, b) = (apiserver("a", &server), apiserver("b", &server));
     let listed = Mutex::new(vec![a.addr, b.addr]);
     let balancer = Balancer::new(|| Ok(listed.lock().unwrap().clone()), ca_file);
@@ -178,10 +189,7 @@ fn connections_go_to_ready_apiservers_and_follow_the_name() {
 
 #[test]
 fn a_stopping_apiserver_is_marked_before_the_rounds_slowest_check_ends() {
-    let (ca, server) = ca_and_server();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &ca).unwrap();
+    let (_, server, _dir, ca_file) = ca_in_a_file();
     let a = apiserver("a", &server);
     // A member that does not answer: connections complete into its backlog, never a byte back,
     // so its check takes the whole timeout (a lost machine's does too).
@@ -251,10 +259,7 @@ fn checks_trust_only_the_cluster_ca_and_name_what_failed() {
 
 #[test]
 fn while_the_name_does_not_resolve_the_known_apiservers_stay() {
-    let (ca, server) = ca_and_server();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &ca).unwrap();
+    let (_, server, _dir, ca_file) = ca_in_a_file();
     let a = apiserver("a", &server);
     let resolves = AtomicBool::new(true);
     let balancer = Balancer::new(
@@ -279,10 +284,7 @@ fn while_the_name_does_not_resolve_the_known_apiservers_stay() {
 
 #[test]
 fn until_the_name_first_resolves_the_bundles_members_stand_in() {
-    let (ca, server) = ca_and_server();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &ca).unwrap();
+    let (_, server, dir, ca_file) = ca_in_a_file();
     let (a, b) = (apiserver("a", &server), apiserver("b", &server));
     let seeds = dir.path().join("apiservers");
     std::fs::write(&seeds, format!("# the bundle's members\n{}\n", a.addr)).unwrap();
