@@ -30,7 +30,7 @@ k8s_log=$(mktemp)
   bash scripts/k8s-binaries.sh "$k8s_version" "$etcd_version" >"$k8s_log.out" &&
     bash scripts/e2e-binaries.sh "$k8s_version" --selected >"$k8s_log.e2e" &&
     bash scripts/k8s-binaries.sh "$k8s_next" "$etcd_next" >"$k8s_log.next" &&
-    bash scripts/s3-server.sh >"$k8s_log.s3"
+    ensure_packages ld.mold:mold && bash scripts/s3-server.sh >"$k8s_log.s3"
 } 2>"$k8s_log" &
 k8s_build=$!
 
@@ -46,7 +46,9 @@ k8s_build=$!
 # (below). Asked of the whole workspace with a test target, as `cargo test` asks: one package
 # alone, or no test target, resolves the dependencies' features apart and would build them
 # again.
-ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev
+# mold: the linker .ci/run asks for (faster than GNU ld on the large test binaries; the S3
+# server's cargo install above makes sure of it too, on a machine whose Go builds are cached).
+ensure_packages cc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev ld.mold:mold
 clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
   { echo "clippy-driver is not installed (rustup component add clippy)" >&2; exit 1; }
 linted=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
