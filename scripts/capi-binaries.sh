@@ -25,10 +25,10 @@ die() { printf 'capi-binaries: %s\n' "$*" >&2; exit 1; }
 [[ $version =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "the Cluster API version must look like v1.14.2, got '$version'"
 command -v go >/dev/null || die "go is not installed (the tests build Cluster API from its Go module)"
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
-export CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local
 
 # shellcheck source=scripts/lib/cache.sh
 source "$(dirname "$0")/lib/cache.sh"
+export "${go_env[@]}"
 
 build_cluster_api() {
   local dir=$1 src=$1/src

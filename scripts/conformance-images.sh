@@ -61,7 +61,6 @@ fi
 source "$root/scripts/lib/scratch-registry.sh"
 # shellcheck source=scripts/lib/cache.sh
 source "$root/scripts/lib/cache.sh"
-gomod() { CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go "$@"; }
 
 # The binaries: sample-apiserver and nonewprivs from the release's modules, ginkgo at the
 # version e2e.test links (its CLI runs the suite's processes in parallel).

@@ -47,7 +47,7 @@ source "$(dirname "$0")/lib/cache.sh"
 go_in() {
   local dir=$1
   shift
-  (cd "$dir" && CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go "$@")
+  (cd "$dir" && gomod "$@")
 }
 
 # release_go DIR GO-ARGS...: go in a copy of the release's scratch module ($dir/src).

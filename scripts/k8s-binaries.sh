@@ -41,11 +41,11 @@ command -v flock >/dev/null || die "flock is not installed (util-linux)"
 
 mkdir -p "$cache" 2>/dev/null || die "cannot create the cache $cache (set EXK8S_K8S_CACHE to a writable directory)"
 
-export CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local
 build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 # shellcheck source=scripts/lib/cache.sh
 source "$(dirname "$0")/lib/cache.sh"
+export "${go_env[@]}"
 
 build_kubernetes() {
   local dir=$1 src=$1/src

@@ -56,10 +56,6 @@ source "$(dirname "$0")/lib/scratch-registry.sh"
 # shellcheck source=scripts/lib/cache.sh
 source "$(dirname "$0")/lib/cache.sh"
 
-# go with what every build here sets: no cgo, modules resolved as needed, the local toolchain.
-gomod() { CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local go "$@"; }
-
-
 # CoreDNS, at the version the renderer pins, from its Go module: its own main and plugin list
 # (plugin.cfg, in its order), less the plugins that bring a cloud's SDK or another service's
 # client and that no cluster's Corefile names (route53, azure, clouddns, etcd, trace, geoip,
