@@ -101,12 +101,11 @@ impl Pool {
     pub fn failed(&self, addr: SocketAddr, why: String) -> Option<String> {
         let mut inner = self.lock();
         let backend = inner.backends.get_mut(&addr)?;
-        let change = format!("apiserver {addr} not ready: {why}");
-        let readiness = Readiness::NotReady(why);
-        if backend.readiness == readiness {
+        if matches!(&backend.readiness, Readiness::NotReady(was) if *was == why) {
             return None;
         }
-        backend.readiness = readiness;
+        let change = format!("apiserver {addr} not ready: {why}");
+        backend.readiness = Readiness::NotReady(why);
         Some(change)
     }
 

@@ -31,7 +31,16 @@ pub fn spawn(args: &[String], log: &Path) -> Proc {
     )
 }
 
-pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_until_every(what, timeout, Duration::from_millis(100), check).await;
+}
+
+/// [`wait_until`], checking every `every`: for a moment a test must not miss.
+pub async fn wait_until_every<F, Fut>(what: &str, timeout: Duration, every: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -39,7 +48,7 @@ where
     let start = Instant::now();
     while !check().await {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -31,14 +31,13 @@ async fn a_delete_during_a_pool_scale_up_leaves_nothing(backend: Backend) {
     // The delete comes as soon as the pool's first worker VM exists (the control plane's is
     // the one before it): 39 more are still to be made, eight at a time, 20 ms a call. A fixed
     // sleep here saw no worker yet on a loaded machine.
-    let waiting = std::time::Instant::now();
-    while app.sims.compute.vms().len() < 2 {
-        assert!(
-            waiting.elapsed() < Duration::from_secs(60),
-            "the pool made no worker VM in a minute"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    crate::crash::wait_until_every(
+        "the pool's first worker VM",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || async { app.sims.compute.vms().len() > 1 },
+    )
+    .await;
 
     let deleted = app
         .delete(&format!("/clusters/{cluster}"))
