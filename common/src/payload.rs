@@ -193,7 +193,8 @@ pub enum PlanStep {
     // An empty struct variant, not a unit variant: serde ignores unknown fields on unit
     // variants of internally tagged enums.
     DaemonReload {},
-    /// `systemctl enable`, then start the unit if it is not running, or restart it if it is
+    /// `systemctl enable --no-reload` (systemd reloads in the plan's `DaemonReload` step, when a
+    /// unit file changed), then start the unit if it is not running, or restart it if it is
     /// and a file in `watch` changed in this apply. Nothing changed and running: no action.
     EnableStart {
         unit: UnitName,

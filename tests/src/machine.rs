@@ -307,6 +307,28 @@ impl Machine {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// How many times systemd has reloaded its units since the machine booted (its
+    /// `Reloading.` lines: `systemctl daemon-reload`, and `systemctl enable` without
+    /// `--no-reload`).
+    pub fn systemd_reloads(&self) -> usize {
+        self.run("journalctl", &["--sync"]);
+        let out = self.run(
+            "journalctl",
+            &[
+                "--no-pager",
+                "--output=cat",
+                "-b",
+                "_PID=1",
+                "--grep",
+                "^Reloading\\.$",
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|line| *line == "Reloading.")
+            .count()
+    }
+
     /// `systemctl show` of `unit`'s `properties`, as `name=value` lines.
     pub fn show(&self, unit: &str, properties: &[&str]) -> String {
         self.try_show(unit, properties)

@@ -71,7 +71,7 @@ impl fmt::Display for HostAction<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::DaemonReload => write!(f, "systemctl daemon-reload"),
-            Self::Enable(unit) => write!(f, "systemctl enable {unit}"),
+            Self::Enable(unit) => write!(f, "systemctl enable --no-reload {unit}"),
             Self::Start(unit) => write!(f, "systemctl start --no-block {unit}"),
             Self::Restart(unit) => write!(f, "systemctl restart --no-block {unit}"),
             Self::Stop(unit) => write!(f, "systemctl stop {unit}"),
@@ -414,7 +414,11 @@ impl Host for SystemHost {
         log_info!("{action}");
         let result = match action {
             HostAction::DaemonReload => systemctl(&["daemon-reload"]),
-            HostAction::Enable(unit) => systemctl(&["enable", unit.as_str()]),
+            // Without systemd's implicit reload: systemd 252 reloads on every `enable`, even of a
+            // unit already enabled (every generation applied reloaded it once a unit, about
+            // 0.13 CPU-seconds each on a booted Debian 12 node). The plan's DaemonReload step
+            // reloads when a unit file changed; a link in a target's `.wants/` needs none.
+            HostAction::Enable(unit) => systemctl(&["enable", "--no-reload", unit.as_str()]),
             HostAction::Start(unit) => systemctl(&["start", "--no-block", unit.as_str()]),
             HostAction::Restart(unit) => systemctl(&["restart", "--no-block", unit.as_str()]),
             HostAction::Stop(unit) => systemctl(&["stop", unit.as_str()]),

@@ -69,6 +69,12 @@ pub(crate) fn rotate(node: &OneNode<'_>, before: &str) -> String {
             .as_str()
             .map(str::to_owned)
     };
+    // The first boot wrote unit files and reloaded systemd: the count below can be seen to move.
+    let reloads = node.machine.systemd_reloads();
+    assert!(
+        reloads > 0,
+        "the journal shows no reload of systemd since boot"
+    );
     let started = node.exk8s(&["rotate-sa-key", &name, "--drop-old-after", "0"]);
     assert_eq!(started["phase"], "trust-both", "{started}");
 
@@ -103,5 +109,12 @@ pub(crate) fn rotate(node: &OneNode<'_>, before: &str) -> String {
     let key = node.exk8s(&["sa-key", &name]);
     assert!(key.get("rotation").is_none(), "the rotation ended: {key}");
     assert_eq!(key["age_days"], 0, "{key}");
+    // Three generations applied, none with a unit file of its own: systemd was never reloaded
+    // (the agent enables each unit of the plan with `--no-reload`).
+    assert_eq!(
+        node.machine.systemd_reloads(),
+        reloads,
+        "syncs that changed no unit file reloaded systemd"
+    );
     after
 }
