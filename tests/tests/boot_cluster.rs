@@ -90,6 +90,8 @@ mod failed_upgrade;
 mod from_snapshot;
 #[path = "boot_cluster/haproxy.rs"]
 mod haproxy;
+#[path = "boot_cluster/lan.rs"]
+mod lan;
 #[path = "boot_cluster/nodes.rs"]
 mod nodes;
 #[path = "boot_cluster/one_node.rs"]

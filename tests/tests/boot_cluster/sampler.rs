@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use exk8s_tests::machine::Machine;
 use serde_json::Value;
 
+use super::lan::{Answer, Trust, https};
+
 /// Where the sampler sends a request as a client would, each answer keyed by its name in a
 /// round: its own node-local balancer (as the node's components reach the control plane), and
 /// the HAProxy of `docs/apiserver-endpoint.md` in front of the members ([`super::haproxy`]).
@@ -48,7 +50,7 @@ pub(crate) struct Round {
     started: Instant,
     /// The time of day the round started, to set beside the logs.
     pub at: String,
-    /// Each apiserver's `/readyz` (`ok`, the checks it failed, or curl's error), then each
+    /// Each apiserver's `/readyz` (`ok`, the checks it failed, or why it gave no answer), then each
     /// request through a balancer (`ok` for a version).
     pub answers: Vec<(String, String)>,
     /// Each etcd member's status, or why it gave none.
@@ -89,33 +91,21 @@ fn through(at: &str) -> bool {
     at.starts_with(OTHER_BALANCER) || THROUGH.iter().any(|(name, _)| *name == at)
 }
 
-/// How long a sampled request may take: what the kubelet's heartbeat client gives the control
-/// plane (its node status update frequency, 10 s). On a two-core host booting three clusters at
-/// once, an apiserver that has just restarted can take longer than 5 s over a TLS handshake
-/// (seen in CI during a CA rotation, through HAProxy and the balancer alike); a client of the
-/// control plane still gets its answer.
-pub(crate) const REQUEST_TIMEOUT: &str = "10";
-
-fn curl(from: &Machine) -> std::process::Command {
-    let mut curl = from.on_lan("curl");
-    curl.args(["-sS", "--max-time", REQUEST_TIMEOUT]);
-    curl
-}
-
 /// `/readyz` of the apiserver at `ip`: `ok`, or what failed (the checks a 500 names, `[-]…`,
-/// or curl's error).
+/// or why there was no answer).
 fn readyz(sampler: &Machine, ip: &str) -> String {
-    let out = curl(sampler)
-        .arg("-k")
-        .arg(format!("https://{ip}:6443/readyz"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    let failed: Vec<&str> = said.lines().filter(|l| l.starts_with("[-]")).collect();
-    if failed.is_empty() {
-        said.trim().to_owned() + String::from_utf8_lossy(&out.stderr).trim()
-    } else {
-        failed.join("; ")
+    let url = format!("https://{ip}:6443/readyz");
+    match https(&sampler.netns, &Trust::Any, &url, None) {
+        Ok(Answer { status: 200, body }) => body.trim().to_owned(),
+        Ok(Answer { status, body }) => {
+            let failed: Vec<&str> = body.lines().filter(|l| l.starts_with("[-]")).collect();
+            if failed.is_empty() {
+                format!("{status} {}", body.trim())
+            } else {
+                failed.join("; ")
+            }
+        }
+        Err(e) => e,
     }
 }
 
@@ -132,25 +122,15 @@ pub(crate) fn etcd_status_as(
     pki: &std::path::Path,
     ip: &str,
 ) -> Result<EtcdStatus, String> {
-    let out = curl(sampler)
-        .arg("--cacert")
-        .arg(pki.join("etcd-ca.pem"))
-        .arg("--cert")
-        .arg(pki.join("etcd-healthcheck-client.pem"))
-        .arg("--key")
-        .arg(pki.join("etcd-healthcheck-client-key.pem"))
-        .args(["-X", "POST", "-d", "{}"])
-        .arg(format!("https://{ip}:2379/v3/maintenance/status"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    let status: Value = serde_json::from_str(&said).map_err(|_| {
-        format!(
-            "{} {}",
-            said.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })?;
+    let trust = Trust::Mutual {
+        ca: &pki.join("etcd-ca.pem"),
+        cert: &pki.join("etcd-healthcheck-client.pem"),
+        key: &pki.join("etcd-healthcheck-client-key.pem"),
+    };
+    let url = format!("https://{ip}:2379/v3/maintenance/status");
+    let said = https(&sampler.netns, &trust, &url, Some("{}"))?;
+    let status: Value = serde_json::from_str(&said.body)
+        .map_err(|_| format!("{} {}", said.status, said.body.trim()))?;
     let number = |v: &Value| {
         v.as_str()
             .and_then(|s| s.parse().ok())
@@ -158,7 +138,7 @@ pub(crate) fn etcd_status_as(
     };
     match (number(&status["raftTerm"]), number(&status["leader"])) {
         (Some(term), Some(leader)) => Ok(EtcdStatus { term, leader }),
-        _ => Err(said.into_owned()),
+        _ => Err(said.body),
     }
 }
 
@@ -183,19 +163,9 @@ fn round(sampler: &Machine, ips: &[String], others: &[Machine]) -> Round {
         .filter(|m| m.vm != sampler.vm)
         .map(|m| (format!("{OTHER_BALANCER}{}", m.name), THROUGH[0].1, m));
     for (name, url, from) in asked.chain(others) {
-        let out = curl(from)
-            .args(["-k", "-w", "\n%{http_code}", url])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stdout);
-        let answer = if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
-            "ok".to_owned()
-        } else {
-            format!(
-                "{said} {} at {}",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                exk8s_tests::procs::time_of_day()
-            )
+        let answer = match version(from, url) {
+            ok if ok == "ok" => ok,
+            failed => format!("{failed} at {}", exk8s_tests::procs::time_of_day()),
         };
         answers.push((name, answer));
     }
@@ -204,6 +174,16 @@ fn round(sampler: &Machine, ips: &[String], others: &[Machine]) -> Round {
         at,
         answers,
         etcd,
+    }
+}
+
+/// `GET /version` at `url` from `from`'s LAN: `ok`, or what it answered instead (or why it did
+/// not).
+pub(crate) fn version(from: &Machine, url: &str) -> String {
+    match https(&from.netns, &Trust::Any, url, None) {
+        Ok(Answer { status: 200, body }) if body.contains("\"gitVersion\"") => "ok".to_owned(),
+        Ok(Answer { status, body }) => format!("{status} {}", body.trim()),
+        Err(e) => e,
     }
 }
 

@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use super::control_plane::{admin, etcdctl, kubectl_with};
 use super::haproxy::{DnsServer, Haproxy};
 use super::one_node::OneNode;
-use super::sampler::{REQUEST_TIMEOUT, THROUGH};
+use super::sampler::{THROUGH, version};
 
 /// The module doc's two changes on `node`'s cluster.
 pub(crate) fn grow_and_shrink(node: &OneNode<'_>) {
@@ -172,7 +172,7 @@ pub(crate) fn sampled<T>(node: &OneNode<'_>, what: &str, change: impl FnOnce() -
             while !stop.load(Ordering::Relaxed) {
                 for (through, url) in THROUGH {
                     let at = exk8s_tests::procs::time_of_day();
-                    samples.push((at, through, version_through(&node.machine, url)));
+                    samples.push((at, through, version(&node.machine, url)));
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -209,28 +209,6 @@ fn membership_log(dir: &std::path::Path) -> String {
         .filter(|l| l.contains("membership") || l.contains("sim::machines"))
         .map(|l| l.chars().take(220).collect::<String>() + "\n")
         .collect()
-}
-
-/// `GET /version` at `url` from the machine's LAN: `ok`, or what failed.
-fn version_through(machine: &Machine, url: &str) -> String {
-    let out = machine
-        .on_lan("curl")
-        .args([
-            "-sSk",
-            "--max-time",
-            REQUEST_TIMEOUT,
-            "-w",
-            "\n%{http_code}",
-            url,
-        ])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    if said.ends_with("\n200") && said.contains("\"gitVersion\"") {
-        "ok".to_owned()
-    } else {
-        format!("{said} {}", String::from_utf8_lossy(&out.stderr).trim())
-    }
 }
 
 /// Starts every running member's sync unit (what its timer runs, without waiting for it) every
