@@ -36,6 +36,30 @@ tree=$(mktemp -d)
 cleanup() { git -C "$workspace" worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"; }
 trap cleanup EXIT
 git worktree add --detach --force "$tree" "$commit" >/dev/null 2>&1
+# The dependencies are this build's only while they compile with this build's profile: one
+# setting apart (the commit's `debug` for every dependency, where .ci/run's environment turns
+# it off for this build) and cargo compiles every one of them again, C libraries included —
+# 22 minutes of a fresh machine's run (2026-12-06). So the commit's [profile] tables give way
+# to this workspace's; its code, dependencies and lock file stay as released.
+python3 - "$workspace/Cargo.toml" "$tree/Cargo.toml" <<'PY'
+import sys, tomllib
+ours, theirs = (open(path, encoding="utf-8").read() for path in sys.argv[1:])
+def split(text, name):
+    lines = text.splitlines(keepends=True)
+    first = next((i for i, l in enumerate(lines) if l.startswith("[profile")), None)
+    if first is None:
+        sys.exit(f"{name}: no [profile] table")
+    return "".join(lines[:first]), "".join(lines[first:])
+head, _ = split(theirs, sys.argv[2])
+_, profiles = split(ours, sys.argv[1])
+merged = head + profiles
+m, o, t = (tomllib.loads(x) for x in (merged, ours, theirs))
+# Every table after the first [profile] header is a profile (checked, with a TOML parser).
+if m.get("profile") != o.get("profile") or {k: v for k, v in m.items() if k != "profile"} != {
+        k: v for k, v in t.items() if k != "profile"}:
+    sys.exit(f"{sys.argv[2]}: its [profile] tables are not the file's last part; cannot give it this workspace's")
+open(sys.argv[2], "w", encoding="utf-8").write(merged)
+PY
 log "building the previous release's exk8s-api and exk8s-agent (${commit:0:12}, into this workspace's target/)"
 started=$SECONDS
 # Cargo names a workspace crate's artifacts by its path inside the workspace, so this commit's
@@ -61,5 +85,14 @@ for line in sys.stdin:
 done
 rm -rf "$out"
 mv "$out.partial" "$out"
-log "previous release ${commit:0:12}: made in $((SECONDS - started)) s in $out"
+# Its dependencies should have been found built by this workspace's build (scripts/test.sh
+# runs it after one); those compiled here say that a profile or features differ.
+compiled=$(python3 -c 'import json, sys
+tree = sys.argv[1]
+names = sorted({m["target"]["name"] for m in map(json.loads, sys.stdin)
+                if m.get("reason") == "compiler-artifact" and not m.get("fresh")
+                and not m.get("manifest_path", "").startswith(tree + "/")})
+shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+print("%d (%s)" % (len(names), shown) if names else "none")' "$tree" <<<"$messages")
+log "previous release ${commit:0:12}: made in $((SECONDS - started)) s in $out; dependencies compiled for it: $compiled"
 echo "$out"
