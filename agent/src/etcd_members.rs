@@ -472,6 +472,42 @@ pub fn promote_or_withdraw(
     }
 }
 
+/// Moves leadership from `me` (the member `leaving` talks to) to `target`, within `deadline`.
+/// etcd's gateway keeps a transfer's call waiting until the target leads, even after raft gave
+/// the transfer up (a target that has not applied its own promotion yet ignores it, and the
+/// leader abandons it after an election timeout), so a call that fails or times out is followed
+/// by a look at who leads now, and made again every `every`. Done once `me` no longer leads.
+pub fn move_leadership(
+    leaving: &Etcd,
+    me: MemberId,
+    target: MemberId,
+    every: Duration,
+    deadline: Duration,
+) -> Result<(), EtcdError> {
+    let start = Instant::now();
+    loop {
+        let Err(e) = leaving.move_leader(target) else {
+            return Ok(());
+        };
+        // Its answer lost, or the transfer given up: who leads now? (0 while nobody does.)
+        if let Ok((_, leader)) = leaving.status() {
+            if leader != me && leader != MemberId(0) {
+                crate::log::log_info!("leadership moved from {me} to {leader} ({e})");
+                return Ok(());
+            }
+        }
+        let again = match &e {
+            EtcdError::Refused { message, .. } => message.contains("leader transfer took too long"),
+            EtcdError::Unreachable { .. } | EtcdError::Unreadable { .. } => true,
+        };
+        if !again || start.elapsed() + every >= deadline {
+            return Err(e);
+        }
+        crate::log::log_info!("leadership is still with {me}: {e}");
+        std::thread::sleep(every);
+    }
+}
+
 /// Removes the member with `peer_url` — leadership moved off it first through `leaving` (its
 /// own endpoint; skipped when it does not answer: a dead member leads nothing) — through the
 /// first of `remaining` that answers, retried while etcd's quorum protection refuses, until
@@ -495,8 +531,17 @@ pub fn remove_member(
     if let Ok((me, leader)) = leaving.status() {
         if me == leader {
             if let Some(target) = members.iter().find(|m| m.id != me && !m.is_learner) {
-                leaving.move_leader(target.id)?;
-                crate::log::log_info!("leadership moved from {me} to {}", target.id);
+                // Half the time left at most: the removal itself must still fit.
+                let within = deadline.saturating_sub(start.elapsed()) / 2;
+                match move_leadership(leaving, me, target.id, every, within) {
+                    Ok(()) => crate::log::log_info!("leadership moved from {me} to {}", target.id),
+                    // etcd removes a leader too (it steps down once the removal commits and
+                    // the others elect one): the step goes on, at the cost of one election.
+                    Err(e) => crate::log::log_warn!(
+                        "leadership did not move from {me} to {} ({e}); removing the leader itself",
+                        target.id
+                    ),
+                }
             }
         }
     }

@@ -4,6 +4,9 @@
 //! longer than the TTL: the next reconciler pass (of this process restarted, or of another
 //! replica) takes the change over. A holder that lost its lease (paused past the TTL while
 //! another took over) learns it at its next step and stops.
+//!
+//! Within one process, passes at a lease take turns ([`crate::db::turns`]) before they claim it,
+//! so a pass asked for while a sibling holds the lease runs after it instead of being lost.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -82,14 +85,19 @@ async fn beat(db: Db, what: Leased, lost: Arc<AtomicBool>) {
     }
 }
 
-/// Runs `pass` under `what`'s lease; `None` when another process holds it. The lease is given
-/// back with the pass's error recorded, unless the pass lost it (then it is another process's
-/// to give back).
+/// Runs `pass` (of `kind`) under `what`'s lease, after any pass of this process that holds it
+/// ([`db::turns`]); `None` when another process holds it, or a pass of the same kind waits
+/// already. The lease is given back with the pass's error recorded, unless the pass lost it
+/// (then it is another process's to give back).
 pub async fn run<T, E: std::error::Error + Send + Sync + 'static>(
     db: &Db,
     what: Leased,
+    kind: &'static str,
     pass: impl AsyncFnOnce(&Held) -> Result<T, E>,
 ) -> Result<Option<Result<T, E>>, DbError> {
+    let Some(_turn) = db.turns().turn(what, kind).await else {
+        return Ok(None);
+    };
     let Some(held) = claim(db, what).await? else {
         return Ok(None);
     };

@@ -220,7 +220,8 @@ pub enum Outcome {
     /// A step is under way elsewhere (a member joining, a rollout, a drain): a report, or the
     /// step's deadline, moves the set on.
     Waiting,
-    /// Another pass holds the set's lease.
+    /// Another process holds the set's lease, or a pass of this one waits for its turn at it
+    /// (and reads everything afresh then).
     Busy,
     /// The set (or its cluster) is gone or going.
     Gone,

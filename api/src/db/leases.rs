@@ -7,7 +7,7 @@ use sqlx::{Any, Executor};
 use super::DbError;
 
 /// What a lease guards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Leased {
     /// Cluster `id`'s control-plane membership changes.
     Membership(i64),

@@ -22,6 +22,7 @@ pub mod orgs;
 pub mod pages;
 pub mod resources;
 pub mod tokens;
+pub mod turns;
 
 pub mod phase;
 pub mod pools;
@@ -151,6 +152,8 @@ pub struct Db {
     /// This process's row in `readiness_probe`.
     instance: i64,
     health: std::sync::Arc<probe::WriteHealth>,
+    /// This process's passes at each lease ([`turns`]).
+    turns: std::sync::Arc<turns::Turns>,
 }
 
 impl Db {
@@ -214,7 +217,13 @@ impl Db {
             backend,
             instance: i64::from(uuid::Uuid::new_v4().as_u128() as u32),
             health,
+            turns: std::sync::Arc::default(),
         })
+    }
+
+    /// Where this process's passes at one lease take their turns.
+    pub fn turns(&self) -> &std::sync::Arc<turns::Turns> {
+        &self.turns
     }
 
     /// `SELECT 1`: is the database answering?

@@ -61,9 +61,12 @@ pub async fn after_report(ctx: &Membership, cluster_id: i64) {
 }
 
 pub async fn converge(ctx: &Membership, cluster_id: i64) -> Result<Outcome, ConvergeError> {
-    let ran = lease::run(&ctx.db, Leased::Membership(cluster_id), async |lease| {
-        run(ctx, cluster_id, lease).await
-    })
+    let ran = lease::run(
+        &ctx.db,
+        Leased::Membership(cluster_id),
+        "converge",
+        async |lease| run(ctx, cluster_id, lease).await,
+    )
     .await?;
     let outcome = ran.unwrap_or(Ok(Outcome::Busy))?;
     if outcome == Outcome::Converged {

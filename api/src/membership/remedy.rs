@@ -22,7 +22,8 @@ use super::converge::ConvergeError;
 pub enum Remedy {
     /// No member is unhealthy (or the cluster is not founded).
     Healthy,
-    /// Another process holds the membership lease: the next pass looks again.
+    /// Another process holds the membership lease, or a remediation of this one waits for its
+    /// turn at it: the next pass looks again.
     Busy,
     /// A member is unhealthy and stays: why.
     Blocked(Blocked),
@@ -36,10 +37,15 @@ pub enum Remedy {
 
 /// Remediates one unhealthy control-plane member of `cluster_id`, when allowed.
 pub async fn remediate(ctx: &Membership, cluster_id: i64) -> Result<Remedy, ConvergeError> {
-    let ran = lease::run(&ctx.db, Leased::Membership(cluster_id), async |lease| {
-        lease.ensure()?;
-        attempt(ctx, cluster_id).await
-    })
+    let ran = lease::run(
+        &ctx.db,
+        Leased::Membership(cluster_id),
+        "remedy",
+        async |lease| {
+            lease.ensure()?;
+            attempt(ctx, cluster_id).await
+        },
+    )
     .await?;
     let remedy = ran.unwrap_or(Ok(Remedy::Busy))?;
     if matches!(remedy, Remedy::Started { .. }) {

@@ -89,7 +89,7 @@ pub async fn follow_control_plane(ctx: &Pools, cluster_id: i64) {
 /// Converges the pool now, unless another convergence holds it.
 pub async fn converge(ctx: &Pools, pool_id: i64) -> Result<Outcome, ConvergeError> {
     loop {
-        let ran = lease::run(&ctx.db, Leased::Pool(pool_id), async |lease| {
+        let ran = lease::run(&ctx.db, Leased::Pool(pool_id), "converge", async |lease| {
             run(ctx, pool_id, lease).await
         })
         .await?;
