@@ -13,7 +13,7 @@ use base64::Engine as _;
 
 use crate::bins;
 use crate::procs::{Proc, binary, free_port, wait_until};
-use crate::tls::openssl;
+use crate::tls::{openssl, self_signed};
 
 /// The management cluster's processes and how to reach it.
 pub struct Management {
@@ -181,26 +181,7 @@ impl Management {
     /// [`Self::start`] with the apiserver on `127.0.0.1:port`.
     pub fn start_on(dir: &Path, secure: u16) -> Self {
         std::fs::create_dir_all(dir).unwrap();
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-subj",
-                "/CN=management-ca",
-                "-days",
-                "2",
-            ],
-        );
+        self_signed(dir, "/CN=management-ca", 2, "ca.key", "ca.crt");
         issue(
             dir,
             "apiserver",

@@ -166,3 +166,29 @@ pub fn openssl(dir: &std::path::Path, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A self-signed P-256 certificate for `subject` (`/CN=…`), valid `days`, written as `key` and
+/// `cert` in `dir` with openssl: a test's own CA or server, made independently of exk8s.
+pub fn self_signed(dir: &std::path::Path, subject: &str, days: u32, key: &str, cert: &str) {
+    let days = days.to_string();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            subject,
+            "-days",
+            &days,
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+    );
+}

@@ -31,7 +31,7 @@ use exk8s_agent::etcd_members::{
 };
 use exk8s_tests::etcd::{etcdctl, put_keys};
 use exk8s_tests::procs::Proc;
-use exk8s_tests::tls::openssl;
+use exk8s_tests::tls::{openssl, self_signed};
 
 const PKI: &str = "etc/exk8s/pki";
 const CLIENT: (&str, &str) = ("/etc/exk8s/pki/client.pem", "/etc/exk8s/pki/client-key.pem");
@@ -41,25 +41,12 @@ const CLIENT: (&str, &str) = ("/etc/exk8s/pki/client.pem", "/etc/exk8s/pki/clien
 fn certificates(root: &Path, ips: &[&str]) -> PathBuf {
     let pki = root.join(PKI);
     std::fs::create_dir_all(&pki).unwrap();
-    openssl(
+    self_signed(
         &pki,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "etcd-ca-key.pem",
-            "-out",
-            "etcd-ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=membership-test-ca",
-        ],
+        "/CN=membership-test-ca",
+        2,
+        "etcd-ca-key.pem",
+        "etcd-ca.pem",
     );
     let leaf = |name: &str, cn: &str, ext: &str| {
         std::fs::write(pki.join(format!("{name}.ext")), ext).unwrap();

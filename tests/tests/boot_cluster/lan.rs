@@ -129,26 +129,7 @@ mod tests {
     fn a_request_is_made_in_the_namespace_and_the_thread_comes_back() {
         let dir = tempfile::tempdir().unwrap();
         let netns = Netns::new("lan");
-        exk8s_tests::tls::openssl(
-            dir.path(),
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-subj",
-                "/CN=lan",
-                "-days",
-                "1",
-                "-keyout",
-                "key.pem",
-                "-out",
-                "cert.pem",
-            ],
-        );
+        exk8s_tests::tls::self_signed(dir.path(), "/CN=lan", 1, "key.pem", "cert.pem");
         let port = exk8s_tests::procs::free_port();
         let _server = Proc(
             Command::new("ip")
